@@ -1,0 +1,1 @@
+"""From a run directory's raw files to statistics, verdicts, reports and plots (pure reads)."""

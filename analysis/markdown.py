@@ -1,0 +1,146 @@
+"""Rendering the report dict as Markdown (reads the summary only; computes nothing new)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _f(x: Any, digits: int = 1) -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, float):
+        return f"{x:.{digits}f}"
+    return str(x)
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _phase_table(case: dict[str, Any], phases: list[str]) -> str:
+    headers = [
+        "phase", "req", "failed", "hit rate (counters)", "hit rate (requests)", "lifetime hit rate",
+        "TTFT mean", "TTFT p50", "TTFT p95", "TTFT p99", "TPOT mean", "E2EL p95",
+        "out tok/s", "KV peak %", "running peak", "waiting peak", "preemptions",
+    ]  # fmt: skip
+    rows = []
+    for name in phases:
+        p = case["phases"].get(name)
+        if p is None:
+            rows.append([name, "not run"] + [""] * (len(headers) - 2))
+            continue
+        kv = p["gauge_peaks"]["kv_cache_usage_perc"]
+        rows.append(
+            [
+                name,
+                str(p["requests"]),
+                str(p["failed"]),
+                _f(p["hit_rate_counters"], 3),
+                _f(p["hit_rate_requests"], 3),
+                _f(p["lifetime_hit_rate_at_end"], 3),
+                _f(p["ttft_ms"]["mean"]),
+                _f(p["ttft_ms"]["p50"]),
+                _f(p["ttft_ms"]["p95"]),
+                _f(p["ttft_ms"]["p99"]),
+                _f(p["tpot_ms"]["mean"]),
+                _f(p["e2el_ms"]["p95"]),
+                _f(p["output_throughput_tok_s"]),
+                _f(kv * 100 if kv is not None else None),
+                _f(p["gauge_peaks"]["num_requests_running"], 0),
+                _f(p["gauge_peaks"]["num_requests_waiting"], 0),
+                _f(p["counter_deltas"]["num_preemptions"], 0),
+            ]
+        )
+    return _table(headers, rows)
+
+
+def _probe_table(case: dict[str, Any]) -> str:
+    rows = [
+        [
+            p["phase"],
+            p["group"],
+            p["request_id"],
+            _f(p["cached_tokens"]),
+            str(p["prompt_tokens"]),
+            _f(p["ttft_ms"]),
+        ]
+        for p in case["probes"]
+    ]
+    return _table(
+        ["phase", "prefix group", "request", "cached tokens", "prompt tokens", "TTFT ms"], rows
+    )
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """The whole report as Markdown."""
+    out: list[str] = [f"# {report['scenario']}", "", report["description"], ""]
+    run = report.get("run") or {}
+    if run.get("command"):
+        out += [f"Command: `{' '.join(run['command'])}`", ""]
+    if run.get("status"):
+        out += [
+            f"Run status: **{run['status']}**"
+            + (f", wall time {run['wall_s']:.0f} s" if run.get("wall_s") else ""),
+            "",
+        ]
+    out += ["## Sizing (from the server's real KV capacity)", ""]
+    out += [f"- {k}: {v}" for k, v in report["sizing"].items()] + [""]
+    out += [
+        "Definitions: TTFT = first token-carrying chunk − send; TPOT = (E2EL − TTFT)/(tokens − 1); "
+        "E2EL = last token − send (ms). Hit rate (counters) = Δprefix_cache_hits / "
+        "Δprefix_cache_queries over the phase window; hit rate (requests) = Σ cached tokens / "
+        "Σ prompt tokens. Peaks are sampled every scrape, so they are lower bounds.",
+        "",
+    ]
+    phases = report["phases"]
+    for name, case in report["cases"].items():
+        server = case.get("server") or {}
+        cap = server.get("capacity") or {}
+        out += [f"## Case {name}", ""]
+        out += [
+            f"Status: **{case['status']}**"
+            + (f" — {case['error']}" if case.get("error") else "")
+            + f"; vLLM {server.get('version', '?')}; KV capacity {cap.get('tokens', '?')} tokens "
+            f"(block size {cap.get('block_size', '?')}, {cap.get('num_blocks', '?')} blocks); "
+            f"server start {_f(server.get('startup_s'))} s; requests {case['requests_total']}, "
+            f"failed {case['requests_failed']}; scrapes {case['scrapes']['total']} "
+            f"(late {case['scrapes']['late']}, failed {case['scrapes']['failed']}).",
+            "",
+            _phase_table(case, phases),
+            "",
+        ]
+        if case["probes"]:
+            out += ["Probe requests (first request per prefix group):", "", _probe_table(case), ""]
+        if case["ratios"]:
+            rows = [
+                [
+                    f"{r['phase']}/{r['baseline']}",
+                    _f(r["ttft_mean_ratio"], 2),
+                    _f(r["ttft_p95_ratio"], 2),
+                ]
+                for r in case["ratios"]
+            ]
+            out += [_table(["TTFT ratio", "mean", "p95"], rows), ""]
+        lags = [(p["loop_lag_max_ms"] or 0.0) for p in case["phases"].values()]
+        if lags:
+            out += [
+                f"Load-generator event-loop lag: max {_f(max(lags), 2)} ms over all phases.",
+                "",
+            ]
+        out += [f"Lifetime hit rate at the end of the case: {_f(case['lifetime_hit_rate'], 3)}", ""]
+    out += ["## Verdicts", ""]
+    for v in report["verdicts"]:
+        mark = {True: "PASS", False: "FAIL", None: "UNDECIDED"}[v["passed"]]
+        out.append(f"- **{mark}** {v['case']}: {v['check']} — {v['detail']}")
+    s = report["verdict_summary"]
+    out += ["", f"{s['passed']} passed, {s['failed']} failed, {s['undecided']} undecided.", ""]
+    if s["failed"] or s["undecided"]:
+        out += [
+            "**The scenario did not show every effect it declares: that is a finding, see above.**",
+            "",
+        ]
+    if report.get("plots"):
+        out += ["## Plots", ""] + [f"![{p}]({p})" for p in report["plots"]] + [""]
+    return "\n".join(out)

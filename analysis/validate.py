@@ -1,0 +1,115 @@
+"""``loadgen validate RUN``: is a run directory complete, unaltered and internally consistent?
+
+Checks: manifest present and every file's size and sha256 match; the files each case needs
+exist and parse; timestamps are ordered and values finite; failure counts agree between the
+request records, ``case.json`` and ``report.json``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from loadgen.manifest import verify_manifest
+from loadgen.records import read_records
+from loadgen.rundir import (
+    CASE_FILE,
+    PHASES_FILE,
+    PLAN_FILE,
+    REPORT_JSON,
+    REQUESTS_FILE,
+    RUN_FILE,
+    case_dir,
+    read_json,
+)
+from metrics.store import SAMPLES_FILE, SCRAPES_FILE, read_samples
+from scenarios.plan import Plan
+
+
+@dataclass
+class ValidationResult:
+    """Problems (empty = valid) and facts gathered on the way (counts per case)."""
+
+    problems: list[str] = field(default_factory=list)
+    facts: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _check_record(rec: dict[str, object], where: str) -> list[str]:
+    problems = []
+    chunks = rec.get("chunk_ns") or []
+    tokens = rec.get("chunk_tokens") or []
+    if len(chunks) != len(tokens):  # type: ignore[arg-type]
+        problems.append(f"{where}: chunk_ns and chunk_tokens differ in length")
+    sent = rec.get("sent_ns")
+    if chunks and sent is not None:
+        stamps = [sent, *chunks]  # type: ignore[list-item]
+        if any(b < a for a, b in itertools.pairwise(stamps)):
+            problems.append(f"{where}: timestamps not in order")
+    if rec.get("status") == "ok" and not chunks:
+        problems.append(f"{where}: status ok but no token arrived")
+    return problems
+
+
+def validate_run(run_dir: Path) -> ValidationResult:
+    """Validate ``run_dir``; never raises for a broken run (it reports problems instead)."""
+    result = ValidationResult()
+    result.problems += verify_manifest(run_dir)
+    for name in (RUN_FILE, PLAN_FILE, REPORT_JSON):
+        if not (run_dir / name).exists():
+            result.problems.append(f"{name} missing")
+    if not (run_dir / PLAN_FILE).exists():
+        return result
+    plan = Plan.model_validate(read_json(run_dir / PLAN_FILE))
+    report = read_json(run_dir / REPORT_JSON) if (run_dir / REPORT_JSON).exists() else {}
+    for case in plan.cases:
+        cdir = case_dir(run_dir, case.name)
+        if not (cdir / CASE_FILE).exists():
+            result.problems.append(f"{case.name}: {CASE_FILE} missing (case never started)")
+            continue
+        info = read_json(cdir / CASE_FILE)
+        if info.get("status") == "failed" and not (cdir / REQUESTS_FILE).exists():
+            result.facts[case.name] = {"status": "failed", "error": info.get("error")}
+            continue
+        for rel in (REQUESTS_FILE, PHASES_FILE, SAMPLES_FILE, SCRAPES_FILE):
+            if not (cdir / rel).exists():
+                result.problems.append(f"{case.name}: {rel} missing")
+        try:
+            records = read_records(cdir / REQUESTS_FILE) if (cdir / REQUESTS_FILE).exists() else []
+        except ValueError as exc:
+            result.problems.append(f"{case.name}: {exc}")
+            records = []
+        for rec in records:
+            result.problems += _check_record(rec, f"{case.name}/{rec.get('request_id')}")
+        bad = [s for s in read_samples(cdir) if not math.isfinite(s.value)]
+        if bad:
+            result.problems.append(f"{case.name}: {len(bad)} non-finite metric samples")
+        failed = sum(1 for r in records if r.get("status") == "error")
+        if info.get("failed_requests") is not None and info["failed_requests"] != failed:
+            result.problems.append(
+                f"{case.name}: case.json says {info['failed_requests']} failed, "
+                f"records say {failed}"
+            )
+        reported = (report.get("cases") or {}).get(case.name, {}).get("requests_failed")  # type: ignore[union-attr]
+        if reported is not None and reported != failed:
+            result.problems.append(
+                f"{case.name}: report says {reported} failed, records say {failed}"
+            )
+        result.facts[case.name] = {
+            "status": info.get("status"),
+            "requests": len(records),
+            "failed": failed,
+        }
+    if (run_dir / REPORT_JSON).exists():
+        text = (run_dir / REPORT_JSON).read_text()
+        try:
+            json.loads(text, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+        except ValueError as exc:
+            result.problems.append(f"{REPORT_JSON}: non-finite value ({exc})")
+    return result

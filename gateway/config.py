@@ -1,0 +1,136 @@
+"""Gateway configuration: frozen pydantic models, loadable from a JSON file.
+
+Owns every tunable of the gateway (upstreams, bind address, timeouts, breaker thresholds,
+admission bounds, body-size limit) and their validation. All durations are seconds (``_s``),
+sizes are bytes (``_bytes``), rates are fractions (0-1).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class TimeoutConfig(BaseModel):
+    """Layered upstream timeouts, all in seconds.
+
+    ``connect_s`` bounds the TCP connect, ``first_token_s`` the wait from sending the request
+    to the first body chunk of a streaming response, ``idle_s`` the gap between two body
+    chunks, and ``total_s`` the whole exchange. Non-streaming requests are bounded by
+    ``connect_s``, ``idle_s`` (while reading the body) and ``total_s`` only, because their
+    first byte arrives when generation ends.
+    """
+
+    model_config = _FROZEN
+
+    connect_s: float = Field(default=5.0, gt=0)
+    first_token_s: float = Field(default=120.0, gt=0)
+    idle_s: float = Field(default=60.0, gt=0)
+    total_s: float = Field(default=1800.0, gt=0)
+
+
+class BreakerConfig(BaseModel):
+    """Per-upstream circuit-breaker thresholds.
+
+    The breaker opens on ``consecutive_failures`` failures in a row, or when at least
+    ``min_requests`` results in the last ``window_s`` seconds have a failure fraction of at
+    least ``error_rate``, and counts a streaming first token slower than
+    ``slow_first_token_s`` seconds as a failure (``None`` disables that rule). It stays open
+    for ``cooldown_s`` seconds, then admits up to ``half_open_probes`` concurrent probes.
+    """
+
+    model_config = _FROZEN
+
+    consecutive_failures: int = Field(default=5, ge=1)
+    error_rate: float = Field(default=0.5, gt=0, le=1)
+    window_s: float = Field(default=30.0, gt=0)
+    min_requests: int = Field(default=10, ge=1)
+    slow_first_token_s: float | None = Field(default=None, gt=0)
+    cooldown_s: float = Field(default=10.0, ge=0)
+    half_open_probes: int = Field(default=1, ge=1)
+
+
+class AdmissionConfig(BaseModel):
+    """Bounds on concurrent work: in-flight requests and waiters for a slot.
+
+    A request that finds ``max_in_flight`` requests running waits in a queue of at most
+    ``max_queue`` waiters for up to ``queue_timeout_s`` seconds; overflow and queue timeouts
+    are answered 429 with ``Retry-After: retry_after_s`` (whole seconds).
+    """
+
+    model_config = _FROZEN
+
+    max_in_flight: int = Field(default=256, ge=1)
+    max_queue: int = Field(default=256, ge=0)
+    queue_timeout_s: float = Field(default=30.0, gt=0)
+    retry_after_s: int = Field(default=1, ge=0)
+
+
+class GatewayConfig(BaseModel):
+    """Everything the gateway needs to run.
+
+    ``upstreams`` are base URLs (scheme, host, port; no query), e.g. ``http://127.0.0.1:8000``;
+    the gateway only ever forwards to these. ``port`` 0 picks a free port.
+    ``propagate_cancellation=False`` emulates a broken proxy: on client disconnect the upstream
+    stream is drained to its end instead of closed, so the upstream keeps generating.
+    """
+
+    model_config = _FROZEN
+
+    upstreams: tuple[str, ...] = Field(min_length=1)
+    host: str = "127.0.0.1"
+    port: int = Field(default=0, ge=0, le=65535)
+    propagate_cancellation: bool = True
+    max_body_bytes: int = Field(default=8 * 2**20, ge=1)
+    shutdown_timeout_s: float = Field(default=5.0, ge=0)
+    timeouts: TimeoutConfig = TimeoutConfig()
+    breaker: BreakerConfig = BreakerConfig()
+    admission: AdmissionConfig = AdmissionConfig()
+
+    @field_validator("upstreams")
+    @classmethod
+    def _check_upstreams(cls, urls: tuple[str, ...]) -> tuple[str, ...]:
+        cleaned = tuple(_normalise_upstream(u) for u in urls)
+        if len(set(cleaned)) != len(cleaned):
+            raise ValueError(f"duplicate upstream in {list(cleaned)}")
+        return cleaned
+
+    @classmethod
+    def from_json_file(cls, path: str | Path) -> GatewayConfig:
+        """Load and validate a config from a JSON file (raises ``pydantic.ValidationError``)."""
+        return cls.model_validate(json.loads(Path(path).read_text()))
+
+    def with_overrides(self, overrides: dict[str, Any]) -> GatewayConfig:
+        """Return a validated copy with nested ``overrides`` applied (``None`` values skipped).
+
+        ``overrides`` mirrors the model's shape, e.g. ``{"timeouts": {"idle_s": 5.0}}``.
+        """
+        merged = _deep_merge(self.model_dump(), overrides)
+        return type(self).model_validate(merged)
+
+
+def _normalise_upstream(url: str) -> str:
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"upstream must be an http(s) URL with a host, got {url!r}")
+    if parts.query or parts.fragment:
+        raise ValueError(f"upstream must not have a query or fragment, got {url!r}")
+    return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
+
+
+def _deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out

@@ -1,0 +1,77 @@
+"""Header hygiene for the proxy: hop-by-hop stripping in both directions.
+
+Owns which headers cross the gateway. Hop-by-hop headers (RFC 9110 section 7.6.1: Connection,
+Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding, Upgrade, and every header named in
+``Connection``) never cross. Framing and routing headers the gateway recomputes itself
+(Host, Content-Length) are dropped as well, and upstream requests ask for an uncompressed body
+so the gateway can inject SSE error events into it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from multidict import CIMultiDict
+
+HOP_BY_HOP: frozenset[str] = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+
+_RECOMPUTED: frozenset[str] = frozenset({"host", "content-length"})
+
+
+def connection_tokens(headers: Mapping[str, str] | CIMultiDict[str]) -> set[str]:
+    """Lower-cased header names listed in every ``Connection`` header."""
+    values: Iterable[str] = [v for k, v in headers.items() if k.lower() == "connection"]
+    return {tok.strip().lower() for value in values for tok in value.split(",") if tok.strip()}
+
+
+def is_hop_by_hop(name: str, named_in_connection: set[str] | frozenset[str] = frozenset()) -> bool:
+    """Whether header ``name`` is hop-by-hop (fixed list, any ``Proxy-*``, or named there)."""
+    lower = name.lower()
+    return lower in HOP_BY_HOP or lower.startswith("proxy-") or lower in named_in_connection
+
+
+def strip_hop_by_hop(headers: Mapping[str, str] | CIMultiDict[str]) -> CIMultiDict[str]:
+    """Copy of ``headers`` without hop-by-hop headers; repeated headers are kept."""
+    named = connection_tokens(headers)
+    items = headers.items()
+    return CIMultiDict((k, v) for k, v in items if not is_hop_by_hop(k, named))
+
+
+def upstream_request_headers(
+    client_headers: Mapping[str, str] | CIMultiDict[str], client_ip: str | None
+) -> CIMultiDict[str]:
+    """Headers to send upstream for a client request.
+
+    Drops hop-by-hop, Host and Content-Length (aiohttp sets them for the upstream), forces
+    ``Accept-Encoding: identity`` and appends the client address to ``X-Forwarded-For``.
+    """
+    out = strip_hop_by_hop(client_headers)
+    for name in (*_RECOMPUTED, "accept-encoding"):
+        out.popall(name, None)
+    out["Accept-Encoding"] = "identity"
+    if client_ip:
+        previous = out.popall("X-Forwarded-For", [])
+        out["X-Forwarded-For"] = ", ".join([*previous, client_ip])
+    return out
+
+
+def client_response_headers(
+    upstream_headers: Mapping[str, str] | CIMultiDict[str],
+) -> CIMultiDict[str]:
+    """Headers to send the client for an upstream response (hop-by-hop and length dropped)."""
+    out = strip_hop_by_hop(upstream_headers)
+    for name in _RECOMPUTED:
+        out.popall(name, None)
+    return out

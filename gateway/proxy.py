@@ -1,0 +1,505 @@
+"""Request handlers: the proxy for ``/v1/*``, and the gateway's own ``/health`` and ``/metrics``.
+
+Owns one proxied exchange from request body to last byte: size limit (413), admission (429),
+upstream choice (503 when every breaker is open), the layered timeouts (504, or an SSE error
+event once a stream has started), breaker verdicts, and what happens when the client goes away:
+with ``propagate_cancellation`` the upstream connection is closed at once (vLLM aborts the
+request); without it the upstream response is drained in the background (orphaned work that,
+as in a proxy that forgot it, no longer holds an admission slot or counts as in flight).
+
+Client disconnects are seen through aiohttp's ``handler_cancellation`` (the handler task is
+cancelled; :func:`gateway.app.running_app` switches it on) and, as a fallback, through failed
+writes to a closed client transport.
+
+Timing: every limit is in seconds; time is ``time.monotonic()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import aiohttp
+from aiohttp import web
+
+from gateway.admission import AdmissionRejected
+from gateway.headers import client_response_headers, upstream_request_headers
+from gateway.metrics import CONTENT_TYPE
+from gateway.state import STATE_KEY, GatewayState
+from gateway.upstreams import Lease
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+SSE_CONTENT_TYPE = "text/event-stream"
+
+
+class _PhaseTimeout(Exception):
+    """One of the layered timeouts expired; ``kind`` is first_token, idle or total."""
+
+    def __init__(self, kind: str, limit_s: float) -> None:
+        super().__init__(f"{kind} timeout after {limit_s:g} s")
+        self.kind = kind
+        self.limit_s = limit_s
+
+
+class _ClientGone(Exception):
+    """Writing to the client failed because its connection is closed."""
+
+
+@dataclass
+class _Outcome:
+    """What the request ended as, for ``gateway_requests_total``."""
+
+    route: str
+    upstream: str = ""
+    status: int | None = None
+    client_gone: bool = False
+
+
+def error_body(status: int, kind: str, message: str, **extra: Any) -> dict[str, Any]:
+    """OpenAI-style error payload: ``{"error": {"message", "type", "code", ...}}``."""
+    return {"error": {"message": message, "type": kind, "code": status, **extra}}
+
+
+def _json_error(
+    status: int, kind: str, message: str, headers: dict[str, str] | None = None, **extra: Any
+) -> web.Response:
+    return web.json_response(
+        error_body(status, kind, message, **extra), status=status, headers=headers
+    )
+
+
+async def _within(
+    aw: Awaitable[T], limit_s: float | None, kind: str, deadline_s: float, total_s: float
+) -> T:
+    """Await ``aw`` for at most ``limit_s`` and never past ``deadline_s`` (monotonic s).
+
+    Raises :class:`_PhaseTimeout` naming the limit that fired (``kind`` or ``"total"``).
+    """
+    remaining_s = deadline_s - time.monotonic()
+    if limit_s is None or remaining_s <= limit_s:
+        budget_s, kind, limit_s = remaining_s, "total", total_s
+    else:
+        budget_s = limit_s
+    timeout = asyncio.timeout(max(budget_s, 0.0))
+    try:
+        async with timeout:
+            return await aw
+    except TimeoutError:
+        if timeout.expired():
+            raise _PhaseTimeout(kind, limit_s) from None
+        raise
+
+
+def _wants_stream(body: bytes) -> bool:
+    """Whether a JSON request body asks for ``"stream": true`` (non-JSON bodies: no)."""
+    if not body:
+        return False
+    try:
+        parsed = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(parsed, dict) and parsed.get("stream") is True
+
+
+def _close_call(call: asyncio.Task[aiohttp.ClientResponse] | None) -> None:
+    """Cancel an upstream request task, closing its response if it already produced one."""
+    if call is None:
+        return
+
+    def close_result(task: asyncio.Task[aiohttp.ClientResponse]) -> None:
+        if not task.cancelled() and task.exception() is None:
+            task.result().close()
+
+    if call.done():
+        close_result(call)
+    else:
+        call.cancel()
+        call.add_done_callback(close_result)
+
+
+async def _drain(
+    call: asyncio.Task[aiohttp.ClientResponse], deadline_s: float, upstream: str
+) -> None:
+    """Read an upstream response to its end and discard it, until ``deadline_s`` at most."""
+    resp: aiohttp.ClientResponse | None = None
+    drained_bytes = 0
+    try:
+        async with asyncio.timeout(max(deadline_s - time.monotonic(), 0.0)):
+            resp = await asyncio.shield(call)
+            while chunk := await resp.content.readany():
+                drained_bytes += len(chunk)
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        logger.info("orphaned request to %s ended: %r", upstream, exc)
+    finally:
+        _close_call(call)
+    logger.info("orphaned request to %s drained (%d bytes discarded)", upstream, drained_bytes)
+
+
+class _Exchange:
+    """One request forwarded to one upstream; owns the upstream call and the client response."""
+
+    def __init__(
+        self,
+        request: web.Request,
+        state: GatewayState,
+        outcome: _Outcome,
+        lease: Lease,
+        body: bytes,
+    ) -> None:
+        self.request = request
+        self.state = state
+        self.outcome = outcome
+        self.lease = lease
+        self.body = body
+        self.upstream = lease.upstream.url
+        self.timeouts = state.config.timeouts
+        self.started_s = time.monotonic()
+        self.deadline_s = self.started_s + self.timeouts.total_s
+        self.call: asyncio.Task[aiohttp.ClientResponse] | None = None
+        self.resp: aiohttp.ClientResponse | None = None
+        self.client_resp: web.StreamResponse | None = None
+        self.verdict_given = False
+        self.finished_upstream = False
+        self.tail = b"\n\n"
+
+    # -- entry point -------------------------------------------------------------------------
+
+    async def run(self) -> web.StreamResponse:
+        """Forward the request; on client disconnect abort or orphan the upstream work."""
+        try:
+            return await self._run()
+        except asyncio.CancelledError:
+            self._on_client_gone()
+            raise
+        except _ClientGone:
+            self._on_client_gone()
+            self.outcome.client_gone = True
+            self.outcome.status = 499
+            assert self.client_resp is not None
+            return self.client_resp
+
+    async def _run(self) -> web.StreamResponse:
+        stream = _wants_stream(self.body)
+        headers = upstream_request_headers(self.request.headers, self.request.remote)
+        url = self.upstream + self.request.rel_url.path_qs
+        session = self.state.client_session()
+        self.call = asyncio.ensure_future(
+            session.request(
+                self.request.method,
+                url,
+                data=self.body or None,
+                headers=headers,
+                allow_redirects=False,
+            )
+        )
+        first_limit_s = self.timeouts.first_token_s if stream else None
+        try:
+            self.resp = await _within(
+                asyncio.shield(self.call),
+                first_limit_s,
+                "first_token",
+                self.deadline_s,
+                self.timeouts.total_s,
+            )
+        except _PhaseTimeout as exc:
+            return self._fail_before_response(exc.kind + "_timeout", 504, str(exc), exc.kind)
+        except aiohttp.ServerTimeoutError:
+            msg = f"connect timeout after {self.timeouts.connect_s:g} s"
+            return self._fail_before_response("connect_timeout", 504, msg, "connect", abort=False)
+        except aiohttp.ClientConnectorError as exc:
+            msg = f"cannot connect to upstream: {exc.os_error!r}"
+            return self._fail_before_response("connect_error", 502, msg, None, abort=False)
+        except aiohttp.ClientError as exc:
+            return self._fail_before_response("upstream_error", 502, repr(exc), None, abort=False)
+
+        if self.resp.status == 200 and self.resp.content_type == SSE_CONTENT_TYPE:
+            return await self._relay_stream()
+        return await self._relay_buffered()
+
+    # -- relaying ----------------------------------------------------------------------------
+
+    async def _relay_buffered(self) -> web.StreamResponse:
+        """Read the whole upstream body (idle and total limits) and answer in one piece."""
+        resp = self.resp
+        assert resp is not None
+        self._verdict_from_status(resp.status)
+        chunks: list[bytes] = []
+        try:
+            while chunk := await self._read(self.timeouts.idle_s, "idle"):
+                chunks.append(chunk)
+        except _PhaseTimeout as exc:
+            return self._fail_before_response(exc.kind + "_timeout", 504, str(exc), exc.kind)
+        except aiohttp.ClientError as exc:
+            return self._fail_before_response("broken_stream", 502, repr(exc), None, abort=False)
+        self.finished_upstream = True
+        resp.release()
+        return web.Response(
+            status=resp.status,
+            reason=resp.reason,
+            body=b"".join(chunks),
+            headers=self._response_headers(resp),
+        )
+
+    async def _relay_stream(self) -> web.StreamResponse:
+        """Relay an SSE stream chunk by chunk (first-token, idle and total limits)."""
+        resp = self.resp
+        assert resp is not None
+        first_left_s = self.started_s + self.timeouts.first_token_s - time.monotonic()
+        try:
+            first = await self._read(
+                max(first_left_s, 0.0), "first_token", self.timeouts.first_token_s
+            )
+        except _PhaseTimeout as exc:
+            return self._fail_before_response(exc.kind + "_timeout", 504, str(exc), exc.kind)
+        except aiohttp.ClientError as exc:
+            return self._fail_before_response("broken_stream", 502, repr(exc), None, abort=False)
+
+        now_s = time.monotonic()
+        first_token_s = now_s - self.started_s
+        self.state.metrics.first_token.labels(upstream=self.upstream).observe(first_token_s)
+        if not self.verdict_given:
+            self.verdict_given = True
+            self.lease.upstream.breaker.record_success(self.lease.attempt, now_s, first_token_s)
+
+        self.client_resp = web.StreamResponse(
+            status=resp.status, reason=resp.reason, headers=self._response_headers(resp)
+        )
+        self.outcome.status = resp.status
+        await self._prepare_client()
+        chunk = first
+        try:
+            while chunk:
+                await self._write(chunk)
+                chunk = await self._read(self.timeouts.idle_s, "idle")
+        except _PhaseTimeout as exc:
+            self._count_error(exc.kind + "_timeout")
+            self._abort(exc.kind + "_timeout")
+            await self._write_sse_error(504, "gateway_timeout", str(exc), timeout=exc.kind)
+            return self.client_resp
+        except aiohttp.ClientError as exc:
+            self._count_error("broken_stream")
+            self._abort("broken_stream", count=False)
+            await self._write_sse_error(502, "upstream_error", f"upstream stream broke: {exc!r}")
+            return self.client_resp
+        self.finished_upstream = True
+        resp.release()
+        await self._client_eof()
+        return self.client_resp
+
+    async def _read(self, limit_s: float, kind: str, report_limit_s: float | None = None) -> bytes:
+        assert self.resp is not None
+        try:
+            return await _within(
+                self.resp.content.readany(), limit_s, kind, self.deadline_s, self.timeouts.total_s
+            )
+        except _PhaseTimeout as exc:
+            if exc.kind == kind and report_limit_s is not None:
+                raise _PhaseTimeout(kind, report_limit_s) from None
+            raise
+
+    # -- client side -------------------------------------------------------------------------
+
+    def _client_open(self) -> bool:
+        transport = self.request.transport
+        return transport is not None and not transport.is_closing()
+
+    async def _prepare_client(self) -> None:
+        assert self.client_resp is not None
+        if not self._client_open():
+            raise _ClientGone
+        try:
+            await self.client_resp.prepare(self.request)
+        except ConnectionError as exc:
+            raise _ClientGone from exc
+
+    async def _write(self, data: bytes) -> None:
+        assert self.client_resp is not None
+        if not self._client_open():
+            raise _ClientGone
+        try:
+            await self.client_resp.write(data)
+        except ConnectionError as exc:
+            raise _ClientGone from exc
+        self.tail = (self.tail + data)[-2:]
+
+    async def _client_eof(self) -> None:
+        assert self.client_resp is not None
+        try:
+            await self.client_resp.write_eof()
+        except ConnectionError as exc:
+            raise _ClientGone from exc
+
+    async def _write_sse_error(self, status: int, kind: str, message: str, **extra: Any) -> None:
+        """End a started stream with ``data: {"error": {...}}`` on an event boundary."""
+        event = b"data: " + json.dumps(error_body(status, kind, message, **extra)).encode()
+        prefix = b"" if self.tail.endswith(b"\n\n") else b"\n\n"
+        await self._write(prefix + event + b"\n\n")
+        await self._client_eof()
+
+    def _response_headers(self, resp: aiohttp.ClientResponse) -> Any:
+        headers = client_response_headers(resp.headers)
+        headers["X-Gateway-Upstream"] = self.upstream
+        return headers
+
+    # -- upstream side -----------------------------------------------------------------------
+
+    def _verdict_from_status(self, status: int) -> None:
+        if self.verdict_given:
+            return
+        self.verdict_given = True
+        now_s = time.monotonic()
+        if status >= 500 or status == 429:
+            self._count_error(f"status_{status}")
+            self.lease.upstream.breaker.record_failure(self.lease.attempt, now_s, f"HTTP {status}")
+        else:
+            self.lease.upstream.breaker.record_success(self.lease.attempt, now_s, None)
+
+    def _fail_before_response(
+        self, kind: str, status: int, message: str, timeout: str | None, abort: bool = True
+    ) -> web.Response:
+        """Record the failure, cut the upstream exchange and answer with a JSON error.
+
+        ``abort`` says whether cutting counts as an upstream abort (the gateway gave up on a
+        live exchange) rather than cleaning up after the upstream already failed.
+        """
+        self._count_error(kind)
+        if not self.verdict_given:
+            self.verdict_given = True
+            self.lease.upstream.breaker.record_failure(self.lease.attempt, time.monotonic(), kind)
+        self._abort(kind, count=abort)
+        self.outcome.status = status
+        err_type = "gateway_timeout" if status == 504 else "bad_gateway"
+        extra = {"timeout": timeout} if timeout else {}
+        return _json_error(status, err_type, message, **extra)
+
+    def _count_error(self, kind: str) -> None:
+        self.state.metrics.upstream_errors.labels(upstream=self.upstream, kind=kind).inc()
+
+    def _abort(self, reason: str, count: bool = True) -> None:
+        """Close the upstream connection now (the upstream sees a disconnect and aborts)."""
+        if self.finished_upstream:
+            return
+        self.finished_upstream = True
+        _close_call(self.call)
+        if self.resp is not None:
+            self.resp.close()
+        if count:
+            self.state.metrics.upstream_aborts.labels(upstream=self.upstream, reason=reason).inc()
+
+    def _on_client_gone(self) -> None:
+        """The client went away: free the probe slot, then abort or orphan the upstream work."""
+        if not self.verdict_given:
+            self.verdict_given = True
+            self.lease.upstream.breaker.record_cancelled(self.lease.attempt, time.monotonic())
+        if self.finished_upstream or self.call is None:
+            return
+        if self.state.config.propagate_cancellation:
+            self._abort("client_disconnect")
+            return
+        self.finished_upstream = True
+        self.state.metrics.orphaned.labels(upstream=self.upstream).inc()
+        logger.info("client went away; orphaning upstream request to %s", self.upstream)
+        self.state.spawn(_drain(self.call, self.deadline_s, self.upstream))
+
+
+# -- handlers ----------------------------------------------------------------------------------
+
+
+def _route_name(request: web.Request) -> str:
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else request.path
+
+
+async def proxy_handler(request: web.Request) -> web.StreamResponse:
+    """Forward a ``/v1/*`` request to the least-loaded admitted upstream."""
+    state = request.app[STATE_KEY]
+    outcome = _Outcome(route=_route_name(request))
+    try:
+        response = await _proxy(request, state, outcome)
+        if outcome.status is None:
+            outcome.status = response.status
+        return response
+    except asyncio.CancelledError:
+        outcome.status = 499
+        outcome.client_gone = True
+        raise
+    finally:
+        if outcome.client_gone:
+            state.metrics.client_disconnects.labels(route=outcome.route).inc()
+        state.metrics.requests.labels(
+            route=outcome.route, upstream=outcome.upstream, status=str(outcome.status or 500)
+        ).inc()
+
+
+async def _proxy(
+    request: web.Request, state: GatewayState, outcome: _Outcome
+) -> web.StreamResponse:
+    limit_bytes = state.config.max_body_bytes
+    try:
+        if request.content_length is not None and request.content_length > limit_bytes:
+            raise web.HTTPRequestEntityTooLarge(limit_bytes, request.content_length)
+        body = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        state.metrics.rejections.labels(reason="body_too_large").inc()
+        msg = f"request body larger than {limit_bytes} bytes"
+        response = _json_error(413, "request_too_large", msg)
+        response.force_close()  # the unread body must not be parsed as a next request
+        return response
+
+    retry_after = str(state.config.admission.retry_after_s)
+    try:
+        await state.admission.acquire()
+    except AdmissionRejected as exc:
+        state.metrics.rejections.labels(reason=exc.reason).inc()
+        msg = f"gateway overloaded ({exc.reason})"
+        return _json_error(429, "overloaded", msg, headers={"Retry-After": retry_after})
+    try:
+        lease = state.pool.choose(time.monotonic())
+        if lease is None:
+            state.metrics.rejections.labels(reason="no_upstream").inc()
+            wait_s = state.pool.seconds_until_retry(time.monotonic())
+            headers = {"Retry-After": str(max(1, round(wait_s + 0.5)))}
+            return _json_error(503, "no_upstream", "every upstream's breaker is open", headers)
+        outcome.upstream = lease.upstream.url
+        try:
+            return await _Exchange(request, state, outcome, lease, body).run()
+        finally:
+            state.pool.release(lease)
+    finally:
+        state.admission.release()
+
+
+async def health_handler(request: web.Request) -> web.Response:
+    """``/health``: 200 if some upstream's breaker admits traffic, else 503; JSON details."""
+    state = request.app[STATE_KEY]
+    now_s = time.monotonic()
+    upstreams = [
+        {
+            "url": u.url,
+            "breaker": u.breaker.poll(now_s).name.lower(),
+            "in_flight": u.in_flight,
+        }
+        for u in state.pool.upstreams
+    ]
+    healthy = any(u.breaker.admits(now_s) for u in state.pool.upstreams)
+    body = {
+        "status": "ok" if healthy else "no_upstream",
+        "in_flight": state.admission.in_flight,
+        "queued": state.admission.queued,
+        "upstreams": upstreams,
+    }
+    return web.json_response(body, status=200 if healthy else 503)
+
+
+async def metrics_handler(request: web.Request) -> web.Response:
+    """``/metrics``: this gateway's registry in Prometheus text format."""
+    state = request.app[STATE_KEY]
+    return web.Response(body=state.metrics.exposition(), headers={"Content-Type": CONTENT_TYPE})

@@ -1,0 +1,65 @@
+"""Typed per-application state of a gateway, stored under :data:`STATE_KEY`.
+
+Owns the wiring between config, metrics, upstream pool, admission controller, the shared
+client session (created and closed by the app's ``cleanup_ctx``) and background drain tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from gateway.admission import AdmissionController
+from gateway.config import GatewayConfig
+from gateway.metrics import GatewayMetrics
+from gateway.upstreams import UpstreamPool
+
+
+@dataclass
+class GatewayState:
+    """Everything the handlers share; one per application."""
+
+    config: GatewayConfig
+    metrics: GatewayMetrics
+    pool: UpstreamPool
+    admission: AdmissionController
+    session: aiohttp.ClientSession | None = None
+    background: set[asyncio.Task[None]] = field(default_factory=set)
+
+    @classmethod
+    def build(cls, config: GatewayConfig) -> GatewayState:
+        """Create metrics, pool and admission controller for ``config`` (no session yet)."""
+        metrics = GatewayMetrics()
+        for url in config.upstreams:
+            metrics.register_upstream(url)
+        pool = UpstreamPool.from_urls(
+            config.upstreams,
+            config.breaker,
+            on_transition=metrics.on_breaker_transition,
+            on_in_flight=lambda url, n: metrics.upstream_in_flight.labels(upstream=url).set(n),
+        )
+        adm = config.admission
+        admission = AdmissionController(
+            adm.max_in_flight, adm.max_queue, adm.queue_timeout_s, metrics.on_admission_change
+        )
+        return cls(config, metrics, pool, admission)
+
+    def client_session(self) -> aiohttp.ClientSession:
+        """The upstream client session; only valid while the app runs."""
+        if self.session is None:
+            raise RuntimeError("gateway client session is not open (app not started)")
+        return self.session
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run a background coroutine, keeping a reference until it ends."""
+        task = asyncio.create_task(coro)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+
+STATE_KEY: web.AppKey[GatewayState] = web.AppKey("gateway_state", GatewayState)

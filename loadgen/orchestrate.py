@@ -1,0 +1,227 @@
+"""Executing a plan: per case, a server (started or attached), a scraper, the phases in order.
+
+Flow: sizing case's server → real capacity → plan (written before any load) → for each case:
+scraper process on, phases in order (each: requests, then a settle wait so counters catch
+up), scraper off, server stopped. Failures are recorded, not raised past the case: a server
+that dies mid-run leaves its flushed request records (failed ones marked) and the case is
+marked failed; the run goes on to the next case and ends with status ``failed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+
+from loadgen.client import Target
+from loadgen.clock import Clock, MonotonicClock
+from loadgen.phase import run_phase
+from loadgen.records import RecordWriter, RequestRecord
+from loadgen.rundir import (
+    CASE_FILE,
+    PHASES_FILE,
+    PLAN_FILE,
+    REQUESTS_FILE,
+    SERVER_DIR,
+    append_jsonl,
+    case_dir,
+    write_json,
+)
+from metrics.scraper import ScraperProcess
+from scenarios.plan import CaseSpec, Plan
+from scenarios.workloads import materialize
+from server.manager import RunningServer, StatusCallback, attach, start_server
+
+#: Seconds a single request may stay silent before it counts as failed.
+READ_TIMEOUT_S = 600.0
+
+
+@dataclass
+class RunHooks:
+    """Optional progress callbacks (the CLI renders them; tests leave them empty)."""
+
+    on_server_status: StatusCallback | None = None
+    on_case_start: Callable[[CaseSpec, RunningServer], None] | None = None
+    on_phase_start: Callable[[str, str, int], None] | None = None
+    on_request_done: Callable[[RequestRecord], None] | None = None
+    on_phase_end: Callable[[str, str], None] | None = None
+    on_message: Callable[[str], None] | None = None
+
+    def message(self, text: str) -> None:
+        if self.on_message is not None:
+            self.on_message(text)
+
+
+@dataclass
+class CaseOutcome:
+    name: str
+    status: str = "ok"
+    error: str | None = None
+    failed_requests: int = 0
+    requests: int = 0
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+async def open_server(case: CaseSpec, workdir: Path, hooks: RunHooks) -> RunningServer:
+    """Start (``case.server``) or attach to (``case.url``) the case's server."""
+    if case.url is not None:
+        return await attach(case.url)
+    if case.server is None:
+        raise ValueError(f"case {case.name} has neither a server config nor a URL")
+    return await start_server(case.server, workdir, on_status=hooks.on_server_status)
+
+
+def _server_died(server: RunningServer) -> int | None:
+    proc = server._proc
+    return proc.poll() if proc is not None else None
+
+
+async def run_case(
+    plan: Plan,
+    case: CaseSpec,
+    server: RunningServer,
+    run_dir: Path,
+    hooks: RunHooks,
+    clock: Clock,
+) -> CaseOutcome:
+    """Run every phase of ``plan`` against ``server``; records go to the case directory."""
+    cdir = case_dir(run_dir, case.name)
+    outcome = CaseOutcome(case.name)
+    write_json(
+        cdir / CASE_FILE,
+        {"case": case.model_dump(), "server": server.describe(), "status": "running"},
+    )
+    target = Target(server.url, server.model_name)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=READ_TIMEOUT_S)
+    connector = aiohttp.TCPConnector(limit=0, force_close=False)
+    scraper = ScraperProcess(server.url, cdir, plan.scrape_interval_s)
+    scraper.start()
+    try:
+        if not await asyncio.to_thread(scraper.wait_first_scrape):
+            # Without samples no counter delta can be computed: fail before sending load.
+            raise RuntimeError(f"the /metrics scraper recorded nothing from {server.url}")
+        # One scrape interval of baseline before the first phase starts.
+        await asyncio.sleep(2 * plan.scrape_interval_s)
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+            with RecordWriter(cdir / REQUESTS_FILE) as writer:
+                for phase in plan.phases:
+                    requests = materialize(phase.workload, phase.name, plan.seed, plan.tokens)
+                    if hooks.on_phase_start:
+                        hooks.on_phase_start(case.name, phase.name, len(requests))
+
+                    def done(record: RequestRecord) -> None:
+                        outcome.requests += 1
+                        if record.status == "error":
+                            outcome.failed_requests += 1
+                        if hooks.on_request_done:
+                            hooks.on_request_done(record)
+
+                    timing = await run_phase(
+                        case=case.name,
+                        phase=phase.name,
+                        requests=requests,
+                        arrival=phase.arrival,
+                        target=target,
+                        session=session,
+                        writer=writer,
+                        clock=clock,
+                        on_done=done,
+                    )
+                    await clock.sleep_until_ns(timing.last_end_ns + int(phase.settle_s * 1e9))
+                    append_jsonl(
+                        cdir / PHASES_FILE,
+                        {
+                            "phase": phase.name,
+                            "start_ns": timing.start_ns,
+                            "last_end_ns": timing.last_end_ns,
+                            "end_ns": clock.now_ns(),
+                            "settle_s": phase.settle_s,
+                            "requests": len(requests),
+                            "loop_lag_max_ms": timing.loop_lag_max_ms,
+                            "loop_lag_p99_ms": timing.loop_lag_p99_ms,
+                            "late_sends": timing.late_sends,
+                        },
+                    )
+                    if hooks.on_phase_end:
+                        hooks.on_phase_end(case.name, phase.name)
+                    code = _server_died(server)
+                    if code is not None:
+                        raise RuntimeError(
+                            f"vLLM exited with code {code} during phase {phase.name}"
+                        )
+        if outcome.failed_requests:
+            outcome.status = "failed"
+            outcome.error = f"{outcome.failed_requests} of {outcome.requests} requests failed"
+    except Exception as exc:  # recorded as the case's failure; the run goes on
+        outcome.status = "failed"
+        outcome.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        await asyncio.to_thread(scraper.stop)
+        write_json(
+            cdir / CASE_FILE,
+            {
+                "case": case.model_dump(),
+                "server": server.describe(),
+                "status": outcome.status,
+                "error": outcome.error,
+                "requests": outcome.requests,
+                "failed_requests": outcome.failed_requests,
+            },
+        )
+    return outcome
+
+
+async def execute_plan(
+    plan: Plan,
+    run_dir: Path,
+    hooks: RunHooks | None = None,
+    first_server: RunningServer | None = None,
+    clock: Clock | None = None,
+) -> list[CaseOutcome]:
+    """Run all cases of ``plan`` in order; cases with identical server configs share a start.
+
+    ``first_server`` is the already-started server of ``plan.cases[0]`` (the sizing case).
+    """
+    hooks = hooks or RunHooks()
+    clock = clock or MonotonicClock()
+    write_json(run_dir / PLAN_FILE, plan.model_dump(mode="json"))
+    outcomes: list[CaseOutcome] = []
+    server = first_server
+    server_key: str | None = (
+        plan.cases[0].model_dump_json(include={"server", "url"}) if server else None
+    )
+    try:
+        for case in plan.cases:
+            key = case.model_dump_json(include={"server", "url"})
+            if server is not None and key != server_key:
+                await asyncio.shield(asyncio.to_thread(server.stop))
+                server = None
+            if server is None:
+                try:
+                    server = await open_server(
+                        case, case_dir(run_dir, case.name) / SERVER_DIR, hooks
+                    )
+                    server_key = key
+                except Exception as exc:
+                    outcome = CaseOutcome(case.name, "failed", f"server did not start: {exc}")
+                    write_json(
+                        case_dir(run_dir, case.name) / CASE_FILE,
+                        {"case": case.model_dump(), "status": "failed", "error": outcome.error},
+                    )
+                    outcomes.append(outcome)
+                    hooks.message(f"case {case.name}: server did not start")
+                    continue
+            if hooks.on_case_start:
+                hooks.on_case_start(case, server)
+            started = time.monotonic()
+            outcome = await run_case(plan, case, server, run_dir, hooks, clock)
+            outcome.extra["wall_s"] = round(time.monotonic() - started, 2)
+            outcomes.append(outcome)
+    finally:
+        if server is not None:
+            await asyncio.shield(asyncio.to_thread(server.stop))
+    return outcomes

@@ -1,0 +1,102 @@
+"""Terminal progress for long runs (rich): server start-up status and one bar per phase.
+
+Rendering runs on rich's refresh thread at a low rate; the phase's loop-lag figures in the
+report show whether it disturbed the load loop.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.status import Status
+
+from loadgen.orchestrate import RunHooks
+from loadgen.records import RequestRecord
+from scenarios.plan import CaseSpec
+from server.manager import RunningServer
+
+
+class RichProgress:
+    """Builds :class:`RunHooks` that draw on ``console`` (stderr by default)."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True)
+        if not self.console.is_terminal:
+            self.console.width = 160  # logs and CI: do not squeeze the summary tables to 80
+        self._status: Status | None = None
+        self._progress: Progress | None = None
+        self._task: int | None = None
+        self._failed = 0
+
+    def _server_status(self, elapsed_s: float, last_line: str) -> None:
+        text = f"starting vLLM… {elapsed_s:.0f} s  [dim]{last_line[-90:]}[/dim]"
+        if self._status is None:
+            self._status = self.console.status(text)
+            self._status.start()
+        else:
+            self._status.update(text)
+
+    def _stop_status(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+    def _case_start(self, case: CaseSpec, server: RunningServer) -> None:
+        self._stop_status()
+        cap = server.capacity
+        startup = f", started in {server.startup_s:.0f} s" if server.startup_s else ""
+        self.console.print(
+            f"[bold]case {case.name}[/bold]: {server.url}, vLLM {server.version}, "
+            f"KV capacity {cap.tokens if cap else '?'} tokens{startup}"
+        )
+
+    def _phase_start(self, case: str, phase: str, n: int) -> None:
+        self._failed = 0
+        self._progress = Progress(
+            TextColumn("  {task.description:<22}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("failed {task.fields[failed]}"),
+            TimeElapsedColumn(),
+            console=self.console,
+            refresh_per_second=2,
+            transient=False,
+        )
+        self._progress.start()
+        self._task = self._progress.add_task(f"{case}/{phase}", total=n, failed=0)
+
+    def _request_done(self, record: RequestRecord) -> None:
+        if record.status == "error":
+            self._failed += 1
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, advance=1, failed=self._failed)
+
+    def _phase_end(self, case: str, phase: str) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    def _message(self, text: str) -> None:
+        self._stop_status()
+        self.console.print(f"[yellow]{text}[/yellow]")
+
+    def hooks(self) -> RunHooks:
+        return RunHooks(
+            on_server_status=self._server_status,
+            on_case_start=self._case_start,
+            on_phase_start=self._phase_start,
+            on_request_done=self._request_done,
+            on_phase_end=self._phase_end,
+            on_message=self._message,
+        )
+
+    def close(self) -> None:
+        self._stop_status()
+        if self._progress is not None:
+            self._progress.stop()

@@ -1,0 +1,105 @@
+"""One scenario run, end to end: plan → execute → report → manifest (written last).
+
+``run.json`` records how the run went (``ok``, ``failed``, ``interrupted``); the CLI then
+builds the report and writes the manifest last, also after a failure or Ctrl-C, so even a run
+cut short leaves complete, flushed records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from loadgen.clock import wall_anchor
+from loadgen.manifest import environment_facts
+from loadgen.orchestrate import CaseOutcome, RunHooks, execute_plan, open_server
+from loadgen.rundir import RUN_FILE, SERVER_DIR, case_dir, write_json
+from scenarios.base import Scenario
+from scenarios.plan import Plan
+
+
+@dataclass
+class RunResult:
+    """How a run ended: status, its directory, per-case outcomes, wall time (s)."""
+
+    run_dir: Path
+    status: str
+    outcomes: list[CaseOutcome] = field(default_factory=list)
+    error: str | None = None
+    wall_s: float = 0.0
+
+
+def new_run_dir(root: Path, scenario: str) -> Path:
+    """``root/<scenario>-<UTC timestamp>`` (a suffix is added if it exists)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = root / f"{scenario}-{stamp}"
+    n = 1
+    while path.exists():
+        n += 1
+        path = root / f"{scenario}-{stamp}-{n}"
+    return path
+
+
+async def _plan_and_execute(
+    scenario: Scenario, params: BaseModel, run_dir: Path, hooks: RunHooks
+) -> tuple[Plan, list[CaseOutcome]]:
+    sizing = scenario.sizing_case(params)
+    server = await open_server(sizing, case_dir(run_dir, sizing.name) / SERVER_DIR, hooks)
+    try:
+        if server.capacity is None:
+            raise RuntimeError(f"could not read the KV capacity of {server.url}")
+        plan = scenario.plan(params, server.capacity)
+    except BaseException:
+        await asyncio.shield(asyncio.to_thread(server.stop))
+        raise
+    return plan, await execute_plan(plan, run_dir, hooks, first_server=server)
+
+
+async def run_scenario(
+    scenario: Scenario,
+    params: BaseModel,
+    run_dir: Path,
+    command: list[str] | None = None,
+    hooks: RunHooks | None = None,
+) -> RunResult:
+    """Run ``scenario`` with validated ``params`` into ``run_dir`` (raw files and ``run.json``).
+
+    Never raises for a failing server or request: the result's status says it. Cancellation
+    (Ctrl-C) still records the run status before propagating. The caller then builds the
+    report and writes the manifest (:func:`finalize`).
+    """
+    hooks = hooks or RunHooks()
+    command = command or sys.argv
+    run_dir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    run_info: dict[str, object] = {
+        "scenario": scenario.name,
+        "command": command,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "clock": wall_anchor(),
+        "versions": environment_facts(),
+        "status": "running",
+    }
+    write_json(run_dir / RUN_FILE, run_info)
+    result = RunResult(run_dir, "running")
+    try:
+        _plan, result.outcomes = await _plan_and_execute(scenario, params, run_dir, hooks)
+        failed = [o for o in result.outcomes if o.status != "ok"]
+        result.status = "failed" if failed else "ok"
+        if failed:
+            result.error = "; ".join(f"{o.name}: {o.error}" for o in failed)
+    except asyncio.CancelledError:
+        result.status, result.error = "interrupted", "interrupted by the user"
+        raise
+    except Exception as exc:
+        result.status, result.error = "failed", f"{type(exc).__name__}: {exc}"
+    finally:
+        result.wall_s = round(time.monotonic() - started, 2)
+        run_info.update(status=result.status, error=result.error, wall_s=result.wall_s)
+        write_json(run_dir / RUN_FILE, run_info)
+    return result

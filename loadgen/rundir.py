@@ -1,0 +1,72 @@
+"""The run directory layout: the contract between the writers (loadgen, metrics, server) and
+the readers (analysis, validate). One run = one directory; ``manifest.json`` is written last.
+
+    RUN/
+      run.json                 command, versions, wall-clock anchor, status
+      plan.json                the resolved plan (cases, phases, checks, sizing)
+      cases/NAME/
+        case.json              case status, error, server facts (capacity, version, argv)
+        server/                vllm.log, command.json, server.json (spawned servers only)
+        requests.jsonl         one record per request (loadgen.records)
+        phases.jsonl           phase boundaries (monotonic ns) and loop-lag figures
+        metrics/               samples.jsonl, scrapes.jsonl, raw.jsonl.gz (metrics.store)
+      report.md, report.json, plots/*.png
+      manifest.json            files with sizes and sha256, status — written last
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+RUN_FILE = "run.json"
+PLAN_FILE = "plan.json"
+MANIFEST_FILE = "manifest.json"
+REPORT_MD = "report.md"
+REPORT_JSON = "report.json"
+PLOTS_DIR = "plots"
+CASES_DIR = "cases"
+CASE_FILE = "case.json"
+REQUESTS_FILE = "requests.jsonl"
+PHASES_FILE = "phases.jsonl"
+SERVER_DIR = "server"
+
+
+def case_dir(run_dir: Path, case: str) -> Path:
+    return run_dir / CASES_DIR / case
+
+
+def write_json(path: Path, obj: object) -> None:
+    """Write JSON atomically (temp file + rename), so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> dict[str, object]:
+    """Read a JSON object file.
+
+    Raises:
+        FileNotFoundError: missing file.
+        ValueError: not a JSON object.
+    """
+    obj = json.loads(path.read_text())
+    if not isinstance(obj, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    return obj
+
+
+def append_jsonl(path: Path, obj: object) -> None:
+    """Append one JSON line and flush it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(obj, default=str) + "\n")
+
+
+def read_jsonl(path: Path) -> list[dict[str, object]]:
+    if not path.exists():
+        return []
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]

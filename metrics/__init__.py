@@ -1,0 +1,1 @@
+"""Scraping a server's Prometheus ``/metrics``, storing samples, and pure sample arithmetic."""

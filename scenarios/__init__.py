@@ -1,0 +1,1 @@
+"""Scenarios as data: what to send (phases, workloads, arrivals), where (cases), what to expect."""

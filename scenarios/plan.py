@@ -1,0 +1,69 @@
+"""The plan of a run: cases, phases and checks, fully resolved (written as ``plan.json``).
+
+A scenario turns its parameters and the sizing server's real KV capacity into a ``Plan``; the
+orchestrator executes plans without knowing which scenario made them, and ``analysis`` reads
+them back from the run directory.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from loadgen.arrivals import Arrival
+from scenarios.checks import Check
+from scenarios.workloads import TokenSpace, Workload
+from server.config import ServerConfig
+
+
+class CaseSpec(BaseModel):
+    """One server configuration to run every phase against.
+
+    Exactly one of ``server`` (start vLLM with it) or ``url`` (attach to a running server).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: str = Field(pattern=r"^[A-Za-z0-9._-]+$")
+    role: Literal["test", "control"] = "test"
+    server: ServerConfig | None = None
+    url: str | None = None
+    #: Server configuration shared with another case → reuse that case's start.
+    label: str = ""
+
+
+class PhaseSpec(BaseModel):
+    """A workload sent with an arrival pattern, then a settle wait (seconds) for counters."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: str = Field(pattern=r"^[A-Za-z0-9._-]+$")
+    workload: Workload
+    arrival: Arrival
+    settle_s: float = Field(default=1.0, ge=0)
+
+
+class Plan(BaseModel):
+    """Everything a run does and expects.
+
+    Attributes:
+        scenario: scenario name.
+        params: the validated parameters the plan was built from.
+        sizing: how the workload was sized from the server (capacity, working sets...).
+        scrape_interval_s: ``/metrics`` scrape period in seconds.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    scenario: str
+    description: str
+    params: dict[str, object]
+    sizing: dict[str, object] = Field(default_factory=dict)
+    cases: tuple[CaseSpec, ...]
+    phases: tuple[PhaseSpec, ...]
+    checks: tuple[Check, ...] = ()
+    seed: int = 0
+    tokens: TokenSpace = TokenSpace()
+    scrape_interval_s: float = Field(default=0.25, gt=0)
+    #: Phases whose probe requests (first per prefix group) the report tabulates.
+    probe_phases: tuple[str, ...] = ()
+    #: (phase, baseline) pairs whose TTFT mean and p95 ratios the report shows.
+    compare_phases: tuple[tuple[str, str], ...] = ()

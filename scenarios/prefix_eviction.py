@@ -1,0 +1,264 @@
+"""prefix-eviction: does the prefix cache keep the prefixes you care about under pollution?
+
+Phases (SCENARIOS.md §5): cold, warm (anchors), pollution (fresh prefixes, a working set
+several times the KV capacity), revisit, rewarm (anchors again). Within a phase only the first
+request per anchor (the *probe*) can miss, so the signal is in the probes and the TTFT p95.
+Cases: the requested cache and a control large enough to hold anchors and pollution.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from loadgen.arrivals import ClosedLoop
+from scenarios.base import Scenario
+from scenarios.checks import HitRateCompare, LatencyRatio, ProbeCache
+from scenarios.plan import CaseSpec, PhaseSpec, Plan
+from scenarios.workloads import AnchoredPrompts, TokenSpace, UniquePrompts
+from server.capacity import KVCapacity
+from server.config import ServerConfig
+from server.sizes import format_size, parse_size
+
+PHASES = ("cold", "warm", "pollution", "revisit", "rewarm")
+_GiB = 2**30
+
+
+class PrefixEvictionParams(BaseModel):
+    """Knobs of prefix-eviction (each becomes a ``--flag``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cache: str = Field(
+        default="1GiB", description="KV cache size of the tested case (bytes: 1GiB = 2^30)."
+    )
+    control: str = Field(
+        default="auto",
+        description="Control case cache: a size, 'auto' (holds anchors + pollution), or 'none'.",
+    )
+    url: str | None = Field(
+        default=None, description="Attach to this running server instead of starting one."
+    )
+    control_url: str | None = Field(
+        default=None, description="Running server for the control case."
+    )
+    anchors: int = Field(default=4, gt=0, description="Distinct anchor prefixes.")
+    prefix_tokens: int = Field(default=1024, gt=0, description="Anchor prefix length (tokens).")
+    suffix_tokens: int = Field(default=32, ge=1, description="Unique suffix per request (tokens).")
+    requests: int = Field(default=48, gt=0, description="Requests per anchor phase.")
+    pollution_requests: int = Field(
+        default=48,
+        gt=0,
+        description="Minimum fresh-prefix requests in pollution (scaled up to --pollution-factor).",
+    )
+    pollution_factor: float = Field(
+        default=2.5, gt=1.0, description="Pollution working set as a multiple of the KV capacity."
+    )
+    concurrency: int = Field(default=4, gt=0, description="Closed-loop concurrency.")
+    output_tokens: int = Field(default=16, ge=2, description="Output tokens per request (exact).")
+    settle_s: float = Field(
+        default=1.0, ge=0, description="Wait after each phase for counters (s)."
+    )
+    scrape_interval_s: float = Field(default=0.25, gt=0, description="/metrics scrape period (s).")
+    max_model_len: int = Field(default=2048, gt=0, description="Server context length (tokens).")
+    enforce_eager: bool = Field(
+        default=True, description="Start vLLM without torch.compile (faster start)."
+    )
+    model: str | None = Field(
+        default=None, description="Model directory; default: the embedded model."
+    )
+    seed: int = Field(default=0, description="Seed of all prompt tokens.")
+    token_id_high: int = Field(
+        default=4000, gt=10, description="Prompt token IDs are drawn below this."
+    )
+    ttft_p95_min_ratio: float = Field(
+        default=1.2, gt=0, description="Revisit/warm TTFT p95 needed to call eviction visible."
+    )
+    hit_rate_tolerance: float = Field(
+        default=0.02, ge=0, description="'Close' for hit-rate comparisons."
+    )
+
+    @field_validator("cache")
+    @classmethod
+    def _cache_size(cls, value: str) -> str:
+        parse_size(value)
+        return value
+
+    @field_validator("control")
+    @classmethod
+    def _control_size(cls, value: str) -> str:
+        if value not in ("auto", "none"):
+            parse_size(value)
+        return value
+
+    @model_validator(mode="after")
+    def _fits(self) -> PrefixEvictionParams:
+        prompt = self.prefix_tokens + self.suffix_tokens
+        if prompt + self.output_tokens > self.max_model_len:
+            raise ValueError(
+                f"prompt ({prompt}) + output ({self.output_tokens}) tokens exceed "
+                f"max_model_len {self.max_model_len}"
+            )
+        if self.settle_s < 2 * self.scrape_interval_s:
+            raise ValueError(
+                f"settle_s ({self.settle_s}) must be at least two scrape intervals "
+                f"({2 * self.scrape_interval_s}) so counters catch up"
+            )
+        return self
+
+
+class PrefixEviction(Scenario):
+    name: ClassVar[str] = "prefix-eviction"
+    summary: ClassVar[str] = (
+        "Anchor prefixes, then a flood of fresh prefixes: are the anchors evicted, and what do "
+        "the probe requests pay? (cold/warm/pollution/revisit/rewarm)"
+    )
+    Params: ClassVar[type[BaseModel]] = PrefixEvictionParams
+
+    def _server(self, p: PrefixEvictionParams, cache_bytes: int) -> ServerConfig:
+        return ServerConfig(
+            model=p.model,
+            kv_cache_bytes=cache_bytes,
+            max_model_len=p.max_model_len,
+            enable_prefix_caching=True,
+            enforce_eager=p.enforce_eager,
+        )
+
+    def sizing_case(self, params: BaseModel) -> CaseSpec:
+        p = PrefixEvictionParams.model_validate(params.model_dump())
+        if p.url:
+            return CaseSpec(name="cache", role="test", url=p.url, label=f"attached {p.url}")
+        cache = parse_size(p.cache)
+        return CaseSpec(
+            name=format_size(cache),
+            role="test",
+            server=self._server(p, cache),
+            label=f"cache {p.cache}",
+        )
+
+    def plan(self, params: BaseModel, capacity: KVCapacity) -> Plan:
+        p = PrefixEvictionParams.model_validate(params.model_dump())
+        prompt = p.prefix_tokens + p.suffix_tokens
+        pollution = max(
+            p.pollution_requests, math.ceil(p.pollution_factor * capacity.tokens / prompt)
+        )
+        # What the control must hold so nothing is evicted: the anchors and every pollution
+        # prompt (anchor-request suffixes add at most one partial block each, freed at once).
+        total_tokens = p.anchors * p.prefix_tokens + pollution * prompt
+        test = self.sizing_case(p)
+        cases = [test]
+        control_bytes: int | None = None
+        if p.control_url:
+            cases.append(
+                CaseSpec(
+                    name="control",
+                    role="control",
+                    url=p.control_url,
+                    label=f"attached {p.control_url}",
+                )
+            )
+        elif p.control != "none" and not p.url:  # an attached server gets no local control
+            if p.control == "auto":
+                bytes_per_token = (capacity.memory_bytes or parse_size(p.cache)) / capacity.tokens
+                control_bytes = math.ceil(1.25 * total_tokens * bytes_per_token / _GiB) * _GiB
+            else:
+                control_bytes = parse_size(p.control)
+            cases.append(
+                CaseSpec(
+                    name=f"control-{format_size(control_bytes)}",
+                    role="control",
+                    server=self._server(p, control_bytes),
+                    label=f"control cache {format_size(control_bytes)}",
+                )
+            )
+
+        anchored = AnchoredPrompts(
+            anchors=p.anchors,
+            prefix_tokens=p.prefix_tokens,
+            suffix_tokens=p.suffix_tokens,
+            requests=p.requests,
+            output_tokens=p.output_tokens,
+        )
+        fresh = UniquePrompts(
+            prompt_tokens=prompt, requests=pollution, output_tokens=p.output_tokens
+        )
+        arrival = ClosedLoop(concurrency=p.concurrency)
+        phases = tuple(
+            PhaseSpec(
+                name=name,
+                workload=fresh if name == "pollution" else anchored,
+                arrival=arrival,
+                settle_s=p.settle_s,
+            )
+            for name in PHASES
+        )
+
+        hit_min = p.prefix_tokens // 2
+        checks: list[object] = [
+            ProbeCache(case=test.name, phase="warm", expect="hit", min_cached_tokens=hit_min),
+            ProbeCache(case=test.name, phase="revisit", expect="miss", max_cached_tokens=0),
+            ProbeCache(case=test.name, phase="rewarm", expect="hit", min_cached_tokens=hit_min),
+            HitRateCompare(
+                case=test.name,
+                phase="revisit",
+                other="warm",
+                relation="below",
+                tolerance=p.hit_rate_tolerance,
+            ),
+            HitRateCompare(
+                case=test.name,
+                phase="revisit",
+                other="cold",
+                relation="close",
+                tolerance=p.hit_rate_tolerance,
+            ),
+            LatencyRatio(
+                case=test.name,
+                phase="revisit",
+                other="warm",
+                metric="ttft_ms",
+                stat="p95",
+                min_ratio=p.ttft_p95_min_ratio,
+            ),
+        ]
+        for case in cases[1:]:
+            checks += [
+                ProbeCache(
+                    case=case.name, phase="revisit", expect="hit", min_cached_tokens=hit_min
+                ),
+                HitRateCompare(
+                    case=case.name,
+                    phase="revisit",
+                    other="warm",
+                    relation="close",
+                    tolerance=p.hit_rate_tolerance,
+                ),
+            ]
+        return Plan(
+            scenario=self.name,
+            description=self.summary,
+            params=p.model_dump(),
+            sizing={
+                "capacity_tokens": capacity.tokens,
+                "block_size": capacity.block_size,
+                "capacity_source": capacity.source,
+                "prompt_tokens": prompt,
+                "pollution_requests": pollution,
+                "pollution_working_set_tokens": pollution * prompt,
+                "pollution_over_capacity": round(pollution * prompt / capacity.tokens, 2),
+                "anchor_tokens": p.anchors * p.prefix_tokens,
+                "total_unique_tokens": total_tokens,
+                "control_cache_bytes": control_bytes,
+                "probe_hit_min_cached_tokens": hit_min,
+            },
+            cases=tuple(cases),
+            phases=phases,
+            checks=tuple(checks),  # type: ignore[arg-type]
+            seed=p.seed,
+            tokens=TokenSpace(high=p.token_id_high),
+            scrape_interval_s=p.scrape_interval_s,
+            probe_phases=("cold", "warm", "revisit", "rewarm"),
+            compare_phases=(("revisit", "warm"), ("revisit", "rewarm")),
+        )

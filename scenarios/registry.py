@@ -1,0 +1,22 @@
+"""Built-in scenarios by name."""
+
+from __future__ import annotations
+
+from scenarios.base import Scenario
+from scenarios.prefix_eviction import PrefixEviction
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (PrefixEviction(),)}
+
+
+def get_scenario(name: str) -> Scenario:
+    """The built-in scenario ``name``.
+
+    Raises:
+        KeyError: unknown name; the message lists the known ones.
+    """
+    try:
+        return SCENARIOS[name]
+    except KeyError:
+        raise KeyError(
+            f"unknown scenario {name!r}; known: {', '.join(sorted(SCENARIOS))}"
+        ) from None

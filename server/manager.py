@@ -1,0 +1,269 @@
+"""Start a real vLLM (or attach to a running one), wait until healthy, read capacity, stop.
+
+``launched()`` is the async context manager scenarios and tests use: it spawns vLLM in its own
+process group on a free loopback port, streams the log to a file, races ``/health`` against
+process exit, reads the real KV capacity, and always ends with SIGTERM → grace → SIGKILL on the
+whole group, even when the caller is cancelled or crashes. ``attach()`` wraps an external server
+(a GPU deployment) without owning its lifetime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import httpx
+
+from server.capacity import KVCapacity, capacity_from_log, capacity_from_metrics
+from server.config import ServerConfig
+from server.embedded_model import ensure_embedded_model
+from server.process import free_loopback_port, port_is_free, spawn_group, stop_group
+
+#: Called about once a second while waiting: (elapsed seconds, last log line).
+StatusCallback = Callable[[float, str], None]
+
+_ENV_TO_RECORD = (
+    "HF_HUB_OFFLINE",
+    "VLLM_CACHE_ROOT",
+    "VLLM_CPU_OMP_THREADS_BIND",
+    "OMP_NUM_THREADS",
+)
+
+
+class ServerStartError(RuntimeError):
+    """vLLM did not become healthy. The message names the likely cause and quotes the log tail."""
+
+
+@dataclass
+class RunningServer:
+    """A healthy vLLM server.
+
+    Attributes:
+        url: base URL, e.g. ``http://127.0.0.1:41234`` (no trailing slash).
+        model_name: the served model name to put in requests.
+        capacity: KV capacity read back from the server.
+        version: vLLM version string reported by ``/version``.
+        pid: the API server's pid (the process-group leader) or ``None`` when attached.
+        log_path: the server log, or ``None`` when attached.
+        argv: the command line, empty when attached.
+        startup_s: seconds from spawn to healthy, ``None`` when attached.
+    """
+
+    url: str
+    model_name: str
+    capacity: KVCapacity | None
+    version: str
+    pid: int | None = None
+    log_path: Path | None = None
+    argv: list[str] = field(default_factory=list)
+    startup_s: float | None = None
+    _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    def describe(self) -> dict[str, object]:
+        """JSON-ready facts about the server (written to the run directory)."""
+        return {
+            "url": self.url,
+            "model_name": self.model_name,
+            "version": self.version,
+            "pid": self.pid,
+            "argv": self.argv,
+            "startup_s": self.startup_s,
+            "capacity": asdict(self.capacity) if self.capacity else None,
+            "env": {k: os.environ[k] for k in _ENV_TO_RECORD if k in os.environ},
+        }
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        """Stop an owned server's whole process group and check it and its port are gone.
+
+        Raises:
+            RuntimeError: processes of the group survived SIGKILL, or the port is still bound.
+        """
+        if self._proc is None:
+            return
+        result = stop_group(self._proc.pid, grace_s=grace_s, reap=self._proc.poll)
+        self._proc = None
+        if not result.group_gone:
+            raise RuntimeError(f"vLLM process group {self.pid} survived SIGKILL")
+        deadline = time.monotonic() + 5
+        while not port_is_free(self.port) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not port_is_free(self.port):
+            raise RuntimeError(f"port {self.port} still bound after stopping vLLM")
+
+
+def _log_tail(path: Path, lines: int = 40) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _likely_cause(log_text: str) -> str:
+    """The most telling line of a failed start: the last error-looking line of the log."""
+    markers = ("Error", "error:", "ERROR", "Exception", "exceeds", "larger than")
+    for line in reversed(log_text.splitlines()):
+        if any(m in line for m in markers) and "Traceback" not in line:
+            return line.strip()
+    return "no error line found in the log"
+
+
+async def _get_json(client: httpx.AsyncClient, url: str) -> object | None:
+    try:
+        response = await client.get(url)
+    except httpx.HTTPError:
+        return None
+    return response.json() if response.status_code == 200 else None
+
+
+async def read_capacity(
+    client: httpx.AsyncClient, url: str, log_path: Path | None
+) -> KVCapacity | None:
+    """KV capacity from ``/metrics`` (``vllm:cache_config_info``), else from the log line."""
+    try:
+        response = await client.get(f"{url}/metrics")
+        if response.status_code == 200:
+            found = capacity_from_metrics(response.text)
+            if found is not None:
+                return found
+    except httpx.HTTPError:
+        pass
+    if log_path is not None and log_path.exists():
+        return capacity_from_log(log_path.read_text(errors="replace"))
+    return None
+
+
+async def _wait_healthy(
+    proc: subprocess.Popen[bytes],
+    url: str,
+    log_path: Path,
+    timeout_s: float,
+    on_status: StatusCallback | None,
+) -> None:
+    start = time.monotonic()
+    async with httpx.AsyncClient(timeout=2.0) as client:
+        while True:
+            elapsed = time.monotonic() - start
+            if proc.poll() is not None:
+                log = _log_tail(log_path, 60)
+                raise ServerStartError(
+                    f"vLLM exited with code {proc.returncode} after {elapsed:.0f} s "
+                    f"while starting.\nLikely cause: {_likely_cause(log)}\n"
+                    f"--- last log lines ({log_path}) ---\n{log}"
+                )
+            if elapsed > timeout_s:
+                log = _log_tail(log_path, 60)
+                raise ServerStartError(
+                    f"vLLM was not healthy after {timeout_s:.0f} s.\n"
+                    f"Last error-looking line: {_likely_cause(log)}\n"
+                    f"--- last log lines ({log_path}) ---\n{log}"
+                )
+            try:
+                response = await client.get(f"{url}/health")
+                if response.status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if on_status is not None:
+                lines = _log_tail(log_path, 1)
+                on_status(elapsed, lines.strip())
+            await asyncio.sleep(1.0)
+
+
+async def start_server(
+    config: ServerConfig,
+    workdir: Path,
+    *,
+    start_timeout_s: float = 900.0,
+    on_status: StatusCallback | None = None,
+) -> RunningServer:
+    """Spawn vLLM with ``config``, wait for ``/health``, read the KV capacity.
+
+    The caller owns the returned server and must call :meth:`RunningServer.stop` (or use
+    :func:`launched`). The log goes to ``workdir/vllm.log``; the command line to
+    ``workdir/server.json`` once healthy.
+
+    Raises:
+        ServerStartError: vLLM exited or timed out; the process group is already stopped.
+    """
+    model_path = config.model or str(ensure_embedded_model())
+    port = free_loopback_port()
+    url = f"http://127.0.0.1:{port}"
+    log_path = workdir / "vllm.log"
+    argv = config.command(sys.executable, model_path, port)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **config.env}
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "command.json").write_text(json.dumps({"argv": argv, "env": config.env}, indent=2))
+    started = time.monotonic()
+    proc = spawn_group(argv, log_path, env)
+    server = RunningServer(
+        url, config.served_model_name, None, "", proc.pid, log_path, argv, _proc=proc
+    )
+    try:
+        await _wait_healthy(proc, url, log_path, start_timeout_s, on_status)
+        server.startup_s = round(time.monotonic() - started, 2)
+        async with httpx.AsyncClient(timeout=10.0) as client:
+            server.capacity = await read_capacity(client, url, log_path)
+            version = await _get_json(client, f"{url}/version")
+        server.version = str(version.get("version", "")) if isinstance(version, dict) else ""
+    except BaseException:
+        await asyncio.shield(asyncio.to_thread(server.stop))
+        raise
+    (workdir / "server.json").write_text(json.dumps(server.describe(), indent=2))
+    return server
+
+
+async def attach(url: str) -> RunningServer:
+    """Wrap an already running server at ``url`` (not owned: never stopped by us).
+
+    Raises:
+        ServerStartError: ``/health`` or ``/v1/models`` does not answer.
+    """
+    url = url.rstrip("/")
+    async with httpx.AsyncClient(timeout=10.0) as client:
+        try:
+            health = await client.get(f"{url}/health")
+        except httpx.HTTPError as exc:
+            raise ServerStartError(f"cannot reach {url}/health: {exc}") from exc
+        if health.status_code != 200:
+            raise ServerStartError(f"{url}/health answered {health.status_code}")
+        models = await _get_json(client, f"{url}/v1/models")
+        if not isinstance(models, dict) or not models.get("data"):
+            raise ServerStartError(f"{url}/v1/models lists no model")
+        name = str(models["data"][0]["id"])
+        capacity = await read_capacity(client, url, None)
+        version = await _get_json(client, f"{url}/version")
+    return RunningServer(
+        url, name, capacity, str(version.get("version", "")) if isinstance(version, dict) else ""
+    )
+
+
+@asynccontextmanager
+async def launched(
+    config: ServerConfig,
+    workdir: Path,
+    *,
+    start_timeout_s: float = 900.0,
+    on_status: StatusCallback | None = None,
+) -> AsyncIterator[RunningServer]:
+    """``async with launched(cfg, dir) as server:`` — a started server, always stopped after."""
+    server = await start_server(
+        config, workdir, start_timeout_s=start_timeout_s, on_status=on_status
+    )
+    try:
+        yield server
+    finally:
+        # Shielded and in a thread: stopping must complete even if the caller is cancelled.
+        await asyncio.shield(asyncio.to_thread(server.stop))

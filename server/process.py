@@ -1,0 +1,114 @@
+"""Process-group lifecycle: spawn a command in its own group, stop the whole group, verify.
+
+vLLM runs as three processes (API server, engine core, worker); signalling only the parent
+can leave the others holding memory and the port, so every stop addresses the group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def free_loopback_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """True when nothing listens on ``host:port`` (a connect attempt is refused)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) != 0
+
+
+def group_alive(pgid: int) -> bool:
+    """True while any process of group ``pgid`` exists (zombies of other parents count)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def spawn_group(
+    argv: list[str], log_path: Path, env: dict[str, str], cwd: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` as the leader of a new session/process group, stdout+stderr to ``log_path``.
+
+    The log file is opened in append mode and inherited by the child, so it survives the caller.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab", buffering=0) as log:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+
+
+@dataclass(frozen=True)
+class StopResult:
+    """How a group stop went: signals used and whether anything of the group survived."""
+
+    sent_sigkill: bool
+    group_gone: bool
+    elapsed_s: float
+
+
+def stop_group(
+    pgid: int,
+    grace_s: float = 15.0,
+    reap: Callable[[], object] | None = None,
+    poll_s: float = 0.1,
+) -> StopResult:
+    """SIGTERM the group, wait up to ``grace_s`` seconds, SIGKILL what is left, and verify.
+
+    Args:
+        pgid: process-group id (the leader's pid when spawned by :func:`spawn_group`).
+        grace_s: seconds between SIGTERM and SIGKILL.
+        reap: called while waiting so the caller can reap its own child (``Popen.poll``);
+            an unreaped leader stays a zombie and keeps the group "alive".
+        poll_s: seconds between liveness checks.
+
+    Returns:
+        A :class:`StopResult`; ``group_gone`` is False only if processes survived SIGKILL.
+    """
+    start = time.monotonic()
+
+    def wait_gone(deadline: float) -> bool:
+        while time.monotonic() < deadline:
+            if reap is not None:
+                reap()
+            if not group_alive(pgid):
+                return True
+            time.sleep(poll_s)
+        if reap is not None:
+            reap()
+        return not group_alive(pgid)
+
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return StopResult(sent_sigkill=False, group_gone=True, elapsed_s=0.0)
+    if wait_gone(start + grace_s):
+        return StopResult(False, True, time.monotonic() - start)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+    gone = wait_gone(time.monotonic() + 5.0)
+    return StopResult(True, gone, time.monotonic() - start)

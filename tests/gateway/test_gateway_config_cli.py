@@ -1,0 +1,108 @@
+"""Config validation, JSON loading, flag overrides, and the CLI running until interrupted."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import click
+import pytest
+from pydantic import ValidationError
+
+from gateway.app import client_timeout
+from gateway.cli import build_config, main
+from gateway.config import GatewayConfig
+
+pytestmark = pytest.mark.timeout(30)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_config_is_frozen_forbids_extras_and_validates_upstreams() -> None:
+    config = GatewayConfig(upstreams=("http://127.0.0.1:8000/",))
+    assert config.upstreams == ("http://127.0.0.1:8000",)
+    assert config.propagate_cancellation is True
+    with pytest.raises(ValidationError):
+        config.port = 1  # type: ignore[misc]
+    with pytest.raises(ValidationError):
+        GatewayConfig.model_validate({"upstreams": ["http://a:1"], "bogus": 1})
+    with pytest.raises(ValidationError):
+        GatewayConfig.model_validate({"upstreams": ["http://a:1"], "timeouts": {"idle": 1}})
+    for bad in ([], ["ftp://a:1"], ["http://a:1?x=1"], ["http://a:1", "http://a:1/"]):
+        with pytest.raises(ValidationError):
+            GatewayConfig.model_validate({"upstreams": bad})
+
+
+def test_client_session_timeout_is_explicit_and_has_no_total() -> None:
+    config = GatewayConfig(upstreams=("http://127.0.0.1:1",), timeouts={"connect_s": 1.5})
+    timeout = client_timeout(config)
+    assert timeout.total is None  # aiohttp's 5-minute default would cut long generations
+    assert (timeout.connect, timeout.sock_connect, timeout.sock_read) == (1.5, 1.5, None)
+
+
+def test_json_file_with_flag_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "gw.json"
+    path.write_text(
+        json.dumps(
+            {
+                "upstreams": ["http://127.0.0.1:8001"],
+                "timeouts": {"idle_s": 7, "total_s": 100},
+                "breaker": {"cooldown_s": 3},
+            }
+        )
+    )
+    assert GatewayConfig.from_json_file(path).timeouts.idle_s == 7
+    config = build_config(
+        str(path),
+        {
+            "upstreams": None,
+            "port": 9000,
+            "propagate_cancellation": False,
+            "timeouts": {"idle_s": None, "first_token_s": 2.5},
+            "breaker": {"half_open_probes": 3},
+        },
+    )
+    assert config.upstreams == ("http://127.0.0.1:8001",)
+    assert config.port == 9000
+    assert config.propagate_cancellation is False
+    assert config.timeouts.idle_s == 7
+    assert config.timeouts.first_token_s == 2.5
+    assert config.timeouts.total_s == 100
+    assert (config.breaker.cooldown_s, config.breaker.half_open_probes) == (3, 3)
+
+
+def test_invalid_configuration_is_a_usage_error(tmp_path: Path) -> None:
+    path = tmp_path / "gw.json"
+    path.write_text(json.dumps({"upstreams": ["http://127.0.0.1:1"], "extra": True}))
+    with pytest.raises(click.UsageError):
+        build_config(str(path), {})
+    assert main(["--port", "1"]) == 2  # no upstream at all
+    assert main(["--upstream", "not-a-url"]) == 2
+    assert main(["--help"]) == 0
+
+
+def test_cli_serves_until_interrupted() -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    code = "import sys; from gateway.cli import main; sys.exit(main())"
+    args = [sys.executable, "-c", code, "--upstream", "http://127.0.0.1:9", "--port", "0"]
+    with subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            assert line.startswith("gateway listening on http://127.0.0.1:"), line
+            url = line.split()[3]
+            with urllib.request.urlopen(url + "/health", timeout=5) as resp:
+                assert json.load(resp)["status"] == "ok"
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=10) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=5)

@@ -1,0 +1,95 @@
+"""The happy path: streaming and non-streaming completions, /v1/models, /health."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import aiohttp
+import pytest
+from gateway_fakes import Behaviour, FakeUpstream, gateway_config, serve_upstream, sse_events
+
+from gateway.app import running_gateway
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
+
+
+async def test_streaming_completion_is_relayed_chunk_by_chunk() -> None:
+    fake = FakeUpstream(Behaviour(chunks=4, chunk_gap_s=0.15))
+    async with (
+        serve_upstream(fake),
+        running_gateway(gateway_config(fake.url)) as url,
+        aiohttp.ClientSession() as client,
+    ):
+        payload = {"model": "m", "prompt": [1, 2, 3], "max_tokens": 4, "stream": True}
+        started = time.monotonic()
+        async with client.post(url + "/v1/completions", json=payload) as resp:
+            assert resp.status == 200
+            assert resp.headers["Content-Type"].startswith("text/event-stream")
+            assert resp.headers["X-Gateway-Upstream"] == fake.url
+            arrivals: list[float] = []
+            body = b""
+            async for chunk in resp.content.iter_any():
+                arrivals.append(time.monotonic() - started)
+                body += chunk
+    events = sse_events(body)
+    assert events[-1] == "[DONE]"
+    assert [json.loads(e)["choices"][0]["text"] for e in events[:-1]] == [
+        "tok0 ",
+        "tok1 ",
+        "tok2 ",
+        "tok3 ",
+    ]
+    # Chunks arrive spread out (not buffered): first one well before the last.
+    assert arrivals[-1] - arrivals[0] >= 0.3
+    assert fake.seen[0].body == payload
+    assert fake.seen[0].completed
+
+
+async def test_non_streaming_chat_completion_is_relayed() -> None:
+    fake = FakeUpstream(Behaviour(chunks=2))
+    async with (
+        serve_upstream(fake),
+        running_gateway(gateway_config(fake.url)) as url,
+        aiohttp.ClientSession() as client,
+    ):
+        payload = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        async with client.post(url + "/v1/chat/completions", json=payload) as resp:
+            assert resp.status == 200
+            assert await resp.json() == {"choices": [{"text": "tok0 tok1 "}]}
+    assert fake.seen[0].path == "/v1/chat/completions"
+
+
+async def test_models_and_upstream_errors_pass_through() -> None:
+    fake = FakeUpstream()
+    async with (
+        serve_upstream(fake),
+        running_gateway(gateway_config(fake.url)) as url,
+        aiohttp.ClientSession() as client,
+    ):
+        async with client.get(url + "/v1/models") as resp:
+            assert resp.status == 200
+            assert (await resp.json())["data"][0]["id"] == "fake-model"
+        fake.behaviour.status = 400
+        async with client.post(url + "/v1/completions", json={"prompt": "x"}) as resp:
+            assert resp.status == 400
+            assert (await resp.json())["error"]["code"] == 400
+
+
+async def test_health_reports_upstreams() -> None:
+    fake = FakeUpstream()
+    async with (
+        serve_upstream(fake),
+        running_gateway(gateway_config(fake.url)) as url,
+        aiohttp.ClientSession() as client,
+    ):
+        assert url.startswith("http://127.0.0.1:")
+        async with client.get(url + "/health") as resp:
+            assert resp.status == 200
+            body = await resp.json()
+    assert body == {
+        "status": "ok",
+        "in_flight": 0,
+        "queued": 0,
+        "upstreams": [{"url": fake.url, "breaker": "closed", "in_flight": 0}],
+    }

@@ -1,0 +1,152 @@
+"""Safe defaults: loopback bind, only proxied routes, body-size limit, hop-by-hop stripping."""
+
+from __future__ import annotations
+
+import aiohttp
+import pytest
+from gateway_fakes import Behaviour, FakeUpstream, gateway_config, serve_upstream
+from multidict import CIMultiDict
+
+from gateway.config import GatewayConfig
+from gateway.headers import (
+    client_response_headers,
+    strip_hop_by_hop,
+    upstream_request_headers,
+)
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def test_default_bind_is_loopback() -> None:
+    assert GatewayConfig(upstreams=("http://127.0.0.1:8000",)).host == "127.0.0.1"
+
+
+def test_strip_hop_by_hop_removes_fixed_list_proxy_star_and_connection_named() -> None:
+    headers = CIMultiDict(
+        [
+            ("Connection", "keep-alive, X-Secret"),
+            ("Connection", "x-other"),
+            ("Keep-Alive", "timeout=5"),
+            ("Proxy-Authorization", "Basic abc"),
+            ("Proxy-Whatever", "1"),
+            ("TE", "trailers"),
+            ("Trailer", "X-Checksum"),
+            ("Transfer-Encoding", "chunked"),
+            ("Upgrade", "h2c"),
+            ("X-Secret", "s"),
+            ("X-Other", "o"),
+            ("Content-Type", "application/json"),
+            ("X-Repeat", "1"),
+            ("X-Repeat", "2"),
+        ]
+    )
+    assert list(strip_hop_by_hop(headers).items()) == [
+        ("Content-Type", "application/json"),
+        ("X-Repeat", "1"),
+        ("X-Repeat", "2"),
+    ]
+
+
+def test_request_and_response_header_rewrites() -> None:
+    request = CIMultiDict(
+        [
+            ("Host", "gateway:1"),
+            ("Content-Length", "12"),
+            ("Accept-Encoding", "gzip"),
+            ("X-Forwarded-For", "10.0.0.1"),
+            ("Authorization", "Bearer t"),
+        ]
+    )
+    assert dict(upstream_request_headers(request, "127.0.0.1")) == {
+        "Authorization": "Bearer t",
+        "Accept-Encoding": "identity",
+        "X-Forwarded-For": "10.0.0.1, 127.0.0.1",
+    }
+    response = CIMultiDict([("Content-Length", "3"), ("Content-Type", "a/b"), ("TE", "x")])
+    assert dict(client_response_headers(response)) == {"Content-Type": "a/b"}
+
+
+@pytest.mark.asyncio
+async def test_hop_by_hop_headers_are_stripped_in_both_directions() -> None:
+    from gateway.app import running_gateway
+
+    hop_response_headers = {
+        "Connection": "X-Upstream-Hop",
+        "X-Upstream-Hop": "must not reach the client",
+        "Proxy-Authenticate": "Basic",
+        "Keep-Alive": "timeout=9",
+        "X-Kept": "yes",
+    }
+    fake = FakeUpstream(Behaviour(extra_headers=hop_response_headers))
+    async with serve_upstream(fake):
+        config = gateway_config(fake.url)
+        async with running_gateway(config) as url, aiohttp.ClientSession() as client:
+            request_headers = {
+                "Connection": "X-Client-Hop",
+                "X-Client-Hop": "must not reach the upstream",
+                "Keep-Alive": "timeout=5",
+                "Proxy-Authorization": "Basic abc",
+                "TE": "trailers",
+                "Trailer": "X-Checksum",
+                "X-Request-Id": "r-1",
+            }
+            async with client.post(
+                url + "/v1/completions", json={"prompt": "x"}, headers=request_headers
+            ) as resp:
+                assert resp.status == 200
+                got = {k.lower(): v for k, v in resp.headers.items()}
+                await resp.read()
+    seen = fake.seen[0].headers
+    for name in ("x-client-hop", "keep-alive", "proxy-authorization", "te", "trailer"):
+        assert name not in seen, name
+    assert seen.get("connection", "keep-alive").lower() in ("keep-alive", "close")
+    assert seen["x-request-id"] == "r-1"
+    assert seen["x-forwarded-for"] == "127.0.0.1"
+    for name in ("x-upstream-hop", "proxy-authenticate", "keep-alive"):
+        assert name not in got, name
+    assert "x-upstream-hop" not in got.get("connection", "").lower()
+    assert got["x-kept"] == "yes"
+
+
+@pytest.mark.asyncio
+async def test_oversized_body_answers_413_and_never_reaches_upstream() -> None:
+    from gateway.app import running_gateway
+
+    fake = FakeUpstream()
+    async with serve_upstream(fake):
+        config = gateway_config(fake.url, max_body_bytes=1024)
+        async with running_gateway(config) as url, aiohttp.ClientSession() as client:
+            big = b'{"prompt": "' + b"x" * 2048 + b'"}'
+            async with client.post(url + "/v1/completions", data=big) as resp:
+                assert resp.status == 413
+                assert (await resp.json())["error"]["type"] == "request_too_large"
+
+            async def chunked():  # no Content-Length: the limit is enforced while reading
+                for _ in range(4):
+                    yield b"y" * 512
+
+            async with client.post(url + "/v1/completions", data=chunked()) as resp:
+                assert resp.status == 413
+            small = b'{"prompt": "' + b"x" * 100 + b'"}'
+            async with client.post(url + "/v1/completions", data=small) as resp:
+                assert resp.status == 200
+    assert fake.count == 1
+
+
+@pytest.mark.asyncio
+async def test_only_proxied_routes_and_methods_exist() -> None:
+    from gateway.app import running_gateway
+
+    fake = FakeUpstream()
+    async with (
+        serve_upstream(fake),
+        running_gateway(gateway_config(fake.url)) as url,
+        aiohttp.ClientSession() as client,
+    ):
+        async with client.post(url + "/v1/embeddings", json={}) as resp:
+            assert resp.status == 404
+        async with client.get(url + "/v1/completions") as resp:
+            assert resp.status == 405
+        async with client.get(url + "/v1/models") as resp:
+            assert resp.status == 200
+    assert [s.path for s in fake.seen] == ["/v1/models"]
