@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from scenarios.checks import Check, HitRateCompare, LatencyRatio, ProbeCache
+from scenarios.checks import CapacityAtLeast, Check, HitRateCompare, LatencyRatio, ProbeCache
 
 
 @dataclass(frozen=True)
@@ -67,10 +67,18 @@ def _latency(check: LatencyRatio, case: dict[str, Any]) -> Verdict:
     return Verdict(check.case, name, passed, detail)
 
 
+def _capacity(check: CapacityAtLeast, case: dict[str, Any]) -> Verdict:
+    capacity = ((case.get("server") or {}).get("capacity") or {}).get("tokens")
+    name = f"KV capacity ≥ {check.tokens} tokens"
+    passed = None if capacity is None else capacity >= check.tokens
+    return Verdict(check.case, name, passed, f"capacity {capacity} tokens; {check.why}".strip("; "))
+
+
 _EVALUATORS: dict[type, Callable[[Any, dict[str, Any]], Verdict]] = {
     ProbeCache: _probe,
     HitRateCompare: _hit_rate,
     LatencyRatio: _latency,
+    CapacityAtLeast: _capacity,
 }
 
 
@@ -79,7 +87,7 @@ def evaluate(checks: tuple[Check, ...], cases: dict[str, dict[str, Any]]) -> lis
     verdicts = []
     for check in checks:
         case = cases.get(check.case)
-        if case is None or not case["phases"]:
+        if case is None or (not case["phases"] and not isinstance(check, CapacityAtLeast)):
             verdicts.append(Verdict(check.case, check.kind, None, "case has no completed phase"))
         else:
             verdicts.append(_EVALUATORS[type(check)](check, case))

@@ -227,3 +227,10 @@ def validate(run_dir: Path, as_json: bool) -> None:
 from loadgen.server_cli import server  # noqa: E402
 
 main.add_command(server)
+
+from gateway.cli import gateway_command  # noqa: E402
+
+main.add_command(gateway_command, "gateway")
+
+if __name__ == "__main__":
+    main()

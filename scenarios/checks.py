@@ -56,4 +56,16 @@ class LatencyRatio(BaseModel):
     min_ratio: float = Field(gt=0)
 
 
-Check = Annotated[ProbeCache | HitRateCompare | LatencyRatio, Field(discriminator="kind")]
+class CapacityAtLeast(BaseModel):
+    """The case's real KV capacity is at least ``tokens`` (e.g. a control that must hold all)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    kind: Literal["capacity_at_least"] = "capacity_at_least"
+    case: str
+    tokens: int = Field(gt=0)
+    why: str = ""
+
+
+Check = Annotated[
+    ProbeCache | HitRateCompare | LatencyRatio | CapacityAtLeast, Field(discriminator="kind")
+]

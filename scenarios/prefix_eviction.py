@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from loadgen.arrivals import ClosedLoop
 from scenarios.base import Scenario
-from scenarios.checks import HitRateCompare, LatencyRatio, ProbeCache
+from scenarios.checks import CapacityAtLeast, HitRateCompare, LatencyRatio, ProbeCache
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
 from scenarios.workloads import AnchoredPrompts, TokenSpace, UniquePrompts
 from server.capacity import KVCapacity
@@ -109,6 +109,25 @@ class PrefixEvictionParams(BaseModel):
         return self
 
 
+def control_blocks_needed(p: PrefixEvictionParams, pollution: int, block_size: int) -> int:
+    """KV blocks a control cache needs so that nothing is evicted before *revisit*.
+
+    Every block allocated from the start of *cold* to the end of *pollution* must fit without
+    reusing a cached block; then no eviction policy can drop an anchor. Allocations: each
+    anchor's full prefix blocks once; per anchor request (cold and warm) its blocks beyond
+    the prefix (suffix + output, at least the partial last block); per pollution request all
+    its blocks; plus vLLM's reserved null block.
+    """
+    per_request = math.ceil((p.prefix_tokens + p.suffix_tokens + p.output_tokens) / block_size)
+    prefix_blocks = p.prefix_tokens // block_size
+    return (
+        p.anchors * prefix_blocks
+        + 2 * p.requests * (per_request - prefix_blocks)
+        + pollution * per_request
+        + 1
+    )
+
+
 class PrefixEviction(Scenario):
     name: ClassVar[str] = "prefix-eviction"
     summary: ClassVar[str] = (
@@ -144,9 +163,11 @@ class PrefixEviction(Scenario):
         pollution = max(
             p.pollution_requests, math.ceil(p.pollution_factor * capacity.tokens / prompt)
         )
-        # What the control must hold so nothing is evicted: the anchors and every pollution
-        # prompt (anchor-request suffixes add at most one partial block each, freed at once).
-        total_tokens = p.anchors * p.prefix_tokens + pollution * prompt
+        # Unknown block size (capacity read from the log): 128, the CPU backend's, is the
+        # conservative guess (bigger blocks waste more on partial blocks).
+        block = capacity.block_size or 128
+        needed_blocks = control_blocks_needed(p, pollution, block)
+        needed_tokens = needed_blocks * block
         test = self.sizing_case(p)
         cases = [test]
         control_bytes: int | None = None
@@ -162,7 +183,8 @@ class PrefixEviction(Scenario):
         elif p.control != "none" and not p.url:  # an attached server gets no local control
             if p.control == "auto":
                 bytes_per_token = (capacity.memory_bytes or parse_size(p.cache)) / capacity.tokens
-                control_bytes = math.ceil(1.25 * total_tokens * bytes_per_token / _GiB) * _GiB
+                # 10 % headroom, rounded up to whole GiB.
+                control_bytes = math.ceil(1.1 * needed_tokens * bytes_per_token / _GiB) * _GiB
             else:
                 control_bytes = parse_size(p.control)
             cases.append(
@@ -225,6 +247,11 @@ class PrefixEviction(Scenario):
         ]
         for case in cases[1:]:
             checks += [
+                CapacityAtLeast(
+                    case=case.name,
+                    tokens=needed_tokens,
+                    why="the control must hold every block allocated before revisit",
+                ),
                 ProbeCache(
                     case=case.name, phase="revisit", expect="hit", min_cached_tokens=hit_min
                 ),
@@ -249,7 +276,8 @@ class PrefixEviction(Scenario):
                 "pollution_working_set_tokens": pollution * prompt,
                 "pollution_over_capacity": round(pollution * prompt / capacity.tokens, 2),
                 "anchor_tokens": p.anchors * p.prefix_tokens,
-                "total_unique_tokens": total_tokens,
+                "control_needs_blocks": needed_blocks,
+                "control_needs_tokens": needed_tokens,
                 "control_cache_bytes": control_bytes,
                 "probe_hit_min_cached_tokens": hit_min,
             },

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -39,7 +40,12 @@ _ENV_TO_RECORD = (
 
 
 class ServerStartError(RuntimeError):
-    """vLLM did not become healthy. The message names the likely cause and quotes the log tail."""
+    """vLLM did not become healthy. The message names the likely cause and quotes the log tail.
+
+    ``pid`` is the process-group leader that was started (already stopped), if any.
+    """
+
+    pid: int | None = None
 
 
 @dataclass
@@ -103,20 +109,41 @@ class RunningServer:
             raise RuntimeError(f"port {self.port} still bound after stopping vLLM")
 
 
-def _log_tail(path: Path, lines: int = 40) -> str:
+def _read_log(path: Path) -> str:
     try:
-        text = path.read_text(errors="replace")
+        return path.read_text(errors="replace")
     except FileNotFoundError:
         return ""
-    return "\n".join(text.splitlines()[-lines:])
 
 
-def _likely_cause(log_text: str) -> str:
-    """The most telling line of a failed start: the last error-looking line of the log."""
-    markers = ("Error", "error:", "ERROR", "Exception", "exceeds", "larger than")
-    for line in reversed(log_text.splitlines()):
-        if any(m in line for m in markers) and "Traceback" not in line:
-            return line.strip()
+def _log_tail(path: Path, lines: int = 40) -> str:
+    return "\n".join(_read_log(path).splitlines()[-lines:])
+
+
+_EXCEPTION_RE = re.compile(r"\b([A-Z]\w*(?:Error|Exception)): (.+)$")
+_LOG_PREFIX_RE = re.compile(r"^(?:\(\w+ pid=\d+\) )?(\w+) [\d-]+ [\d:]+ \[[^\]]+\] ")
+#: Wrappers that re-raise the real cause further down the log; never the answer.
+_WRAPPERS = ("Engine core initialization failed", "resource_tracker")
+
+
+def likely_cause(log_text: str) -> str:
+    """The root cause of a failed start: the first exception line of the log.
+
+    vLLM's engine core logs the real error first (e.g. ``ValueError: To serve at least one
+    request ... KV cache is needed, which is larger than the available KV cache memory``);
+    the API server then re-raises a generic wrapper, which is skipped. Argument errors
+    (``api_server.py: error: ...``) are found too.
+    """
+    for raw in log_text.splitlines():
+        prefix = _LOG_PREFIX_RE.match(raw.strip())
+        if prefix and prefix.group(1) in ("DEBUG", "INFO", "WARNING"):
+            continue  # e.g. the ulimit warning quotes "OSError: ..." as advice
+        line = raw.strip()[prefix.end() :] if prefix else raw.strip()
+        if any(w in line for w in _WRAPPERS):
+            continue
+        match = _EXCEPTION_RE.search(line)
+        if match or ": error: " in line:
+            return line
     return "no error line found in the log"
 
 
@@ -157,18 +184,18 @@ async def _wait_healthy(
         while True:
             elapsed = time.monotonic() - start
             if proc.poll() is not None:
-                log = _log_tail(log_path, 60)
+                tail, cause = _log_tail(log_path, 60), likely_cause(_read_log(log_path))
                 raise ServerStartError(
                     f"vLLM exited with code {proc.returncode} after {elapsed:.0f} s "
-                    f"while starting.\nLikely cause: {_likely_cause(log)}\n"
-                    f"--- last log lines ({log_path}) ---\n{log}"
+                    f"while starting.\nLikely cause: {cause}\n"
+                    f"--- last log lines ({log_path}) ---\n{tail}"
                 )
             if elapsed > timeout_s:
-                log = _log_tail(log_path, 60)
+                tail, cause = _log_tail(log_path, 60), likely_cause(_read_log(log_path))
                 raise ServerStartError(
                     f"vLLM was not healthy after {timeout_s:.0f} s.\n"
-                    f"Last error-looking line: {_likely_cause(log)}\n"
-                    f"--- last log lines ({log_path}) ---\n{log}"
+                    f"Last error-looking line: {cause}\n"
+                    f"--- last log lines ({log_path}) ---\n{tail}"
                 )
             try:
                 response = await client.get(f"{url}/health")
@@ -218,8 +245,10 @@ async def start_server(
             server.capacity = await read_capacity(client, url, log_path)
             version = await _get_json(client, f"{url}/version")
         server.version = str(version.get("version", "")) if isinstance(version, dict) else ""
-    except BaseException:
+    except BaseException as exc:
         await asyncio.shield(asyncio.to_thread(server.stop))
+        if isinstance(exc, ServerStartError):
+            exc.pid = proc.pid
         raise
     (workdir / "server.json").write_text(json.dumps(server.describe(), indent=2))
     return server

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 _UNITS: dict[str, int] = {
     "B": 1,
@@ -39,16 +40,18 @@ def parse_size(text: str) -> int:
         raise ValueError(
             f"invalid size {text!r}: unknown unit {unit!r}; accepted units: {accepted}"
         )
-    value = float(number) * _UNITS[unit]
+    value = Fraction(number) * _UNITS[unit]  # exact: 4.1MB is 4,100,000 B, not 4099999.99…
     if value <= 0:
         raise ValueError(f"invalid size {text!r}: must be positive")
-    if value != int(value):
+    if value.denominator != 1:
         raise ValueError(f"invalid size {text!r}: not a whole number of bytes")
     return int(value)
 
 
 def format_size(n_bytes: int) -> str:
     """Render bytes in the largest IEC unit dividing them exactly (``1073741824`` → ``1GiB``)."""
+    if n_bytes == 0:
+        return "0B"
     for unit in ("TiB", "GiB", "MiB", "KiB"):
         factor = _UNITS[unit]
         if n_bytes % factor == 0:

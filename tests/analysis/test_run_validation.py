@@ -1,0 +1,212 @@
+"""loadgen.manifest + analysis.validate on a synthetic run: what a valid run is, and each way
+a run can be broken (changed, deleted or extra files, bad values, inconsistent counts)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from synthetic_run import CONTROL_CASE, TEST_CASE, Options, build_run
+
+from analysis.report import summarize
+from analysis.validate import validate_run
+from loadgen.cli import main
+from loadgen.manifest import verify_manifest, write_manifest
+from loadgen.rundir import MANIFEST_FILE, REPORT_JSON, case_dir, read_json
+
+REQUESTS = f"cases/{TEST_CASE}/requests.jsonl"
+COMMAND = ["loadgen", "run", "prefix-eviction", "--cache", "1GiB"]
+
+
+def finish(run_dir: Path, before_manifest: Callable[[Path], None] | None = None) -> None:
+    """Report (JSON only: validation does not read plots), optional damage, manifest last."""
+    (run_dir / REPORT_JSON).write_text(json.dumps(summarize(run_dir), indent=2) + "\n")
+    if before_manifest is not None:
+        before_manifest(run_dir)
+    write_manifest(run_dir, "ok", COMMAND)
+
+
+@pytest.fixture(scope="module")
+def sealed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("sealed")
+    build_run(run_dir)
+    finish(run_dir)
+    return run_dir
+
+
+@pytest.fixture
+def run_copy(sealed: Path, tmp_path: Path) -> Path:
+    run_dir = tmp_path / "run"
+    shutil.copytree(sealed, run_dir)
+    return run_dir
+
+
+def test_a_complete_run_is_valid(run_copy: Path) -> None:
+    result = validate_run(run_copy)
+    assert result.problems == []
+    assert result.ok
+    # 4 anchor phases × 6 + 5 pollution = 29 requests per case.
+    assert result.facts == {
+        TEST_CASE: {"status": "ok", "requests": 29, "failed": 0},
+        CONTROL_CASE: {"status": "ok", "requests": 29, "failed": 0},
+    }
+
+
+def test_manifest_lists_every_file_with_size_and_hash(run_copy: Path) -> None:
+    manifest = read_json(run_copy / MANIFEST_FILE)
+    assert manifest["status"] == "ok"
+    assert manifest["command"] == COMMAND
+    files = {f["path"]: f for f in manifest["files"]}  # type: ignore[union-attr]
+    assert set(files) == {
+        "run.json",
+        "plan.json",
+        "report.json",
+        *(
+            f"cases/{c}/{name}"
+            for c in (TEST_CASE, CONTROL_CASE)
+            for name in (
+                "case.json",
+                "requests.jsonl",
+                "phases.jsonl",
+                "metrics/samples.jsonl",
+                "metrics/scrapes.jsonl",
+            )
+        ),
+    }
+    assert files[REQUESTS]["bytes"] == (run_copy / REQUESTS).stat().st_size
+    assert len(str(files[REQUESTS]["sha256"])) == 64
+    assert manifest["versions"]["numpy"]  # type: ignore[index]
+
+
+def test_a_changed_file_is_detected_by_its_hash(run_copy: Path) -> None:
+    path = run_copy / REQUESTS
+    text = path.read_text()
+    # Same size, still valid JSON: only the hash can tell.
+    changed = text.replace('"max_tokens":4', '"max_tokens":5', 1)
+    assert len(changed) == len(text) and changed != text
+    path.write_text(changed)
+    assert validate_run(run_copy).problems == [
+        f"{REQUESTS}: size or sha256 differs from the manifest"
+    ]
+
+
+def test_a_deleted_file_is_detected(run_copy: Path) -> None:
+    (run_copy / f"cases/{CONTROL_CASE}/metrics/scrapes.jsonl").unlink()
+    assert validate_run(run_copy).problems == [
+        f"cases/{CONTROL_CASE}/metrics/scrapes.jsonl: listed in the manifest but missing",
+        f"{CONTROL_CASE}: metrics/scrapes.jsonl missing",
+    ]
+
+
+def test_an_unlisted_file_is_detected(run_copy: Path) -> None:
+    (run_copy / "notes.txt").write_text("added later\n")
+    assert validate_run(run_copy).problems == ["notes.txt: present but not in the manifest"]
+
+
+def test_a_run_without_manifest_is_incomplete(run_copy: Path) -> None:
+    (run_copy / MANIFEST_FILE).unlink()
+    assert verify_manifest(run_copy) == ["manifest.json missing: the run is incomplete"]
+    assert validate_run(run_copy).problems == ["manifest.json missing: the run is incomplete"]
+
+
+def test_a_non_finite_sample_is_detected(tmp_path: Path) -> None:
+    build_run(tmp_path, Options(nan_sample=True))
+    finish(tmp_path)
+    assert validate_run(tmp_path).problems == [f"{TEST_CASE}: 1 non-finite metric samples"]
+
+
+def test_failure_count_mismatch_between_case_json_and_records(tmp_path: Path) -> None:
+    build_run(tmp_path, Options(failed_request=True, case_json_failed=0))
+    finish(tmp_path)
+    result = validate_run(tmp_path)
+    assert result.problems == [f"{TEST_CASE}: case.json says 0 failed, records say 1"]
+    assert result.facts[TEST_CASE] == {"status": "failed", "requests": 29, "failed": 1}
+
+
+def test_consistent_failures_are_valid(tmp_path: Path) -> None:
+    build_run(tmp_path, Options(failed_request=True))
+    finish(tmp_path)
+    result = validate_run(tmp_path)
+    assert result.problems == []
+    assert result.facts[TEST_CASE] == {"status": "failed", "requests": 29, "failed": 1}
+
+
+def test_failure_count_mismatch_between_report_and_records(tmp_path: Path) -> None:
+    def edit_report(run_dir: Path) -> None:
+        report = json.loads((run_dir / REPORT_JSON).read_text())
+        report["cases"][CONTROL_CASE]["requests_failed"] = 5
+        (run_dir / REPORT_JSON).write_text(json.dumps(report))
+
+    build_run(tmp_path)
+    finish(tmp_path, edit_report)
+    assert validate_run(tmp_path).problems == [
+        f"{CONTROL_CASE}: report says 5 failed, records say 0"
+    ]
+
+
+def test_a_nan_in_report_json_is_detected(tmp_path: Path) -> None:
+    def add_nan(run_dir: Path) -> None:
+        report = json.loads((run_dir / REPORT_JSON).read_text())
+        report["extra"] = float("nan")
+        (run_dir / REPORT_JSON).write_text(json.dumps(report))
+
+    build_run(tmp_path)
+    finish(tmp_path, add_nan)
+    assert validate_run(tmp_path).problems == ["report.json: non-finite value (NaN)"]
+
+
+def test_broken_records_are_reported(tmp_path: Path) -> None:
+    base = {
+        "case": TEST_CASE,
+        "phase": "warm",
+        "index": 99,
+        "group": None,
+        "prompt_tokens_sent": 72,
+        "max_tokens": 4,
+        "scheduled_ns": 0,
+        "status": "ok",
+    }
+    bad = [
+        base
+        | {"request_id": "x-order", "sent_ns": 50, "chunk_ns": [40, 60], "chunk_tokens": [1, 1]},
+        base | {"request_id": "x-empty", "sent_ns": 50, "chunk_ns": [], "chunk_tokens": []},
+        base | {"request_id": "x-len", "sent_ns": 50, "chunk_ns": [60, 70], "chunk_tokens": [1]},
+    ]
+
+    def append(run_dir: Path) -> None:
+        with open(case_dir(run_dir, TEST_CASE) / "requests.jsonl", "a") as fh:
+            fh.writelines(json.dumps(r) + "\n" for r in bad)
+
+    build_run(tmp_path)
+    finish(tmp_path, append)
+    assert validate_run(tmp_path).problems == [
+        f"{TEST_CASE}/x-order: timestamps not in order",
+        f"{TEST_CASE}/x-empty: status ok but no token arrived",
+        f"{TEST_CASE}/x-len: chunk_ns and chunk_tokens differ in length",
+    ]
+
+
+def test_a_truncated_record_line_is_reported_with_its_line_number(tmp_path: Path) -> None:
+    def truncate(run_dir: Path) -> None:
+        with open(case_dir(run_dir, TEST_CASE) / "requests.jsonl", "a") as fh:
+            fh.write('{"request_id": "cut-sh')
+
+    build_run(tmp_path)
+    finish(tmp_path, truncate)
+    [problem] = validate_run(tmp_path).problems
+    assert problem.startswith(f"{TEST_CASE}: ")
+    assert "requests.jsonl:30: not valid JSON" in problem
+
+
+def test_validate_command_exit_status(run_copy: Path) -> None:
+    ok = CliRunner().invoke(main, ["validate", "--json", str(run_copy)])
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.output)["ok"] is True
+    (run_copy / "run.json").write_text("{}\n")
+    bad = CliRunner().invoke(main, ["validate", str(run_copy)])
+    assert bad.exit_code == 1
+    assert "INVALID: 1 problem(s)" in bad.output

@@ -1,0 +1,89 @@
+"""A reduced prefix-eviction on the real embedded vLLM: same structure, smaller cache.
+
+The tested case starts its own 160 MiB server (22 blocks of 128 tokens = 2,816 tokens); the
+control attaches to the session's shared 1 GiB server (``--control-url``), which covers both
+ways of getting a server. Prefixes are 512 tokens (4 blocks), so a probe that misses pays a
+visible prefill. The control needs 4×4 + 2×16×1 + 13×5 + 1 = 114 blocks before revisit
+(``control_blocks_needed``), well within 1 GiB's 146.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from vllm_fixtures import SharedServer, loadgen
+
+pytestmark = pytest.mark.vllm
+
+
+@pytest.fixture(scope="module")
+def reduced_run(server_1gib: SharedServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("prefix-eviction") / "run"
+    proc = loadgen(
+        "run", "prefix-eviction",
+        "--cache", "160MiB",
+        "--control-url", server_1gib.url,
+        "--prefix-tokens", "512",
+        "--suffix-tokens", "32",
+        "--requests", "16",
+        "--pollution-requests", "1",  # let --pollution-factor (2.5× capacity) size it
+        "--output-tokens", "4",
+        "--settle-s", "0.6",
+        "--out", str(out),
+        timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"run failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return out
+
+
+def _report(run: Path) -> dict:
+    return json.loads((run / "report.json").read_text())
+
+
+def test_reduced_prefix_eviction_verdicts_all_pass(reduced_run: Path) -> None:
+    report = _report(reduced_run)
+    failed = [v for v in report["verdicts"] if v["passed"] is not True]
+    assert not failed, json.dumps(failed, indent=2)
+    assert report["verdict_summary"] == {"passed": 9, "failed": 0, "undecided": 0}
+
+
+def test_pollution_was_sized_from_the_real_capacity(reduced_run: Path) -> None:
+    sizing = _report(reduced_run)["sizing"]
+    assert sizing["capacity_tokens"] == 2816  # 160 MiB // (128 × 57,344 B) = 22 blocks
+    # ceil(2.5 × 2816 / 544) = 13 pollution prompts of 544 tokens
+    assert sizing["pollution_requests"] == 13
+    assert sizing["control_needs_blocks"] == 114
+    assert sizing["pollution_over_capacity"] >= 2.5
+
+
+def test_revisit_probes_miss_in_the_small_cache_and_hit_in_the_control(reduced_run: Path) -> None:
+    cases = _report(reduced_run)["cases"]
+    small = [p["cached_tokens"] for p in cases["160MiB"]["probes"] if p["phase"] == "revisit"]
+    control = [p["cached_tokens"] for p in cases["control"]["probes"] if p["phase"] == "revisit"]
+    assert small == [0, 0, 0, 0]
+    assert control == [512, 512, 512, 512]
+
+
+def test_phase_hit_rates_from_counters_match_per_request_cached_tokens(reduced_run: Path) -> None:
+    """Two independent sources (server counters, per-request usage) agree per phase."""
+    for case in _report(reduced_run)["cases"].values():
+        for phase in case["phases"].values():
+            assert phase["hit_rate_counters"] == pytest.approx(phase["hit_rate_requests"], abs=1e-9)
+
+
+def test_validate_passes_on_the_run_directory(reduced_run: Path) -> None:
+    proc = loadgen("validate", "--json", str(reduced_run), timeout=120)
+    result = json.loads(proc.stdout)
+    assert proc.returncode == 0 and result["ok"], result["problems"]
+
+
+def test_report_rebuilt_from_raw_files_equals_the_original(reduced_run: Path) -> None:
+    before_json = (reduced_run / "report.json").read_text()
+    before_md = (reduced_run / "report.md").read_text()
+    proc = loadgen("report", str(reduced_run), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert (reduced_run / "report.json").read_text() == before_json
+    assert (reduced_run / "report.md").read_text() == before_md
+    assert loadgen("validate", str(reduced_run), timeout=120).returncode == 0

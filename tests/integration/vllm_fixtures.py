@@ -1,0 +1,73 @@
+"""Session-wide real vLLM servers, started once and shared by the real-vLLM tier."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from server.process import group_alive, port_is_free
+
+LOADGEN = [sys.executable, "-m", "loadgen.cli"]
+
+
+@dataclass(frozen=True)
+class SharedServer:
+    """A vLLM started with ``loadgen server start --json`` (the CLI path users take)."""
+
+    url: str
+    pid: int
+    port: int
+    model_name: str
+    kv_capacity_tokens: int
+    block_size: int
+    state: dict[str, object]
+
+
+def loadgen(
+    *args: str, timeout: float = 900, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the ``loadgen`` CLI in a subprocess, capturing output."""
+    return subprocess.run(
+        [*LOADGEN, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.fixture(scope="session")
+def server_1gib(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedServer]:
+    """The embedded model with a 1 GiB KV cache, shared by the whole session.
+
+    Teardown stops it with ``loadgen server stop`` and asserts that no process of its group
+    is left and its port is free.
+    """
+    proc = loadgen("server", "start", "--cache", "1GiB", "--json")
+    assert proc.returncode == 0, f"loadgen server start failed:\n{proc.stdout}\n{proc.stderr}"
+    state = json.loads(proc.stdout.strip().splitlines()[-1])
+    server = SharedServer(
+        url=str(state["url"]),
+        pid=int(state["pid"]),
+        port=int(state["port"]),
+        model_name=str(state["model_name"]),
+        kv_capacity_tokens=int(state["kv_capacity_tokens"]),
+        block_size=int(state["block_size"]),
+        state=state,
+    )
+    yield server
+    stop = loadgen("server", "stop", "--port", str(server.port), timeout=120)
+    assert stop.returncode == 0, f"loadgen server stop failed:\n{stop.stdout}\n{stop.stderr}"
+    assert not group_alive(server.pid), f"processes of vLLM group {server.pid} left running"
+    assert port_is_free(server.port), f"port {server.port} still bound after stop"
+
+
+def read_json(path: Path) -> dict[str, object]:
+    return json.loads(path.read_text())

@@ -1,0 +1,236 @@
+"""An in-process fake of vLLM's streaming ``/v1/completions`` for client and phase tests.
+
+Owns :class:`StreamScript` (what the fake answers: TTFT, ITL, tokens per chunk, empty-text and
+token-less chunks, a usage trailer, an error event inside a 200, an HTTP error status, a
+mid-stream server disconnect, a short generation) and :class:`FakeOpenAIServer` (an aiohttp app on
+127.0.0.1, port chosen by the OS, that records every request it saw, how many were in flight at
+most, and when a client disconnected). Chunks have the exact shape vLLM 0.32 sends with
+``stream_options: {include_usage: true, continuous_usage_stats: true}``. Durations are seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+
+@dataclass
+class StreamScript:
+    """What the fake does with each request.
+
+    Attributes:
+        ttft_s: delay between receiving the request and the first token chunk.
+        itl_s: delay between successive token chunks.
+        chunk_plan: tokens carried by each token chunk; default: one token per chunk up to
+            ``max_tokens - short_by_tokens``.
+        empty_text_chunks: indices of token chunks whose text is ``""`` (a token that decodes
+            to nothing, e.g. half a UTF-8 character); their usage still grows.
+        tokenless_after: after token chunk ``i``, send an extra chunk with empty text and an
+            unchanged usage (a chunk that carries no token).
+        trailer_delay_s: delay before the final usage-only chunk (``choices: []``).
+        cached_tokens: ``prompt_tokens_details.cached_tokens`` reported in the trailer.
+        status: HTTP status; anything but 200 answers a JSON error body at once.
+        error_after_chunks: after this many token chunks, send an error event and ``[DONE]``.
+        drop_after_chunks: after this many token chunks, abort the TCP connection.
+        short_by_tokens: generate this many tokens fewer than ``max_tokens`` asks.
+        prompt_tokens_offset: added to the prompt length reported in the usage.
+    """
+
+    ttft_s: float = 0.0
+    itl_s: float = 0.0
+    chunk_plan: tuple[int, ...] | None = None
+    empty_text_chunks: frozenset[int] = frozenset()
+    tokenless_after: frozenset[int] = frozenset()
+    trailer_delay_s: float = 0.0
+    cached_tokens: int = 0
+    status: int = 200
+    error_after_chunks: int | None = None
+    drop_after_chunks: int | None = None
+    short_by_tokens: int = 0
+    prompt_tokens_offset: int = 0
+
+
+@dataclass
+class Seen:
+    """One request as the fake saw it (times are ``time.monotonic()`` seconds)."""
+
+    body: dict[str, Any]
+    arrived_s: float
+    token_chunks_sent: int = 0
+    finished: bool = False
+    client_gone_s: float | None = None
+
+
+def completion_chunk(text: str, prompt: int, completion: int, finish: str | None) -> str:
+    """One token chunk as vLLM streams it (continuous usage included)."""
+    return json.dumps(
+        {
+            "id": "cmpl-fake",
+            "object": "text_completion",
+            "created": 1,
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "text": text,
+                    "logprobs": None,
+                    "finish_reason": finish,
+                    "stop_reason": None,
+                    "prompt_token_ids": None,
+                    "token_ids": None,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt,
+                "total_tokens": prompt + completion,
+                "completion_tokens": completion,
+            },
+        },
+        separators=(",", ":"),
+    )
+
+
+def usage_trailer(prompt: int, completion: int, cached: int) -> str:
+    """The final usage-only chunk (``choices: []``) with the prefix-cache hit tokens."""
+    return json.dumps(
+        {
+            "id": "cmpl-fake",
+            "object": "text_completion",
+            "created": 1,
+            "model": "m",
+            "choices": [],
+            "usage": {
+                "prompt_tokens": prompt,
+                "total_tokens": prompt + completion,
+                "completion_tokens": completion,
+                "prompt_tokens_details": {"cached_tokens": cached},
+            },
+        },
+        separators=(",", ":"),
+    )
+
+
+ERROR_EVENT = json.dumps(
+    {
+        "error": {
+            "message": "fake engine failure",
+            "type": "InternalServerError",
+            "param": None,
+            "code": 500,
+        }
+    }
+)
+
+
+class FakeOpenAIServer:
+    """A scriptable fake vLLM answering ``POST /v1/completions`` with SSE."""
+
+    def __init__(self, script: StreamScript | None = None) -> None:
+        self.script = script or StreamScript()
+        self.seen: list[Seen] = []
+        self.url = ""
+        self.active = 0
+        self.max_active = 0
+        self._changed = asyncio.Event()
+
+    def _notify(self) -> None:
+        self._changed.set()
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
+        """Wait until ``predicate()`` is true (re-checked whenever a request changes state)."""
+        async with asyncio.timeout(timeout_s):
+            while not predicate():
+                self._changed.clear()
+                await self._changed.wait()
+
+    def _plan(self, max_tokens: int) -> list[int]:
+        if self.script.chunk_plan is not None:
+            return list(self.script.chunk_plan)
+        return [1] * (max_tokens - self.script.short_by_tokens)
+
+    @staticmethod
+    async def _send(resp: web.StreamResponse, data: str) -> None:
+        await resp.write(f"data: {data}\n\n".encode())
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        seen = Seen(body=body, arrived_s=time.monotonic())
+        self.seen.append(seen)
+        self._notify()
+        script = self.script
+        if script.status != 200:
+            return web.json_response(
+                {"error": {"message": "fake overload", "type": "X", "param": None, "code": 0}},
+                status=script.status,
+            )
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        in_flight = True
+        prompt = len(body["prompt"]) + script.prompt_tokens_offset
+        plan = self._plan(int(body["max_tokens"]))
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        try:
+            await resp.prepare(request)
+            await asyncio.sleep(script.ttft_s)
+            done = 0
+            for i, tokens in enumerate(plan):
+                if i:
+                    await asyncio.sleep(script.itl_s)
+                if script.error_after_chunks == i:
+                    await self._send(resp, ERROR_EVENT)
+                    await self._send(resp, "[DONE]")
+                    return resp
+                if script.drop_after_chunks == i:
+                    assert request.transport is not None
+                    request.transport.abort()
+                    return resp
+                done += tokens
+                text = "" if i in script.empty_text_chunks else "~" * tokens
+                finish = "length" if i == len(plan) - 1 else None
+                await self._send(resp, completion_chunk(text, prompt, done, finish))
+                seen.token_chunks_sent += 1
+                self._notify()
+                if i in script.tokenless_after:
+                    await self._send(resp, completion_chunk("", prompt, done, None))
+            await asyncio.sleep(script.trailer_delay_s)
+            await self._send(resp, usage_trailer(prompt, done, script.cached_tokens))
+            # No longer in flight from here: the client can only start its next request after
+            # reading [DONE], so ``max_active`` never counts a finished request.
+            self.active -= 1
+            in_flight = False
+            await self._send(resp, "[DONE]")
+            await resp.write_eof()
+            seen.finished = True
+        except ConnectionResetError:
+            seen.client_gone_s = time.monotonic()
+        finally:
+            if in_flight:
+                self.active -= 1
+            self._notify()
+        return resp
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/completions", self._completions)
+        return app
+
+    @contextlib.asynccontextmanager
+    async def serve(self) -> AsyncIterator[FakeOpenAIServer]:
+        """Listen on 127.0.0.1 (OS-chosen port) for the duration of the block."""
+        runner = web.AppRunner(self.app())
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        self.url = f"http://{host}:{port}"
+        try:
+            yield self
+        finally:
+            await runner.cleanup()

@@ -1,0 +1,72 @@
+"""scenarios.registry: every built-in scenario makes a valid, self-consistent, JSON-safe plan."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scenarios.base import Scenario
+from scenarios.plan import Plan
+from scenarios.registry import SCENARIOS, get_scenario
+from server.capacity import KVCapacity
+
+# vLLM 0.32.0 on CPU with a 1 GiB cache: 146 blocks × 128 tokens.
+NOMINAL = KVCapacity(
+    tokens=18_688, block_size=128, num_blocks=146, memory_bytes=2**30, source="metrics"
+)
+
+
+@pytest.fixture(params=sorted(SCENARIOS), ids=str)
+def scenario(request: pytest.FixtureRequest) -> Scenario:
+    return SCENARIOS[request.param]
+
+
+def test_registry_names_match_scenarios() -> None:
+    assert "prefix-eviction" in SCENARIOS
+    assert all(s.name == name for name, s in SCENARIOS.items())
+
+
+def test_unknown_scenario_lists_the_known_ones() -> None:
+    with pytest.raises(KeyError, match="unknown scenario 'nope'; known: prefix-eviction"):
+        get_scenario("nope")
+
+
+def test_default_params_build_a_valid_plan(scenario: Scenario) -> None:
+    params = scenario.Params()
+    plan = scenario.plan(params, NOMINAL)
+    assert isinstance(plan, Plan)
+    assert plan.scenario == scenario.name
+    assert plan.cases and plan.phases
+    # The sizing case is the first case, so its server's capacity sizes every case.
+    assert plan.cases[0] == scenario.sizing_case(params)
+
+
+def test_plan_round_trips_through_json(scenario: Scenario) -> None:
+    plan = scenario.plan(scenario.Params(), NOMINAL)
+    text = json.dumps(plan.model_dump(mode="json"))
+    assert Plan.model_validate(json.loads(text)) == plan
+
+
+def test_plan_is_internally_consistent(scenario: Scenario) -> None:
+    plan = scenario.plan(scenario.Params(), NOMINAL)
+    cases = [c.name for c in plan.cases]
+    phases = [p.name for p in plan.phases]
+    assert len(set(cases)) == len(cases)
+    assert len(set(phases)) == len(phases)
+    for case in plan.cases:
+        assert (case.server is None) != (case.url is None)  # exactly one of them
+    for check in plan.checks:
+        assert check.case in cases
+        phase = getattr(check, "phase", None)  # case-level checks have no phase
+        assert phase is None or phase in phases
+        other = getattr(check, "other", None)
+        assert other is None or other in phases
+    assert set(plan.probe_phases) <= set(phases)
+    assert all(a in phases and b in phases for a, b in plan.compare_phases)
+    assert all(p.settle_s >= 2 * plan.scrape_interval_s for p in plan.phases)
+
+
+def test_every_params_field_is_documented(scenario: Scenario) -> None:
+    # Field descriptions are the --help text of the scenario's options.
+    assert all(f.description for f in scenario.Params.model_fields.values())
