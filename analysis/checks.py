@@ -6,7 +6,16 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from scenarios.checks import CapacityAtLeast, Check, HitRateCompare, LatencyRatio, ProbeCache
+from analysis.preemption import hand_calculation
+from scenarios.checks import (
+    CapacityAtLeast,
+    Check,
+    HitRateCompare,
+    KVPeakMatchesWorkingSet,
+    LatencyRatio,
+    PreemptionAsPredicted,
+    ProbeCache,
+)
 
 
 @dataclass(frozen=True)
@@ -74,11 +83,50 @@ def _capacity(check: CapacityAtLeast, case: dict[str, Any]) -> Verdict:
     return Verdict(check.case, name, passed, f"capacity {capacity} tokens; {check.why}".strip("; "))
 
 
+def _shape_calc(check: Any, case: dict[str, Any]) -> dict[str, Any] | None:
+    capacity = (case.get("server") or {}).get("capacity")
+    if not capacity:
+        return None
+    return hand_calculation(capacity, check.concurrency, check.prompt_tokens, check.output_tokens)
+
+
+def _preemption(check: PreemptionAsPredicted, case: dict[str, Any]) -> Verdict:
+    calc = _shape_calc(check, case)
+    delta = case["phases"].get(check.phase, {}).get("counter_deltas", {}).get("num_preemptions")
+    name = f"preemptions as predicted in {check.phase}"
+    if calc is None or delta is None:
+        return Verdict(check.case, name, None, "capacity or preemption counter missing")
+    predicted = calc["predicted_preemption"]
+    detail = (
+        f"final working set {calc['final_working_set_blocks']} blocks vs "
+        f"{calc['usable_blocks']} usable → {'preempts' if predicted else 'fits'}; "
+        f"measured Δnum_preemptions = {delta:.0f}"
+    )
+    return Verdict(check.case, name, (delta > 0) == predicted, detail)
+
+
+def _kv_peak(check: KVPeakMatchesWorkingSet, case: dict[str, Any]) -> Verdict:
+    calc = _shape_calc(check, case)
+    peak = case["phases"].get(check.phase, {}).get("gauge_peaks", {}).get("kv_cache_usage_perc")
+    name = f"KV peak matches the working set in {check.phase}"
+    if calc is None or peak is None:
+        return Verdict(check.case, name, None, "capacity or KV-usage samples missing")
+    expected = calc["predicted_kv_peak"]
+    detail = (
+        f"sampled peak {peak:.3f} (a lower bound) vs expected {expected:.3f} "
+        f"= min(1, {calc['final_working_set_blocks']}/{calc['usable_blocks']} blocks), "
+        f"tolerance {check.tolerance}"
+    )
+    return Verdict(check.case, name, abs(peak - expected) <= check.tolerance, detail)
+
+
 _EVALUATORS: dict[type, Callable[[Any, dict[str, Any]], Verdict]] = {
     ProbeCache: _probe,
     HitRateCompare: _hit_rate,
     LatencyRatio: _latency,
     CapacityAtLeast: _capacity,
+    PreemptionAsPredicted: _preemption,
+    KVPeakMatchesWorkingSet: _kv_peak,
 }
 
 

@@ -73,6 +73,83 @@ def _probe_table(case: dict[str, Any]) -> str:
     )
 
 
+def _preemption_section(section: dict[str, Any]) -> list[str]:
+    out = ["## Hand calculation (from each case's real capacity)", ""]
+    rows = []
+    for r in section["rows"]:
+        c = r["hand_calculation"]
+        rows.append(
+            [
+                r["case"],
+                f"{c['capacity_tokens']} ({c['capacity_blocks']}×{c['block_size']})",
+                str(c["concurrency"]),
+                str(c["initial_working_set_tokens"]),
+                str(c["headroom_tokens"]),
+                _f(c["growth_per_request_tokens"]),
+                f"{c['final_working_set_tokens']} ({c['final_working_set_blocks']} blocks)",
+                "preempts" if c["predicted_preemption"] else "fits",
+                _f(c["predicted_kv_peak"] * 100),
+            ]
+        )
+    out += [
+        _table(
+            [
+                "case",
+                "capacity tokens (blocks×B)",
+                "C",
+                "initial C×P",
+                "headroom",
+                "growth/request",
+                "final C×(P+O)",
+                "prediction",
+                "expected KV peak %",
+            ],
+            rows,
+        ),
+        "",
+        "Block rounding: each request holds whole blocks, ceil((P+O)/B) at the end of decode; "
+        "the prediction compares C×ceil((P+O)/B) with the usable blocks (capacity − 1: vLLM "
+        "reserves a null block).",
+        "",
+        "## Comparison across cases",
+        "",
+    ]
+    rows = [
+        [
+            r["case"], _f(r["kv_peak"] * 100 if r["kv_peak"] is not None else None),
+            _f(r["preemptions"], 0), _f(r["running_peak"], 0), _f(r["waiting_peak"], 0),
+            _f(r["ttft_mean_ms"]), _f(r["ttft_p95_ms"]), _f(r["tpot_mean_ms"]),
+            _f(r["itl_p95_ms"]), _f(r["e2el_p95_ms"]), _f(r["output_throughput_tok_s"]),
+            _f(r["wall_s"]), str(r["failed"]),
+        ]
+        for r in section["rows"]
+    ]  # fmt: skip
+    out += [
+        _table(
+            [
+                "case",
+                "KV peak % (sampled)",
+                "preemptions",
+                "running peak",
+                "waiting peak",
+                "TTFT mean",
+                "TTFT p95",
+                "TPOT mean",
+                "ITL p95",
+                "E2EL p95",
+                "out tok/s",
+                "wall s",
+                "failed",
+            ],
+            rows,
+        ),
+        "",
+    ]
+    if section["tradeoffs"]:
+        out += ["Trade-offs:", ""] + [f"- {t}" for t in section["tradeoffs"]] + [""]
+    return out
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     """The whole report as Markdown."""
     out: list[str] = [f"# {report['scenario']}", "", report["description"], ""]
@@ -108,7 +185,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             f"failed {case['requests_failed']}; scrapes {case['scrapes']['total']} "
             f"(late {case['scrapes']['late']}, failed {case['scrapes']['failed']}).",
             "",
-            _phase_table(case, phases),
+            _phase_table(case, case.get("planned_phases") or phases),
             "",
         ]
         if case["probes"]:
@@ -130,6 +207,8 @@ def render_markdown(report: dict[str, Any]) -> str:
                 "",
             ]
         out += [f"Lifetime hit rate at the end of the case: {_f(case['lifetime_hit_rate'], 3)}", ""]
+    if report.get("preemption"):
+        out += _preemption_section(report["preemption"])
     out += ["## Verdicts", ""]
     for v in report["verdicts"]:
         mark = {True: "PASS", False: "FAIL", None: "UNDECIDED"}[v["passed"]]

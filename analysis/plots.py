@@ -64,7 +64,13 @@ def timeline(case: CaseData, out: Path) -> Path:
     if not case.samples:
         return out
     t0 = min(s.t_ns for s in case.samples)
-    fig, (ax_kv, ax_q) = plt.subplots(2, 1, figsize=(10, 5), sharex=True)
+    preempt = series(case.samples, "num_preemptions")
+    base = preempt[0][1] if preempt else 0.0
+    cumulative = [(t, v - base) for t, v in preempt]
+    first = next((t for t, v in cumulative if v > 0), None)
+    n_panels = 3 if first is not None else 2
+    fig, axes = plt.subplots(n_panels, 1, figsize=(10, 2.5 * n_panels), sharex=True)
+    ax_kv, ax_q = axes[0], axes[1]
     kv = series(case.samples, "kv_cache_usage_perc")
     ax_kv.plot([(t - t0) / 1e9 for t, _ in kv], [v * 100 for _, v in kv], color="tab:purple")
     ax_kv.set_ylabel("KV usage (%)")
@@ -84,13 +90,22 @@ def timeline(case: CaseData, out: Path) -> Path:
     ax_q.set_ylabel("requests")
     ax_q.set_xlabel("time since first scrape (s)")
     ax_q.legend(loc="upper right", fontsize=8)
+    if first is not None:
+        ax_p = axes[2]
+        ax_p.step([(t - t0) / 1e9 for t, _ in cumulative], [v for _, v in cumulative], where="post",
+                  color="tab:red")  # fmt: skip
+        ax_p.set_ylabel("preemptions (cum.)")
+        for ax in axes:
+            ax.axvline((first - t0) / 1e9, color="tab:red", linestyle="--", linewidth=1)
+        ax_p.annotate("first preemption seen", ((first - t0) / 1e9, 0), fontsize=7, color="tab:red")
+        ax_p.set_xlabel("time since first scrape (s)")
     for i, phase in enumerate(case.phases):
         start = (int(phase["start_ns"]) - t0) / 1e9
         end = (int(phase["end_ns"]) - t0) / 1e9
-        for ax in (ax_kv, ax_q):
+        for ax in axes:
             ax.axvspan(start, end, alpha=0.08 if i % 2 else 0.16, color="gray")
         ax_kv.text(start, 100, str(phase["phase"]), fontsize=7, va="top")
-    fig.suptitle(f"{case.name}: KV usage and queue (sampled every scrape; peaks are lower bounds)")
+    fig.suptitle(f"{case.name}: KV usage, queue, preemptions (sampled; peaks are lower bounds)")
     fig.tight_layout()
     fig.savefig(out, dpi=100)
     plt.close(fig)

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from analysis import plots
+from analysis import plots, preemption
 from analysis.checks import evaluate
 from analysis.load import load_run
 from analysis.markdown import render_markdown
@@ -38,6 +38,11 @@ def summarize(run_dir: Path) -> dict[str, Any]:
     plan = data.plan
     cases = {c.name: case_summary(c, plan.probe_phases, plan.compare_phases) for c in data.cases}
     verdicts = [v.to_dict() for v in evaluate(plan.checks, cases)]
+    extra = {}
+    if plan.scenario == "kv-preemption":
+        extra["preemption"] = preemption.section(
+            {"cases": cases}, [c.model_dump() for c in plan.checks]
+        )
     decided = [v for v in verdicts if v["passed"] is not None]
     return _clean(
         {
@@ -46,9 +51,10 @@ def summarize(run_dir: Path) -> dict[str, Any]:
             "run": {k: data.run.get(k) for k in ("command", "started_at", "status", "wall_s")},
             "params": plan.params,
             "sizing": plan.sizing,
-            "phases": [p.name for p in plan.phases],
+            "phases": plan.phase_names(),
             "cases": cases,
             "verdicts": verdicts,
+            **extra,
             "verdict_summary": {
                 "passed": sum(1 for v in decided if v["passed"]),
                 "failed": sum(1 for v in decided if not v["passed"]),

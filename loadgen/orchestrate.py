@@ -108,7 +108,7 @@ async def run_case(
         await asyncio.sleep(2 * plan.scrape_interval_s)
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
             with RecordWriter(cdir / REQUESTS_FILE) as writer:
-                for phase in plan.phases:
+                for phase in plan.phases_of(case):
                     requests = materialize(phase.workload, phase.name, plan.seed, plan.tokens)
                     if hooks.on_phase_start:
                         hooks.on_phase_start(case.name, phase.name, len(requests))

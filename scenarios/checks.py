@@ -66,6 +66,43 @@ class CapacityAtLeast(BaseModel):
     why: str = ""
 
 
+class PreemptionAsPredicted(BaseModel):
+    """Preemptions happen in ``phase`` exactly when the hand calculation predicts them.
+
+    With the case's real capacity (N blocks of B tokens), C requests of ``prompt_tokens`` +
+    ``output_tokens`` need C × ceil((prompt + output) / B) blocks at the end of decode;
+    predicted = that exceeds N. Passes when (Δ``num_preemptions`` > 0) == predicted.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    kind: Literal["preemption_as_predicted"] = "preemption_as_predicted"
+    case: str
+    phase: str
+    concurrency: int = Field(gt=0)
+    prompt_tokens: int = Field(gt=0)
+    output_tokens: int = Field(gt=0)
+
+
+class KVPeakMatchesWorkingSet(BaseModel):
+    """Where no preemption is predicted, the sampled KV-usage peak is within ``tolerance``
+    (a fraction, 0.05 = 5 points) of the final working set / capacity, in blocks."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    kind: Literal["kv_peak_matches_working_set"] = "kv_peak_matches_working_set"
+    case: str
+    phase: str
+    concurrency: int = Field(gt=0)
+    prompt_tokens: int = Field(gt=0)
+    output_tokens: int = Field(gt=0)
+    tolerance: float = Field(default=0.05, gt=0)
+
+
 Check = Annotated[
-    ProbeCache | HitRateCompare | LatencyRatio | CapacityAtLeast, Field(discriminator="kind")
+    ProbeCache
+    | HitRateCompare
+    | LatencyRatio
+    | CapacityAtLeast
+    | PreemptionAsPredicted
+    | KVPeakMatchesWorkingSet,
+    Field(discriminator="kind"),
 ]

@@ -17,6 +17,16 @@ from scenarios.workloads import TokenSpace, Workload
 from server.config import ServerConfig
 
 
+class PhaseSpec(BaseModel):
+    """A workload sent with an arrival pattern, then a settle wait (seconds) for counters."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: str = Field(pattern=r"^[A-Za-z0-9._-]+$")
+    workload: Workload
+    arrival: Arrival
+    settle_s: float = Field(default=1.0, ge=0)
+
+
 class CaseSpec(BaseModel):
     """One server configuration to run every phase against.
 
@@ -28,18 +38,10 @@ class CaseSpec(BaseModel):
     role: Literal["test", "control"] = "test"
     server: ServerConfig | None = None
     url: str | None = None
-    #: Server configuration shared with another case → reuse that case's start.
+    #: Human-readable description of the case (e.g. "cache 1GiB, 16 at once").
     label: str = ""
-
-
-class PhaseSpec(BaseModel):
-    """A workload sent with an arrival pattern, then a settle wait (seconds) for counters."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    name: str = Field(pattern=r"^[A-Za-z0-9._-]+$")
-    workload: Workload
-    arrival: Arrival
-    settle_s: float = Field(default=1.0, ge=0)
+    #: Phases of this case only; empty means the plan's shared ``phases``.
+    phases: tuple[PhaseSpec, ...] = ()
 
 
 class Plan(BaseModel):
@@ -63,6 +65,20 @@ class Plan(BaseModel):
     seed: int = 0
     tokens: TokenSpace = TokenSpace()
     scrape_interval_s: float = Field(default=0.25, gt=0)
+
+    def phases_of(self, case: CaseSpec) -> tuple[PhaseSpec, ...]:
+        """The phases ``case`` runs: its own if it declares any, else the shared ones."""
+        return case.phases or self.phases
+
+    def phase_names(self) -> list[str]:
+        """Every phase name in run order (shared phases, then per-case ones), no repeats."""
+        names: list[str] = []
+        for case in self.cases:
+            for phase in self.phases_of(case):
+                if phase.name not in names:
+                    names.append(phase.name)
+        return names
+
     #: Phases whose probe requests (first per prefix group) the report tabulates.
     probe_phases: tuple[str, ...] = ()
     #: (phase, baseline) pairs whose TTFT mean and p95 ratios the report shows.

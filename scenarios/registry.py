@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from scenarios.base import Scenario
+from scenarios.kv_preemption import KVPreemption
 from scenarios.prefix_eviction import PrefixEviction
 
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in (PrefixEviction(),)}
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (PrefixEviction(), KVPreemption())}
 
 
 def get_scenario(name: str) -> Scenario:

@@ -28,7 +28,8 @@ def test_registry_names_match_scenarios() -> None:
 
 
 def test_unknown_scenario_lists_the_known_ones() -> None:
-    with pytest.raises(KeyError, match="unknown scenario 'nope'; known: prefix-eviction"):
+    known = "known: kv-preemption, prefix-eviction"
+    with pytest.raises(KeyError, match=f"unknown scenario 'nope'; {known}"):
         get_scenario("nope")
 
 
@@ -37,7 +38,8 @@ def test_default_params_build_a_valid_plan(scenario: Scenario) -> None:
     plan = scenario.plan(params, NOMINAL)
     assert isinstance(plan, Plan)
     assert plan.scenario == scenario.name
-    assert plan.cases and plan.phases
+    assert plan.cases
+    assert all(plan.phases_of(case) for case in plan.cases)  # every case has phases to run
     # The sizing case is the first case, so its server's capacity sizes every case.
     assert plan.cases[0] == scenario.sizing_case(params)
 
@@ -51,7 +53,7 @@ def test_plan_round_trips_through_json(scenario: Scenario) -> None:
 def test_plan_is_internally_consistent(scenario: Scenario) -> None:
     plan = scenario.plan(scenario.Params(), NOMINAL)
     cases = [c.name for c in plan.cases]
-    phases = [p.name for p in plan.phases]
+    phases = plan.phase_names()
     assert len(set(cases)) == len(cases)
     assert len(set(phases)) == len(phases)
     for case in plan.cases:

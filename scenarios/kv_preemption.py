@@ -1,0 +1,179 @@
+"""kv-preemption: when does the KV cache run out mid-decode, and what does it cost?
+
+C requests sent at once, each a unique prompt (no shared prefix) and an exact output length.
+All prompts fit at the start; during decode every request grows by one token per step, and
+when C × (prompt + output) exceeds the capacity vLLM must preempt (recompute) requests. Cases
+are (cache size, C) pairs; cases with the same cache share one server start. The hand
+calculation (``analysis.preemption``) is made from each case's real capacity.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from loadgen.arrivals import AllAtOnce
+from scenarios.base import Scenario
+from scenarios.checks import KVPeakMatchesWorkingSet, PreemptionAsPredicted
+from scenarios.plan import CaseSpec, PhaseSpec, Plan
+from scenarios.workloads import TokenSpace, UniquePrompts
+from server.capacity import KVCapacity
+from server.config import ServerConfig
+from server.sizes import format_size, parse_size
+
+
+def parse_matrix(text: str) -> list[tuple[str, int]]:
+    """``"1GiB:8,1GiB:16,4GiB:16"`` → [("1GiB", 8), ("1GiB", 16), ("4GiB", 16)].
+
+    Raises:
+        ValueError: an item is not ``SIZE:C`` with a valid size and a positive integer C.
+    """
+    out = []
+    for item in (x.strip() for x in text.split(",") if x.strip()):
+        size, sep, conc = item.partition(":")
+        if not sep or not conc.strip().isdigit() or int(conc) <= 0:
+            raise ValueError(f"case {item!r}: expected SIZE:CONCURRENCY, e.g. 1GiB:16")
+        parse_size(size.strip())
+        out.append((size.strip(), int(conc)))
+    if not out:
+        raise ValueError("no case given")
+    return out
+
+
+class KVPreemptionParams(BaseModel):
+    """Knobs of kv-preemption (each becomes a ``--flag``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cases: str = Field(
+        default="1GiB:8,1GiB:16,4GiB:16",
+        description="Cases as SIZE:CONCURRENCY pairs (KV cache bytes: 1GiB = 2^30).",
+    )
+    cache: str | None = Field(
+        default=None, description="Comma-separated cache sizes; with --concurrency, the product."
+    )
+    concurrency: str | None = Field(
+        default=None, description="Comma-separated concurrencies; with --cache, the product."
+    )
+    url: str | None = Field(
+        default=None, description="Attach to this running server (cache sizes are ignored)."
+    )
+    prompt_tokens: int = Field(default=1024, gt=0, description="Prompt length (tokens), unique.")
+    output_tokens: int = Field(default=512, gt=0, description="Output length (tokens), exact.")
+    settle_s: float = Field(default=1.0, ge=0, description="Wait after the burst (s).")
+    scrape_interval_s: float = Field(default=0.25, gt=0, description="/metrics period (s).")
+    max_model_len: int = Field(default=2048, gt=0, description="Server context (tokens).")
+    enforce_eager: bool = Field(default=True, description="Start vLLM without torch.compile.")
+    model: str | None = Field(default=None, description="Model dir; default: embedded model.")
+    seed: int = Field(default=0, description="Seed of all prompt tokens.")
+    token_id_high: int = Field(default=4000, gt=10, description="Prompt token IDs below this.")
+    kv_peak_tolerance: float = Field(
+        default=0.05, gt=0, description="KV peak vs predicted working set (fraction)."
+    )
+
+    @field_validator("cases")
+    @classmethod
+    def _cases(cls, value: str) -> str:
+        parse_matrix(value)
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> KVPreemptionParams:
+        if self.prompt_tokens + self.output_tokens > self.max_model_len:
+            raise ValueError(
+                f"prompt ({self.prompt_tokens}) + output ({self.output_tokens}) tokens exceed "
+                f"max_model_len {self.max_model_len}"
+            )
+        if self.settle_s < 2 * self.scrape_interval_s:
+            raise ValueError("settle_s must be at least two scrape intervals")
+        self.matrix()  # validates --cache/--concurrency lists
+        return self
+
+    def matrix(self) -> list[tuple[str, int]]:
+        """The (cache size, concurrency) cases in run order (same sizes adjacent)."""
+        if self.cache is None and self.concurrency is None:
+            pairs = parse_matrix(self.cases)
+        else:
+            sizes = (self.cache or "1GiB").split(",")
+            concs = (self.concurrency or "16").split(",")
+            pairs = parse_matrix(",".join(f"{s}:{c}" for s in sizes for c in concs))
+        order = {size: i for i, (size, _) in reversed(list(enumerate(pairs)))}
+        return sorted(pairs, key=lambda p: order[p[0]])  # stable: keeps C order within a size
+
+
+class KVPreemption(Scenario):
+    name: ClassVar[str] = "kv-preemption"
+    summary: ClassVar[str] = (
+        "C long requests at once: does the KV cache run out mid-decode, as the hand "
+        "calculation from the real capacity predicts, and what does preemption cost?"
+    )
+    Params: ClassVar[type[BaseModel]] = KVPreemptionParams
+
+    def _case(self, p: KVPreemptionParams, size: str, conc: int) -> CaseSpec:
+        phase = PhaseSpec(
+            name=f"c{conc}",
+            workload=UniquePrompts(
+                prompt_tokens=p.prompt_tokens, requests=conc, output_tokens=p.output_tokens
+            ),
+            arrival=AllAtOnce(),
+            settle_s=p.settle_s,
+        )
+        if p.url:
+            return CaseSpec(
+                name=f"attached-c{conc}", url=p.url, label=f"{conc} at once", phases=(phase,)
+            )
+        cache = parse_size(size)
+        return CaseSpec(
+            name=f"{format_size(cache)}-c{conc}",
+            server=ServerConfig(
+                model=p.model,
+                kv_cache_bytes=cache,
+                max_model_len=p.max_model_len,
+                enforce_eager=p.enforce_eager,
+                # Room for every request at once, so the cache (not max_num_seqs) is the limit.
+                max_num_seqs=max(conc, 16),
+            ),
+            label=f"cache {format_size(cache)}, {conc} at once",
+            phases=(phase,),
+        )
+
+    def sizing_case(self, params: BaseModel) -> CaseSpec:
+        p = KVPreemptionParams.model_validate(params.model_dump())
+        size, conc = p.matrix()[0]
+        return self._case(p, size, conc)
+
+    def plan(self, params: BaseModel, capacity: KVCapacity) -> Plan:
+        p = KVPreemptionParams.model_validate(params.model_dump())
+        pairs = p.matrix()
+        cases = [self._case(p, size, conc) for size, conc in pairs]
+        if len({c.name for c in cases}) != len(cases):
+            raise ValueError("duplicate cases in the matrix")
+        checks: list[object] = []
+        for case, (_, conc) in zip(cases, pairs, strict=True):
+            shape = {
+                "case": case.name,
+                "phase": f"c{conc}",
+                "concurrency": conc,
+                "prompt_tokens": p.prompt_tokens,
+                "output_tokens": p.output_tokens,
+            }
+            checks.append(PreemptionAsPredicted(**shape))
+            checks.append(KVPeakMatchesWorkingSet(**shape, tolerance=p.kv_peak_tolerance))
+        return Plan(
+            scenario=self.name,
+            description=self.summary,
+            params=p.model_dump(),
+            sizing={
+                "prompt_tokens": p.prompt_tokens,
+                "output_tokens": p.output_tokens,
+                "matrix": [f"{s}:{c}" for s, c in pairs],
+                "first_case_capacity_tokens": capacity.tokens,
+            },
+            cases=tuple(cases),
+            phases=(),
+            checks=tuple(checks),  # type: ignore[arg-type]
+            seed=p.seed,
+            tokens=TokenSpace(high=p.token_id_high),
+            scrape_interval_s=p.scrape_interval_s,
+        )
