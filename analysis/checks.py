@@ -10,9 +10,11 @@ from analysis.preemption import hand_calculation
 from scenarios.checks import (
     CapacityAtLeast,
     Check,
+    DisconnectFreesServer,
     HitRateCompare,
     KVPeakMatchesWorkingSet,
     LatencyRatio,
+    OrphansRunOn,
     PreemptionAsPredicted,
     ProbeCache,
 )
@@ -120,6 +122,42 @@ def _kv_peak(check: KVPeakMatchesWorkingSet, case: dict[str, Any]) -> Verdict:
     return Verdict(check.case, name, abs(peak - expected) <= check.tolerance, detail)
 
 
+def _disconnect_row(check: Any, case: dict[str, Any]) -> dict[str, Any] | None:
+    rows = [r for r in case.get("disconnects", []) if r["phase"] == check.phase]
+    return rows[0] if rows else None
+
+
+def _frees(check: DisconnectFreesServer, case: dict[str, Any]) -> Verdict:
+    row = _disconnect_row(check, case)
+    name = f"server freed within {check.within_s} s of the last disconnect"
+    if row is None or row["time_to_free_s"] is None or row["wasted_fraction"] is None:
+        detail = "no disconnect recorded" if row is None else "server never seen free"
+        return Verdict(check.case, name, None if row is None else False, detail)
+    ok = (
+        row["time_to_free_s"] <= check.within_s
+        and row["wasted_fraction"] <= check.max_wasted_fraction
+    )
+    detail = (
+        f"running back after {row['time_to_free_s']:.2f} s (sampled); wasted "
+        f"{row['wasted_tokens']:.0f} of a {row['orphan_budget_tokens']} token orphan budget "
+        f"({row['wasted_fraction']:.1%}, limit {check.max_wasted_fraction:.0%})"
+    )
+    return Verdict(check.case, name, ok, detail)
+
+
+def _orphans(check: OrphansRunOn, case: dict[str, Any]) -> Verdict:
+    row = _disconnect_row(check, case)
+    name = "orphaned requests run on after the disconnect"
+    if row is None or row["wasted_fraction"] is None:
+        return Verdict(check.case, name, None, "no disconnect recorded")
+    detail = (
+        f"wasted {row['wasted_tokens']:.0f} of a {row['orphan_budget_tokens']} token orphan "
+        f"budget ({row['wasted_fraction']:.1%}, expected ≥ {check.min_wasted_fraction:.0%}); "
+        f"zombie time {row['zombie_s']:.1f} s"
+    )
+    return Verdict(check.case, name, row["wasted_fraction"] >= check.min_wasted_fraction, detail)
+
+
 _EVALUATORS: dict[type, Callable[[Any, dict[str, Any]], Verdict]] = {
     ProbeCache: _probe,
     HitRateCompare: _hit_rate,
@@ -127,6 +165,8 @@ _EVALUATORS: dict[type, Callable[[Any, dict[str, Any]], Verdict]] = {
     CapacityAtLeast: _capacity,
     PreemptionAsPredicted: _preemption,
     KVPeakMatchesWorkingSet: _kv_peak,
+    DisconnectFreesServer: _frees,
+    OrphansRunOn: _orphans,
 }
 
 

@@ -13,6 +13,10 @@ def _f(x: Any, digits: int = 1) -> str:
     return str(x)
 
 
+def _pct(fraction: float | None) -> str:
+    return _f(fraction * 100 if fraction is not None else None)
+
+
 def _table(headers: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
@@ -150,6 +154,47 @@ def _preemption_section(section: dict[str, Any]) -> list[str]:
     return out
 
 
+def _disconnect_section(rows: list[dict[str, Any]]) -> list[str]:
+    table = [
+        [
+            r["case"], str(r["requests"]), str(r["disconnected"]),
+            ",".join(str(x) for x in r["received_tokens_at_disconnect"]),
+            _f(r["running_after_last_disconnect"], 0), _f(r["time_to_free_s"], 2),
+            _f(r["wasted_tokens"], 0), str(r["orphan_budget_tokens"]),
+            _pct(r["wasted_fraction"]), _f(r["zombie_s"], 2), _pct(r["kv_after_last_disconnect"]),
+            _f(r["kv_release_s"], 2),
+        ]
+        for r in rows
+    ]  # fmt: skip
+    return [
+        "## Disconnects",
+        "",
+        _table(
+            [
+                "case",
+                "requests",
+                "disconnected",
+                "tokens at disconnect",
+                "running just after",
+                "time to free s",
+                "wasted tokens",
+                "orphan budget",
+                "wasted %",
+                "zombie s",
+                "KV % just after",
+                "KV release s",
+            ],
+            table,
+        ),
+        "",
+        "'Just after' = the first scrape after the last disconnect. "
+        "Time to free and KV release are read from scrapes (upper bounds at the scrape "
+        "period's resolution). Wasted tokens = Δgeneration_tokens − tokens the clients "
+        "received; the orphan budget is what the abandoned requests had left to generate.",
+        "",
+    ]
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     """The whole report as Markdown."""
     out: list[str] = [f"# {report['scenario']}", "", report["description"], ""]
@@ -207,6 +252,9 @@ def render_markdown(report: dict[str, Any]) -> str:
                 "",
             ]
         out += [f"Lifetime hit rate at the end of the case: {_f(case['lifetime_hit_rate'], 3)}", ""]
+    rows = [r for case in report["cases"].values() for r in case.get("disconnects", [])]
+    if rows:
+        out += _disconnect_section(rows)
     if report.get("preemption"):
         out += _preemption_section(report["preemption"])
     out += ["## Verdicts", ""]

@@ -99,6 +99,11 @@ def timeline(case: CaseData, out: Path) -> Path:
             ax.axvline((first - t0) / 1e9, color="tab:red", linestyle="--", linewidth=1)
         ax_p.annotate("first preemption seen", ((first - t0) / 1e9, 0), fontsize=7, color="tab:red")
         ax_p.set_xlabel("time since first scrape (s)")
+    cuts = [int(r["disconnect_ns"]) for r in case.records if r.get("disconnect_ns")]
+    if cuts:
+        for ax in axes:
+            ax.axvline((max(cuts) - t0) / 1e9, color="black", linestyle=":", linewidth=1)
+        ax_q.annotate("last disconnect", ((max(cuts) - t0) / 1e9, 0), fontsize=7)
     for i, phase in enumerate(case.phases):
         start = (int(phase["start_ns"]) - t0) / 1e9
         end = (int(phase["end_ns"]) - t0) / 1e9

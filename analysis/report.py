@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from analysis import plots, preemption
+from analysis import disconnects, plots, preemption
 from analysis.checks import evaluate
 from analysis.load import load_run
 from analysis.markdown import render_markdown
@@ -37,6 +37,11 @@ def summarize(run_dir: Path) -> dict[str, Any]:
     data = load_run(run_dir)
     plan = data.plan
     cases = {c.name: case_summary(c, plan.probe_phases, plan.compare_phases) for c in data.cases}
+    disconnect_rows = disconnects.section(data.cases)["rows"]
+    for spec in plan.cases:
+        cases[spec.name]["label"] = spec.label
+        cases[spec.name]["planned_phases"] = [p.name for p in plan.phases_of(spec)]
+        cases[spec.name]["disconnects"] = [r for r in disconnect_rows if r["case"] == spec.name]
     verdicts = [v.to_dict() for v in evaluate(plan.checks, cases)]
     extra = {}
     if plan.scenario == "kv-preemption":

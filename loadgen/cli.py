@@ -187,12 +187,11 @@ def _print_summary(report: dict[str, Any], console: Any) -> None:
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 def report(run_dir: Path) -> None:
     """Rebuild the report of RUN_DIR from its raw files (and re-seal its manifest)."""
-    from rich.console import Console
-
+    from loadgen.progress import make_console
     from loadgen.rundir import RUN_FILE, read_json
 
     info = read_json(run_dir / RUN_FILE) if (run_dir / RUN_FILE).exists() else {}
-    console = Console(stderr=True)
+    console = make_console()
     result = _finalize(
         run_dir, str(info.get("status", "unknown")), list(info.get("command", [])), console
     )

@@ -10,19 +10,23 @@ marked failed; the run goes on to the next case and ends with status ``failed``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
+import httpx
 
 from loadgen.client import Target
 from loadgen.clock import Clock, MonotonicClock
+from loadgen.gateway_process import running_gateway_process
 from loadgen.phase import run_phase
 from loadgen.records import RecordWriter, RequestRecord
 from loadgen.rundir import (
     CASE_FILE,
+    GATEWAY_LOG,
     PHASES_FILE,
     PLAN_FILE,
     REQUESTS_FILE,
@@ -31,6 +35,7 @@ from loadgen.rundir import (
     case_dir,
     write_json,
 )
+from metrics.probe import read_gauge, wait_for_gauge_at_most
 from metrics.scraper import ScraperProcess
 from scenarios.plan import CaseSpec, Plan
 from scenarios.workloads import materialize
@@ -100,7 +105,17 @@ async def run_case(
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     scraper = ScraperProcess(server.url, cdir, plan.scrape_interval_s)
     scraper.start()
+    stack = contextlib.AsyncExitStack()
     try:
+        if case.gateway is not None:
+            gateway_url = await stack.enter_async_context(
+                running_gateway_process(
+                    server.url,
+                    cdir / GATEWAY_LOG,
+                    propagate_cancellation=case.gateway.propagate_cancellation,
+                )
+            )
+            target = Target(gateway_url, server.model_name)
         if not await asyncio.to_thread(scraper.wait_first_scrape):
             # Without samples no counter delta can be computed: fail before sending load.
             raise RuntimeError(f"the /metrics scraper recorded nothing from {server.url}")
@@ -110,6 +125,12 @@ async def run_case(
             with RecordWriter(cdir / REQUESTS_FILE) as writer:
                 for phase in plan.phases_of(case):
                     requests = materialize(phase.workload, phase.name, plan.seed, plan.tokens)
+                    running_before = None
+                    if phase.settle_until_idle_s > 0:
+                        async with httpx.AsyncClient(timeout=5.0) as probe:
+                            running_before = await read_gauge(
+                                probe, server.url, "num_requests_running"
+                            )
                     if hooks.on_phase_start:
                         hooks.on_phase_start(case.name, phase.name, len(requests))
 
@@ -131,7 +152,19 @@ async def run_case(
                         clock=clock,
                         on_done=done,
                     )
-                    await clock.sleep_until_ns(timing.last_end_ns + int(phase.settle_s * 1e9))
+                    idle = None
+                    if running_before is not None:
+                        # Orphaned work outlives the clients: wait for the server to finish it.
+                        idle = await wait_for_gauge_at_most(
+                            server.url,
+                            "num_requests_running",
+                            running_before,
+                            phase.settle_until_idle_s,
+                        )
+                    now = clock.now_ns()
+                    await clock.sleep_until_ns(
+                        max(now, timing.last_end_ns) + int(phase.settle_s * 1e9)
+                    )
                     append_jsonl(
                         cdir / PHASES_FILE,
                         {
@@ -144,6 +177,7 @@ async def run_case(
                             "loop_lag_max_ms": timing.loop_lag_max_ms,
                             "loop_lag_p99_ms": timing.loop_lag_p99_ms,
                             "late_sends": timing.late_sends,
+                            "server_idle_after": idle,
                         },
                     )
                     if hooks.on_phase_end:
@@ -160,6 +194,7 @@ async def run_case(
         outcome.status = "failed"
         outcome.error = f"{type(exc).__name__}: {exc}"
     finally:
+        await stack.aclose()
         await asyncio.to_thread(scraper.stop)
         write_json(
             cdir / CASE_FILE,

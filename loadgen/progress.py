@@ -22,13 +22,19 @@ from scenarios.plan import CaseSpec
 from server.manager import RunningServer
 
 
+def make_console() -> Console:
+    """A stderr console; 160 columns when not a terminal (logs, CI) so tables stay readable."""
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        console.width = 160
+    return console
+
+
 class RichProgress:
     """Builds :class:`RunHooks` that draw on ``console`` (stderr by default)."""
 
     def __init__(self, console: Console | None = None) -> None:
-        self.console = console or Console(stderr=True)
-        if not self.console.is_terminal:
-            self.console.width = 160  # logs and CI: do not squeeze the summary tables to 80
+        self.console = console or make_console()
         self._status: Status | None = None
         self._progress: Progress | None = None
         self._task: int | None = None

@@ -97,12 +97,42 @@ class KVPeakMatchesWorkingSet(BaseModel):
     tolerance: float = Field(default=0.05, gt=0)
 
 
+class DisconnectFreesServer(BaseModel):
+    """After the last client disconnect, the server drops the abandoned requests.
+
+    Passes when ``num_requests_running`` is back to (baseline + requests still open at the
+    client) within ``within_s`` seconds of the last disconnect, and the generation tokens no
+    client received are at most ``max_wasted_fraction`` of what the abandoned requests would
+    have generated had they run to completion.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    kind: Literal["disconnect_frees_server"] = "disconnect_frees_server"
+    case: str
+    phase: str
+    within_s: float = Field(default=1.0, gt=0)
+    max_wasted_fraction: float = Field(default=0.1, ge=0)
+
+
+class OrphansRunOn(BaseModel):
+    """The abandoned requests keep running (a proxy that swallows disconnects): at least
+    ``min_wasted_fraction`` of their remaining tokens are generated for nobody."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    kind: Literal["orphans_run_on"] = "orphans_run_on"
+    case: str
+    phase: str
+    min_wasted_fraction: float = Field(default=0.8, ge=0)
+
+
 Check = Annotated[
     ProbeCache
     | HitRateCompare
     | LatencyRatio
     | CapacityAtLeast
     | PreemptionAsPredicted
-    | KVPeakMatchesWorkingSet,
+    | KVPeakMatchesWorkingSet
+    | DisconnectFreesServer
+    | OrphansRunOn,
     Field(discriminator="kind"),
 ]

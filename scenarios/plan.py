@@ -18,13 +18,26 @@ from server.config import ServerConfig
 
 
 class PhaseSpec(BaseModel):
-    """A workload sent with an arrival pattern, then a settle wait (seconds) for counters."""
+    """A workload sent with an arrival pattern, then a settle wait (seconds) for counters.
+
+    ``settle_until_idle_s`` > 0 first waits (up to that many seconds) until the server's
+    ``num_requests_running`` is back to its value before the phase — for work the server keeps
+    doing after the clients are gone (orphaned requests).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     name: str = Field(pattern=r"^[A-Za-z0-9._-]+$")
     workload: Workload
     arrival: Arrival
     settle_s: float = Field(default=1.0, ge=0)
+    settle_until_idle_s: float = Field(default=0.0, ge=0)
+
+
+class GatewaySpec(BaseModel):
+    """Send the case's requests through the project's gateway (its own process)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    propagate_cancellation: bool = True
 
 
 class CaseSpec(BaseModel):
@@ -40,6 +53,8 @@ class CaseSpec(BaseModel):
     url: str | None = None
     #: Human-readable description of the case (e.g. "cache 1GiB, 16 at once").
     label: str = ""
+    #: Route requests through a gateway in front of the server.
+    gateway: GatewaySpec | None = None
     #: Phases of this case only; empty means the plan's shared ``phases``.
     phases: tuple[PhaseSpec, ...] = ()
 

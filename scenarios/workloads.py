@@ -45,7 +45,12 @@ class AnchoredPrompts(BaseModel):
 
 
 class UniquePrompts(BaseModel):
-    """Requests whose prompts share nothing with any other request (no prefix reuse)."""
+    """Requests whose prompts share nothing with any other request (no prefix reuse).
+
+    With ``disconnect_after_tokens``, a ``disconnect_fraction`` of the requests (spread evenly:
+    request i disconnects when floor((i+1)·f) > floor(i·f)) close their connection after
+    receiving that many tokens.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     kind: Literal["unique"] = "unique"
@@ -53,6 +58,12 @@ class UniquePrompts(BaseModel):
     requests: int = Field(gt=0)
     output_tokens: int = Field(gt=0)
     disconnect_after_tokens: int | None = Field(default=None, gt=0)
+    disconnect_fraction: float = Field(default=1.0, ge=0, le=1)
+
+    def disconnects(self, i: int) -> bool:
+        """Whether request ``i`` disconnects early."""
+        f = self.disconnect_fraction
+        return self.disconnect_after_tokens is not None and int((i + 1) * f) > int(i * f)
 
 
 Workload = Annotated[AnchoredPrompts | UniquePrompts, Field(discriminator="kind")]
@@ -94,7 +105,9 @@ def materialize(
                     seed, f"{phase}/unique/{i}", workload.prompt_tokens, space
                 ),
                 max_tokens=workload.output_tokens,
-                disconnect_after_tokens=workload.disconnect_after_tokens,
+                disconnect_after_tokens=(
+                    workload.disconnect_after_tokens if workload.disconnects(i) else None
+                ),
             )
         )
     return out

@@ -1,0 +1,61 @@
+"""Running the gateway in its own process in front of a case's server.
+
+A separate process, so the proxy's work never runs on the event loop that timestamps tokens;
+its log goes to the case directory, and it is always stopped (SIGTERM, then SIGKILL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+
+from server.process import spawn_group, stop_group
+
+_READY_PREFIX = "gateway listening on "
+
+
+@contextlib.asynccontextmanager
+async def running_gateway_process(
+    upstream: str, log_path: Path, *, propagate_cancellation: bool, timeout_s: float = 30.0
+) -> AsyncIterator[str]:
+    """Start ``python -m gateway.cli`` for ``upstream`` on a free loopback port; yield its URL.
+
+    Raises:
+        RuntimeError: the gateway did not report its URL and answer ``/health`` in time; the
+            message quotes its log.
+    """
+    argv = [sys.executable, "-m", "gateway.cli", "--upstream", upstream, "--port", "0"]
+    if not propagate_cancellation:
+        argv.append("--no-propagate-cancellation")
+    proc: subprocess.Popen[bytes] = spawn_group(argv, log_path, dict(os.environ))
+    try:
+        url = await _wait_ready(proc, log_path, timeout_s)
+        yield url
+    finally:
+        await asyncio.shield(asyncio.to_thread(stop_group, proc.pid, 5.0, proc.poll))
+
+
+async def _wait_ready(proc: subprocess.Popen[bytes], log_path: Path, timeout_s: float) -> str:
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient(timeout=1.0) as client:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                break
+            text = log_path.read_text(errors="replace") if log_path.exists() else ""
+            for line in text.splitlines():
+                if line.startswith(_READY_PREFIX):
+                    url = line[len(_READY_PREFIX) :].split(" ", 1)[0]
+                    with contextlib.suppress(httpx.HTTPError):
+                        if (await client.get(f"{url}/health")).status_code == 200:
+                            return url
+            await asyncio.sleep(0.1)
+    log = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
+    raise RuntimeError(f"the gateway did not become ready within {timeout_s:.0f} s:\n{log}")

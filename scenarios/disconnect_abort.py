@@ -1,0 +1,181 @@
+"""disconnect-abort: does a client disconnect free the server, directly and through a proxy?
+
+Streaming requests with long outputs; the client closes the connection after a few tokens.
+Paths (cases, one shared vLLM start): directly to vLLM; through the gateway; through the
+gateway with cancellation propagation off (the misbehaving proxy). Expected: with propagation
+the running count is back within about a second and few tokens are wasted; without it the
+orphaned requests run to completion, generating for nobody.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from loadgen.arrivals import AllAtOnce
+from scenarios.base import Scenario
+from scenarios.checks import DisconnectFreesServer, OrphansRunOn
+from scenarios.plan import CaseSpec, GatewaySpec, PhaseSpec, Plan
+from scenarios.workloads import TokenSpace, UniquePrompts
+from server.capacity import KVCapacity
+from server.config import ServerConfig
+from server.sizes import parse_size
+
+PATHS: dict[str, GatewaySpec | None] = {
+    "direct": None,
+    "gateway": GatewaySpec(propagate_cancellation=True),
+    "broken-proxy": GatewaySpec(propagate_cancellation=False),
+}
+
+
+class DisconnectAbortParams(BaseModel):
+    """Knobs of disconnect-abort (each becomes a ``--flag``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    paths: str = Field(
+        default="direct,gateway,broken-proxy", description=f"Cases, from: {', '.join(PATHS)}."
+    )
+    cache: str = Field(default="1GiB", description="KV cache size (1GiB = 2^30 bytes).")
+    url: str | None = Field(default=None, description="Attach to this running server.")
+    requests: int = Field(default=8, gt=0, description="Streaming requests, all sent at once.")
+    prompt_tokens: int = Field(default=256, gt=0, description="Prompt length (tokens), unique.")
+    output_tokens: int = Field(default=512, gt=1, description="Requested output tokens.")
+    disconnect_after_tokens: int = Field(
+        default=32, gt=0, description="Client disconnects after receiving this many tokens."
+    )
+    disconnect_fraction: float = Field(
+        default=1.0, gt=0, le=1, description="Fraction of requests that disconnect."
+    )
+    free_within_s: float = Field(
+        default=1.0, gt=0, description="Seconds allowed from last disconnect to a free server."
+    )
+    max_wasted_fraction: float = Field(
+        default=0.1, ge=0, description="Wasted tokens allowed (fraction of the orphan budget)."
+    )
+    orphan_min_wasted_fraction: float = Field(
+        default=0.8, ge=0, description="Broken proxy: wasted fraction that shows orphans ran on."
+    )
+    idle_timeout_s: float = Field(
+        default=300.0, gt=0, description="Max wait for orphaned work to finish (s)."
+    )
+    settle_s: float = Field(default=1.0, ge=0, description="Wait after each phase (s).")
+    scrape_interval_s: float = Field(default=0.25, gt=0, description="/metrics period (s).")
+    max_model_len: int = Field(default=2048, gt=0, description="Server context (tokens).")
+    enforce_eager: bool = Field(default=True, description="Start vLLM without torch.compile.")
+    model: str | None = Field(default=None, description="Model dir; default: embedded model.")
+    seed: int = Field(default=0, description="Seed of all prompt tokens.")
+    token_id_high: int = Field(default=4000, gt=10, description="Prompt token IDs below this.")
+
+    @field_validator("paths")
+    @classmethod
+    def _paths(cls, value: str) -> str:
+        names = [p.strip() for p in value.split(",") if p.strip()]
+        unknown = [p for p in names if p not in PATHS]
+        if unknown or not names:
+            raise ValueError(f"unknown path(s) {unknown}; choose from {', '.join(PATHS)}")
+        return ",".join(names)
+
+    @field_validator("cache")
+    @classmethod
+    def _cache(cls, value: str) -> str:
+        parse_size(value)
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DisconnectAbortParams:
+        if self.prompt_tokens + self.output_tokens > self.max_model_len:
+            raise ValueError("prompt + output tokens exceed max_model_len")
+        if self.disconnect_after_tokens >= self.output_tokens:
+            raise ValueError("disconnect_after_tokens must be below output_tokens")
+        if self.settle_s < 2 * self.scrape_interval_s:
+            raise ValueError("settle_s must be at least two scrape intervals")
+        return self
+
+
+class DisconnectAbort(Scenario):
+    name: ClassVar[str] = "disconnect-abort"
+    summary: ClassVar[str] = (
+        "Clients disconnect mid-stream: directly, through the gateway, and through a proxy "
+        "that swallows disconnects. How fast is the server free, and how much is wasted?"
+    )
+    Params: ClassVar[type[BaseModel]] = DisconnectAbortParams
+
+    def _case(self, p: DisconnectAbortParams, path: str) -> CaseSpec:
+        phase = PhaseSpec(
+            name=f"abort-{path}",
+            workload=UniquePrompts(
+                prompt_tokens=p.prompt_tokens,
+                requests=p.requests,
+                output_tokens=p.output_tokens,
+                disconnect_after_tokens=p.disconnect_after_tokens,
+                disconnect_fraction=p.disconnect_fraction,
+            ),
+            arrival=AllAtOnce(),
+            settle_s=p.settle_s,
+            settle_until_idle_s=p.idle_timeout_s,
+        )
+        server = None
+        if not p.url:
+            server = ServerConfig(
+                model=p.model,
+                kv_cache_bytes=parse_size(p.cache),
+                max_model_len=p.max_model_len,
+                enforce_eager=p.enforce_eager,
+            )
+        return CaseSpec(
+            name=path,
+            server=server,
+            url=p.url,
+            gateway=PATHS[path],
+            label={"direct": "client → vLLM", "gateway": "client → gateway → vLLM",
+                   "broken-proxy": "client → gateway (no cancellation) → vLLM"}[path],
+            phases=(phase,),
+        )  # fmt: skip
+
+    def sizing_case(self, params: BaseModel) -> CaseSpec:
+        p = DisconnectAbortParams.model_validate(params.model_dump())
+        return self._case(p, p.paths.split(",")[0])
+
+    def plan(self, params: BaseModel, capacity: KVCapacity) -> Plan:
+        p = DisconnectAbortParams.model_validate(params.model_dump())
+        cases = [self._case(p, path) for path in p.paths.split(",")]
+        checks: list[object] = []
+        for case in cases:
+            phase = case.phases[0].name
+            if case.gateway is not None and not case.gateway.propagate_cancellation:
+                checks.append(
+                    OrphansRunOn(
+                        case=case.name,
+                        phase=phase,
+                        min_wasted_fraction=p.orphan_min_wasted_fraction,
+                    )
+                )
+            else:
+                checks.append(
+                    DisconnectFreesServer(
+                        case=case.name,
+                        phase=phase,
+                        within_s=p.free_within_s,
+                        max_wasted_fraction=p.max_wasted_fraction,
+                    )
+                )
+        return Plan(
+            scenario=self.name,
+            description=self.summary,
+            params=p.model_dump(),
+            sizing={
+                "capacity_tokens": capacity.tokens,
+                "requests": p.requests,
+                "orphan_token_budget": p.requests
+                * p.disconnect_fraction
+                * (p.output_tokens - p.disconnect_after_tokens),
+            },
+            cases=tuple(cases),
+            phases=(),
+            checks=tuple(checks),  # type: ignore[arg-type]
+            seed=p.seed,
+            tokens=TokenSpace(high=p.token_id_high),
+            scrape_interval_s=p.scrape_interval_s,
+        )
