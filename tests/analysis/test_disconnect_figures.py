@@ -1,0 +1,85 @@
+"""Time to free, wasted tokens and zombie time, computed from hand-made records and samples."""
+
+from __future__ import annotations
+
+import pytest
+
+from analysis.disconnects import disconnect_summary
+from analysis.load import CaseData
+from metrics.samples import Sample
+
+S = 1_000_000_000  # ns per s
+M = (("model_name", "m"),)
+
+
+def _record(i: int, sent: int, tokens: int, max_tokens: int, disconnect: int | None) -> dict:
+    chunks = [sent + (k + 1) * S // 10 for k in range(tokens)]
+    return {
+        "request_id": f"r{i}", "phase": "abort", "sent_ns": sent, "chunk_ns": chunks,
+        "chunk_tokens": [1] * tokens, "max_tokens": max_tokens, "disconnect_ns": disconnect,
+        "end_ns": disconnect or chunks[-1], "status": "aborted" if disconnect else "ok",
+    }  # fmt: skip
+
+
+def _case(running: list[float], generated: list[float], records: list[dict]) -> CaseData:
+    """Samples every 0.5 s from t = 0; the phase runs from 1 s to 6 s."""
+    samples = []
+    for k, (run, gen) in enumerate(zip(running, generated, strict=True)):
+        t = k * S // 2
+        samples += [
+            Sample(t, "num_requests_running", M, run),
+            Sample(t, "generation_tokens", M, gen),
+            Sample(t, "kv_cache_usage_perc", M, 0.1 * run),
+        ]
+    return CaseData("c", {}, records, [], samples, [])
+
+
+PHASE = {"phase": "abort", "start_ns": 1 * S, "last_end_ns": 2 * S, "end_ns": 6 * S}
+
+
+def test_a_propagated_disconnect_frees_the_server_at_the_next_scrape() -> None:
+    # Two requests sent at 1.0 s, each receives 5 tokens (by 1.5 s) and disconnects at 1.6 s.
+    records = [_record(i, 1 * S, 5, 100, 16 * S // 10) for i in range(2)]
+    #             t=0  0.5  1.0  1.5  2.0  2.5 ... 6.0
+    running = [0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+    generated = [0, 0, 0, 10, 12, 12, 12, 12, 12, 12, 12, 12, 12]
+    row = disconnect_summary(_case(running, generated, records), PHASE)
+    assert row is not None
+    assert row["time_to_free_s"] == pytest.approx(0.4)  # scrape at 2.0 s − disconnect at 1.6 s
+    assert row["received_tokens"] == 10
+    assert row["wasted_tokens"] == 2  # Δgenerated 12 − received 10
+    assert row["orphan_budget_tokens"] == 190  # 2 × (100 − 5)
+    assert row["zombie_s"] == 0.0
+    assert row["running_after_last_disconnect"] == 0
+
+
+def test_orphans_that_run_on_are_wasted_tokens_and_zombie_time() -> None:
+    records = [_record(i, 1 * S, 5, 100, 16 * S // 10) for i in range(2)]
+    running = [0, 0, 0, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0]  # busy until 4.5 s
+    generated = [0, 0, 0, 10, 40, 80, 120, 160, 190, 200, 200, 200, 200]
+    row = disconnect_summary(_case(running, generated, records), PHASE)
+    assert row is not None
+    assert row["time_to_free_s"] == pytest.approx(2.9)  # 4.5 − 1.6
+    assert row["wasted_tokens"] == 190  # 200 − 10: every remaining token generated for nobody
+    assert row["wasted_fraction"] == pytest.approx(1.0)
+    # Running > 0 with no client open: from the 2.0 s scrape until the 4.5 s one.
+    assert row["zombie_s"] == pytest.approx(2.5)
+    assert row["kv_release_s"] == pytest.approx(2.9)
+
+
+def test_requests_still_open_at_the_client_are_not_counted_as_orphans() -> None:
+    # One request disconnects at 1.6 s, the other stays connected until its 20 tokens (3.0 s).
+    records = [_record(0, 1 * S, 5, 100, 16 * S // 10), _record(1, 1 * S, 20, 20, None)]
+    running = [0, 0, 0, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0]
+    generated = [0, 0, 0, 10, 15, 20, 25, 25, 25, 25, 25, 25, 25]
+    row = disconnect_summary(_case(running, generated, records), PHASE)
+    assert row is not None
+    assert row["disconnected"] == 1
+    assert row["time_to_free_s"] == pytest.approx(0.4)  # 1 running = 1 client still open
+    assert row["wasted_tokens"] == 0  # 25 generated, 5 + 20 received
+    assert row["orphan_budget_tokens"] == 95
+
+
+def test_no_disconnect_gives_no_row() -> None:
+    records = [_record(0, 1 * S, 5, 5, None)]
+    assert disconnect_summary(_case([0] * 13, [0] * 13, records), PHASE) is None
