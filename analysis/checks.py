@@ -8,6 +8,7 @@ from typing import Any
 
 from analysis.preemption import hand_calculation
 from scenarios.checks import (
+    BreakerEpisode,
     CapacityAtLeast,
     Check,
     DisconnectFreesServer,
@@ -158,6 +159,52 @@ def _orphans(check: OrphansRunOn, case: dict[str, Any]) -> Verdict:
     return Verdict(check.case, name, row["wasted_fraction"] >= check.min_wasted_fraction, detail)
 
 
+def _at(t: dict[str, Any] | None, key: str = "t_s") -> str:
+    return "never" if t is None else f"{t[key]:.2f} s"
+
+
+def _breaker(check: BreakerEpisode, case: dict[str, Any]) -> Verdict:
+    ep = next((e for e in case.get("breaker", []) if e["phase"] == check.phase), None)
+    name = f"breaker opens, probes and closes around replica {check.replica}'s outage"
+    if ep is None:
+        return Verdict(check.case, name, None, "no breaker episode recorded")
+    mine = [f for f in ep["faults"] if f.get("replica") == check.replica]
+    kill = next((f for f in mine if "killed_s" in f), None)
+    back = next((f for f in mine if "healthy_s" in f), None)
+    if kill is None:
+        return Verdict(check.case, name, None, "the fault was not injected")
+    # *_s times are seconds from the phase start (see analysis.breaker).
+    seq = [
+        t
+        for t in ep["transitions"]
+        if t["upstream"] == kill["url"] and t["t_s"] >= kill["killed_s"]
+    ]
+    opened = next((t for t in seq if t["to"] == "open"), None)
+    probed = next(
+        (t for t in seq if t["to"] == "half_open" and opened and t["t_s"] > opened["t_s"]), None
+    )
+    closed = None
+    if back is not None:
+        closed = next(
+            (t for t in seq if t["to"] == "closed" and t["t_s"] >= back["healthy_s"]), None
+        )
+    ratio = ep["success_ratio"] or 0.0
+    recovered = closed is not None or back is None
+    ok = (
+        opened is not None and probed is not None and recovered and ratio >= check.min_success_ratio
+    )
+    detail = (
+        f"killed at {_at(kill, 'killed_s')}, back at {_at(back, 'healthy_s')}; open "
+        f"{_at(opened)}, first half-open {_at(probed)}, closed {_at(closed)}; "
+        f"{ep['ok']}/{ep['requests']} requests ok ({ratio:.1%}, need ≥ "
+        f"{check.min_success_ratio:.0%})"
+    )
+    late = back is not None and ep.get("last_send_s") is not None
+    if late and closed is None and back["healthy_s"] > ep["last_send_s"]:
+        detail += "; the replica came back after the last request was sent: lengthen the episode"
+    return Verdict(check.case, name, ok, detail)
+
+
 _EVALUATORS: dict[type, Callable[[Any, dict[str, Any]], Verdict]] = {
     ProbeCache: _probe,
     HitRateCompare: _hit_rate,
@@ -167,6 +214,7 @@ _EVALUATORS: dict[type, Callable[[Any, dict[str, Any]], Verdict]] = {
     KVPeakMatchesWorkingSet: _kv_peak,
     DisconnectFreesServer: _frees,
     OrphansRunOn: _orphans,
+    BreakerEpisode: _breaker,
 }
 
 

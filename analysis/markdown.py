@@ -195,6 +195,49 @@ def _disconnect_section(rows: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def _breaker_section(episodes: list[dict[str, Any]]) -> list[str]:
+    out = ["## Breaker episode", ""]
+    for ep in episodes:
+        out += [
+            f"Phase {ep['phase']}: {ep['ok']}/{ep['requests']} requests ok "
+            f"({_pct(ep['success_ratio'])} %), goodput {_f(ep['goodput_req_s'], 2)} req/s; "
+            "successful requests by upstream: "
+            + ", ".join(f"{u} {n}" for u, n in sorted(ep["ok_by_upstream"].items())),
+            "",
+        ]
+        events = [
+            [_f(f.get("killed_s", f.get("healthy_s")), 2), "fault", f"replica {f['replica']} "
+             + ("stopped" if "killed_s" in f else f"healthy again (start {f.get('startup_s')} s)"),
+             f["url"]]
+            for f in ep["faults"]
+        ] + [
+            [_f(t["t_s"], 2), "breaker", f"{t['from']} → {t['to']} ({t['reason']})", t["upstream"]]
+            for t in ep["transitions"]
+        ]  # fmt: skip
+        events.sort(key=lambda row: float(row[0]))
+        out += [_table(["t (s from phase start)", "what", "event", "upstream"], events), ""]
+        buckets: list[list[str]] = []
+        per_second = ep["per_second"]
+        for start in range(0, len(per_second), 5):
+            chunk = per_second[start : start + 5]
+            ups: dict[str, int] = {}
+            for b in chunk:
+                for u, n in b["by_upstream"].items():
+                    ups[u] = ups.get(u, 0) + n
+            buckets.append(
+                [f"{start}–{start + len(chunk)}", str(sum(b["ok"] for b in chunk)),
+                 str(sum(b["failed"] for b in chunk)),
+                 ", ".join(f"{u.rsplit(':', 1)[-1]}: {n}" for u, n in sorted(ups.items()))]
+            )  # fmt: skip
+        out += [
+            "Requests by send time (5 s buckets; upstreams by port):",
+            "",
+            _table(["seconds", "ok", "failed", "ok by upstream"], buckets),
+            "",
+        ]
+    return out
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     """The whole report as Markdown."""
     out: list[str] = [f"# {report['scenario']}", "", report["description"], ""]
@@ -255,6 +298,9 @@ def render_markdown(report: dict[str, Any]) -> str:
     rows = [r for case in report["cases"].values() for r in case.get("disconnects", [])]
     if rows:
         out += _disconnect_section(rows)
+    episodes = [e for case in report["cases"].values() for e in case.get("breaker", [])]
+    if episodes:
+        out += _breaker_section(episodes)
     if report.get("preemption"):
         out += _preemption_section(report["preemption"])
     out += ["## Verdicts", ""]

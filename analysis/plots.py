@@ -115,3 +115,35 @@ def timeline(case: CaseData, out: Path) -> Path:
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out
+
+
+def breaker_episode(ep: dict[str, Any], out: Path) -> Path:
+    """Requests per second of send time (ok by upstream, failed) with faults and transitions."""
+    fig, ax = plt.subplots(figsize=(10, 4))
+    seconds = [b["second"] for b in ep["per_second"]]
+    upstreams = sorted({u for b in ep["per_second"] for u in b["by_upstream"]})
+    bottom = [0] * len(seconds)
+    for u in upstreams:
+        counts = [b["by_upstream"].get(u, 0) for b in ep["per_second"]]
+        ax.bar(seconds, counts, bottom=bottom, label=f"ok via {u}", width=0.9)
+        bottom = [a + c for a, c in zip(bottom, counts, strict=True)]
+    failed = [b["failed"] for b in ep["per_second"]]
+    ax.bar(seconds, failed, bottom=bottom, label="failed", color="tab:red", width=0.9)
+    top = max((a + f for a, f in zip(bottom, failed, strict=True)), default=1)
+    for f in ep["faults"]:
+        t = f.get("killed_s", f.get("healthy_s"))
+        what = "replica killed" if "killed_s" in f else "replica back"
+        ax.axvline(t, color="black", linestyle="--", linewidth=1)
+        ax.annotate(what, (t, top), fontsize=7, rotation=90, va="top")
+    colors = {"open": "tab:red", "half_open": "tab:orange", "closed": "tab:green"}
+    for t in ep["transitions"]:
+        ax.axvline(t["t_s"], color=colors.get(t["to"], "gray"), linestyle=":", linewidth=1)
+        ax.annotate(f"→{t['to']}", (t["t_s"], top * 0.75), fontsize=7, rotation=90, va="top")
+    ax.set_xlabel("seconds from phase start (by send time)")
+    ax.set_ylabel("requests")
+    ax.set_title("Breaker episode: where requests went, faults and breaker transitions")
+    ax.legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

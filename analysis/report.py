@@ -11,12 +11,12 @@ import math
 from pathlib import Path
 from typing import Any
 
-from analysis import disconnects, plots, preemption
+from analysis import breaker, disconnects, plots, preemption
 from analysis.checks import evaluate
 from analysis.load import load_run
 from analysis.markdown import render_markdown
 from analysis.summaries import case_summary
-from loadgen.rundir import PLOTS_DIR, REPORT_JSON, REPORT_MD
+from loadgen.rundir import PLOTS_DIR, REPORT_JSON, REPORT_MD, case_dir
 
 
 def _clean(obj: Any) -> Any:
@@ -42,6 +42,12 @@ def summarize(run_dir: Path) -> dict[str, Any]:
         cases[spec.name]["label"] = spec.label
         cases[spec.name]["planned_phases"] = [p.name for p in plan.phases_of(spec)]
         cases[spec.name]["disconnects"] = [r for r in disconnect_rows if r["case"] == spec.name]
+        if spec.gateway is not None and spec.replicas > 1:
+            case_data = next(c for c in data.cases if c.name == spec.name)
+            cases[spec.name]["breaker"] = [
+                breaker.episode(case_data, case_dir(run_dir, spec.name), p)
+                for p in case_data.phases
+            ]
     verdicts = [v.to_dict() for v in evaluate(plan.checks, cases)]
     extra = {}
     if plan.scenario == "kv-preemption":
@@ -83,6 +89,10 @@ def build_report(run_dir: Path) -> dict[str, Any]:
         written.append(
             plots.hit_rate_by_phase(report["cases"], phases, plot_dir / "hit_rate_by_phase.png")
         )
+    for name, case_report in report["cases"].items():
+        for ep in case_report.get("breaker", []):
+            path = plot_dir / f"breaker_{name}_{ep['phase']}.png"
+            written.append(plots.breaker_episode(ep, path))
     for case in data.cases:
         if case.samples:
             written.append(plots.timeline(case, plot_dir / f"timeline_{case.name}.png"))

@@ -98,6 +98,12 @@ _SECONDS = click.FloatRange(min=0, min_open=True)
     help="Request body limit in bytes (413 above it).",
 )
 @click.option(
+    "--connect-retries",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Retries on another upstream after a refused connection (default 1).",
+)
+@click.option(
     "--connect-timeout",
     "connect_s",
     type=_SECONDS,
@@ -207,7 +213,9 @@ def gateway_command(
 
     timeouts = {k: limits.pop(k) for k in ("connect_s", "first_token_s", "idle_s", "total_s")}
     admission = {k: limits.pop(k) for k in ("max_in_flight", "max_queue", "queue_timeout_s")}
+    connect_retries = limits.pop("connect_retries")
     overrides: dict[str, Any] = {
+        "connect_retries": connect_retries,
         "upstreams": list(upstreams) or None,
         "host": host,
         "port": port,

@@ -89,6 +89,9 @@ class GatewayConfig(BaseModel):
     propagate_cancellation: bool = True
     max_body_bytes: int = Field(default=8 * 2**20, ge=1)
     shutdown_timeout_s: float = Field(default=5.0, ge=0)
+    #: Retries on another upstream when the connection is refused (the request never reached
+    #: the upstream, so a retry cannot duplicate work). 0 turns retries off.
+    connect_retries: int = Field(default=1, ge=0)
     timeouts: TimeoutConfig = TimeoutConfig()
     breaker: BreakerConfig = BreakerConfig()
     admission: AdmissionConfig = AdmissionConfig()

@@ -65,6 +65,12 @@ class GatewayMetrics:
             ["upstream", "kind"],
             registry=r,
         )
+        self.retries = Counter(
+            "gateway_connect_retries",
+            "Requests retried on another upstream after a refused connection.",
+            ["upstream"],
+            registry=r,
+        )
         self.rejections = Counter(
             "gateway_rejections", "Requests refused by the gateway.", ["reason"], registry=r
         )

@@ -168,6 +168,7 @@ class _Exchange:
         self.client_resp: web.StreamResponse | None = None
         self.verdict_given = False
         self.finished_upstream = False
+        self.connect_refused = False  # never reached the upstream: safe to retry elsewhere
         self.tail = b"\n\n"
 
     # -- entry point -------------------------------------------------------------------------
@@ -215,6 +216,7 @@ class _Exchange:
             msg = f"connect timeout after {self.timeouts.connect_s:g} s"
             return self._fail_before_response("connect_timeout", 504, msg, "connect", abort=False)
         except aiohttp.ClientConnectorError as exc:
+            self.connect_refused = True
             msg = f"cannot connect to upstream: {exc.os_error!r}"
             return self._fail_before_response("connect_error", 502, msg, None, abort=False)
         except aiohttp.ClientError as exc:
@@ -462,17 +464,30 @@ async def _proxy(
         msg = f"gateway overloaded ({exc.reason})"
         return _json_error(429, "overloaded", msg, headers={"Retry-After": retry_after})
     try:
-        lease = state.pool.choose(time.monotonic())
-        if lease is None:
-            state.metrics.rejections.labels(reason="no_upstream").inc()
-            wait_s = state.pool.seconds_until_retry(time.monotonic())
-            headers = {"Retry-After": str(max(1, round(wait_s + 0.5)))}
-            return _json_error(503, "no_upstream", "every upstream's breaker is open", headers)
-        outcome.upstream = lease.upstream.url
-        try:
-            return await _Exchange(request, state, outcome, lease, body).run()
-        finally:
-            state.pool.release(lease)
+        tried: frozenset[str] = frozenset()
+        response: web.StreamResponse | None = None
+        for attempt in range(1 + state.config.connect_retries):
+            lease = state.pool.choose(time.monotonic(), exclude=tried)
+            if lease is None:
+                if response is not None:
+                    return response  # the refused attempt's 502: nowhere else to go
+                state.metrics.rejections.labels(reason="no_upstream").inc()
+                wait_s = state.pool.seconds_until_retry(time.monotonic())
+                headers = {"Retry-After": str(max(1, round(wait_s + 0.5)))}
+                return _json_error(503, "no_upstream", "every upstream's breaker is open", headers)
+            if attempt:
+                state.metrics.retries.labels(upstream=lease.upstream.url).inc()
+            outcome.upstream = lease.upstream.url
+            exchange = _Exchange(request, state, outcome, lease, body)
+            try:
+                response = await exchange.run()
+            finally:
+                state.pool.release(lease)
+            if not exchange.connect_refused:
+                return response
+            tried = tried | {lease.upstream.url}
+        assert response is not None
+        return response
     finally:
         state.admission.release()
 

@@ -52,12 +52,15 @@ class UpstreamPool:
         ups = [Upstream(u, CircuitBreaker(breaker_config, u, on_transition)) for u in urls]
         return cls(ups, on_in_flight)
 
-    def choose(self, now_s: float) -> Lease | None:
-        """Reserve the admitted upstream with the fewest in flight, or ``None`` if none admits."""
+    def choose(self, now_s: float, exclude: frozenset[str] = frozenset()) -> Lease | None:
+        """Reserve the admitted upstream with the fewest in flight, or ``None`` if none admits.
+
+        ``exclude`` names upstream URLs not to pick (already tried for this request).
+        """
         n = len(self.upstreams)
         start = self._rotation % n
         rotated = [self.upstreams[(start + i) % n] for i in range(n)]  # ties: round robin
-        admitted = [u for u in rotated if u.breaker.admits(now_s)]
+        admitted = [u for u in rotated if u.url not in exclude and u.breaker.admits(now_s)]
         if not admitted:
             return None
         chosen = min(admitted, key=lambda u: u.in_flight)  # first of the tied in rotated order

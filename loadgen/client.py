@@ -101,6 +101,7 @@ async def send_request(
             f"{target.url}/v1/completions", json=planned.body(target.model)
         ) as response:
             record.http_status = response.status
+            record.upstream = response.headers.get("X-Gateway-Upstream")
             if response.status != 200:
                 text = await response.text()
                 record.status = "error"

@@ -24,18 +24,28 @@ _READY_PREFIX = "gateway listening on "
 
 @contextlib.asynccontextmanager
 async def running_gateway_process(
-    upstream: str, log_path: Path, *, propagate_cancellation: bool, timeout_s: float = 30.0
+    upstreams: list[str],
+    log_path: Path,
+    *,
+    propagate_cancellation: bool,
+    extra_args: tuple[str, ...] = (),
+    timeout_s: float = 30.0,
 ) -> AsyncIterator[str]:
-    """Start ``python -m gateway.cli`` for ``upstream`` on a free loopback port; yield its URL.
+    """Start ``python -m gateway.cli`` for ``upstreams`` on a free loopback port; yield its URL.
 
     Raises:
         RuntimeError: the gateway did not report its URL and answer ``/health`` in time; the
             message quotes its log.
     """
-    argv = [sys.executable, "-m", "gateway.cli", "--upstream", upstream, "--port", "0"]
+    argv = [sys.executable, "-m", "gateway.cli", "--port", "0"]
+    for upstream in upstreams:
+        argv += ["--upstream", upstream]
     if not propagate_cancellation:
         argv.append("--no-propagate-cancellation")
-    proc: subprocess.Popen[bytes] = spawn_group(argv, log_path, dict(os.environ))
+    argv += list(extra_args)
+    # Unbuffered, so the log shows transitions as they happen and the ready line at once.
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc: subprocess.Popen[bytes] = spawn_group(argv, log_path, env)
     try:
         url = await _wait_ready(proc, log_path, timeout_s)
         yield url

@@ -4,7 +4,8 @@ Flow: sizing case's server → real capacity → plan (written before any load) 
 scraper process on, phases in order (each: requests, then a settle wait so counters catch
 up), scraper off, server stopped. Failures are recorded, not raised past the case: a server
 that dies mid-run leaves its flushed request records (failed ones marked) and the case is
-marked failed; the run goes on to the next case and ends with status ``failed``.
+marked failed; the run goes on to the next case and ends with status ``failed``. Failed
+requests alone do not fail a case: they are data, counted and reported.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from loadgen.clock import Clock, MonotonicClock
 from loadgen.gateway_process import running_gateway_process
 from loadgen.phase import run_phase
 from loadgen.records import RecordWriter, RequestRecord
+from loadgen.replicas import Replicas
 from loadgen.rundir import (
     CASE_FILE,
     GATEWAY_LOG,
@@ -37,7 +39,7 @@ from loadgen.rundir import (
 )
 from metrics.probe import read_gauge, wait_for_gauge_at_most
 from metrics.scraper import ScraperProcess
-from scenarios.plan import CaseSpec, Plan
+from scenarios.plan import CaseSpec, PhaseSpec, Plan
 from scenarios.workloads import materialize
 from server.manager import RunningServer, StatusCallback, attach, start_server
 
@@ -85,6 +87,93 @@ def _server_died(server: RunningServer) -> int | None:
     return proc.poll() if proc is not None else None
 
 
+@dataclass
+class _CaseRun:
+    """What the phases of one case share while they run."""
+
+    plan: Plan
+    case: CaseSpec
+    server: RunningServer
+    cdir: Path
+    target: Target
+    session: aiohttp.ClientSession
+    writer: RecordWriter
+    clock: Clock
+    hooks: RunHooks
+    replicas: Replicas | None
+    outcome: CaseOutcome
+
+
+async def _run_one_phase(run: _CaseRun, phase: PhaseSpec) -> None:
+    """Send one phase, inject its faults, settle, and append its boundaries to phases.jsonl."""
+    requests = materialize(phase.workload, phase.name, run.plan.seed, run.plan.tokens)
+    running_before = None
+    if phase.settle_until_idle_s > 0:
+        async with httpx.AsyncClient(timeout=5.0) as probe:
+            running_before = await read_gauge(probe, run.server.url, "num_requests_running")
+    if run.hooks.on_phase_start:
+        run.hooks.on_phase_start(run.case.name, phase.name, len(requests))
+
+    def done(record: RequestRecord) -> None:
+        run.outcome.requests += 1
+        if record.status == "error":
+            run.outcome.failed_requests += 1
+        if run.hooks.on_request_done:
+            run.hooks.on_request_done(record)
+
+    faults = None
+    if phase.faults:
+        if run.replicas is None:
+            raise ValueError(f"phase {phase.name}: faults need replicas")
+        faults = asyncio.create_task(run.replicas.inject(phase.faults, run.clock.now_ns()))
+    try:
+        timing = await run_phase(
+            case=run.case.name,
+            phase=phase.name,
+            requests=requests,
+            arrival=phase.arrival,
+            target=run.target,
+            session=run.session,
+            writer=run.writer,
+            clock=run.clock,
+            on_done=done,
+        )
+    except BaseException:
+        if faults is not None:
+            faults.cancel()
+        raise
+    if faults is not None:
+        await faults  # a restart may still be under way
+    idle = None
+    if running_before is not None:
+        # Orphaned work outlives the clients: wait for the server to finish it.
+        idle = await wait_for_gauge_at_most(
+            run.server.url, "num_requests_running", running_before, phase.settle_until_idle_s
+        )
+    now = run.clock.now_ns()
+    await run.clock.sleep_until_ns(max(now, timing.last_end_ns) + int(phase.settle_s * 1e9))
+    append_jsonl(
+        run.cdir / PHASES_FILE,
+        {
+            "phase": phase.name,
+            "start_ns": timing.start_ns,
+            "last_end_ns": timing.last_end_ns,
+            "end_ns": run.clock.now_ns(),
+            "settle_s": phase.settle_s,
+            "requests": len(requests),
+            "loop_lag_max_ms": timing.loop_lag_max_ms,
+            "loop_lag_p99_ms": timing.loop_lag_p99_ms,
+            "late_sends": timing.late_sends,
+            "server_idle_after": idle,
+        },
+    )
+    if run.hooks.on_phase_end:
+        run.hooks.on_phase_end(run.case.name, phase.name)
+    code = _server_died(run.server)
+    if code is not None:
+        raise RuntimeError(f"vLLM exited with code {code} during phase {phase.name}")
+
+
 async def run_case(
     plan: Plan,
     case: CaseSpec,
@@ -93,7 +182,11 @@ async def run_case(
     hooks: RunHooks,
     clock: Clock,
 ) -> CaseOutcome:
-    """Run every phase of ``plan`` against ``server``; records go to the case directory."""
+    """Run every phase of ``case`` against ``server``; records go to the case directory.
+
+    The case's status is ``failed`` only when its infrastructure failed (server, scraper,
+    gateway); failed requests are data, counted in ``failed_requests`` and in the report.
+    """
     cdir = case_dir(run_dir, case.name)
     outcome = CaseOutcome(case.name)
     write_json(
@@ -102,94 +195,40 @@ async def run_case(
     )
     target = Target(server.url, server.model_name)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=READ_TIMEOUT_S)
-    connector = aiohttp.TCPConnector(limit=0, force_close=False)
     scraper = ScraperProcess(server.url, cdir, plan.scrape_interval_s)
     scraper.start()
     stack = contextlib.AsyncExitStack()
+    replicas = Replicas(case.server, cdir, clock) if case.server is not None else None
     try:
+        if case.replicas > 1:
+            if replicas is None:
+                raise ValueError(f"case {case.name}: replicas need a server config, not a URL")
+            stack.push_async_callback(replicas.stop_all)
+            await replicas.start(case.replicas)
         if case.gateway is not None:
             gateway_url = await stack.enter_async_context(
                 running_gateway_process(
-                    server.url,
+                    [server.url, *(replicas.urls() if replicas else [])],
                     cdir / GATEWAY_LOG,
                     propagate_cancellation=case.gateway.propagate_cancellation,
+                    extra_args=case.gateway.extra_args,
                 )
             )
             target = Target(gateway_url, server.model_name)
         if not await asyncio.to_thread(scraper.wait_first_scrape):
             # Without samples no counter delta can be computed: fail before sending load.
             raise RuntimeError(f"the /metrics scraper recorded nothing from {server.url}")
-        # One scrape interval of baseline before the first phase starts.
+        # Two scrapes of baseline before the first phase starts.
         await asyncio.sleep(2 * plan.scrape_interval_s)
+        connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
             with RecordWriter(cdir / REQUESTS_FILE) as writer:
+                run = _CaseRun(
+                    plan, case, server, cdir, target, session, writer, clock, hooks, replicas,
+                    outcome,
+                )  # fmt: skip
                 for phase in plan.phases_of(case):
-                    requests = materialize(phase.workload, phase.name, plan.seed, plan.tokens)
-                    running_before = None
-                    if phase.settle_until_idle_s > 0:
-                        async with httpx.AsyncClient(timeout=5.0) as probe:
-                            running_before = await read_gauge(
-                                probe, server.url, "num_requests_running"
-                            )
-                    if hooks.on_phase_start:
-                        hooks.on_phase_start(case.name, phase.name, len(requests))
-
-                    def done(record: RequestRecord) -> None:
-                        outcome.requests += 1
-                        if record.status == "error":
-                            outcome.failed_requests += 1
-                        if hooks.on_request_done:
-                            hooks.on_request_done(record)
-
-                    timing = await run_phase(
-                        case=case.name,
-                        phase=phase.name,
-                        requests=requests,
-                        arrival=phase.arrival,
-                        target=target,
-                        session=session,
-                        writer=writer,
-                        clock=clock,
-                        on_done=done,
-                    )
-                    idle = None
-                    if running_before is not None:
-                        # Orphaned work outlives the clients: wait for the server to finish it.
-                        idle = await wait_for_gauge_at_most(
-                            server.url,
-                            "num_requests_running",
-                            running_before,
-                            phase.settle_until_idle_s,
-                        )
-                    now = clock.now_ns()
-                    await clock.sleep_until_ns(
-                        max(now, timing.last_end_ns) + int(phase.settle_s * 1e9)
-                    )
-                    append_jsonl(
-                        cdir / PHASES_FILE,
-                        {
-                            "phase": phase.name,
-                            "start_ns": timing.start_ns,
-                            "last_end_ns": timing.last_end_ns,
-                            "end_ns": clock.now_ns(),
-                            "settle_s": phase.settle_s,
-                            "requests": len(requests),
-                            "loop_lag_max_ms": timing.loop_lag_max_ms,
-                            "loop_lag_p99_ms": timing.loop_lag_p99_ms,
-                            "late_sends": timing.late_sends,
-                            "server_idle_after": idle,
-                        },
-                    )
-                    if hooks.on_phase_end:
-                        hooks.on_phase_end(case.name, phase.name)
-                    code = _server_died(server)
-                    if code is not None:
-                        raise RuntimeError(
-                            f"vLLM exited with code {code} during phase {phase.name}"
-                        )
-        if outcome.failed_requests:
-            outcome.status = "failed"
-            outcome.error = f"{outcome.failed_requests} of {outcome.requests} requests failed"
+                    await _run_one_phase(run, phase)
     except Exception as exc:  # recorded as the case's failure; the run goes on
         outcome.status = "failed"
         outcome.error = f"{type(exc).__name__}: {exc}"

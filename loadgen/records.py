@@ -39,6 +39,7 @@ class RequestRecord:
         cached_tokens: prefix-cache hit tokens reported by the server for this request.
         finish_reason: the server's finish reason (``length`` with ``ignore_eos``).
         disconnect_ns: when the client closed the connection on purpose.
+        upstream: the upstream a gateway chose (its ``X-Gateway-Upstream`` header), if any.
     """
 
     request_id: str
@@ -61,6 +62,7 @@ class RequestRecord:
     cached_tokens: int | None = None
     finish_reason: str | None = None
     disconnect_ns: int | None = None
+    upstream: str | None = None
 
     @property
     def output_tokens(self) -> int:

@@ -125,6 +125,19 @@ class OrphansRunOn(BaseModel):
     min_wasted_fraction: float = Field(default=0.8, ge=0)
 
 
+class BreakerEpisode(BaseModel):
+    """The gateway's breaker for the killed replica goes closed → open after the kill, tries
+    half-open probes, and closes again after the replica is back; meanwhile traffic moves to
+    the healthy replica so at least ``min_success_ratio`` of the phase's requests succeed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    kind: Literal["breaker_episode"] = "breaker_episode"
+    case: str
+    phase: str
+    replica: int = Field(ge=1)
+    min_success_ratio: float = Field(default=0.9, ge=0, le=1)
+
+
 Check = Annotated[
     ProbeCache
     | HitRateCompare
@@ -133,6 +146,7 @@ Check = Annotated[
     | PreemptionAsPredicted
     | KVPeakMatchesWorkingSet
     | DisconnectFreesServer
-    | OrphansRunOn,
+    | OrphansRunOn
+    | BreakerEpisode,
     Field(discriminator="kind"),
 ]

@@ -17,6 +17,17 @@ from scenarios.workloads import TokenSpace, Workload
 from server.config import ServerConfig
 
 
+class KillReplica(BaseModel):
+    """Fault: stop server replica ``replica`` (SIGTERM to its group) ``at_s`` seconds into the
+    phase; with ``restart``, start it again on the same port right away."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    kind: Literal["kill_replica"] = "kill_replica"
+    replica: int = Field(ge=1)
+    at_s: float = Field(gt=0)
+    restart: bool = True
+
+
 class PhaseSpec(BaseModel):
     """A workload sent with an arrival pattern, then a settle wait (seconds) for counters.
 
@@ -31,13 +42,16 @@ class PhaseSpec(BaseModel):
     arrival: Arrival
     settle_s: float = Field(default=1.0, ge=0)
     settle_until_idle_s: float = Field(default=0.0, ge=0)
+    faults: tuple[KillReplica, ...] = ()
 
 
 class GatewaySpec(BaseModel):
-    """Send the case's requests through the project's gateway (its own process)."""
+    """Send the case's requests through the project's gateway (its own process), in front of
+    every replica of the case's server; ``extra_args`` go to ``loadgen gateway``."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     propagate_cancellation: bool = True
+    extra_args: tuple[str, ...] = ()
 
 
 class CaseSpec(BaseModel):
@@ -53,6 +67,8 @@ class CaseSpec(BaseModel):
     url: str | None = None
     #: Human-readable description of the case (e.g. "cache 1GiB, 16 at once").
     label: str = ""
+    #: Identical servers started for this case (replica 0 is scraped; faults target others).
+    replicas: int = Field(default=1, ge=1, le=4)
     #: Route requests through a gateway in front of the server.
     gateway: GatewaySpec | None = None
     #: Phases of this case only; empty means the plan's shared ``phases``.

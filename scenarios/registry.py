@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from scenarios.base import Scenario
+from scenarios.breaker import Breaker
 from scenarios.disconnect_abort import DisconnectAbort
 from scenarios.kv_preemption import KVPreemption
 from scenarios.prefix_eviction import PrefixEviction
 
 SCENARIOS: dict[str, Scenario] = {
-    s.name: s for s in (PrefixEviction(), KVPreemption(), DisconnectAbort())
+    s.name: s for s in (PrefixEviction(), KVPreemption(), DisconnectAbort(), Breaker())
 }
 
 

@@ -101,7 +101,9 @@ class RunningServer:
         result = stop_group(self._proc.pid, grace_s=grace_s, reap=self._proc.poll)
         self._proc = None
         if not result.group_gone:
-            raise RuntimeError(f"vLLM process group {self.pid} survived SIGKILL")
+            raise RuntimeError(
+                f"vLLM process group {self.pid} survived SIGKILL: {', '.join(result.survivors)}"
+            )
         deadline = time.monotonic() + 5
         while not port_is_free(self.port) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -215,8 +217,12 @@ async def start_server(
     *,
     start_timeout_s: float = 900.0,
     on_status: StatusCallback | None = None,
+    port: int | None = None,
 ) -> RunningServer:
     """Spawn vLLM with ``config``, wait for ``/health``, read the KV capacity.
+
+    ``port`` reuses a known loopback port (a restarted replica keeps its URL); by default a
+    free one is picked.
 
     The caller owns the returned server and must call :meth:`RunningServer.stop` (or use
     :func:`launched`). The log goes to ``workdir/vllm.log``; the command line to
@@ -226,7 +232,7 @@ async def start_server(
         ServerStartError: vLLM exited or timed out; the process group is already stopped.
     """
     model_path = config.model or str(ensure_embedded_model())
-    port = free_loopback_port()
+    port = port or free_loopback_port()
     url = f"http://127.0.0.1:{port}"
     log_path = workdir / "vllm.log"
     argv = config.command(sys.executable, model_path, port)

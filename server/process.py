@@ -31,15 +31,42 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
         return sock.connect_ex((host, port)) != 0
 
 
+def live_members(pgid: int) -> list[str] | None:
+    """Members of group ``pgid`` that are not zombies, as ``"pid name state"`` strings, from
+    /proc; ``None`` where /proc is absent."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return None
+    found = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # exited while we looked
+        # "pid (comm) state ppid pgrp ...": split after the parenthesised command name.
+        name = stat.split("(", 1)[1].rsplit(")", 1)[0]
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            found.append(f"{entry.name} {name} {fields[0]}")
+    return found
+
+
 def group_alive(pgid: int) -> bool:
-    """True while any process of group ``pgid`` exists (zombies of other parents count)."""
+    """True while a process of group ``pgid`` is still running.
+
+    Zombies do not count: they hold no memory, port or CPU, and one re-parented to init is
+    reaped only when init gets to it (seen to take seconds here).
+    """
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    live = live_members(pgid)
+    return True if live is None else bool(live)
 
 
 def spawn_group(
@@ -64,11 +91,15 @@ def spawn_group(
 
 @dataclass(frozen=True)
 class StopResult:
-    """How a group stop went: signals used and whether anything of the group survived."""
+    """How a group stop went: signals used and whether anything of the group survived.
+
+    ``survivors`` lists what still ran at the end (``"pid name state"``), empty when gone.
+    """
 
     sent_sigkill: bool
     group_gone: bool
     elapsed_s: float
+    survivors: tuple[str, ...] = ()
 
 
 def stop_group(
@@ -76,6 +107,7 @@ def stop_group(
     grace_s: float = 15.0,
     reap: Callable[[], object] | None = None,
     poll_s: float = 0.1,
+    kill_wait_s: float = 60.0,
 ) -> StopResult:
     """SIGTERM the group, wait up to ``grace_s`` seconds, SIGKILL what is left, and verify.
 
@@ -85,6 +117,9 @@ def stop_group(
         reap: called while waiting so the caller can reap its own child (``Popen.poll``);
             an unreaped leader stays a zombie and keeps the group "alive".
         poll_s: seconds between liveness checks.
+        kill_wait_s: seconds to wait for the group to vanish after SIGKILL. A killed vLLM
+            worker was seen still running (state R, tearing down) 5 s after SIGKILL on a
+            loaded 2-core machine, so this is generous; it returns as soon as all are gone.
 
     Returns:
         A :class:`StopResult`; ``group_gone`` is False only if processes survived SIGKILL.
@@ -92,15 +127,16 @@ def stop_group(
     start = time.monotonic()
 
     def wait_gone(deadline: float) -> bool:
-        while time.monotonic() < deadline:
+        while True:
             if reap is not None:
                 reap()
             if not group_alive(pgid):
+                if reap is not None:
+                    reap()  # the leader may have turned zombie since the last call
                 return True
+            if time.monotonic() >= deadline:
+                return False
             time.sleep(poll_s)
-        if reap is not None:
-            reap()
-        return not group_alive(pgid)
 
     try:
         os.killpg(pgid, signal.SIGTERM)
@@ -110,5 +146,6 @@ def stop_group(
         return StopResult(False, True, time.monotonic() - start)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
-    gone = wait_gone(time.monotonic() + 5.0)
-    return StopResult(True, gone, time.monotonic() - start)
+    gone = wait_gone(time.monotonic() + kill_wait_s)
+    survivors = () if gone else tuple(live_members(pgid) or ())
+    return StopResult(True, gone, time.monotonic() - start, survivors)

@@ -47,6 +47,15 @@ def pid_exists(pid: int) -> bool:
     return True
 
 
+def pid_running(pid: int) -> bool:
+    """The process exists and is not a zombie (a dead child waiting for init to reap it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 @pytest.fixture
 def spawned() -> Iterator[list[subprocess.Popen[bytes]]]:
     """Processes a test spawned; their groups are SIGKILLed at teardown if still there."""
@@ -81,7 +90,8 @@ def test_stop_group_takes_down_the_leader_and_its_children(
     assert result.sent_sigkill is False
     assert result.group_gone is True
     assert not group_alive(proc.pid)
-    assert not any(pid_exists(c) for c in children)
+    # Dead: gone, or a zombie waiting for init (which reaps orphans only every ~2 s here).
+    assert not any(pid_running(c) for c in children)
     assert proc.returncode == -signal.SIGTERM
 
 
@@ -118,6 +128,16 @@ def test_stopping_a_group_that_is_already_gone(
     assert stop_group(proc.pid, grace_s=1.0) == StopResult(
         sent_sigkill=False, group_gone=True, elapsed_s=0.0
     )
+
+
+def test_a_group_of_only_zombies_is_gone(tmp_path: Path) -> None:
+    proc = spawn_group(["true"], tmp_path / "z.log", {"PATH": os.environ["PATH"]})
+    deadline = time.monotonic() + 5
+    while pid_running(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert pid_exists(proc.pid)  # not reaped yet: a zombie, still signalable
+    assert not group_alive(proc.pid)  # but nothing of the group runs any more
+    assert proc.wait(5) == 0
 
 
 def test_spawn_appends_to_an_existing_log(tmp_path: Path) -> None:

@@ -1,0 +1,78 @@
+"""Extra identical servers of a case (replicas 1…n−1) and the faults injected into them.
+
+Replica 0 is the case's main server (scraped, used for sizing); the others exist so that a
+gateway has somewhere to move traffic when one is killed. A killed replica restarts on the same
+port so the gateway's upstream URL stays valid. Every fault is recorded in ``faults.jsonl``
+(monotonic ns) as it happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from loadgen.clock import Clock
+from loadgen.rundir import append_jsonl
+from scenarios.plan import KillReplica
+from server.config import ServerConfig
+from server.manager import RunningServer, start_server
+
+FAULTS_FILE = "faults.jsonl"
+
+
+class Replicas:
+    """Replicas 1…n−1 of a case's server: start, kill/restart on schedule, stop."""
+
+    def __init__(self, config: ServerConfig, case_dir: Path, clock: Clock) -> None:
+        self._config = config
+        self._case_dir = case_dir
+        self._clock = clock
+        self.servers: dict[int, RunningServer] = {}
+
+    async def start(self, count: int) -> None:
+        """Start replicas 1…count−1 (replica 0 is the case's server)."""
+        for k in range(1, count):
+            self.servers[k] = await start_server(self._config, self._workdir(k))
+
+    def _workdir(self, k: int) -> Path:
+        return self._case_dir / f"server-replica-{k}"
+
+    def urls(self) -> list[str]:
+        return [self.servers[k].url for k in sorted(self.servers)]
+
+    async def inject(self, faults: tuple[KillReplica, ...], phase_start_ns: int) -> None:
+        """Apply ``faults`` at their times (seconds after ``phase_start_ns``), in order."""
+        for fault in sorted(faults, key=lambda f: f.at_s):
+            await self._clock.sleep_until_ns(phase_start_ns + int(fault.at_s * 1e9))
+            server = self.servers[fault.replica]
+            event: dict[str, object] = {
+                "fault": fault.kind,
+                "replica": fault.replica,
+                "url": server.url,
+                "killed_ns": self._clock.now_ns(),
+            }
+            try:
+                await asyncio.to_thread(server.stop, 5.0)
+            finally:  # recorded even if the stop itself failed
+                event["stopped_ns"] = self._clock.now_ns()
+                append_jsonl(self._case_dir / FAULTS_FILE, event)
+            if fault.restart:
+                restarted = await start_server(
+                    self._config, self._workdir(fault.replica), port=server.port
+                )
+                self.servers[fault.replica] = restarted
+                append_jsonl(
+                    self._case_dir / FAULTS_FILE,
+                    {
+                        "fault": "restarted",
+                        "replica": fault.replica,
+                        "url": restarted.url,
+                        "healthy_ns": self._clock.now_ns(),
+                        "startup_s": restarted.startup_s,
+                    },
+                )
+
+    async def stop_all(self) -> None:
+        for server in self.servers.values():
+            await asyncio.shield(asyncio.to_thread(server.stop))
+        self.servers.clear()

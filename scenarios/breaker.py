@@ -1,0 +1,134 @@
+"""breaker: a replica dies behind the gateway; does the circuit breaker route around it?
+
+Two identical vLLM replicas behind the gateway, open-loop (Poisson) load for the whole
+episode. Partway through, replica 1 is stopped and restarted on the same port. Expected: the
+breaker for it opens after a few failures, traffic moves to replica 0, half-open probes fail
+while it is down, and the breaker closes once it is back; goodput dips little.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from loadgen.arrivals import OpenLoop
+from scenarios.base import Scenario
+from scenarios.checks import BreakerEpisode
+from scenarios.plan import CaseSpec, GatewaySpec, KillReplica, PhaseSpec, Plan
+from scenarios.workloads import TokenSpace, UniquePrompts
+from server.capacity import KVCapacity
+from server.config import ServerConfig
+from server.sizes import parse_size
+
+
+class BreakerParams(BaseModel):
+    """Knobs of the breaker episode (each becomes a ``--flag``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cache: str = Field(default="1GiB", description="KV cache of each replica (1GiB = 2^30 B).")
+    rate_rps: float = Field(default=2.0, gt=0, description="Open-loop arrival rate (req/s).")
+    # Long enough for the replica to stop (up to ~20 s under load), restart (25–55 s seen
+    # here) and be probed back to closed while traffic still flows.
+    duration_s: float = Field(default=120.0, gt=0, description="Length of the episode (s).")
+    kill_at_s: float = Field(default=10.0, gt=0, description="When replica 1 is stopped (s).")
+    restart: bool = Field(default=True, description="Restart replica 1 right after stopping it.")
+    prompt_tokens: int = Field(default=128, gt=0, description="Prompt length (tokens).")
+    output_tokens: int = Field(default=16, gt=0, description="Output length (tokens).")
+    breaker_failures: int = Field(default=3, ge=1, description="Consecutive failures to open.")
+    breaker_cooldown_s: float = Field(default=3.0, gt=0, description="Open → half-open (s).")
+    min_success_ratio: float = Field(
+        default=0.9, ge=0, le=1, description="Share of requests that must succeed."
+    )
+    settle_s: float = Field(default=1.0, ge=0, description="Wait after the episode (s).")
+    scrape_interval_s: float = Field(default=0.25, gt=0, description="/metrics period (s).")
+    max_model_len: int = Field(default=2048, gt=0, description="Server context (tokens).")
+    enforce_eager: bool = Field(default=True, description="Start vLLM without torch.compile.")
+    model: str | None = Field(default=None, description="Model dir; default: embedded model.")
+    seed: int = Field(default=0, description="Seed of prompts and arrivals.")
+    token_id_high: int = Field(default=4000, gt=10, description="Prompt token IDs below this.")
+
+    @field_validator("cache")
+    @classmethod
+    def _cache(cls, value: str) -> str:
+        parse_size(value)
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BreakerParams:
+        if self.kill_at_s >= self.duration_s:
+            raise ValueError("kill_at_s must fall inside the episode (below duration_s)")
+        if self.settle_s < 2 * self.scrape_interval_s:
+            raise ValueError("settle_s must be at least two scrape intervals")
+        return self
+
+
+class Breaker(Scenario):
+    name: ClassVar[str] = "breaker"
+    summary: ClassVar[str] = (
+        "Two replicas behind the gateway, one killed and restarted mid-run: the breaker "
+        "opens, traffic moves, half-open probes, recovery; goodput through the episode."
+    )
+    Params: ClassVar[type[BaseModel]] = BreakerParams
+
+    def sizing_case(self, params: BaseModel) -> CaseSpec:
+        p = BreakerParams.model_validate(params.model_dump())
+        gateway_args = (
+            "--breaker-failures", str(p.breaker_failures),
+            "--breaker-cooldown", str(p.breaker_cooldown_s),
+            "--breaker-probes", "1",
+            "--connect-timeout", "2",
+        )  # fmt: skip
+        return CaseSpec(
+            name="episode",
+            server=ServerConfig(
+                model=p.model,
+                kv_cache_bytes=parse_size(p.cache),
+                max_model_len=p.max_model_len,
+                enforce_eager=p.enforce_eager,
+            ),
+            replicas=2,
+            gateway=GatewaySpec(extra_args=gateway_args),
+            label="client → gateway → 2 replicas; replica 1 killed and restarted",
+            phases=(
+                PhaseSpec(
+                    name="episode",
+                    workload=UniquePrompts(
+                        prompt_tokens=p.prompt_tokens,
+                        requests=math.ceil(p.rate_rps * p.duration_s),
+                        output_tokens=p.output_tokens,
+                    ),
+                    arrival=OpenLoop(rate_rps=p.rate_rps, seed=p.seed),
+                    settle_s=p.settle_s,
+                    faults=(KillReplica(replica=1, at_s=p.kill_at_s, restart=p.restart),),
+                ),
+            ),
+        )
+
+    def plan(self, params: BaseModel, capacity: KVCapacity) -> Plan:
+        p = BreakerParams.model_validate(params.model_dump())
+        case = self.sizing_case(p)
+        return Plan(
+            scenario=self.name,
+            description=self.summary,
+            params=p.model_dump(),
+            sizing={
+                "capacity_tokens": capacity.tokens,
+                "requests": case.phases[0].workload.requests,
+            },
+            cases=(case,),
+            phases=(),
+            checks=(
+                BreakerEpisode(
+                    case=case.name,
+                    phase="episode",
+                    replica=1,
+                    min_success_ratio=p.min_success_ratio,
+                ),
+            ),
+            seed=p.seed,
+            tokens=TokenSpace(high=p.token_id_high),
+            scrape_interval_s=p.scrape_interval_s,
+        )

@@ -1,0 +1,68 @@
+"""The breaker episode on real vLLM replicas: kill one behind the gateway, watch it recover.
+
+Two 512 MiB replicas, 1 request/s for 90 s, replica 1 stopped at 5 s and restarted on its
+port. The gateway's breaker (3 failures, 2 s cool-down) must open, probe and close again, and
+with the gateway's retry on refused connections nearly every request succeeds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from vllm_fixtures import loadgen
+
+pytestmark = pytest.mark.vllm
+
+
+@pytest.fixture(scope="module")
+def episode_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("breaker") / "run"
+    proc = loadgen(
+        "run", "breaker",
+        "--cache", "512MiB",
+        "--rate-rps", "1",
+        "--duration-s", "90",
+        "--kill-at-s", "5",
+        "--output-tokens", "8",
+        "--breaker-cooldown-s", "2",
+        "--out", str(out),
+        timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"run failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return out
+
+
+def _episode(run: Path) -> dict:
+    report = json.loads((run / "report.json").read_text())
+    return report["cases"]["episode"]["breaker"][0]
+
+
+def test_breaker_verdict_passes(episode_run: Path) -> None:
+    report = json.loads((episode_run / "report.json").read_text())
+    assert [v["passed"] for v in report["verdicts"]] == [True], report["verdicts"]
+
+
+def test_the_killed_replica_opens_probes_and_closes(episode_run: Path) -> None:
+    ep = _episode(episode_run)
+    killed, back = ep["faults"][0], ep["faults"][1]
+    assert killed["fault"] == "kill_replica" and back["fault"] == "restarted"
+    mine = [(t["from"], t["to"]) for t in ep["transitions"] if t["upstream"] == killed["url"]]
+    assert mine[0] == ("closed", "open")
+    assert ("open", "half_open") in mine
+    assert mine[-1] == ("half_open", "closed")
+
+
+def test_traffic_moved_to_the_healthy_replica_during_the_outage(episode_run: Path) -> None:
+    ep = _episode(episode_run)
+    killed, back = ep["faults"][0], ep["faults"][1]
+    during = ep["per_second"][int(killed["killed_s"]) + 2 : int(back["healthy_s"])]
+    served = {u for second in during for u in second["by_upstream"]}
+    assert killed["url"] not in served
+    assert sum(second["ok"] for second in during) > 0
+    assert ep["success_ratio"] >= 0.9
+
+
+def test_validate_passes(episode_run: Path) -> None:
+    assert loadgen("validate", str(episode_run), timeout=120).returncode == 0
