@@ -82,11 +82,6 @@ async def open_server(case: CaseSpec, workdir: Path, hooks: RunHooks) -> Running
     return await start_server(case.server, workdir, on_status=hooks.on_server_status)
 
 
-def _server_died(server: RunningServer) -> int | None:
-    proc = server._proc
-    return proc.poll() if proc is not None else None
-
-
 @dataclass
 class _CaseRun:
     """What the phases of one case share while they run."""
@@ -169,7 +164,7 @@ async def _run_one_phase(run: _CaseRun, phase: PhaseSpec) -> None:
     )
     if run.hooks.on_phase_end:
         run.hooks.on_phase_end(run.case.name, phase.name)
-    code = _server_died(run.server)
+    code = run.server.exit_code()
     if code is not None:
         raise RuntimeError(f"vLLM exited with code {code} during phase {phase.name}")
 

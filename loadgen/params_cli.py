@@ -25,9 +25,14 @@ def _base_type(annotation: Any) -> Any:
 
 
 def options_for(model: type[BaseModel]) -> list[click.Option]:
-    """One click option per field of ``model`` (defaults shown, parsed as strings/ints/floats)."""
+    """One click option per field of ``model`` (defaults shown, parsed as strings/ints/floats).
+
+    Fields the model declares itself come first, inherited (shared) ones after them.
+    """
     opts = []
-    for name, field in model.model_fields.items():
+    own = set(model.__annotations__)
+    ordered = sorted(model.model_fields.items(), key=lambda item: item[0] not in own)
+    for name, field in ordered:
         flag = name.replace("_", "-")
         base = _base_type(field.annotation)
         help_text = field.description or ""
@@ -67,5 +72,5 @@ def params_from_options(model: type[BaseModel], values: dict[str, Any]) -> BaseM
         for err in exc.errors():
             loc = ".".join(str(x) for x in err["loc"])
             flag = f"--{loc.replace('_', '-')}" if loc else "options"
-            problems.append(f"{flag}: {err['msg']}")
+            problems.append(f"{flag}: {err['msg'].removeprefix('Value error, ')}")
         raise click.UsageError("; ".join(problems)) from None

@@ -9,6 +9,7 @@ port so the gateway's upstream URL stays valid. Every fault is recorded in ``fau
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 from loadgen.clock import Clock
@@ -29,10 +30,25 @@ class Replicas:
         self._clock = clock
         self.servers: dict[int, RunningServer] = {}
 
+    def _config_for(self, k: int) -> ServerConfig:
+        """Replica k's config: on vLLM's CPU backend, its compute threads on core k.
+
+        vLLM's automatic binding puts every instance's model threads on the same core (core
+        0, reserving the rest for the front end); two replicas then share one core while the
+        other idles, and a restart took over 100 s here. Pinning replica k to core k (mod the
+        core count) spreads them. A binding set in the config's env is kept; GPU builds
+        ignore the variable.
+        """
+        if "VLLM_CPU_OMP_THREADS_BIND" in self._config.env:
+            return self._config
+        core = str(k % (os.cpu_count() or 1))
+        env = {**self._config.env, "VLLM_CPU_OMP_THREADS_BIND": core}
+        return self._config.model_copy(update={"env": env})
+
     async def start(self, count: int) -> None:
         """Start replicas 1…count−1 (replica 0 is the case's server)."""
         for k in range(1, count):
-            self.servers[k] = await start_server(self._config, self._workdir(k))
+            self.servers[k] = await start_server(self._config_for(k), self._workdir(k))
 
     def _workdir(self, k: int) -> Path:
         return self._case_dir / f"server-replica-{k}"
@@ -58,7 +74,7 @@ class Replicas:
                 append_jsonl(self._case_dir / FAULTS_FILE, event)
             if fault.restart:
                 restarted = await start_server(
-                    self._config, self._workdir(fault.replica), port=server.port
+                    self._config_for(fault.replica), self._workdir(fault.replica), port=server.port
                 )
                 self.servers[fault.replica] = restarted
                 append_jsonl(

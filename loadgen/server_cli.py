@@ -133,7 +133,7 @@ def start(
         "startup_s": running.startup_s,
     }
     (_state_dir() / f"{running.port}.json").write_text(json.dumps(state, indent=2))
-    running._proc = None
+    running.detach()  # it outlives this command
     if as_json:
         click.echo(json.dumps(state))
     else:

@@ -11,24 +11,22 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from loadgen.arrivals import OpenLoop
 from scenarios.base import Scenario
 from scenarios.checks import BreakerEpisode
+from scenarios.common import RunParams, SizeText
 from scenarios.plan import CaseSpec, GatewaySpec, KillReplica, PhaseSpec, Plan
-from scenarios.workloads import TokenSpace, UniquePrompts
+from scenarios.workloads import UniquePrompts
 from server.capacity import KVCapacity
-from server.config import ServerConfig
 from server.sizes import parse_size
 
 
-class BreakerParams(BaseModel):
+class BreakerParams(RunParams):
     """Knobs of the breaker episode (each becomes a ``--flag``)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    cache: str = Field(default="1GiB", description="KV cache of each replica (1GiB = 2^30 B).")
+    cache: SizeText = Field(default="1GiB", description="KV cache of each replica (1GiB = 2^30 B).")
     rate_rps: float = Field(default=2.0, gt=0, description="Open-loop arrival rate (req/s).")
     # Long enough for the replica to stop (up to ~20 s under load), restart (25–55 s seen
     # here) and be probed back to closed while traffic still flows.
@@ -42,26 +40,12 @@ class BreakerParams(BaseModel):
     min_success_ratio: float = Field(
         default=0.9, ge=0, le=1, description="Share of requests that must succeed."
     )
-    settle_s: float = Field(default=1.0, ge=0, description="Wait after the episode (s).")
-    scrape_interval_s: float = Field(default=0.25, gt=0, description="/metrics period (s).")
-    max_model_len: int = Field(default=2048, gt=0, description="Server context (tokens).")
-    enforce_eager: bool = Field(default=True, description="Start vLLM without torch.compile.")
-    model: str | None = Field(default=None, description="Model dir; default: embedded model.")
-    seed: int = Field(default=0, description="Seed of prompts and arrivals.")
-    token_id_high: int = Field(default=4000, gt=10, description="Prompt token IDs below this.")
-
-    @field_validator("cache")
-    @classmethod
-    def _cache(cls, value: str) -> str:
-        parse_size(value)
-        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> BreakerParams:
+        self.check_fits(self.prompt_tokens, self.output_tokens)
         if self.kill_at_s >= self.duration_s:
             raise ValueError("kill_at_s must fall inside the episode (below duration_s)")
-        if self.settle_s < 2 * self.scrape_interval_s:
-            raise ValueError("settle_s must be at least two scrape intervals")
         return self
 
 
@@ -83,12 +67,7 @@ class Breaker(Scenario):
         )  # fmt: skip
         return CaseSpec(
             name="episode",
-            server=ServerConfig(
-                model=p.model,
-                kv_cache_bytes=parse_size(p.cache),
-                max_model_len=p.max_model_len,
-                enforce_eager=p.enforce_eager,
-            ),
+            server=p.server(parse_size(p.cache)),
             replicas=2,
             gateway=GatewaySpec(extra_args=gateway_args),
             label="client → gateway → 2 replicas; replica 1 killed and restarted",
@@ -128,7 +107,5 @@ class Breaker(Scenario):
                     min_success_ratio=p.min_success_ratio,
                 ),
             ),
-            seed=p.seed,
-            tokens=TokenSpace(high=p.token_id_high),
-            scrape_interval_s=p.scrape_interval_s,
+            **p.plan_fields(),
         )

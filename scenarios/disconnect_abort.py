@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from loadgen.arrivals import AllAtOnce
 from scenarios.base import Scenario
 from scenarios.checks import DisconnectFreesServer, OrphansRunOn
+from scenarios.common import RunParams, SizeText
 from scenarios.plan import CaseSpec, GatewaySpec, PhaseSpec, Plan
-from scenarios.workloads import TokenSpace, UniquePrompts
+from scenarios.workloads import UniquePrompts
 from server.capacity import KVCapacity
-from server.config import ServerConfig
 from server.sizes import parse_size
 
 PATHS: dict[str, GatewaySpec | None] = {
@@ -29,15 +29,13 @@ PATHS: dict[str, GatewaySpec | None] = {
 }
 
 
-class DisconnectAbortParams(BaseModel):
+class DisconnectAbortParams(RunParams):
     """Knobs of disconnect-abort (each becomes a ``--flag``)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     paths: str = Field(
         default="direct,gateway,broken-proxy", description=f"Cases, from: {', '.join(PATHS)}."
     )
-    cache: str = Field(default="1GiB", description="KV cache size (1GiB = 2^30 bytes).")
+    cache: SizeText = Field(default="1GiB", description="KV cache size (1GiB = 2^30 bytes).")
     url: str | None = Field(default=None, description="Attach to this running server.")
     requests: int = Field(default=8, gt=0, description="Streaming requests, all sent at once.")
     prompt_tokens: int = Field(default=256, gt=0, description="Prompt length (tokens), unique.")
@@ -60,13 +58,6 @@ class DisconnectAbortParams(BaseModel):
     idle_timeout_s: float = Field(
         default=300.0, gt=0, description="Max wait for orphaned work to finish (s)."
     )
-    settle_s: float = Field(default=1.0, ge=0, description="Wait after each phase (s).")
-    scrape_interval_s: float = Field(default=0.25, gt=0, description="/metrics period (s).")
-    max_model_len: int = Field(default=2048, gt=0, description="Server context (tokens).")
-    enforce_eager: bool = Field(default=True, description="Start vLLM without torch.compile.")
-    model: str | None = Field(default=None, description="Model dir; default: embedded model.")
-    seed: int = Field(default=0, description="Seed of all prompt tokens.")
-    token_id_high: int = Field(default=4000, gt=10, description="Prompt token IDs below this.")
 
     @field_validator("paths")
     @classmethod
@@ -77,20 +68,11 @@ class DisconnectAbortParams(BaseModel):
             raise ValueError(f"unknown path(s) {unknown}; choose from {', '.join(PATHS)}")
         return ",".join(names)
 
-    @field_validator("cache")
-    @classmethod
-    def _cache(cls, value: str) -> str:
-        parse_size(value)
-        return value
-
     @model_validator(mode="after")
     def _consistent(self) -> DisconnectAbortParams:
-        if self.prompt_tokens + self.output_tokens > self.max_model_len:
-            raise ValueError("prompt + output tokens exceed max_model_len")
+        self.check_fits(self.prompt_tokens, self.output_tokens)
         if self.disconnect_after_tokens >= self.output_tokens:
             raise ValueError("disconnect_after_tokens must be below output_tokens")
-        if self.settle_s < 2 * self.scrape_interval_s:
-            raise ValueError("settle_s must be at least two scrape intervals")
         return self
 
 
@@ -116,14 +98,7 @@ class DisconnectAbort(Scenario):
             settle_s=p.settle_s,
             settle_until_idle_s=p.idle_timeout_s,
         )
-        server = None
-        if not p.url:
-            server = ServerConfig(
-                model=p.model,
-                kv_cache_bytes=parse_size(p.cache),
-                max_model_len=p.max_model_len,
-                enforce_eager=p.enforce_eager,
-            )
+        server = None if p.url else p.server(parse_size(p.cache))
         return CaseSpec(
             name=path,
             server=server,
@@ -175,7 +150,5 @@ class DisconnectAbort(Scenario):
             cases=tuple(cases),
             phases=(),
             checks=tuple(checks),  # type: ignore[arg-type]
-            seed=p.seed,
-            tokens=TokenSpace(high=p.token_id_high),
-            scrape_interval_s=p.scrape_interval_s,
+            **p.plan_fields(),
         )

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from loadgen.arrivals import AllAtOnce
 from scenarios.base import Scenario
 from scenarios.checks import KVPeakMatchesWorkingSet, PreemptionAsPredicted
+from scenarios.common import RunParams
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
-from scenarios.workloads import TokenSpace, UniquePrompts
+from scenarios.workloads import UniquePrompts
 from server.capacity import KVCapacity
-from server.config import ServerConfig
 from server.sizes import format_size, parse_size
 
 
@@ -41,10 +41,8 @@ def parse_matrix(text: str) -> list[tuple[str, int]]:
     return out
 
 
-class KVPreemptionParams(BaseModel):
+class KVPreemptionParams(RunParams):
     """Knobs of kv-preemption (each becomes a ``--flag``)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     cases: str = Field(
         default="1GiB:8,1GiB:16,4GiB:16",
@@ -61,13 +59,6 @@ class KVPreemptionParams(BaseModel):
     )
     prompt_tokens: int = Field(default=1024, gt=0, description="Prompt length (tokens), unique.")
     output_tokens: int = Field(default=512, gt=0, description="Output length (tokens), exact.")
-    settle_s: float = Field(default=1.0, ge=0, description="Wait after the burst (s).")
-    scrape_interval_s: float = Field(default=0.25, gt=0, description="/metrics period (s).")
-    max_model_len: int = Field(default=2048, gt=0, description="Server context (tokens).")
-    enforce_eager: bool = Field(default=True, description="Start vLLM without torch.compile.")
-    model: str | None = Field(default=None, description="Model dir; default: embedded model.")
-    seed: int = Field(default=0, description="Seed of all prompt tokens.")
-    token_id_high: int = Field(default=4000, gt=10, description="Prompt token IDs below this.")
     kv_peak_tolerance: float = Field(
         default=0.05, gt=0, description="KV peak vs predicted working set (fraction)."
     )
@@ -80,13 +71,7 @@ class KVPreemptionParams(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> KVPreemptionParams:
-        if self.prompt_tokens + self.output_tokens > self.max_model_len:
-            raise ValueError(
-                f"prompt ({self.prompt_tokens}) + output ({self.output_tokens}) tokens exceed "
-                f"max_model_len {self.max_model_len}"
-            )
-        if self.settle_s < 2 * self.scrape_interval_s:
-            raise ValueError("settle_s must be at least two scrape intervals")
+        self.check_fits(self.prompt_tokens, self.output_tokens)
         self.matrix()  # validates --cache/--concurrency lists
         return self
 
@@ -126,14 +111,8 @@ class KVPreemption(Scenario):
         cache = parse_size(size)
         return CaseSpec(
             name=f"{format_size(cache)}-c{conc}",
-            server=ServerConfig(
-                model=p.model,
-                kv_cache_bytes=cache,
-                max_model_len=p.max_model_len,
-                enforce_eager=p.enforce_eager,
-                # Room for every request at once, so the cache (not max_num_seqs) is the limit.
-                max_num_seqs=max(conc, 16),
-            ),
+            # Room for every request at once, so the cache (not max_num_seqs) is the limit.
+            server=p.server(cache, max_num_seqs=max(conc, 16)),
             label=f"cache {format_size(cache)}, {conc} at once",
             phases=(phase,),
         )
@@ -173,7 +152,5 @@ class KVPreemption(Scenario):
             cases=tuple(cases),
             phases=(),
             checks=tuple(checks),  # type: ignore[arg-type]
-            seed=p.seed,
-            tokens=TokenSpace(high=p.token_id_high),
-            scrape_interval_s=p.scrape_interval_s,
+            **p.plan_fields(),
         )

@@ -11,27 +11,25 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from loadgen.arrivals import ClosedLoop
 from scenarios.base import Scenario
 from scenarios.checks import CapacityAtLeast, HitRateCompare, LatencyRatio, ProbeCache
+from scenarios.common import RunParams, SizeText
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
-from scenarios.workloads import AnchoredPrompts, TokenSpace, UniquePrompts
+from scenarios.workloads import AnchoredPrompts, UniquePrompts
 from server.capacity import KVCapacity
-from server.config import ServerConfig
 from server.sizes import format_size, parse_size
 
 PHASES = ("cold", "warm", "pollution", "revisit", "rewarm")
 _GiB = 2**30
 
 
-class PrefixEvictionParams(BaseModel):
+class PrefixEvictionParams(RunParams):
     """Knobs of prefix-eviction (each becomes a ``--flag``)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    cache: str = Field(
+    cache: SizeText = Field(
         default="1GiB", description="KV cache size of the tested case (bytes: 1GiB = 2^30)."
     )
     control: str = Field(
@@ -58,33 +56,12 @@ class PrefixEvictionParams(BaseModel):
     )
     concurrency: int = Field(default=4, gt=0, description="Closed-loop concurrency.")
     output_tokens: int = Field(default=16, ge=2, description="Output tokens per request (exact).")
-    settle_s: float = Field(
-        default=1.0, ge=0, description="Wait after each phase for counters (s)."
-    )
-    scrape_interval_s: float = Field(default=0.25, gt=0, description="/metrics scrape period (s).")
-    max_model_len: int = Field(default=2048, gt=0, description="Server context length (tokens).")
-    enforce_eager: bool = Field(
-        default=True, description="Start vLLM without torch.compile (faster start)."
-    )
-    model: str | None = Field(
-        default=None, description="Model directory; default: the embedded model."
-    )
-    seed: int = Field(default=0, description="Seed of all prompt tokens.")
-    token_id_high: int = Field(
-        default=4000, gt=10, description="Prompt token IDs are drawn below this."
-    )
     ttft_p95_min_ratio: float = Field(
         default=1.2, gt=0, description="Revisit/warm TTFT p95 needed to call eviction visible."
     )
     hit_rate_tolerance: float = Field(
         default=0.02, ge=0, description="'Close' for hit-rate comparisons."
     )
-
-    @field_validator("cache")
-    @classmethod
-    def _cache_size(cls, value: str) -> str:
-        parse_size(value)
-        return value
 
     @field_validator("control")
     @classmethod
@@ -95,17 +72,7 @@ class PrefixEvictionParams(BaseModel):
 
     @model_validator(mode="after")
     def _fits(self) -> PrefixEvictionParams:
-        prompt = self.prefix_tokens + self.suffix_tokens
-        if prompt + self.output_tokens > self.max_model_len:
-            raise ValueError(
-                f"prompt ({prompt}) + output ({self.output_tokens}) tokens exceed "
-                f"max_model_len {self.max_model_len}"
-            )
-        if self.settle_s < 2 * self.scrape_interval_s:
-            raise ValueError(
-                f"settle_s ({self.settle_s}) must be at least two scrape intervals "
-                f"({2 * self.scrape_interval_s}) so counters catch up"
-            )
+        self.check_fits(self.prefix_tokens + self.suffix_tokens, self.output_tokens)
         return self
 
 
@@ -136,15 +103,6 @@ class PrefixEviction(Scenario):
     )
     Params: ClassVar[type[BaseModel]] = PrefixEvictionParams
 
-    def _server(self, p: PrefixEvictionParams, cache_bytes: int) -> ServerConfig:
-        return ServerConfig(
-            model=p.model,
-            kv_cache_bytes=cache_bytes,
-            max_model_len=p.max_model_len,
-            enable_prefix_caching=True,
-            enforce_eager=p.enforce_eager,
-        )
-
     def sizing_case(self, params: BaseModel) -> CaseSpec:
         p = PrefixEvictionParams.model_validate(params.model_dump())
         if p.url:
@@ -153,7 +111,7 @@ class PrefixEviction(Scenario):
         return CaseSpec(
             name=format_size(cache),
             role="test",
-            server=self._server(p, cache),
+            server=p.server(cache),
             label=f"cache {p.cache}",
         )
 
@@ -191,7 +149,7 @@ class PrefixEviction(Scenario):
                 CaseSpec(
                     name=f"control-{format_size(control_bytes)}",
                     role="control",
-                    server=self._server(p, control_bytes),
+                    server=p.server(control_bytes),
                     label=f"control cache {format_size(control_bytes)}",
                 )
             )
@@ -284,9 +242,7 @@ class PrefixEviction(Scenario):
             cases=tuple(cases),
             phases=phases,
             checks=tuple(checks),  # type: ignore[arg-type]
-            seed=p.seed,
-            tokens=TokenSpace(high=p.token_id_high),
-            scrape_interval_s=p.scrape_interval_s,
+            **p.plan_fields(),
             probe_phases=("cold", "warm", "revisit", "rewarm"),
             compare_phases=(("revisit", "warm"), ("revisit", "rewarm")),
         )

@@ -90,6 +90,14 @@ class RunningServer:
             "env": {k: os.environ[k] for k in _ENV_TO_RECORD if k in os.environ},
         }
 
+    def exit_code(self) -> int | None:
+        """The owned server's exit code if it has exited, else ``None`` (also when attached)."""
+        return self._proc.poll() if self._proc is not None else None
+
+    def detach(self) -> None:
+        """Give up ownership: the server keeps running after this process exits."""
+        self._proc = None
+
     def stop(self, grace_s: float = 15.0) -> None:
         """Stop an owned server's whole process group and check it and its port are gone.
 

@@ -7,40 +7,34 @@ with the gateway's retry on refused connections nearly every request succeeds.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from vllm_fixtures import loadgen
+from vllm_fixtures import loadgen, read_report, run_scenario
 
 pytestmark = pytest.mark.vllm
 
 
 @pytest.fixture(scope="module")
 def episode_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("breaker") / "run"
-    proc = loadgen(
-        "run", "breaker",
+    return run_scenario(
+        tmp_path_factory, "breaker",
         "--cache", "512MiB",
         "--rate-rps", "1",
         "--duration-s", "90",
         "--kill-at-s", "5",
         "--output-tokens", "8",
         "--breaker-cooldown-s", "2",
-        "--out", str(out),
-        timeout=900,
     )  # fmt: skip
-    assert proc.returncode == 0, f"run failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return out
 
 
 def _episode(run: Path) -> dict:
-    report = json.loads((run / "report.json").read_text())
+    report = read_report(run)
     return report["cases"]["episode"]["breaker"][0]
 
 
 def test_breaker_verdict_passes(episode_run: Path) -> None:
-    report = json.loads((episode_run / "report.json").read_text())
+    report = read_report(episode_run)
     assert [v["passed"] for v in report["verdicts"]] == [True], report["verdicts"]
 
 

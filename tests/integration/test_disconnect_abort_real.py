@@ -11,36 +11,31 @@ import json
 from pathlib import Path
 
 import pytest
-from vllm_fixtures import SharedServer, loadgen
+from vllm_fixtures import SharedServer, loadgen, read_report, run_scenario
 
 pytestmark = pytest.mark.vllm
 
 
 @pytest.fixture(scope="module")
 def abort_run(server_1gib: SharedServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("disconnect-abort") / "run"
-    proc = loadgen(
-        "run", "disconnect-abort",
+    return run_scenario(
+        tmp_path_factory, "disconnect-abort",
         "--url", server_1gib.url,
         "--requests", "4",
         "--prompt-tokens", "128",
         "--output-tokens", "256",
         "--disconnect-after-tokens", "16",
         "--settle-s", "0.6",
-        "--out", str(out),
-        timeout=900,
     )  # fmt: skip
-    assert proc.returncode == 0, f"run failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return out
 
 
 def _rows(run: Path) -> dict[str, dict]:
-    report = json.loads((run / "report.json").read_text())
+    report = read_report(run)
     return {r["case"]: r for c in report["cases"].values() for r in c["disconnects"]}
 
 
 def test_all_disconnect_verdicts_pass(abort_run: Path) -> None:
-    report = json.loads((abort_run / "report.json").read_text())
+    report = read_report(abort_run)
     failed = [v for v in report["verdicts"] if v["passed"] is not True]
     assert not failed, json.dumps(failed, indent=2)
     assert report["verdict_summary"] == {"passed": 3, "failed": 0, "undecided": 0}

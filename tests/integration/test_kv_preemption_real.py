@@ -11,33 +11,24 @@ import json
 from pathlib import Path
 
 import pytest
-from vllm_fixtures import loadgen
+from vllm_fixtures import loadgen, read_report, run_scenario
 
 pytestmark = pytest.mark.vllm
 
 
 @pytest.fixture(scope="module")
 def reduced_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("kv-preemption") / "run"
-    proc = loadgen(
-        "run", "kv-preemption",
+    return run_scenario(
+        tmp_path_factory, "kv-preemption",
         "--cases", "160MiB:6,160MiB:10",
         "--prompt-tokens", "255",
         "--output-tokens", "129",
         "--settle-s", "0.6",
-        "--out", str(out),
-        timeout=900,
     )  # fmt: skip
-    assert proc.returncode == 0, f"run failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return out
-
-
-def _report(run: Path) -> dict:
-    return json.loads((run / "report.json").read_text())
 
 
 def test_verdicts_pass_with_preemption_only_where_predicted(reduced_run: Path) -> None:
-    report = _report(reduced_run)
+    report = read_report(reduced_run)
     failed = [v for v in report["verdicts"] if v["passed"] is not True]
     assert not failed, json.dumps(failed, indent=2)
     rows = {r["case"]: r for r in report["preemption"]["rows"]}

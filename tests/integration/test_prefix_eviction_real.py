@@ -13,16 +13,15 @@ import json
 from pathlib import Path
 
 import pytest
-from vllm_fixtures import SharedServer, loadgen
+from vllm_fixtures import SharedServer, loadgen, read_report, run_scenario
 
 pytestmark = pytest.mark.vllm
 
 
 @pytest.fixture(scope="module")
 def reduced_run(server_1gib: SharedServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("prefix-eviction") / "run"
-    proc = loadgen(
-        "run", "prefix-eviction",
+    return run_scenario(
+        tmp_path_factory, "prefix-eviction",
         "--cache", "160MiB",
         "--control-url", server_1gib.url,
         "--prefix-tokens", "512",
@@ -31,26 +30,18 @@ def reduced_run(server_1gib: SharedServer, tmp_path_factory: pytest.TempPathFact
         "--pollution-requests", "1",  # let --pollution-factor (2.5× capacity) size it
         "--output-tokens", "4",
         "--settle-s", "0.6",
-        "--out", str(out),
-        timeout=900,
     )  # fmt: skip
-    assert proc.returncode == 0, f"run failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return out
-
-
-def _report(run: Path) -> dict:
-    return json.loads((run / "report.json").read_text())
 
 
 def test_reduced_prefix_eviction_verdicts_all_pass(reduced_run: Path) -> None:
-    report = _report(reduced_run)
+    report = read_report(reduced_run)
     failed = [v for v in report["verdicts"] if v["passed"] is not True]
     assert not failed, json.dumps(failed, indent=2)
     assert report["verdict_summary"] == {"passed": 9, "failed": 0, "undecided": 0}
 
 
 def test_pollution_was_sized_from_the_real_capacity(reduced_run: Path) -> None:
-    sizing = _report(reduced_run)["sizing"]
+    sizing = read_report(reduced_run)["sizing"]
     assert sizing["capacity_tokens"] == 2816  # 160 MiB // (128 × 57,344 B) = 22 blocks
     # ceil(2.5 × 2816 / 544) = 13 pollution prompts of 544 tokens
     assert sizing["pollution_requests"] == 13
@@ -59,7 +50,7 @@ def test_pollution_was_sized_from_the_real_capacity(reduced_run: Path) -> None:
 
 
 def test_revisit_probes_miss_in_the_small_cache_and_hit_in_the_control(reduced_run: Path) -> None:
-    cases = _report(reduced_run)["cases"]
+    cases = read_report(reduced_run)["cases"]
     small = [p["cached_tokens"] for p in cases["160MiB"]["probes"] if p["phase"] == "revisit"]
     control = [p["cached_tokens"] for p in cases["control"]["probes"] if p["phase"] == "revisit"]
     assert small == [0, 0, 0, 0]
@@ -68,7 +59,7 @@ def test_revisit_probes_miss_in_the_small_cache_and_hit_in_the_control(reduced_r
 
 def test_phase_hit_rates_from_counters_match_per_request_cached_tokens(reduced_run: Path) -> None:
     """Two independent sources (server counters, per-request usage) agree per phase."""
-    for case in _report(reduced_run)["cases"].values():
+    for case in read_report(reduced_run)["cases"].values():
         for phase in case["phases"].values():
             assert phase["hit_rate_counters"] == pytest.approx(phase["hit_rate_requests"], abs=1e-9)
 

@@ -69,5 +69,16 @@ def server_1gib(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedServ
     assert port_is_free(server.port), f"port {server.port} still bound after stop"
 
 
-def read_json(path: Path) -> dict[str, object]:
-    return json.loads(path.read_text())
+def run_scenario(tmp: pytest.TempPathFactory, scenario: str, *args: str) -> Path:
+    """``loadgen run SCENARIO ARGS --out DIR`` in a fresh temp dir; the run directory.
+
+    Fails the calling fixture (with the output's tail) when the run exits non-zero.
+    """
+    out = tmp.mktemp(scenario) / "run"
+    proc = loadgen("run", scenario, *args, "--out", str(out), timeout=900)
+    assert proc.returncode == 0, f"run failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return out
+
+
+def read_report(run: Path) -> dict:
+    return json.loads((run / "report.json").read_text())

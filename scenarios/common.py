@@ -1,0 +1,72 @@
+"""Parameters every scenario shares (server and measurement knobs) and their checks."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from scenarios.workloads import TokenSpace
+from server.config import ServerConfig
+from server.sizes import parse_size
+
+
+def _size_text(value: str) -> str:
+    parse_size(value)  # raises ValueError with the accepted units
+    return value
+
+
+#: A byte size as typed on the command line ("1GiB"), validated but kept as text.
+SizeText = Annotated[str, AfterValidator(_size_text)]
+
+
+class RunParams(BaseModel):
+    """Knobs of how the server runs and how the run is measured (each a ``--flag``).
+
+    Scenario parameter models extend this; their own fields come first on the command line.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    settle_s: float = Field(default=1.0, ge=0, description="Wait after each phase (s).")
+    scrape_interval_s: float = Field(default=0.25, gt=0, description="/metrics period (s).")
+    max_model_len: int = Field(default=2048, gt=0, description="Server context (tokens).")
+    enforce_eager: bool = Field(default=True, description="Start vLLM without torch.compile.")
+    model: str | None = Field(default=None, description="Model dir; default: embedded model.")
+    seed: int = Field(default=0, description="Seed of all prompt tokens (and arrivals).")
+    token_id_high: int = Field(default=4000, gt=10, description="Prompt token IDs below this.")
+
+    @model_validator(mode="after")
+    def _settle_covers_two_scrapes(self) -> Any:
+        if self.settle_s < 2 * self.scrape_interval_s:
+            raise ValueError(
+                f"settle_s ({self.settle_s}) must be at least two scrape intervals "
+                f"({2 * self.scrape_interval_s}) so counters catch up"
+            )
+        return self
+
+    def check_fits(self, prompt_tokens: int, output_tokens: int) -> None:
+        """Raises ValueError when a request would not fit the server's context."""
+        if prompt_tokens + output_tokens > self.max_model_len:
+            raise ValueError(
+                f"prompt ({prompt_tokens}) + output ({output_tokens}) tokens exceed "
+                f"max_model_len {self.max_model_len}"
+            )
+
+    def server(self, cache_bytes: int, **extra: Any) -> ServerConfig:
+        """The server configuration for a case with ``cache_bytes`` of KV cache."""
+        return ServerConfig(
+            model=self.model,
+            kv_cache_bytes=cache_bytes,
+            max_model_len=self.max_model_len,
+            enforce_eager=self.enforce_eager,
+            **extra,
+        )
+
+    def plan_fields(self) -> dict[str, Any]:
+        """The ``Plan`` fields these knobs decide."""
+        return {
+            "seed": self.seed,
+            "tokens": TokenSpace(high=self.token_id_high),
+            "scrape_interval_s": self.scrape_interval_s,
+        }
