@@ -32,11 +32,13 @@ run: $(STAMP)
 # Fast unit tests first, then the real-vLLM tier (one server start per configuration).
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) runs

@@ -42,7 +42,9 @@ def episode(case: CaseData, case_dir: Path, phase: dict[str, Any]) -> dict[str, 
     faults = read_jsonl(case_dir / FAULTS_FILE)
     trans = transitions(case_dir / GATEWAY_LOG)
     seconds = max(1, math.ceil((int(phase["last_end_ns"]) - start) / 1e9))
-    bins = [{"second": s, "ok": 0, "failed": 0, "by_upstream": {}} for s in range(seconds + 1)]
+    bins: list[dict[str, Any]] = [
+        {"second": s, "ok": 0, "failed": 0, "by_upstream": {}} for s in range(seconds + 1)
+    ]
     for r in records:
         if r.get("sent_ns") is None:
             continue

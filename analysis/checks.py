@@ -199,8 +199,13 @@ def _breaker(check: BreakerEpisode, case: dict[str, Any]) -> Verdict:
         f"{ep['ok']}/{ep['requests']} requests ok ({ratio:.1%}, need ≥ "
         f"{check.min_success_ratio:.0%})"
     )
-    late = back is not None and ep.get("last_send_s") is not None
-    if late and closed is None and back["healthy_s"] > ep["last_send_s"]:
+    last_send = ep.get("last_send_s")
+    if (
+        back is not None
+        and closed is None
+        and last_send is not None
+        and back["healthy_s"] > last_send
+    ):
         detail += "; the replica came back after the last request was sent: lengthen the episode"
     return Verdict(check.case, name, ok, detail)
 

@@ -65,7 +65,8 @@ def describe(values: Iterable[float]) -> dict[str, float | int | None]:
     """
     arr = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
     if arr.size == 0:
-        return {"count": 0, "mean": None, "std": None} | {f"p{p}": None for p in PERCENTILES}
+        empty: dict[str, float | int | None] = {"count": 0, "mean": None, "std": None}
+        return empty | {f"p{p}": None for p in PERCENTILES}
     stats: dict[str, float | int | None] = {
         "count": int(arr.size),
         "mean": float(arr.mean()),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from loadgen.records import read_records
 from loadgen.rundir import (
@@ -26,11 +27,11 @@ class CaseData:
     """Raw data of one case, as written by the run."""
 
     name: str
-    info: dict[str, object]
-    records: list[dict[str, object]]
-    phases: list[dict[str, object]]
+    info: dict[str, Any]
+    records: list[dict[str, Any]]
+    phases: list[dict[str, Any]]
     samples: list[Sample]
-    scrapes: list[dict[str, object]]
+    scrapes: list[dict[str, Any]]
 
 
 @dataclass
@@ -39,7 +40,7 @@ class RunData:
 
     run_dir: Path
     plan: Plan
-    run: dict[str, object]
+    run: dict[str, Any]
     cases: list[CaseData]
 
 

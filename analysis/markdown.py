@@ -295,9 +295,9 @@ def render_markdown(report: dict[str, Any]) -> str:
                 "",
             ]
         out += [f"Lifetime hit rate at the end of the case: {_f(case['lifetime_hit_rate'], 3)}", ""]
-    rows = [r for case in report["cases"].values() for r in case.get("disconnects", [])]
-    if rows:
-        out += _disconnect_section(rows)
+    disconnects = [r for case in report["cases"].values() for r in case.get("disconnects", [])]
+    if disconnects:
+        out += _disconnect_section(disconnects)
     episodes = [e for case in report["cases"].values() for e in case.get("breaker", [])]
     if episodes:
         out += _breaker_section(episodes)

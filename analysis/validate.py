@@ -12,6 +12,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from loadgen.manifest import verify_manifest
 from loadgen.records import read_records
@@ -41,15 +42,15 @@ class ValidationResult:
         return not self.problems
 
 
-def _check_record(rec: dict[str, object], where: str) -> list[str]:
+def _check_record(rec: dict[str, Any], where: str) -> list[str]:
     problems = []
     chunks = rec.get("chunk_ns") or []
     tokens = rec.get("chunk_tokens") or []
-    if len(chunks) != len(tokens):  # type: ignore[arg-type]
+    if len(chunks) != len(tokens):
         problems.append(f"{where}: chunk_ns and chunk_tokens differ in length")
     sent = rec.get("sent_ns")
     if chunks and sent is not None:
-        stamps = [sent, *chunks]  # type: ignore[list-item]
+        stamps = [sent, *chunks]
         if any(b < a for a, b in itertools.pairwise(stamps)):
             problems.append(f"{where}: timestamps not in order")
     if rec.get("status") == "ok" and not chunks:

@@ -379,8 +379,9 @@ class _Exchange:
         self._abort(kind, count=abort)
         self.outcome.status = status
         err_type = "gateway_timeout" if status == 504 else "bad_gateway"
-        extra = {"timeout": timeout} if timeout else {}
-        return _json_error(status, err_type, message, **extra)
+        if timeout:
+            return _json_error(status, err_type, message, timeout=timeout)
+        return _json_error(status, err_type, message)
 
     def _count_error(self, kind: str) -> None:
         self.state.metrics.upstream_errors.labels(upstream=self.upstream, kind=kind).inc()
@@ -452,9 +453,9 @@ async def _proxy(
     except web.HTTPRequestEntityTooLarge:
         state.metrics.rejections.labels(reason="body_too_large").inc()
         msg = f"request body larger than {limit_bytes} bytes"
-        response = _json_error(413, "request_too_large", msg)
-        response.force_close()  # the unread body must not be parsed as a next request
-        return response
+        too_large = _json_error(413, "request_too_large", msg)
+        too_large.force_close()  # the unread body must not be parsed as a next request
+        return too_large
 
     retry_after = str(state.config.admission.retry_after_s)
     try:

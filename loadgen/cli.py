@@ -59,7 +59,7 @@ class _RunGroup(click.Group):
         def callback(**values: Any) -> None:
             _run_command(scenario, values)
 
-        common = [
+        common: list[click.Parameter] = [
             click.Option(["--out", "out"], type=click.Path(path_type=Path), default=None,
                          help="Run directory (default: runs/<scenario>-<UTC time>)."),
             click.Option(["--strict"], is_flag=True,
@@ -68,7 +68,7 @@ class _RunGroup(click.Group):
         return click.Command(
             name,
             callback=callback,
-            params=options_for(scenario.Params) + common,
+            params=[*options_for(scenario.Params), *common],
             help=scenario.summary,
         )
 

@@ -13,7 +13,13 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from loadgen.arrivals import ClosedLoop, OpenLoop, concurrency_limit, open_loop_offsets_ns
+from loadgen.arrivals import (
+    AllAtOnce,
+    ClosedLoop,
+    OpenLoop,
+    concurrency_limit,
+    open_loop_offsets_ns,
+)
 from loadgen.client import PlannedRequest, Target, send_request
 from loadgen.clock import Clock
 from loadgen.records import RecordWriter, RequestRecord
@@ -74,7 +80,7 @@ async def run_phase(
     case: str,
     phase: str,
     requests: Sequence[PlannedRequest],
-    arrival: ClosedLoop | OpenLoop | object,
+    arrival: ClosedLoop | AllAtOnce | OpenLoop,
     target: Target,
     session: aiohttp.ClientSession,
     writer: RecordWriter,
@@ -87,7 +93,7 @@ async def run_phase(
     if the phase is cancelled, the interrupted ones (status ``error``).
     """
     n = len(requests)
-    limit = concurrency_limit(arrival, n)  # type: ignore[arg-type]
+    limit = concurrency_limit(arrival, n)
     offsets = open_loop_offsets_ns(arrival, n) if isinstance(arrival, OpenLoop) else [0] * n
     gate = asyncio.Semaphore(limit) if limit is not None else None
     phase_start = clock.now_ns()

@@ -11,6 +11,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
 )
@@ -37,7 +38,7 @@ class RichProgress:
         self.console = console or make_console()
         self._status: Status | None = None
         self._progress: Progress | None = None
-        self._task: int | None = None
+        self._task: TaskID | None = None
         self._failed = 0
 
     def _server_status(self, elapsed_s: float, last_line: str) -> None:

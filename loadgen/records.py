@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, Any, Literal
 
 Status = Literal["ok", "error", "aborted", "not_sent"]
 
@@ -103,13 +103,13 @@ class RecordWriter:
         self.count += 1
 
 
-def read_records(path: Path) -> list[dict[str, object]]:
+def read_records(path: Path) -> list[dict[str, Any]]:
     """All records of a ``requests.jsonl`` as dicts (a truncated last line is an error).
 
     Raises:
         ValueError: a line is not valid JSON; the message names the line number.
     """
-    out: list[dict[str, object]] = []
+    out: list[dict[str, Any]] = []
     with open(path, encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():

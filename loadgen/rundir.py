@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 RUN_FILE = "run.json"
 PLAN_FILE = "plan.json"
@@ -47,7 +48,7 @@ def write_json(path: Path, obj: object) -> None:
     os.replace(tmp, path)
 
 
-def read_json(path: Path) -> dict[str, object]:
+def read_json(path: Path) -> dict[str, Any]:
     """Read a JSON object file.
 
     Raises:
@@ -67,7 +68,7 @@ def append_jsonl(path: Path, obj: object) -> None:
         fh.write(json.dumps(obj, default=str) + "\n")
 
 
-def read_jsonl(path: Path) -> list[dict[str, object]]:
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     with open(path, encoding="utf-8") as fh:

@@ -11,6 +11,7 @@ import gzip
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from metrics.samples import Sample
 
@@ -47,7 +48,7 @@ def read_samples(case_dir: Path) -> list[Sample]:
     return out
 
 
-def read_scrapes(case_dir: Path) -> list[dict[str, object]]:
+def read_scrapes(case_dir: Path) -> list[dict[str, Any]]:
     """The scrape index of a case (one dict per tick)."""
     path = case_dir / SCRAPES_FILE
     if not path.exists():
@@ -56,7 +57,7 @@ def read_scrapes(case_dir: Path) -> list[dict[str, object]]:
         return [json.loads(line) for line in fh if line.strip()]
 
 
-def iter_raw(case_dir: Path) -> Iterator[dict[str, object]]:
+def iter_raw(case_dir: Path) -> Iterator[dict[str, Any]]:
     """Raw scrapes (``{"scrape", "t_ns", "text"}``); tolerates a file cut short by a crash."""
     path = case_dir / RAW_FILE
     if not path.exists():

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from loadgen.arrivals import AllAtOnce
 from scenarios.base import Scenario
-from scenarios.checks import DisconnectFreesServer, OrphansRunOn
+from scenarios.checks import Check, DisconnectFreesServer, OrphansRunOn
 from scenarios.common import RunParams, SizeText
 from scenarios.plan import CaseSpec, GatewaySpec, PhaseSpec, Plan
 from scenarios.workloads import UniquePrompts
@@ -116,7 +116,7 @@ class DisconnectAbort(Scenario):
     def plan(self, params: BaseModel, capacity: KVCapacity) -> Plan:
         p = DisconnectAbortParams.model_validate(params.model_dump())
         cases = [self._case(p, path) for path in p.paths.split(",")]
-        checks: list[object] = []
+        checks: list[Check] = []
         for case in cases:
             phase = case.phases[0].name
             if case.gateway is not None and not case.gateway.propagate_cancellation:
@@ -149,6 +149,6 @@ class DisconnectAbort(Scenario):
             },
             cases=tuple(cases),
             phases=(),
-            checks=tuple(checks),  # type: ignore[arg-type]
+            checks=tuple(checks),
             **p.plan_fields(),
         )

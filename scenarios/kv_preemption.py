@@ -9,13 +9,13 @@ calculation (``analysis.preemption``) is made from each case's real capacity.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from loadgen.arrivals import AllAtOnce
 from scenarios.base import Scenario
-from scenarios.checks import KVPeakMatchesWorkingSet, PreemptionAsPredicted
+from scenarios.checks import Check, KVPeakMatchesWorkingSet, PreemptionAsPredicted
 from scenarios.common import RunParams
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
 from scenarios.workloads import UniquePrompts
@@ -128,9 +128,9 @@ class KVPreemption(Scenario):
         cases = [self._case(p, size, conc) for size, conc in pairs]
         if len({c.name for c in cases}) != len(cases):
             raise ValueError("duplicate cases in the matrix")
-        checks: list[object] = []
+        checks: list[Check] = []
         for case, (_, conc) in zip(cases, pairs, strict=True):
-            shape = {
+            shape: dict[str, Any] = {
                 "case": case.name,
                 "phase": f"c{conc}",
                 "concurrency": conc,
@@ -151,6 +151,6 @@ class KVPreemption(Scenario):
             },
             cases=tuple(cases),
             phases=(),
-            checks=tuple(checks),  # type: ignore[arg-type]
+            checks=tuple(checks),
             **p.plan_fields(),
         )

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from loadgen.arrivals import ClosedLoop
 from scenarios.base import Scenario
-from scenarios.checks import CapacityAtLeast, HitRateCompare, LatencyRatio, ProbeCache
+from scenarios.checks import CapacityAtLeast, Check, HitRateCompare, LatencyRatio, ProbeCache
 from scenarios.common import RunParams, SizeText
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
 from scenarios.workloads import AnchoredPrompts, UniquePrompts
@@ -176,7 +176,7 @@ class PrefixEviction(Scenario):
         )
 
         hit_min = p.prefix_tokens // 2
-        checks: list[object] = [
+        checks: list[Check] = [
             ProbeCache(case=test.name, phase="warm", expect="hit", min_cached_tokens=hit_min),
             ProbeCache(case=test.name, phase="revisit", expect="miss", max_cached_tokens=0),
             ProbeCache(case=test.name, phase="rewarm", expect="hit", min_cached_tokens=hit_min),
@@ -241,7 +241,7 @@ class PrefixEviction(Scenario):
             },
             cases=tuple(cases),
             phases=phases,
-            checks=tuple(checks),  # type: ignore[arg-type]
+            checks=tuple(checks),
             **p.plan_fields(),
             probe_phases=("cold", "warm", "revisit", "rewarm"),
             compare_phases=(("revisit", "warm"), ("revisit", "rewarm")),
