@@ -13,6 +13,9 @@ def _f(x: Any, digits: int = 1) -> str:
     return str(x)
 
 
+STAT_KEYS = ["mean", "std", "p50", "p90", "p95", "p99"]
+
+
 def _pct(fraction: float | None) -> str:
     return _f(fraction * 100 if fraction is not None else None)
 
@@ -276,6 +279,13 @@ def render_markdown(report: dict[str, Any]) -> str:
             _phase_table(case, case.get("planned_phases") or phases),
             "",
         ]
+        overall = case.get("all_phases")
+        if overall:
+            rows = [
+                [m.removesuffix("_ms").upper(), *(_f(overall[m][k]) for k in STAT_KEYS)]
+                for m in ("ttft_ms", "tpot_ms", "e2el_ms", "itl_ms")
+            ]
+            out += ["All phases together (ms):", "", _table(["metric", *STAT_KEYS], rows), ""]
         if case["probes"]:
             out += ["Probe requests (first request per prefix group):", "", _probe_table(case), ""]
         if case["ratios"]:

@@ -129,6 +129,20 @@ def lifetime_hit_rate(case: CaseData) -> float | None:
     return _ratio(hits, queries)
 
 
+def latency_summary(frame: pd.DataFrame) -> dict[str, Any]:
+    """TTFT/TPOT/E2EL/ITL statistics over every successful request of ``frame`` (all phases)."""
+    if frame.empty:
+        return {m: describe([]) for m in ("ttft_ms", "tpot_ms", "e2el_ms", "itl_ms")}
+    ok = frame[frame["status"] == "ok"]
+    gaps, _ = itl_gaps(ok.to_dict("records"))
+    return {
+        "ttft_ms": describe(ok["ttft_ms"]),
+        "tpot_ms": describe(ok["tpot_ms"]),
+        "e2el_ms": describe(ok["e2el_ms"]),
+        "itl_ms": describe(gaps),
+    }
+
+
 def case_summary(
     case: CaseData, probe_phases: tuple[str, ...], compare: tuple[tuple[str, str], ...]
 ) -> dict[str, Any]:
@@ -159,6 +173,7 @@ def case_summary(
         "probes": probe_rows(frame, probe_phases),
         "ratios": ratios,
         "lifetime_hit_rate": lifetime_hit_rate(case),
+        "all_phases": latency_summary(frame),
         "requests_total": len(case.records),
         "requests_failed": sum(1 for r in case.records if r.get("status") == "error"),
         "scrapes": {"total": len(case.scrapes), "late": late, "failed": failed_scrapes},
