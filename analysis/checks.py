@@ -51,6 +51,8 @@ def _probe(check: ProbeCache, case: dict[str, Any]) -> Verdict:
         good = [c is not None and c <= check.max_cached_tokens for c in cached]
         rule = f"cached tokens ≤ {check.max_cached_tokens}"
     detail = f"{sum(good)}/{len(good)} probes {check.expect} ({rule}); cached tokens: {cached}"
+    if not all(good) and check.why:
+        detail += f" — {check.why}"
     return Verdict(check.case, name, all(good), detail)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.manifest import verify_manifest
-from loadgen.records import read_records
+from loadgen.records import read_records, truncated_tail
 from loadgen.rundir import (
     CASE_FILE,
     PHASES_FILE,
@@ -55,6 +55,19 @@ def _check_record(rec: dict[str, Any], where: str) -> list[str]:
             problems.append(f"{where}: timestamps not in order")
     if rec.get("status") == "ok" and not chunks:
         problems.append(f"{where}: status ok but no token arrived")
+    end = rec.get("end_ns")
+    if sent is not None and end is not None and end < sent:
+        problems.append(f"{where}: ends before it was sent")
+    if any(t <= 0 for t in tokens):
+        problems.append(f"{where}: a chunk with no token was recorded as token-carrying")
+    prompt = rec.get("prompt_tokens_sent") or 0
+    cached = rec.get("cached_tokens")
+    if cached is not None and not 0 <= cached <= prompt:
+        problems.append(f"{where}: cached_tokens {cached} outside 0..{prompt} prompt tokens")
+    for key in ("usage_prompt_tokens", "usage_completion_tokens"):
+        value = rec.get(key)
+        if value is not None and value < 0:
+            problems.append(f"{where}: {key} is negative ({value})")
     return problems
 
 
@@ -81,6 +94,11 @@ def validate_run(run_dir: Path) -> ValidationResult:
         for rel in (REQUESTS_FILE, PHASES_FILE, SAMPLES_FILE, SCRAPES_FILE):
             if not (cdir / rel).exists():
                 result.problems.append(f"{case.name}: {rel} missing")
+        if (cdir / REQUESTS_FILE).exists() and truncated_tail(cdir / REQUESTS_FILE):
+            result.problems.append(
+                f"{case.name}: the last line of {REQUESTS_FILE} is cut short (a crash while "
+                "writing it); the records before it are intact"
+            )
         try:
             records = read_records(cdir / REQUESTS_FILE) if (cdir / REQUESTS_FILE).exists() else []
         except ValueError as exc:

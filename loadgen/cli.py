@@ -86,6 +86,30 @@ def run() -> None:
     """Run a scenario: start the server(s), send the load, scrape metrics, write the report."""
 
 
+def _check_cache_sizes(cases: list[Any], max_model_len: int) -> None:
+    """Reject caches too small for vLLM to start with the embedded model, before any start.
+
+    vLLM refuses to start unless the cache holds one full-length sequence
+    (``max_model_len`` tokens); with the embedded model's 57,344 B per token that is known
+    here, so the error comes at once instead of after a 25 s failed start.
+    """
+    from server.embedded_model import KV_BYTES_PER_TOKEN
+    from server.sizes import format_size
+
+    for case in cases:
+        if case.server is None or case.server.model is not None:
+            continue  # attached, or a model whose KV geometry we do not know
+        tokens = case.server.kv_cache_bytes // KV_BYTES_PER_TOKEN
+        if tokens < max_model_len:
+            need = format_size(-(-max_model_len * KV_BYTES_PER_TOKEN // 2**20) * 2**20)
+            raise click.UsageError(
+                f"case {case.name}: a {format_size(case.server.kv_cache_bytes)} KV cache holds "
+                f"{tokens} tokens of the embedded model (57,344 B each), fewer than "
+                f"--max-model-len {max_model_len}; vLLM would refuse to start. "
+                f"Use at least {need} or a smaller --max-model-len."
+            )
+
+
 def _nominal_check(scenario: Any, params: Any) -> None:
     """Build the plan against the capacity the cache size implies, before anything starts.
 
@@ -98,12 +122,28 @@ def _nominal_check(scenario: Any, params: Any) -> None:
     sizing: CaseSpec = scenario.sizing_case(params)
     if sizing.server is None:
         return  # attached: the real capacity is read before the plan is made
+    _check_cache_sizes([sizing], sizing.server.max_model_len)
     tokens = sizing.server.kv_cache_bytes // KV_BYTES_PER_TOKEN
     nominal = KVCapacity(tokens, 16, tokens // 16, sizing.server.kv_cache_bytes, "nominal")
     try:
-        scenario.plan(params, nominal)
+        plan = scenario.plan(params, nominal)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    _check_cache_sizes(list(plan.cases), sizing.server.max_model_len)
+
+
+async def _cancel_on_sigterm(coro: Any) -> Any:
+    """Run ``coro``; SIGTERM cancels it like Ctrl-C does, so servers stop and files close."""
+    import signal
+
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        return await coro
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
 
 
 def _run_command(scenario: Any, values: dict[str, Any]) -> None:
@@ -113,22 +153,28 @@ def _run_command(scenario: Any, values: dict[str, Any]) -> None:
     params = params_from_options(scenario.Params, values)
     _nominal_check(scenario, params)
     run_dir = values.get("out") or new_run_dir(DEFAULT_RUNS_ROOT, scenario.name)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise click.UsageError(f"--out {run_dir} is a file, not a directory")
     if run_dir.exists() and any(run_dir.iterdir()):
         raise click.UsageError(f"{run_dir} exists and is not empty; pick another --out")
     command = ["loadgen", *sys.argv[1:]]
     progress = RichProgress()
     progress.console.print(f"run directory: [bold]{run_dir}[/bold]")
-    status = "interrupted"
+    status, error = "interrupted", "interrupted (Ctrl-C or SIGTERM)"
     try:
-        result = _asyncio_run(run_scenario(scenario, params, run_dir, command, progress.hooks()))
-        status = result.status
-    except KeyboardInterrupt:
+        result = _asyncio_run(
+            _cancel_on_sigterm(run_scenario(scenario, params, run_dir, command, progress.hooks()))
+        )
+        status, error = result.status, result.error
+    except (KeyboardInterrupt, asyncio.CancelledError):
         progress.console.print("[red]interrupted: writing what was recorded[/red]")
     finally:
         progress.close()
         report = _finalize(run_dir, status, command, progress.console)
     if report is not None:
         _print_summary(report, progress.console)
+    if error:
+        progress.console.print(f"[red]run {status}: {error}[/red]")
     progress.console.print(f"run directory: [bold]{run_dir}[/bold] (status {status})")
     if status != "ok":
         sys.exit(1)
@@ -183,20 +229,38 @@ def _print_summary(report: dict[str, Any], console: Any) -> None:
         console.print(f"{mark[v['passed']]} {v['case']}: {v['check']} — {v['detail']}")
 
 
+_REPORT_OUTPUTS = ("report.md", "report.json", "plots/")
+
+
 @main.command()
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 def report(run_dir: Path) -> None:
-    """Rebuild the report of RUN_DIR from its raw files (and re-seal its manifest)."""
-    from loadgen.progress import make_console
-    from loadgen.rundir import RUN_FILE, read_json
+    """Rebuild the report of RUN_DIR from its raw files (and re-seal its manifest).
 
+    Refuses when raw files changed since the run sealed them (the report would not be
+    re-derivable from what the run wrote), and re-seals only after a successful rebuild.
+    """
+    from analysis.report import build_report
+    from loadgen.manifest import verify_manifest, write_manifest
+    from loadgen.progress import make_console
+    from loadgen.rundir import MANIFEST_FILE, PLAN_FILE, RUN_FILE, read_json
+
+    if not (run_dir / PLAN_FILE).exists():
+        raise click.ClickException(f"{run_dir} has no {PLAN_FILE}: not a run directory")
+    if (run_dir / MANIFEST_FILE).exists():
+        changed = [p for p in verify_manifest(run_dir) if not p.startswith(_REPORT_OUTPUTS)]
+        if changed:
+            raise click.ClickException(
+                "raw files differ from the run's manifest, so a rebuilt report would not "
+                "be re-derivable from what the run wrote:\n  " + "\n  ".join(changed)
+            )
     info = read_json(run_dir / RUN_FILE) if (run_dir / RUN_FILE).exists() else {}
     console = make_console()
-    result = _finalize(
-        run_dir, str(info.get("status", "unknown")), list(info.get("command", [])), console
-    )
-    if result is None:
-        raise click.ClickException(f"could not build a report for {run_dir}")
+    try:
+        result = build_report(run_dir)
+    except Exception as exc:
+        raise click.ClickException(f"report failed: {type(exc).__name__}: {exc}") from None
+    write_manifest(run_dir, str(info.get("status", "unknown")), list(info.get("command", [])))
     _print_summary(result, console)
     click.echo(str(run_dir / "report.md"))
 

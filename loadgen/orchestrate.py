@@ -121,6 +121,7 @@ async def _run_one_phase(run: _CaseRun, phase: PhaseSpec) -> None:
         if run.replicas is None:
             raise ValueError(f"phase {phase.name}: faults need replicas")
         faults = asyncio.create_task(run.replicas.inject(phase.faults, run.clock.now_ns()))
+    began = run.clock.now_ns()
     try:
         timing = await run_phase(
             case=run.case.name,
@@ -136,6 +137,14 @@ async def _run_one_phase(run: _CaseRun, phase: PhaseSpec) -> None:
     except BaseException:
         if faults is not None:
             faults.cancel()
+        # Boundaries of the cut-short phase, so its (flushed) records stay analysable.
+        now = run.clock.now_ns()
+        append_jsonl(
+            run.cdir / PHASES_FILE,
+            {"phase": phase.name, "start_ns": began, "last_end_ns": now, "end_ns": now,
+             "settle_s": 0.0, "requests": len(requests), "loop_lag_max_ms": None,
+             "loop_lag_p99_ms": None, "late_sends": None, "interrupted": True},
+        )  # fmt: skip
         raise
     if faults is not None:
         await faults  # a restart may still be under way
@@ -227,6 +236,9 @@ async def run_case(
     except Exception as exc:  # recorded as the case's failure; the run goes on
         outcome.status = "failed"
         outcome.error = f"{type(exc).__name__}: {exc}"
+    except asyncio.CancelledError:
+        outcome.status, outcome.error = "interrupted", "interrupted (Ctrl-C or SIGTERM)"
+        raise
     finally:
         await stack.aclose()
         await asyncio.to_thread(scraper.stop)

@@ -7,6 +7,7 @@ errors before any server starts or any load is sent.
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from typing import Any
@@ -52,7 +53,7 @@ def options_for(model: type[BaseModel]) -> list[click.Option]:
                 [f"--{flag}", name],
                 type=click_type,
                 default=None,
-                help=f"{help_text} [default: {field.default}]",
+                help=f"{help_text} [default: {'none' if field.default is None else field.default}]",
             )
         )
     return opts
@@ -71,6 +72,15 @@ def params_from_options(model: type[BaseModel], values: dict[str, Any]) -> BaseM
         problems = []
         for err in exc.errors():
             loc = ".".join(str(x) for x in err["loc"])
-            flag = f"--{loc.replace('_', '-')}" if loc else "options"
-            problems.append(f"{flag}: {err['msg'].removeprefix('Value error, ')}")
+            msg = err["msg"].removeprefix("Value error, ")
+            if loc:
+                problems.append(f"--{loc.replace('_', '-')}: {msg}")
+            else:  # a rule across fields: name them as the flags the user typed
+                names = "|".join(sorted(model.model_fields, key=len, reverse=True))
+                msg = re.sub(
+                    rf"(?<![\w-])({names})(?![\w-])",
+                    lambda m: "--" + m.group(1).replace("_", "-"),
+                    msg,
+                )
+                problems.append(msg)
         raise click.UsageError("; ".join(problems)) from None

@@ -104,10 +104,13 @@ class RecordWriter:
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
-    """All records of a ``requests.jsonl`` as dicts (a truncated last line is an error).
+    """All records of a ``requests.jsonl`` as dicts.
+
+    A last line cut short (no newline: the process died while writing it) is skipped, so
+    everything written before a crash stays readable; :func:`truncated_tail` reports it.
 
     Raises:
-        ValueError: a line is not valid JSON; the message names the line number.
+        ValueError: a complete line is not valid JSON; the message names the line number.
     """
     out: list[dict[str, Any]] = []
     with open(path, encoding="utf-8") as fh:
@@ -117,5 +120,17 @@ def read_records(path: Path) -> list[dict[str, Any]]:
             try:
                 out.append(json.loads(line))
             except json.JSONDecodeError as exc:
+                if not line.endswith("\n"):
+                    break  # a cut-short tail, not corruption
                 raise ValueError(f"{path}:{lineno}: not valid JSON ({exc})") from exc
     return out
+
+
+def truncated_tail(path: Path) -> bool:
+    """True when the file's last line has no newline (a write cut short by a crash)."""
+    with open(path, "rb") as fh:
+        fh.seek(0, 2)
+        if fh.tell() == 0:
+            return False
+        fh.seek(-1, 2)
+        return fh.read(1) != b"\n"

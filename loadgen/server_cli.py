@@ -157,7 +157,8 @@ def stop(port: int | None, stop_all: bool) -> None:
     elif not stop_all and len(states) > 1:
         raise click.UsageError(f"{len(states)} servers running; pass --port or --all")
     if not states:
-        raise click.ClickException("no server started with `loadgen server start` is recorded")
+        click.echo("no server started with `loadgen server start` is recorded: nothing to stop")
+        return
     failed = False
     for state in states:
         result = stop_group(int(state["pid"]))

@@ -25,6 +25,8 @@ class ProbeCache(BaseModel):
     expect: Literal["hit", "miss"]
     min_cached_tokens: int = 1
     max_cached_tokens: int = 0
+    #: What a failure means, shown with it (e.g. how to fix the set-up).
+    why: str = ""
 
 
 class HitRateCompare(BaseModel):

@@ -26,7 +26,8 @@ class RunParams(BaseModel):
     Scenario parameter models extend this; their own fields come first on the command line.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # allow_inf_nan=False: an infinite settle or duration would hang the run.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     settle_s: float = Field(default=1.0, ge=0, description="Wait after each phase (s).")
     scrape_interval_s: float = Field(default=0.25, gt=0, description="/metrics period (s).")

@@ -176,7 +176,12 @@ class PrefixEviction(Scenario):
         )
 
         hit_min = p.prefix_tokens // 2
+        cold_start = (
+            "the cold phase must start cold: the server already held these prefixes "
+            "(an attached server reused?); run with another --seed"
+        )
         checks: list[Check] = [
+            ProbeCache(case=test.name, phase="cold", expect="miss", why=cold_start),
             ProbeCache(case=test.name, phase="warm", expect="hit", min_cached_tokens=hit_min),
             ProbeCache(case=test.name, phase="revisit", expect="miss", max_cached_tokens=0),
             ProbeCache(case=test.name, phase="rewarm", expect="hit", min_cached_tokens=hit_min),
@@ -205,6 +210,7 @@ class PrefixEviction(Scenario):
         ]
         for case in cases[1:]:
             checks += [
+                ProbeCache(case=case.name, phase="cold", expect="miss", why=cold_start),
                 CapacityAtLeast(
                     case=case.name,
                     tokens=needed_tokens,

@@ -16,7 +16,7 @@ _UNITS: dict[str, int] = {
     "GB": 10**9,
     "TB": 10**12,
 }
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)\s*$")
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]+)\s*$", re.ASCII)
 
 
 def parse_size(text: str) -> int:

@@ -104,8 +104,9 @@ def test_probes_and_verdicts(built: tuple[Path, dict]) -> None:
     assert [p["phase"] for p in probes] == ["cold"] * 2 + ["warm"] * 2 + ["revisit"] * 2 + [
         "rewarm"
     ] * 2
-    # 8 effect checks + the control's capacity check (1024 tokens ≥ 736 needed).
-    assert report["verdict_summary"] == {"passed": 9, "failed": 0, "undecided": 0}
+    # 8 effect checks, a cold-start check per case, and the control's capacity check
+    # (1024 tokens ≥ 736 needed).
+    assert report["verdict_summary"] == {"passed": 11, "failed": 0, "undecided": 0}
     md = (run_dir / REPORT_MD).read_text()
     assert (
         f"- **PASS** {TEST_CASE}: revisit probes miss — 2/2 probes miss (cached tokens ≤ 0); "
@@ -114,7 +115,7 @@ def test_probes_and_verdicts(built: tuple[Path, dict]) -> None:
     assert (
         f"- **PASS** {TEST_CASE}: revisit/warm ttft_ms p95 ≥ 1.2× — 80.0 ms / 20.0 ms = 4.00×" in md
     )
-    assert "9 passed, 0 failed, 0 undecided." in md
+    assert "11 passed, 0 failed, 0 undecided." in md
     assert "did not show every effect" not in md
 
 
@@ -162,8 +163,8 @@ def test_a_case_that_never_ran_leaves_its_checks_undecided(tmp_path: Path) -> No
     shutil.rmtree(case_dir(tmp_path, CONTROL_CASE))
     report = build_report(tmp_path)
     assert report["cases"][CONTROL_CASE]["status"] == "missing"
-    # The control's 2 effect checks and its capacity check cannot be decided.
-    assert report["verdict_summary"] == {"passed": 6, "failed": 0, "undecided": 3}
+    # The control's 2 effect checks, its cold-start and capacity checks cannot be decided.
+    assert report["verdict_summary"] == {"passed": 7, "failed": 0, "undecided": 4}
     md = (tmp_path / REPORT_MD).read_text()
     assert f"- **UNDECIDED** {CONTROL_CASE}: probe_cache — case has no completed phase" in md
     assert "**The scenario did not show every effect it declares: that is a finding" in md

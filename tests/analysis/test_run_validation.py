@@ -190,13 +190,26 @@ def test_broken_records_are_reported(tmp_path: Path) -> None:
     ]
 
 
-def test_a_truncated_record_line_is_reported_with_its_line_number(tmp_path: Path) -> None:
+def test_a_record_cut_short_by_a_crash_is_reported_and_the_rest_kept(tmp_path: Path) -> None:
     def truncate(run_dir: Path) -> None:
         with open(case_dir(run_dir, TEST_CASE) / "requests.jsonl", "a") as fh:
-            fh.write('{"request_id": "cut-sh')
+            fh.write('{"request_id": "cut-sh')  # no newline: the writer died mid-line
 
     build_run(tmp_path)
     finish(tmp_path, truncate)
+    result = validate_run(tmp_path)
+    [problem] = result.problems
+    assert problem.startswith(f"{TEST_CASE}: the last line of requests.jsonl is cut short")
+    assert result.facts[TEST_CASE]["requests"] == 29  # every complete record still read
+
+
+def test_a_corrupt_complete_record_line_is_reported_with_its_line_number(tmp_path: Path) -> None:
+    def corrupt(run_dir: Path) -> None:
+        with open(case_dir(run_dir, TEST_CASE) / "requests.jsonl", "a") as fh:
+            fh.write('{"request_id": "bad"\n')  # a whole line that is not JSON
+
+    build_run(tmp_path)
+    finish(tmp_path, corrupt)
     [problem] = validate_run(tmp_path).problems
     assert problem.startswith(f"{TEST_CASE}: ")
     assert "requests.jsonl:30: not valid JSON" in problem
@@ -210,3 +223,38 @@ def test_validate_command_exit_status(run_copy: Path) -> None:
     bad = CliRunner().invoke(main, ["validate", str(run_copy)])
     assert bad.exit_code == 1
     assert "INVALID: 1 problem(s)" in bad.output
+
+
+def test_impossible_record_values_are_problems(tmp_path: Path) -> None:
+    def damage(run_dir: Path) -> None:
+        path = case_dir(run_dir, TEST_CASE) / "requests.jsonl"
+        lines = path.read_text().splitlines()
+        first = json.loads(lines[0])
+        first["cached_tokens"] = 99_999  # more than the 72-token prompt
+        first["usage_completion_tokens"] = -3
+        first["end_ns"] = first["sent_ns"] - 1
+        path.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+
+    build_run(tmp_path)
+    finish(tmp_path, damage)
+    problems = validate_run(tmp_path).problems
+    assert any("cached_tokens 99999 outside 0..72" in p for p in problems)
+    assert any("usage_completion_tokens is negative (-3)" in p for p in problems)
+    assert any("ends before it was sent" in p for p in problems)
+
+
+def test_report_refuses_to_reseal_raw_files_changed_after_the_run(run_copy: Path) -> None:
+    path = run_copy / REQUESTS
+    path.write_text(path.read_text().replace('"status":"ok"', '"status":"error"', 1))
+    result = CliRunner().invoke(main, ["report", str(run_copy)])
+    assert result.exit_code == 1
+    assert "raw files differ from the run's manifest" in result.output
+    assert f"{REQUESTS}: size or sha256 differs" in result.output
+    assert not validate_run(run_copy).ok  # still flagged: nothing was re-sealed
+
+
+def test_report_on_a_directory_without_a_plan_writes_nothing(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["report", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "not a run directory" in result.output
+    assert list(tmp_path.iterdir()) == []

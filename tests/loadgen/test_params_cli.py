@@ -83,7 +83,11 @@ def test_cross_field_errors_are_usage_errors_too() -> None:
     # prefix 2000 + suffix 32 + output 16 = 2048 = max_model_len: fits;
     # prefix 2001 → 2001 + 32 + 16 = 2049 > 2048.
     params_from_options(PrefixEvictionParams, {"prefix_tokens": 2000})
-    with pytest.raises(click.UsageError, match=r"exceed max_model_len 2048"):
+    # Cross-field messages name the flags the user typed, not the Python field names.
+    with pytest.raises(
+        click.UsageError,
+        match=r"^prompt \(2033\) \+ output \(16\) tokens exceed --max-model-len 2048$",
+    ):
         params_from_options(PrefixEvictionParams, {"prefix_tokens": 2001})
 
 

@@ -109,7 +109,12 @@ def test_cache_servers_use_the_params() -> None:
 def test_declared_checks() -> None:
     p = plan()
     # Probe hit threshold: half the prefix, 1024 // 2 = 512 cached tokens.
+    cold = (
+        "the cold phase must start cold: the server already held these prefixes "
+        "(an attached server reused?); run with another --seed"
+    )
     assert p.checks == (
+        ProbeCache(case="1GiB", phase="cold", expect="miss", why=cold),
         ProbeCache(case="1GiB", phase="warm", expect="hit", min_cached_tokens=512),
         ProbeCache(case="1GiB", phase="revisit", expect="miss", max_cached_tokens=0),
         ProbeCache(case="1GiB", phase="rewarm", expect="hit", min_cached_tokens=512),
@@ -122,6 +127,7 @@ def test_declared_checks() -> None:
         LatencyRatio(
             case="1GiB", phase="revisit", other="warm", metric="ttft_ms", stat="p95", min_ratio=1.2
         ),
+        ProbeCache(case="control-5GiB", phase="cold", expect="miss", why=cold),
         CapacityAtLeast(
             case="control-5GiB",
             tokens=71_808,

@@ -1,0 +1,50 @@
+"""``loadgen run`` rejects impossible settings before any server starts or load is sent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from loadgen.cli import main
+
+
+def _run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, ["run", *args])
+    return result.exit_code, result.output
+
+
+def test_a_cache_smaller_than_one_full_sequence_is_rejected_up_front() -> None:
+    # 8 MiB / 57,344 B = 146 tokens < 2048: vLLM would refuse to start after ~25 s.
+    code, out = _run("kv-preemption", "--cases", "8MiB:1")
+    assert code == 2
+    assert "holds 146 tokens of the embedded model" in out
+    assert "Use at least 112MiB" in out  # ceil(2048 × 57,344 B / 1 MiB) = 112 MiB
+
+
+def test_a_too_small_control_is_rejected_before_the_first_case_runs() -> None:
+    code, out = _run("prefix-eviction", "--control", "64MiB")
+    assert code == 2
+    assert "case control-64MiB" in out
+
+
+def test_a_tiny_cache_with_an_attached_control_is_a_usage_error_not_a_crash() -> None:
+    code, out = _run("prefix-eviction", "--cache", "1KiB", "--control-url", "http://127.0.0.1:9")
+    assert code == 2
+    assert "holds 0 tokens" in out
+
+
+@pytest.mark.parametrize("flag", ["--settle-s", "--pollution-factor"])
+def test_infinite_values_are_rejected(flag: str) -> None:
+    code, out = _run("prefix-eviction", flag, "inf")
+    assert code == 2
+    assert "finite" in out
+
+
+def test_out_pointing_at_a_file_is_a_usage_error(tmp_path: Path) -> None:
+    target = tmp_path / "afile"
+    target.write_text("x")
+    code, out = _run("prefix-eviction", "--out", str(target))
+    assert code == 2
+    assert "is a file, not a directory" in out
