@@ -13,7 +13,7 @@ from typing import Any
 
 from analysis import breaker, disconnects, plots, preemption
 from analysis.checks import evaluate
-from analysis.load import load_run
+from analysis.load import RunData, load_run
 from analysis.markdown import render_markdown
 from analysis.summaries import case_summary
 from loadgen.rundir import PLOTS_DIR, REPORT_JSON, REPORT_MD, case_dir
@@ -32,9 +32,9 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
-def summarize(run_dir: Path) -> dict[str, Any]:
-    """The report as a JSON-ready dict (no file written)."""
-    data = load_run(run_dir)
+def summarize(run_dir: Path, data: RunData | None = None) -> dict[str, Any]:
+    """The report as a JSON-ready dict (no file written); ``data`` if already loaded."""
+    data = data or load_run(run_dir)
     plan = data.plan
     cases = {c.name: case_summary(c, plan.probe_phases, plan.compare_phases) for c in data.cases}
     disconnect_rows = disconnects.section(data.cases)["rows"]
@@ -50,10 +50,10 @@ def summarize(run_dir: Path) -> dict[str, Any]:
             ]
     verdicts = [v.to_dict() for v in evaluate(plan.checks, cases)]
     extra = {}
-    if plan.scenario == "kv-preemption":
-        extra["preemption"] = preemption.section(
-            {"cases": cases}, [c.model_dump() for c in plan.checks]
-        )
+    # Present for plans that declare preemption predictions (kv-preemption).
+    hand = preemption.section({"cases": cases}, [c.model_dump() for c in plan.checks])
+    if hand["rows"]:
+        extra["preemption"] = hand
     decided = [v for v in verdicts if v["passed"] is not None]
     return _clean(
         {
@@ -77,8 +77,8 @@ def summarize(run_dir: Path) -> dict[str, Any]:
 
 def build_report(run_dir: Path) -> dict[str, Any]:
     """Write ``report.json``, ``report.md`` and ``plots/*.png`` into ``run_dir``; return it."""
-    report = summarize(run_dir)
     data = load_run(run_dir)
+    report = summarize(run_dir, data)
     plot_dir = run_dir / PLOTS_DIR
     plot_dir.mkdir(exist_ok=True)
     phases = report["phases"]
