@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -70,7 +69,6 @@ class CaseOutcome:
     error: str | None = None
     failed_requests: int = 0
     requests: int = 0
-    extra: dict[str, object] = field(default_factory=dict)
 
 
 async def open_server(case: CaseSpec, workdir: Path, hooks: RunHooks) -> RunningServer:
@@ -278,7 +276,8 @@ async def execute_plan(
     try:
         for case in plan.cases:
             key = case.model_dump_json(include={"server", "url"})
-            if server is not None and key != server_key:
+            # A different config, or a shared server that died in the last case: start anew.
+            if server is not None and (key != server_key or server.exit_code() is not None):
                 await asyncio.shield(asyncio.to_thread(server.stop))
                 server = None
             if server is None:
@@ -298,10 +297,7 @@ async def execute_plan(
                     continue
             if hooks.on_case_start:
                 hooks.on_case_start(case, server)
-            started = time.monotonic()
-            outcome = await run_case(plan, case, server, run_dir, hooks, clock)
-            outcome.extra["wall_s"] = round(time.monotonic() - started, 2)
-            outcomes.append(outcome)
+            outcomes.append(await run_case(plan, case, server, run_dir, hooks, clock))
     finally:
         if server is not None:
             await asyncio.shield(asyncio.to_thread(server.stop))

@@ -20,7 +20,6 @@ from loadgen.manifest import environment_facts
 from loadgen.orchestrate import CaseOutcome, RunHooks, execute_plan, open_server
 from loadgen.rundir import RUN_FILE, SERVER_DIR, case_dir, write_json
 from scenarios.base import Scenario
-from scenarios.plan import Plan
 
 
 @dataclass
@@ -47,7 +46,8 @@ def new_run_dir(root: Path, scenario: str) -> Path:
 
 async def _plan_and_execute(
     scenario: Scenario, params: BaseModel, run_dir: Path, hooks: RunHooks
-) -> tuple[Plan, list[CaseOutcome]]:
+) -> list[CaseOutcome]:
+    """Start the sizing case's server, plan from its real capacity, run every case."""
     sizing = scenario.sizing_case(params)
     server = await open_server(sizing, case_dir(run_dir, sizing.name) / SERVER_DIR, hooks)
     try:
@@ -57,7 +57,7 @@ async def _plan_and_execute(
     except BaseException:
         await asyncio.shield(asyncio.to_thread(server.stop))
         raise
-    return plan, await execute_plan(plan, run_dir, hooks, first_server=server)
+    return await execute_plan(plan, run_dir, hooks, first_server=server)
 
 
 async def run_scenario(
@@ -88,7 +88,7 @@ async def run_scenario(
     write_json(run_dir / RUN_FILE, run_info)
     result = RunResult(run_dir, "running")
     try:
-        _plan, result.outcomes = await _plan_and_execute(scenario, params, run_dir, hooks)
+        result.outcomes = await _plan_and_execute(scenario, params, run_dir, hooks)
         failed = [o for o in result.outcomes if o.status != "ok"]
         result.status = "failed" if failed else "ok"
         if failed:

@@ -1,9 +1,11 @@
 """Start a real vLLM (or attach to a running one), wait until healthy, read capacity, stop.
 
-``launched()`` is the async context manager scenarios and tests use: it spawns vLLM in its own
-process group on a free loopback port, streams the log to a file, races ``/health`` against
-process exit, reads the real KV capacity, and always ends with SIGTERM → grace → SIGKILL on the
-whole group, even when the caller is cancelled or crashes. ``attach()`` wraps an external server
+``start_server()`` spawns vLLM in its own process group on a free loopback port, streams the
+log to a file, races ``/health`` against process exit and reads the real KV capacity;
+``RunningServer.stop()`` ends with SIGTERM → grace → SIGKILL on the whole group. The
+orchestrator uses these two directly (a server can serve several cases); ``launched()`` wraps
+them as an async context manager for code that wants one server for one block, stopped even
+when the caller is cancelled or crashes. ``attach()`` wraps an external server
 (a GPU deployment) without owning its lifetime.
 """
 
