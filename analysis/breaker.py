@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.load import CaseData
-from loadgen.replicas import FAULTS_FILE
-from loadgen.rundir import GATEWAY_LOG, read_jsonl
+from loadgen.rundir import FAULTS_FILE, GATEWAY_LOG, read_jsonl
 
 _TRANSITION = re.compile(r"breaker (\S+): ([\w-]+) -> ([\w-]+) at ([\d.]+) s \((.*)\)")
 

@@ -7,46 +7,14 @@ a 200 stream and a usage mismatch all end up in the record's ``status``/``error`
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import aiohttp
 
 from loadgen.clock import Clock
 from loadgen.records import RequestRecord
 from loadgen.sse import DONE, SSEDecoder, parse_chunk
-
-
-@dataclass(frozen=True)
-class PlannedRequest:
-    """A request to send.
-
-    Attributes:
-        request_id: unique within the run.
-        prompt_token_ids: the exact prompt, as token IDs.
-        max_tokens: output tokens to generate (with ``ignore_eos`` the exact output length).
-        group: prefix group shared by requests with the same prefix, else ``None``.
-        sampling: extra body fields (``temperature`` etc.); default greedy.
-        disconnect_after_tokens: close the connection after this many generated tokens.
-    """
-
-    request_id: str
-    prompt_token_ids: tuple[int, ...]
-    max_tokens: int
-    group: str | None = None
-    sampling: dict[str, float] = field(default_factory=lambda: {"temperature": 0.0})
-    disconnect_after_tokens: int | None = None
-
-    def body(self, model: str) -> dict[str, object]:
-        """The JSON body for ``/v1/completions``."""
-        return {
-            "model": model,
-            "prompt": list(self.prompt_token_ids),
-            "max_tokens": self.max_tokens,
-            "ignore_eos": True,
-            "stream": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-            **self.sampling,
-        }
+from scenarios.workloads import PlannedRequest
 
 
 @dataclass(frozen=True)
@@ -55,6 +23,19 @@ class Target:
 
     url: str
     model: str
+
+
+def completion_body(planned: PlannedRequest, model: str) -> dict[str, object]:
+    """The JSON body for ``/v1/completions``: token-ID prompt, exact length, streamed usage."""
+    return {
+        "model": model,
+        "prompt": list(planned.prompt_token_ids),
+        "max_tokens": planned.max_tokens,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        **planned.sampling,
+    }
 
 
 def _check_usage(record: RequestRecord, planned: PlannedRequest) -> str | None:
@@ -98,7 +79,7 @@ async def send_request(
     record.sent_ns = clock.now_ns()
     try:
         async with session.post(
-            f"{target.url}/v1/completions", json=planned.body(target.model)
+            f"{target.url}/v1/completions", json=completion_body(planned, target.model)
         ) as response:
             record.http_status = response.status
             record.upstream = response.headers.get("X-Gateway-Upstream")

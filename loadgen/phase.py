@@ -13,16 +13,16 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from loadgen.arrivals import (
+from loadgen.client import PlannedRequest, Target, send_request
+from loadgen.clock import Clock
+from loadgen.records import RecordWriter, RequestRecord
+from scenarios.arrivals import (
     AllAtOnce,
     ClosedLoop,
     OpenLoop,
     concurrency_limit,
     open_loop_offsets_ns,
 )
-from loadgen.client import PlannedRequest, Target, send_request
-from loadgen.clock import Clock
-from loadgen.records import RecordWriter, RequestRecord
 
 
 @dataclass(frozen=True)

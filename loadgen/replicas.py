@@ -13,12 +13,10 @@ import os
 from pathlib import Path
 
 from loadgen.clock import Clock
-from loadgen.rundir import append_jsonl
+from loadgen.rundir import FAULTS_FILE, append_jsonl
 from scenarios.plan import KillReplica
 from server.config import ServerConfig
 from server.manager import RunningServer, start_server
-
-FAULTS_FILE = "faults.jsonl"
 
 
 class Replicas:

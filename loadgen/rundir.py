@@ -8,6 +8,7 @@ the readers (analysis, validate). One run = one directory; ``manifest.json`` is 
         case.json              case status, error, server facts (capacity, version, argv)
         server/                vllm.log, command.json, server.json (spawned servers only)
         gateway.log            the gateway's log (cases sent through the gateway)
+        faults.jsonl           injected faults (replica killed / restarted), monotonic ns
         requests.jsonl         one record per request (loadgen.records)
         phases.jsonl           phase boundaries (monotonic ns) and loop-lag figures
         metrics/               samples.jsonl, scrapes.jsonl, raw.jsonl.gz (metrics.store)
@@ -34,6 +35,7 @@ REQUESTS_FILE = "requests.jsonl"
 PHASES_FILE = "phases.jsonl"
 SERVER_DIR = "server"
 GATEWAY_LOG = "gateway.log"
+FAULTS_FILE = "faults.jsonl"
 
 
 def case_dir(run_dir: Path, case: str) -> Path:

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, Field, model_validator
 
-from loadgen.arrivals import OpenLoop
+from scenarios.arrivals import OpenLoop
 from scenarios.base import Scenario
 from scenarios.checks import BreakerEpisode
 from scenarios.common import RunParams, SizeText

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from loadgen.arrivals import AllAtOnce
+from scenarios.arrivals import AllAtOnce
 from scenarios.base import Scenario
 from scenarios.checks import Check, DisconnectFreesServer, OrphansRunOn
 from scenarios.common import RunParams, SizeText

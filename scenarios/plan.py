@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from loadgen.arrivals import Arrival
+from scenarios.arrivals import Arrival
 from scenarios.checks import Check
 from scenarios.workloads import TokenSpace, Workload
 from server.config import ServerConfig

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from loadgen.arrivals import ClosedLoop
+from scenarios.arrivals import ClosedLoop
 from scenarios.base import Scenario
 from scenarios.checks import CapacityAtLeast, Check, HitRateCompare, LatencyRatio, ProbeCache
 from scenarios.common import RunParams, SizeText

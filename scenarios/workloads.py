@@ -8,12 +8,32 @@ and every "fresh" or "unique" prompt is distinct from all others.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from loadgen.client import PlannedRequest
+
+@dataclass(frozen=True)
+class PlannedRequest:
+    """A request to send.
+
+    Attributes:
+        request_id: unique within the run.
+        prompt_token_ids: the exact prompt, as token IDs.
+        max_tokens: output tokens to generate (with ``ignore_eos`` the exact output length).
+        group: prefix group shared by requests with the same prefix, else ``None``.
+        sampling: extra body fields (``temperature`` etc.); default greedy.
+        disconnect_after_tokens: close the connection after this many generated tokens.
+    """
+
+    request_id: str
+    prompt_token_ids: tuple[int, ...]
+    max_tokens: int
+    group: str | None = None
+    sampling: dict[str, float] = field(default_factory=lambda: {"temperature": 0.0})
+    disconnect_after_tokens: int | None = None
 
 
 class TokenSpace(BaseModel):

@@ -11,9 +11,10 @@ import aiohttp
 import pytest
 from vllm_fixtures import SharedServer, loadgen
 
-from loadgen.client import PlannedRequest, Target, send_request
+from loadgen.client import Target, send_request
 from loadgen.clock import MonotonicClock
 from loadgen.records import RequestRecord
+from scenarios.workloads import PlannedRequest
 from server.config import ServerConfig
 from server.embedded_model import KV_BYTES_PER_TOKEN, model_dir
 from server.manager import ServerStartError, start_server

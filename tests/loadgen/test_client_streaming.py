@@ -9,9 +9,10 @@ import pytest
 from fake_openai_server import FakeOpenAIServer, StreamScript
 
 from analysis.latency import itl_gaps, request_frame
-from loadgen.client import PlannedRequest, Target, send_request
+from loadgen.client import Target, send_request
 from loadgen.clock import MonotonicClock
 from loadgen.records import RequestRecord
+from scenarios.workloads import PlannedRequest
 from server.process import free_loopback_port
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]

@@ -18,11 +18,12 @@ import aiohttp
 import pytest
 from fake_openai_server import FakeOpenAIServer, StreamScript
 
-from loadgen.arrivals import AllAtOnce, ClosedLoop, OpenLoop, open_loop_offsets_ns
-from loadgen.client import PlannedRequest, Target
+from loadgen.client import Target
 from loadgen.clock import Clock, MonotonicClock
 from loadgen.phase import PhaseTiming, run_phase
 from loadgen.records import RecordWriter, RequestRecord, read_records
+from scenarios.arrivals import AllAtOnce, ClosedLoop, OpenLoop, open_loop_offsets_ns
+from scenarios.workloads import PlannedRequest
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from loadgen.arrivals import ClosedLoop
+from scenarios.arrivals import ClosedLoop
 from scenarios.checks import CapacityAtLeast, HitRateCompare, LatencyRatio, ProbeCache
 from scenarios.prefix_eviction import PHASES, PrefixEviction, PrefixEvictionParams
 from scenarios.workloads import AnchoredPrompts, UniquePrompts

@@ -1,4 +1,4 @@
-"""loadgen.arrivals: seeded open-loop offsets (mean gap 1/λ, burstiness) and concurrency limits."""
+"""scenarios.arrivals: seeded open-loop offsets (mean gap 1/λ, burstiness), concurrency limits."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from loadgen.arrivals import (
+from scenarios.arrivals import (
     AllAtOnce,
     ClosedLoop,
     OpenLoop,
