@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager, suppress
+from collections.abc import Callable
+from contextlib import suppress
 
 
 class AdmissionRejected(Exception):
@@ -84,15 +84,6 @@ class AdmissionController:
                 return
         self._in_flight -= 1
         self._changed()
-
-    @asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        """Hold a slot for the duration of the block."""
-        await self.acquire()
-        try:
-            yield
-        finally:
-            self.release()
 
     def _remove(self, waiter: asyncio.Future[None]) -> None:
         with suppress(ValueError):

@@ -18,7 +18,8 @@ import aiohttp
 from aiohttp import web
 
 from gateway.config import GatewayConfig
-from gateway.proxy import health_handler, metrics_handler, proxy_handler
+from gateway.health import health_handler
+from gateway.proxy import metrics_handler, proxy_handler
 from gateway.state import STATE_KEY, GatewayState
 
 logger = logging.getLogger(__name__)

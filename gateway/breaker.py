@@ -2,23 +2,35 @@
 
 Owns the closed → open → half-open → closed/open life cycle. It never reads a clock: every
 method takes ``now_s`` (seconds on a monotonic clock chosen by the caller; the gateway passes
-``time.monotonic()``). Transitions are logged through :mod:`logging` and handed to an optional
-listener (the gateway uses it to export metrics).
+``time.monotonic()``). Transitions are logged through :mod:`logging` (one human line each) and
+handed to an optional listener (the gateway exports metrics and writes its events file).
+What counts as a failure is decided outside, in :mod:`gateway.outcomes`.
 
 Rules:
 
 - closed → open after ``consecutive_failures`` failures in a row, or when the results of the
   last ``window_s`` seconds number at least ``min_requests`` and their failure fraction is at
-  least ``error_rate``. A success whose first-token latency exceeds ``slow_first_token_s``
-  counts as a failure.
-- open → half-open once ``cooldown_s`` has passed (checked whenever the breaker is asked).
-- half-open admits at most ``half_open_probes`` concurrent probes; a probe success closes the
-  breaker, a probe failure re-opens it for another cool-down.
+  least ``error_rate``. A first token slower than ``slow_first_token_s`` counts as a failure.
+- open → half-open once ``cooldown_s`` has passed; the breaker is lazy (applied whenever it
+  is asked), but the transition is stamped with the moment the cool-down ended.
+- half-open admits at most ``half_open_probes`` concurrent probes; a probe failure re-opens
+  the breaker for another cool-down, a probe success closes it.
 
 Each admitted request is an :class:`Attempt`; it gets at most one verdict
 (:meth:`CircuitBreaker.record_success`, :meth:`CircuitBreaker.record_failure`) or is given
-back without one (:meth:`CircuitBreaker.record_cancelled`, e.g. the client went away).
-Verdicts on attempts admitted before the latest transition only feed the window statistics.
+back without one (:meth:`CircuitBreaker.record_no_verdict`: the client went away, or the
+upstream pushed back with 429). Verdicts on attempts admitted before the latest transition
+only feed the window statistics.
+
+Streams get their verdict at the end, because an upstream can fail inside a 200 stream long
+after its first token. The first token is reported on its own
+(:meth:`CircuitBreaker.record_first_token`): a slow one is the attempt's failure at once; for
+a half-open probe, a timely first token closes the breaker right away (the upstream is
+generating again, and a long stream must not keep a recovered upstream on one probe's worth of
+traffic), and the probe continues *on probation*: if its stream then fails before the breaker
+changes state again, the breaker re-opens at once instead of waiting for
+``consecutive_failures``. So an upstream that fails inside its streams is held to about one
+probe per cool-down, like one that fails outright.
 """
 
 from __future__ import annotations
@@ -55,10 +67,15 @@ class Transition:
 
 @dataclass(frozen=True, slots=True)
 class Attempt:
-    """A request admitted by the breaker; ``epoch`` identifies the state period it started in."""
+    """A request admitted by the breaker; ``epoch`` identifies the state period it started in.
+
+    ``probation`` marks a half-open probe whose first token closed the breaker (its failure
+    re-opens the breaker at once while that closed period lasts).
+    """
 
     epoch: int
     probe: bool
+    probation: bool = False
 
 
 TransitionListener = Callable[[Transition], None]
@@ -96,11 +113,9 @@ class CircuitBreaker:
 
     def poll(self, now_s: float) -> BreakerState:
         """Apply time-based transitions (open → half-open after the cool-down); return state."""
-        if (
-            self._state is BreakerState.OPEN
-            and now_s >= self._opened_at_s + self._config.cooldown_s
-        ):
-            self._transition(BreakerState.HALF_OPEN, now_s, "cool-down elapsed")
+        reopen_at_s = self._opened_at_s + self._config.cooldown_s
+        if self._state is BreakerState.OPEN and now_s >= reopen_at_s:
+            self._transition(BreakerState.HALF_OPEN, reopen_at_s, "cool-down elapsed")
         return self._state
 
     def admits(self, now_s: float) -> bool:
@@ -129,12 +144,31 @@ class CircuitBreaker:
             self._probes_in_flight += 1
         return Attempt(epoch=self._epoch, probe=probe)
 
+    def record_first_token(
+        self, attempt: Attempt, now_s: float, first_token_s: float
+    ) -> Attempt | None:
+        """A stream's first body chunk arrived ``first_token_s`` (s) after the request was sent.
+
+        Returns the attempt to give the end-of-stream verdict on, or ``None`` when this was
+        the verdict (a first token slower than ``slow_first_token_s``: a failure). A half-open
+        probe's timely first token closes the breaker and comes back as a new attempt of the
+        closed period, on probation (see the module docstring); any other attempt comes back
+        unchanged.
+        """
+        if self._is_slow(first_token_s):
+            reason = f"slow first token {first_token_s:.3f} s"
+            self._record(attempt, now_s, failed=True, reason=reason)
+            return None
+        if not self._is_current_probe(attempt):
+            return attempt
+        self._transition(BreakerState.CLOSED, now_s, "probe's first token arrived")
+        return Attempt(epoch=self._epoch, probe=False, probation=True)
+
     def record_success(
         self, attempt: Attempt, now_s: float, first_token_s: float | None = None
     ) -> None:
         """Record a healthy answer; ``first_token_s`` (s) over the slow threshold is a failure."""
-        slow = self._config.slow_first_token_s
-        if first_token_s is not None and slow is not None and first_token_s > slow:
+        if first_token_s is not None and self._is_slow(first_token_s):
             self._record(
                 attempt, now_s, failed=True, reason=f"slow first token {first_token_s:.3f} s"
             )
@@ -142,11 +176,11 @@ class CircuitBreaker:
             self._record(attempt, now_s, failed=False, reason="success")
 
     def record_failure(self, attempt: Attempt, now_s: float, reason: str = "failure") -> None:
-        """Record a failed attempt (connect error, timeout, 5xx, ...)."""
+        """Record a failed attempt (see :mod:`gateway.outcomes` for what fails)."""
         self._record(attempt, now_s, failed=True, reason=reason)
 
-    def record_cancelled(self, attempt: Attempt, now_s: float) -> None:
-        """Give an attempt back without a verdict (client went away); frees its probe slot."""
+    def record_no_verdict(self, attempt: Attempt, now_s: float) -> None:
+        """Give an attempt back without a verdict (client gone, 429); frees its probe slot."""
         if self._is_current_probe(attempt):
             self._probes_in_flight -= 1
         self._prune(now_s)
@@ -159,6 +193,10 @@ class CircuitBreaker:
         return total, (failed / total if total else 0.0)
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _is_slow(self, first_token_s: float) -> bool:
+        slow = self._config.slow_first_token_s
+        return slow is not None and first_token_s > slow
 
     def _is_current_probe(self, attempt: Attempt) -> bool:
         return (
@@ -179,6 +217,9 @@ class CircuitBreaker:
             return  # stale verdict: statistics only
         if not failed:
             self._consecutive_failures = 0
+            return
+        if attempt.probation:
+            self._open(now_s, f"probe failed after its first token: {reason}")
             return
         self._consecutive_failures += 1
         cfg = self._config

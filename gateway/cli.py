@@ -98,6 +98,25 @@ _SECONDS = click.FloatRange(min=0, min_open=True)
     help="Request body limit in bytes (413 above it).",
 )
 @click.option(
+    "--max-response-bytes",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Limit in bytes on a buffered upstream body and on one event of a stream (502 above).",
+)
+@click.option(
+    "--events-file",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="Append one JSON line per breaker transition to this file (created at start).",
+)
+@click.option(
+    "--health-check-timeout",
+    "health_check_timeout_s",
+    type=_SECONDS,
+    default=None,
+    help="Seconds each upstream's /health may take when the gateway's /health is asked.",
+)
+@click.option(
     "--connect-retries",
     type=click.IntRange(min=0),
     default=None,
@@ -205,6 +224,9 @@ def gateway_command(
     port: int | None,
     no_propagate: bool,
     max_body_bytes: int | None,
+    max_response_bytes: int | None,
+    events_file: str | None,
+    health_check_timeout_s: float | None,
     log_level: str,
     **limits: Any,
 ) -> None:
@@ -221,6 +243,9 @@ def gateway_command(
         "port": port,
         "propagate_cancellation": False if no_propagate else None,
         "max_body_bytes": max_body_bytes,
+        "max_response_bytes": max_response_bytes,
+        "events_file": events_file,
+        "health_check_timeout_s": health_check_timeout_s,
         "timeouts": timeouts,
         "breaker": limits,
         "admission": admission,
@@ -235,6 +260,8 @@ def gateway_command(
         asyncio.run(_serve_forever(config))
     except KeyboardInterrupt:
         click.echo("gateway stopped", err=True)
+    except OSError as exc:  # the port is taken, the events file cannot be created, ...
+        raise click.ClickException(f"cannot run the gateway: {exc}") from exc
 
 
 def main(argv: list[str] | None = None) -> int:

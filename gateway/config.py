@@ -1,7 +1,8 @@
 """Gateway configuration: frozen pydantic models, loadable from a JSON file.
 
 Owns every tunable of the gateway (upstreams, bind address, timeouts, breaker thresholds,
-admission bounds, body-size limit) and their validation. All durations are seconds (``_s``),
+admission bounds, request and response size limits, live health checks, the events file) and
+their validation. All durations are seconds (``_s``),
 sizes are bytes (``_bytes``), rates are fractions (0-1).
 """
 
@@ -79,6 +80,11 @@ class GatewayConfig(BaseModel):
     the gateway only ever forwards to these. ``port`` 0 picks a free port.
     ``propagate_cancellation=False`` emulates a broken proxy: on client disconnect the upstream
     stream is drained to its end instead of closed, so the upstream keeps generating.
+    ``max_response_bytes`` bounds a buffered (non-streaming) upstream body and one event of an
+    upstream stream; beyond it the exchange is an upstream failure (502).
+    ``health_check_timeout_s`` bounds the live check of each upstream's ``/health`` that the
+    gateway's own ``/health`` makes. ``events_file``, when set, receives one JSON line per
+    breaker transition (:mod:`gateway.events`).
     """
 
     model_config = _FROZEN
@@ -88,6 +94,9 @@ class GatewayConfig(BaseModel):
     port: int = Field(default=0, ge=0, le=65535)
     propagate_cancellation: bool = True
     max_body_bytes: int = Field(default=8 * 2**20, ge=1)
+    max_response_bytes: int = Field(default=64 * 2**20, ge=1)
+    health_check_timeout_s: float = Field(default=1.0, gt=0)
+    events_file: Path | None = None
     shutdown_timeout_s: float = Field(default=5.0, ge=0)
     #: Retries on another upstream when the connection is refused (the request never reached
     #: the upstream, so a retry cannot duplicate work). 0 turns retries off.

@@ -1,11 +1,25 @@
-"""Request handlers: the proxy for ``/v1/*``, and the gateway's own ``/health`` and ``/metrics``.
+"""Request handlers: the proxy for ``/v1/*`` and the gateway's own ``/metrics``.
 
 Owns one proxied exchange from request body to last byte: size limit (413), admission (429),
-upstream choice (503 when every breaker is open), the layered timeouts (504, or an SSE error
-event once a stream has started), breaker verdicts, and what happens when the client goes away:
-with ``propagate_cancellation`` the upstream connection is closed at once (vLLM aborts the
+upstream choice (503 when no upstream takes traffic), the layered timeouts (504, or an SSE
+error event once a stream has started), breaker verdicts (what fails is decided in
+:mod:`gateway.outcomes`), and what happens when the client goes away: with
+``propagate_cancellation`` the upstream connection is closed at once (vLLM aborts the
 request); without it the upstream response is drained in the background (orphaned work that,
 as in a proxy that forgot it, no longer holds an admission slot or counts as in flight).
+
+Verdicts: a buffered answer is judged when its body has arrived whole; a stream when it ends
+(an error event inside it, a missing ``[DONE]`` or a break is a failure), with its first token
+reported on arrival for the slow-first-token rule and half-open probes
+(:meth:`gateway.breaker.CircuitBreaker.record_first_token`).
+
+What reaches the client: upstream answers pass through (hop-by-hop headers stripped, an
+upstream ``Retry-After`` checked and re-written as delay-seconds, or dropped when invalid, see
+:mod:`gateway.retry_after`). The gateway's own error bodies (502/503/504 JSON and SSE error
+events) never name an upstream address; the details go to the gateway's log. Every relayed
+answer carries ``X-Gateway-Upstream: <upstream URL>``, a diagnostic header of this testbed: the
+load generator records it so the analysis can tell which replica served each request (a public
+gateway would not expose it).
 
 Client disconnects are seen through aiohttp's ``handler_cancellation`` (the handler task is
 cancelled; :func:`gateway.app.running_app` switches it on) and, as a fallback, through failed
@@ -22,6 +36,7 @@ import logging
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import aiohttp
@@ -30,6 +45,9 @@ from aiohttp import web
 from gateway.admission import AdmissionRejected
 from gateway.headers import client_response_headers, upstream_request_headers
 from gateway.metrics import CONTENT_TYPE
+from gateway.outcomes import Verdict, is_error_body, status_verdict
+from gateway.retry_after import format_retry_after, parse_retry_after
+from gateway.sse import EventStreamScanner, EventTooLarge, is_done, is_error_event
 from gateway.state import STATE_KEY, GatewayState
 from gateway.upstreams import Lease
 
@@ -158,6 +176,7 @@ class _Exchange:
         self.state = state
         self.outcome = outcome
         self.lease = lease
+        self.attempt = lease.attempt  # replaced when a probe's first token closes the breaker
         self.body = body
         self.upstream = lease.upstream.url
         self.timeouts = state.config.timeouts
@@ -170,6 +189,8 @@ class _Exchange:
         self.finished_upstream = False
         self.connect_refused = False  # never reached the upstream: safe to retry elsewhere
         self.tail = b"\n\n"
+        self.saw_done = False
+        self.saw_error_event = False
 
     # -- entry point -------------------------------------------------------------------------
 
@@ -217,41 +238,68 @@ class _Exchange:
             return self._fail_before_response("connect_timeout", 504, msg, "connect", abort=False)
         except aiohttp.ClientConnectorError as exc:
             self.connect_refused = True
-            msg = f"cannot connect to upstream: {exc.os_error!r}"
+            logger.warning("cannot connect to %s: %r", self.upstream, exc.os_error)
+            msg = "cannot connect to the upstream"
             return self._fail_before_response("connect_error", 502, msg, None, abort=False)
         except aiohttp.ClientError as exc:
-            return self._fail_before_response("upstream_error", 502, repr(exc), None, abort=False)
+            logger.warning("request to %s failed: %r", self.upstream, exc)
+            msg = "the upstream request failed"
+            return self._fail_before_response("upstream_error", 502, msg, None, abort=False)
 
         if self.resp.status == 200 and self.resp.content_type == SSE_CONTENT_TYPE:
             return await self._relay_stream()
+        if stream and self.resp.status == 200:
+            logger.warning(
+                "%s answered a streaming request with %s", self.upstream, self.resp.content_type
+            )
+            msg = "the upstream answered a streaming request without an event stream"
+            return self._fail_before_response("not_event_stream", 502, msg, None, abort=False)
         return await self._relay_buffered()
 
     # -- relaying ----------------------------------------------------------------------------
 
     async def _relay_buffered(self) -> web.StreamResponse:
-        """Read the whole upstream body (idle and total limits) and answer in one piece."""
+        """Read the whole upstream body (idle, total and size limits), judge it, answer."""
         resp = self.resp
         assert resp is not None
-        self._verdict_from_status(resp.status)
+        limit_bytes = self.state.config.max_response_bytes
         chunks: list[bytes] = []
+        size_bytes = 0
         try:
             while chunk := await self._read(self.timeouts.idle_s, "idle"):
+                size_bytes += len(chunk)
+                if size_bytes > limit_bytes:
+                    msg = f"the upstream response is larger than {limit_bytes} bytes"
+                    return self._fail_before_response("response_too_large", 502, msg, None)
                 chunks.append(chunk)
         except _PhaseTimeout as exc:
             return self._fail_before_response(exc.kind + "_timeout", 504, str(exc), exc.kind)
         except aiohttp.ClientError as exc:
-            return self._fail_before_response("broken_stream", 502, repr(exc), None, abort=False)
+            logger.warning("response from %s broke off: %r", self.upstream, exc)
+            msg = "the upstream response broke off"
+            return self._fail_before_response("broken_stream", 502, msg, None, abort=False)
         self.finished_upstream = True
         resp.release()
+        body = b"".join(chunks)
+        verdict = status_verdict(resp.status)
+        if verdict is Verdict.SUCCESS and resp.status == 200 and is_error_body(body):
+            self._fail("error_body")
+        elif verdict is Verdict.FAILURE:
+            self._fail(f"status_{resp.status}")
+        elif verdict is Verdict.NO_VERDICT:
+            self._no_verdict()
+        else:
+            self._succeed()
         return web.Response(
             status=resp.status,
             reason=resp.reason,
-            body=b"".join(chunks),
+            body=body,
             headers=self._response_headers(resp),
         )
 
     async def _relay_stream(self) -> web.StreamResponse:
-        """Relay an SSE stream chunk by chunk (first-token, idle and total limits)."""
+        """Relay an SSE stream chunk by chunk (first-token, idle, total and event-size limits),
+        watching its events; the verdict comes at the end (see the module docstring)."""
         resp = self.resp
         assert resp is not None
         first_left_s = self.started_s + self.timeouts.first_token_s - time.monotonic()
@@ -262,37 +310,54 @@ class _Exchange:
         except _PhaseTimeout as exc:
             return self._fail_before_response(exc.kind + "_timeout", 504, str(exc), exc.kind)
         except aiohttp.ClientError as exc:
-            return self._fail_before_response("broken_stream", 502, repr(exc), None, abort=False)
+            logger.warning("stream from %s broke off at once: %r", self.upstream, exc)
+            msg = "the upstream stream broke off"
+            return self._fail_before_response("broken_stream", 502, msg, None, abort=False)
 
-        now_s = time.monotonic()
-        first_token_s = now_s - self.started_s
-        self.state.metrics.first_token.labels(upstream=self.upstream).observe(first_token_s)
-        if not self.verdict_given:
-            self.verdict_given = True
-            self.lease.upstream.breaker.record_success(self.lease.attempt, now_s, first_token_s)
-
+        if not first:  # nothing reached the client yet: a plain 502 is still possible
+            msg = "the upstream stream ended before its first event"
+            return self._fail_before_response("no_done", 502, msg, None, abort=False)
+        self._first_token(time.monotonic())
         self.client_resp = web.StreamResponse(
             status=resp.status, reason=resp.reason, headers=self._response_headers(resp)
         )
         self.outcome.status = resp.status
         await self._prepare_client()
+        scanner = EventStreamScanner(self.state.config.max_response_bytes)
         chunk = first
         try:
             while chunk:
+                for event in scanner.feed(chunk):
+                    self.saw_done |= is_done(event)
+                    if is_error_event(event) and not self.saw_error_event:
+                        self.saw_error_event = True
+                        self._fail("error_event")
                 await self._write(chunk)
                 chunk = await self._read(self.timeouts.idle_s, "idle")
         except _PhaseTimeout as exc:
-            self._count_error(exc.kind + "_timeout")
+            self._fail(exc.kind + "_timeout")
             self._abort(exc.kind + "_timeout")
             await self._write_sse_error(504, "gateway_timeout", str(exc), timeout=exc.kind)
             return self.client_resp
         except aiohttp.ClientError as exc:
-            self._count_error("broken_stream")
+            logger.warning("stream from %s broke off: %r", self.upstream, exc)
+            self._fail("broken_stream")
             self._abort("broken_stream", count=False)
-            await self._write_sse_error(502, "upstream_error", f"upstream stream broke: {exc!r}")
+            await self._write_sse_error(502, "upstream_error", "the upstream stream broke off")
+            return self.client_resp
+        except EventTooLarge as exc:
+            self._fail("event_too_large")
+            self._abort("event_too_large", count=False)
+            await self._write_sse_error(502, "upstream_error", f"the upstream stream: {exc}")
             return self.client_resp
         self.finished_upstream = True
         resp.release()
+        if not self.saw_done and not self.saw_error_event:
+            self._fail("no_done")
+            msg = "the upstream stream ended before [DONE]"
+            await self._write_sse_error(502, "upstream_error", msg)
+            return self.client_resp
+        self._succeed()  # no-op after an error event: that was the verdict
         await self._client_eof()
         return self.client_resp
 
@@ -347,35 +412,72 @@ class _Exchange:
         await self._client_eof()
 
     def _response_headers(self, resp: aiohttp.ClientResponse) -> Any:
+        """Client headers for ``resp``: hop-by-hop stripped, ``Retry-After`` checked, and the
+        testbed's ``X-Gateway-Upstream``."""
         headers = client_response_headers(resp.headers)
+        values = headers.popall("Retry-After", [])
+        if values:
+            # Several Retry-After fields contradict each other: none is trusted.
+            wait_s = parse_retry_after(values[0], datetime.now(UTC)) if len(values) == 1 else None
+            if wait_s is None:
+                logger.info("dropped invalid Retry-After %r from %s", values, self.upstream)
+            else:
+                headers["Retry-After"] = format_retry_after(wait_s)
+                if resp.status in (429, 503):  # where RFC 9110/6585 give it that meaning
+                    self.lease.upstream.note_retry_after(time.monotonic(), wait_s)
         headers["X-Gateway-Upstream"] = self.upstream
         return headers
 
-    # -- upstream side -----------------------------------------------------------------------
+    # -- verdicts ----------------------------------------------------------------------------
 
-    def _verdict_from_status(self, status: int) -> None:
+    def _first_token(self, now_s: float) -> None:
+        """The stream's first chunk arrived: observe its latency, tell the breaker."""
+        first_token_s = now_s - self.started_s
+        self.state.metrics.first_token.labels(upstream=self.upstream).observe(first_token_s)
+        attempt = self.lease.upstream.breaker.record_first_token(self.attempt, now_s, first_token_s)
+        if attempt is None:  # too slow: that was the verdict
+            self.verdict_given = True
+            self._count_error("slow_first_token")
+            self.lease.upstream.note_failure(now_s, "slow_first_token")
+        else:
+            self.attempt = attempt
+
+    def _succeed(self) -> None:
         if self.verdict_given:
             return
         self.verdict_given = True
         now_s = time.monotonic()
-        if status >= 500 or status == 429:
-            self._count_error(f"status_{status}")
-            self.lease.upstream.breaker.record_failure(self.lease.attempt, now_s, f"HTTP {status}")
-        else:
-            self.lease.upstream.breaker.record_success(self.lease.attempt, now_s, None)
+        self.lease.upstream.breaker.record_success(self.attempt, now_s)
+        self.lease.upstream.note_success(now_s)
+
+    def _fail(self, kind: str) -> None:
+        """Count an upstream error of ``kind``; the attempt's verdict if it has none yet."""
+        self._count_error(kind)
+        if self.verdict_given:
+            return
+        self.verdict_given = True
+        now_s = time.monotonic()
+        self.lease.upstream.breaker.record_failure(self.attempt, now_s, kind)
+        self.lease.upstream.note_failure(now_s, kind)
+
+    def _no_verdict(self) -> None:
+        if self.verdict_given:
+            return
+        self.verdict_given = True
+        self.lease.upstream.breaker.record_no_verdict(self.attempt, time.monotonic())
+
+    # -- upstream side -----------------------------------------------------------------------
 
     def _fail_before_response(
         self, kind: str, status: int, message: str, timeout: str | None, abort: bool = True
     ) -> web.Response:
         """Record the failure, cut the upstream exchange and answer with a JSON error.
 
-        ``abort`` says whether cutting counts as an upstream abort (the gateway gave up on a
-        live exchange) rather than cleaning up after the upstream already failed.
+        ``message`` goes to the client and must not name the upstream. ``abort`` says whether
+        cutting counts as an upstream abort (the gateway gave up on a live exchange) rather
+        than cleaning up after the upstream already failed.
         """
-        self._count_error(kind)
-        if not self.verdict_given:
-            self.verdict_given = True
-            self.lease.upstream.breaker.record_failure(self.lease.attempt, time.monotonic(), kind)
+        self._fail(kind)
         self._abort(kind, count=abort)
         self.outcome.status = status
         err_type = "gateway_timeout" if status == 504 else "bad_gateway"
@@ -399,9 +501,7 @@ class _Exchange:
 
     def _on_client_gone(self) -> None:
         """The client went away: free the probe slot, then abort or orphan the upstream work."""
-        if not self.verdict_given:
-            self.verdict_given = True
-            self.lease.upstream.breaker.record_cancelled(self.lease.attempt, time.monotonic())
+        self._no_verdict()
         if self.finished_upstream or self.call is None:
             return
         if self.state.config.propagate_cancellation:
@@ -472,10 +572,7 @@ async def _proxy(
             if lease is None:
                 if response is not None:
                     return response  # the refused attempt's 502: nowhere else to go
-                state.metrics.rejections.labels(reason="no_upstream").inc()
-                wait_s = state.pool.seconds_until_retry(time.monotonic())
-                headers = {"Retry-After": str(max(1, round(wait_s + 0.5)))}
-                return _json_error(503, "no_upstream", "every upstream's breaker is open", headers)
+                return _no_upstream(state)
             if attempt:
                 state.metrics.retries.labels(upstream=lease.upstream.url).inc()
             outcome.upstream = lease.upstream.url
@@ -493,26 +590,13 @@ async def _proxy(
         state.admission.release()
 
 
-async def health_handler(request: web.Request) -> web.Response:
-    """``/health``: 200 if some upstream's breaker admits traffic, else 503; JSON details."""
-    state = request.app[STATE_KEY]
-    now_s = time.monotonic()
-    upstreams = [
-        {
-            "url": u.url,
-            "breaker": u.breaker.poll(now_s).name.lower(),
-            "in_flight": u.in_flight,
-        }
-        for u in state.pool.upstreams
-    ]
-    healthy = any(u.breaker.admits(now_s) for u in state.pool.upstreams)
-    body = {
-        "status": "ok" if healthy else "no_upstream",
-        "in_flight": state.admission.in_flight,
-        "queued": state.admission.queued,
-        "upstreams": upstreams,
-    }
-    return web.json_response(body, status=200 if healthy else 503)
+def _no_upstream(state: GatewayState) -> web.Response:
+    """503 when no upstream takes traffic; ``Retry-After`` is the soonest any may again: the
+    longer of its breaker's remaining cool-down and the wait it asked for, whole seconds >= 1."""
+    state.metrics.rejections.labels(reason="no_upstream").inc()
+    wait_s = state.pool.seconds_until_retry(time.monotonic())
+    headers = {"Retry-After": format_retry_after(wait_s, minimum_s=1)}
+    return _json_error(503, "no_upstream", "no upstream is taking traffic", headers)
 
 
 async def metrics_handler(request: web.Request) -> web.Response:

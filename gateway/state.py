@@ -1,7 +1,8 @@
 """Typed per-application state of a gateway, stored under :data:`STATE_KEY`.
 
-Owns the wiring between config, metrics, upstream pool, admission controller, the shared
-client session (created and closed by the app's ``cleanup_ctx``) and background drain tasks.
+Owns the wiring between config, metrics, events file, upstream pool, admission controller, the
+shared client session (created and closed by the app's ``cleanup_ctx``) and background drain
+tasks.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import aiohttp
 from aiohttp import web
 
 from gateway.admission import AdmissionController
+from gateway.breaker import Transition
 from gateway.config import GatewayConfig
+from gateway.events import EventsFile
 from gateway.metrics import GatewayMetrics
 from gateway.upstreams import UpstreamPool
 
@@ -28,26 +31,37 @@ class GatewayState:
     metrics: GatewayMetrics
     pool: UpstreamPool
     admission: AdmissionController
+    events: EventsFile | None = None
     session: aiohttp.ClientSession | None = None
     background: set[asyncio.Task[None]] = field(default_factory=set)
 
     @classmethod
     def build(cls, config: GatewayConfig) -> GatewayState:
-        """Create metrics, pool and admission controller for ``config`` (no session yet)."""
+        """Create metrics, events file, pool and admission controller (no session yet).
+
+        Raises ``OSError`` when the configured events file cannot be created.
+        """
         metrics = GatewayMetrics()
         for url in config.upstreams:
             metrics.register_upstream(url)
+        events = EventsFile(config.events_file) if config.events_file is not None else None
+
+        def on_transition(transition: Transition) -> None:
+            metrics.on_breaker_transition(transition)
+            if events is not None:
+                events.on_breaker_transition(transition)
+
         pool = UpstreamPool.from_urls(
             config.upstreams,
             config.breaker,
-            on_transition=metrics.on_breaker_transition,
+            on_transition=on_transition,
             on_in_flight=lambda url, n: metrics.upstream_in_flight.labels(upstream=url).set(n),
         )
         adm = config.admission
         admission = AdmissionController(
             adm.max_in_flight, adm.max_queue, adm.queue_timeout_s, metrics.on_admission_change
         )
-        return cls(config, metrics, pool, admission)
+        return cls(config, metrics, pool, admission, events)
 
     def client_session(self) -> aiohttp.ClientSession:
         """The upstream client session; only valid while the app runs."""

@@ -1,9 +1,10 @@
 """In-process fakes for gateway tests: a scriptable OpenAI-style upstream on 127.0.0.1.
 
-Owns :class:`FakeUpstream` (an aiohttp app whose delays, chunk count, gaps, status and extra
-headers are set per test, and which records every request it saw, including when its client
-disconnected) and :func:`unaccepting_listener` (a socket whose full backlog makes connects
-hang, for connect timeouts). Durations are seconds.
+Owns :class:`FakeUpstream` (an aiohttp app whose delays, chunk count, gaps, status, extra
+headers, raw stream bytes, body and ``/health`` status are set per test, and which records
+every request it saw, including when its client disconnected) and
+:func:`unaccepting_listener` (a socket whose full backlog makes connects hang, for connect
+timeouts). Durations are seconds.
 """
 
 from __future__ import annotations
@@ -25,13 +26,26 @@ from gateway.config import GatewayConfig
 
 @dataclass
 class Behaviour:
-    """What the fake answers; a request body's ``fake_delay_s`` overrides the first delay."""
+    """What the fake answers; a request body's ``fake_delay_s`` overrides the first delay.
+
+    A stream is ``chunks`` token events then ``data: [DONE]`` (left out when ``send_done`` is
+    false), or, when ``stream_writes`` is set, exactly those raw writes; ``chunk_gap_s`` (s)
+    separates writes, so a positive gap puts each write in its own read on the gateway side.
+    ``stream_content_type`` is the Content-Type of a 200 answer to a streaming request,
+    ``body`` replaces the JSON of a non-streaming 200, ``health_status`` is what ``/health``
+    answers.
+    """
 
     first_chunk_delay_s: float = 0.0
     chunk_gap_s: float = 0.0
     chunks: int = 3
     status: int = 200
     extra_headers: dict[str, str] = field(default_factory=dict)
+    send_done: bool = True
+    stream_writes: tuple[bytes, ...] | None = None
+    stream_content_type: str = "text/event-stream"
+    body: bytes | None = None
+    health_status: int = 200
 
 
 @dataclass
@@ -56,6 +70,7 @@ class FakeUpstream:
         self.seen: list[Seen] = []
         self.url = ""
         self.active = 0
+        self.health_checks = 0
         self.changed = asyncio.Event()
 
     @property
@@ -78,7 +93,12 @@ class FakeUpstream:
         app.router.add_post("/v1/completions", self._generate)
         app.router.add_post("/v1/chat/completions", self._generate)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/health", self._health)
         return app
+
+    async def _health(self, request: web.Request) -> web.Response:
+        self.health_checks += 1
+        return web.Response(status=self.behaviour.health_status)
 
     async def _models(self, request: web.Request) -> web.Response:
         self._record(request, None)
@@ -117,6 +137,10 @@ class FakeUpstream:
             await asyncio.sleep(delay_s + b.chunk_gap_s * max(b.chunks - 1, 0))
             seen.chunks_sent = b.chunks
             seen.completed = True
+            if b.body is not None:
+                return web.Response(
+                    body=b.body, content_type="application/json", headers=b.extra_headers
+                )
             text = "".join(f"tok{i} " for i in range(b.chunks))
             return web.json_response({"choices": [{"text": text}]}, headers=b.extra_headers)
         except (asyncio.CancelledError, ConnectionError):
@@ -129,19 +153,25 @@ class FakeUpstream:
     async def _stream(self, request: web.Request, seen: Seen, delay_s: float) -> web.StreamResponse:
         b = self.behaviour
         resp = web.StreamResponse(
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+            headers={"Content-Type": b.stream_content_type, "Cache-Control": "no-cache"}
         )
         resp.headers.update(b.extra_headers)
         await resp.prepare(request)  # headers go out at once, like vLLM
         await asyncio.sleep(delay_s)
-        for i in range(b.chunks):
+        if b.stream_writes is not None:
+            writes, tail = list(b.stream_writes), b""
+        else:
+            events = [{"choices": [{"index": 0, "text": f"tok{i} "}]} for i in range(b.chunks)]
+            writes = [f"data: {json.dumps(event)}\n\n".encode() for event in events]
+            tail = b"data: [DONE]\n\n" if b.send_done else b""
+        for i, data in enumerate(writes):
             if i:
                 await asyncio.sleep(b.chunk_gap_s)
-            event = {"choices": [{"index": 0, "text": f"tok{i} "}]}
-            await resp.write(f"data: {json.dumps(event)}\n\n".encode())
+            await resp.write(data)
             seen.chunks_sent += 1
             self._notify()
-        await resp.write(b"data: [DONE]\n\n")
+        if tail:
+            await resp.write(tail)
         await resp.write_eof()
         seen.completed = True
         return resp

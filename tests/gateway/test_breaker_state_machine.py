@@ -110,7 +110,7 @@ def test_cancelled_probe_frees_its_slot_without_a_verdict() -> None:
     probe = breaker.try_acquire(1.0)
     assert probe is not None
     assert not breaker.admits(1.5)
-    breaker.record_cancelled(probe, 1.5)
+    breaker.record_no_verdict(probe, 1.5)
     assert breaker.state is BreakerState.HALF_OPEN
     assert breaker.admits(1.5)
 

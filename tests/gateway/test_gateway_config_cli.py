@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -86,10 +87,12 @@ def test_invalid_configuration_is_a_usage_error(tmp_path: Path) -> None:
     assert main(["--help"]) == 0
 
 
-def test_cli_serves_until_interrupted() -> None:
+def test_cli_serves_until_interrupted(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     code = "import sys; from gateway.cli import main; sys.exit(main())"
+    events = tmp_path / "events.jsonl"
     args = [sys.executable, "-c", code, "--upstream", "http://127.0.0.1:9", "--port", "0"]
+    args += ["--events-file", str(events), "--health-check-timeout", "0.5"]
     with subprocess.Popen(
         args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True
     ) as proc:
@@ -98,8 +101,14 @@ def test_cli_serves_until_interrupted() -> None:
             line = proc.stdout.readline()
             assert line.startswith("gateway listening on http://127.0.0.1:"), line
             url = line.split()[3]
-            with urllib.request.urlopen(url + "/health", timeout=5) as resp:
-                assert json.load(resp)["status"] == "ok"
+            # Nothing listens on port 9: the live check fails, so the gateway is not healthy.
+            with pytest.raises(urllib.error.HTTPError) as info:
+                urllib.request.urlopen(url + "/health", timeout=5)
+            assert info.value.code == 503
+            body = json.load(info.value)
+            assert body["status"] == "no_upstream"
+            assert body["upstreams"][0]["reached"] is False
+            assert events.read_text() == ""  # created at start; no transition yet
             proc.send_signal(signal.SIGINT)
             assert proc.wait(timeout=10) == 0
         finally:

@@ -51,7 +51,7 @@ async def test_connection_refused_on_closed_port_answers_502_at_once() -> None:
         status, body, elapsed_s = await post(client, url, PLAIN)
     assert status == 502
     assert json.loads(body)["error"]["type"] == "bad_gateway"
-    assert "cannot connect to upstream" in json.loads(body)["error"]["message"]
+    assert json.loads(body)["error"]["message"] == "cannot connect to the upstream"
     assert elapsed_s < 1.0
 
 

@@ -76,7 +76,7 @@ async def test_models_and_upstream_errors_pass_through() -> None:
             assert (await resp.json())["error"]["code"] == 400
 
 
-async def test_health_reports_upstreams() -> None:
+async def test_health_checks_the_upstream_and_reports_it() -> None:
     fake = FakeUpstream()
     async with (
         serve_upstream(fake),
@@ -87,9 +87,22 @@ async def test_health_reports_upstreams() -> None:
         async with client.get(url + "/health") as resp:
             assert resp.status == 200
             body = await resp.json()
+    assert fake.health_checks == 1  # the gateway's /health asked the upstream's, live
     assert body == {
         "status": "ok",
         "in_flight": 0,
         "queued": 0,
-        "upstreams": [{"url": fake.url, "breaker": "closed", "in_flight": 0}],
+        "upstreams": [
+            {
+                "url": fake.url,
+                "breaker": "closed",
+                "in_flight": 0,
+                "reached": True,  # by the live check; no request was proxied yet
+                "check": {"ok": True, "detail": None},
+                "last_success_age_s": None,
+                "last_failure_age_s": None,
+                "last_failure": None,
+                "retry_after_s": 0.0,
+            }
+        ],
     }
