@@ -33,7 +33,8 @@ class Behaviour:
     separates writes, so a positive gap puts each write in its own read on the gateway side.
     ``stream_content_type`` is the Content-Type of a 200 answer to a streaming request,
     ``body`` replaces the JSON of a non-streaming 200, ``health_status`` is what ``/health``
-    answers.
+    answers. ``break_stream`` drops the connection after the writes, before the chunked body's
+    end (the gateway sees a broken stream).
     """
 
     first_chunk_delay_s: float = 0.0
@@ -46,6 +47,7 @@ class Behaviour:
     stream_content_type: str = "text/event-stream"
     body: bytes | None = None
     health_status: int = 200
+    break_stream: bool = False
 
 
 @dataclass
@@ -170,6 +172,9 @@ class FakeUpstream:
             await resp.write(data)
             seen.chunks_sent += 1
             self._notify()
+        if b.break_stream and request.transport is not None:
+            request.transport.close()
+            return resp
         if tail:
             await resp.write(tail)
         await resp.write_eof()

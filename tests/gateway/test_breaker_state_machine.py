@@ -187,3 +187,63 @@ def test_every_transition_is_logged(caplog: pytest.LogCaptureFixture) -> None:
         "breaker up: open -> half_open at 1.000 s (cool-down elapsed)",
         "breaker up: half_open -> closed at 1.500 s (probe succeeded)",
     ]
+
+
+def test_half_open_is_stamped_when_the_cool_down_ended_not_when_asked() -> None:
+    breaker, seen = make(consecutive_failures=1, cooldown_s=5.0)
+    fail(breaker, 10.0)
+    assert breaker.poll(40.0) is BreakerState.HALF_OPEN  # first asked 25 s after it elapsed
+    assert (seen[-1].to_state, seen[-1].at_s) == (BreakerState.HALF_OPEN, 15.0)  # 10 + 5
+
+
+def test_stream_verdict_waits_for_the_end_but_a_slow_first_token_is_a_failure_at_once() -> None:
+    breaker, seen = make(consecutive_failures=1, slow_first_token_s=1.0)
+    stream = breaker.try_acquire(0.0)
+    assert stream is not None
+    same = breaker.record_first_token(stream, 0.5, first_token_s=0.5)
+    assert same == stream  # closed and fast: nothing decided until the stream ends
+    assert breaker.state is BreakerState.CLOSED
+    slow = breaker.try_acquire(1.0)
+    assert slow is not None
+    assert breaker.record_first_token(slow, 3.0, first_token_s=2.0) is None  # the verdict
+    assert breaker.state is BreakerState.OPEN
+    assert "slow first token 2.000 s" in seen[0].reason
+
+
+def test_a_probes_first_token_closes_the_breaker_and_its_later_failure_reopens_at_once() -> None:
+    # Threshold 3 in the closed state; the probe is on probation, so 1 failure re-opens.
+    breaker, seen = make(consecutive_failures=3, cooldown_s=5.0)
+    for t in (0.0, 0.1, 0.2):
+        fail(breaker, t)
+    probe = breaker.try_acquire(5.2)
+    assert probe is not None and probe.probe
+    probation = breaker.record_first_token(probe, 5.5, first_token_s=0.3)
+    assert probation is not None and probation.probation and not probation.probe
+    assert breaker.state is BreakerState.CLOSED  # closed before the (long) stream ends
+    other = breaker.try_acquire(5.6)  # and admits freely again
+    assert other is not None
+    breaker.record_failure(probation, 9.0, "error_event")
+    assert breaker.state is BreakerState.OPEN
+    assert [(t.from_state.name, t.to_state.name, t.at_s) for t in seen] == [
+        ("CLOSED", "OPEN", 0.2),
+        ("OPEN", "HALF_OPEN", 5.2),
+        ("HALF_OPEN", "CLOSED", 5.5),
+        ("CLOSED", "OPEN", 9.0),
+    ]
+    assert seen[2].reason == "probe's first token arrived"
+    assert seen[3].reason == "probe failed after its first token: error_event"
+
+
+def test_a_probation_verdict_after_another_transition_is_only_statistics() -> None:
+    breaker, _ = make(consecutive_failures=1, cooldown_s=5.0)
+    fail(breaker, 0.0)
+    probe = breaker.try_acquire(5.0)
+    assert probe is not None
+    probation = breaker.record_first_token(probe, 5.1, first_token_s=0.1)
+    assert probation is not None
+    fail(breaker, 6.0)  # another request fails: open again (epoch moves on)
+    probe2 = breaker.try_acquire(11.0)
+    assert probe2 is not None and breaker.state is BreakerState.HALF_OPEN
+    breaker.record_failure(probation, 11.5, "no_done")  # stale: must not touch the probe
+    assert breaker.state is BreakerState.HALF_OPEN
+    assert breaker.probes_in_flight == 1
