@@ -1,7 +1,9 @@
 """Running the gateway in its own process in front of a case's server.
 
 A separate process, so the proxy's work never runs on the event loop that timestamps tokens;
-its log goes to the case directory, and it is always stopped (SIGTERM, then SIGKILL).
+its log and its events file (breaker transitions) go to the case directory, and it is always
+stopped (SIGTERM, then SIGKILL). It counts as ready when its ``/health`` says 200, which it
+only does once an upstream really answers its own ``/health``.
 """
 
 from __future__ import annotations
@@ -28,10 +30,13 @@ async def running_gateway_process(
     log_path: Path,
     *,
     propagate_cancellation: bool,
+    events_path: Path | None = None,
     extra_args: tuple[str, ...] = (),
     timeout_s: float = 30.0,
 ) -> AsyncIterator[str]:
     """Start ``python -m gateway.cli`` for ``upstreams`` on a free loopback port; yield its URL.
+
+    ``events_path`` receives the gateway's breaker transitions (``--events-file``).
 
     Raises:
         RuntimeError: the gateway did not report its URL and answer ``/health`` in time; the
@@ -42,6 +47,8 @@ async def running_gateway_process(
         argv += ["--upstream", upstream]
     if not propagate_cancellation:
         argv.append("--no-propagate-cancellation")
+    if events_path is not None:
+        argv += ["--events-file", str(events_path)]
     argv += list(extra_args)
     # Unbuffered, so the log shows transitions as they happen and the ready line at once.
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -55,7 +62,8 @@ async def running_gateway_process(
 
 async def _wait_ready(proc: subprocess.Popen[bytes], log_path: Path, timeout_s: float) -> str:
     deadline = time.monotonic() + timeout_s
-    async with httpx.AsyncClient(timeout=1.0) as client:
+    # Longer than the gateway's own live checks of its upstreams (1 s by default).
+    async with httpx.AsyncClient(timeout=5.0) as client:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 break

@@ -27,6 +27,7 @@ from loadgen.records import RecordWriter, RequestRecord
 from loadgen.replicas import Replicas
 from loadgen.rundir import (
     CASE_FILE,
+    GATEWAY_EVENTS_FILE,
     GATEWAY_LOG,
     PHASES_FILE,
     PLAN_FILE,
@@ -213,6 +214,7 @@ async def run_case(
                     [server.url, *(replicas.urls() if replicas else [])],
                     cdir / GATEWAY_LOG,
                     propagate_cancellation=case.gateway.propagate_cancellation,
+                    events_path=cdir / GATEWAY_EVENTS_FILE,
                     extra_args=case.gateway.extra_args,
                 )
             )

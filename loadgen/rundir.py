@@ -8,6 +8,8 @@ the readers (analysis, validate). One run = one directory; ``manifest.json`` is 
         case.json              case status, error, server facts (capacity, version, argv)
         server/                vllm.log, command.json, server.json (spawned servers only)
         gateway.log            the gateway's log (cases sent through the gateway)
+        gateway_events.jsonl   the gateway's breaker transitions, one JSON line each (t_ns
+                               monotonic, event, upstream, from, to, reason; gateway.events)
         faults.jsonl           injected faults (replica killed / restarted), monotonic ns
         requests.jsonl         one record per request (loadgen.records)
         phases.jsonl           phase boundaries (monotonic ns) and loop-lag figures
@@ -35,6 +37,7 @@ REQUESTS_FILE = "requests.jsonl"
 PHASES_FILE = "phases.jsonl"
 SERVER_DIR = "server"
 GATEWAY_LOG = "gateway.log"
+GATEWAY_EVENTS_FILE = "gateway_events.jsonl"
 FAULTS_FILE = "faults.jsonl"
 
 
