@@ -8,10 +8,10 @@ error event once a stream has started), breaker verdicts (what fails is decided 
 request); without it the upstream response is drained in the background (orphaned work that,
 as in a proxy that forgot it, no longer holds an admission slot or counts as in flight).
 
-Verdicts: a buffered answer is judged when its body has arrived whole; a stream when it ends
-(an error event inside it, a missing ``[DONE]`` or a break is a failure), with its first token
-reported on arrival for the slow-first-token rule and half-open probes
-(:meth:`gateway.breaker.CircuitBreaker.record_first_token`).
+Verdicts: a buffered answer is judged when its body has arrived whole; a stream when it is
+complete at ``data: [DONE]``, or fails (an error event inside it, a break, an end before
+``[DONE]``), with its first token reported on arrival for the slow-first-token rule and
+half-open probes (:meth:`gateway.breaker.CircuitBreaker.record_first_token`).
 
 What reaches the client: upstream answers pass through (hop-by-hop headers stripped, an
 upstream ``Retry-After`` checked and re-written as delay-seconds, or dropped when invalid, see
@@ -191,6 +191,7 @@ class _Exchange:
         self.tail = b"\n\n"
         self.saw_done = False
         self.saw_error_event = False
+        self.error_event_counted = False
 
     # -- entry point -------------------------------------------------------------------------
 
@@ -317,23 +318,29 @@ class _Exchange:
         if not first:  # nothing reached the client yet: a plain 502 is still possible
             msg = "the upstream stream ended before its first event"
             return self._fail_before_response("no_done", 502, msg, None, abort=False)
-        self._first_token(time.monotonic())
+        now_s = time.monotonic()
+        scanner = EventStreamScanner(self.state.config.max_response_bytes)
+        try:
+            self._watch(scanner, first)
+        except EventTooLarge as exc:
+            msg = f"the upstream stream: {exc}"
+            return self._fail_before_response("event_too_large", 502, msg, None, abort=False)
+        if self.saw_error_event:  # judged first: a probe failing at once fails as a probe
+            self._judge()
+        self._first_token(now_s)  # then the slow-first-token rule, before any [DONE] success
+        self._judge()
         self.client_resp = web.StreamResponse(
             status=resp.status, reason=resp.reason, headers=self._response_headers(resp)
         )
         self.outcome.status = resp.status
         await self._prepare_client()
-        scanner = EventStreamScanner(self.state.config.max_response_bytes)
         chunk = first
         try:
             while chunk:
-                for event in scanner.feed(chunk):
-                    self.saw_done |= is_done(event)
-                    if is_error_event(event) and not self.saw_error_event:
-                        self.saw_error_event = True
-                        self._fail("error_event")
                 await self._write(chunk)
                 chunk = await self._read(self.timeouts.idle_s, "idle")
+                self._watch(scanner, chunk)
+                self._judge()
         except _PhaseTimeout as exc:
             self._fail(exc.kind + "_timeout")
             self._abort(exc.kind + "_timeout")
@@ -357,9 +364,27 @@ class _Exchange:
             msg = "the upstream stream ended before [DONE]"
             await self._write_sse_error(502, "upstream_error", msg)
             return self.client_resp
-        self._succeed()  # no-op after an error event: that was the verdict
         await self._client_eof()
         return self.client_resp
+
+    def _watch(self, scanner: EventStreamScanner, chunk: bytes) -> None:
+        """Feed a relayed chunk to ``scanner``; note error events and ``[DONE]``.
+
+        Raises :class:`EventTooLarge` (from the scanner)."""
+        for event in scanner.feed(chunk):
+            if is_error_event(event):
+                self.saw_error_event = True
+            elif is_done(event):
+                self.saw_done = True
+
+    def _judge(self) -> None:
+        """The stream's verdict once known: its first error event fails it, ``[DONE]`` with no
+        error before it completes it (the breaker ignores verdicts after the first)."""
+        if self.saw_error_event and not self.error_event_counted:
+            self.error_event_counted = True
+            self._fail("error_event")
+        elif self.saw_done and not self.saw_error_event:
+            self._succeed()
 
     async def _read(self, limit_s: float, kind: str, report_limit_s: float | None = None) -> bytes:
         assert self.resp is not None
@@ -434,6 +459,8 @@ class _Exchange:
         """The stream's first chunk arrived: observe its latency, tell the breaker."""
         first_token_s = now_s - self.started_s
         self.state.metrics.first_token.labels(upstream=self.upstream).observe(first_token_s)
+        if self.verdict_given:  # the first chunk already held the stream's verdict
+            return
         attempt = self.lease.upstream.breaker.record_first_token(self.attempt, now_s, first_token_s)
         if attempt is None:  # too slow: that was the verdict
             self.verdict_given = True

@@ -123,3 +123,31 @@ async def test_a_probe_stream_failing_after_its_first_token_reopens_at_once(
     ]
     assert events[2]["reason"] == "probe's first token arrived"
     assert events[3]["reason"] == "probe failed after its first token: error_event"
+
+
+@pytest.mark.asyncio
+async def test_a_probe_whose_first_chunk_is_an_error_event_fails_as_a_probe(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "gateway_events.jsonl"
+    fake = FakeUpstream(Behaviour(status=500))
+    async with serve_upstream(fake):
+        config = gateway_config(
+            fake.url,
+            events_file=str(path),
+            breaker={"consecutive_failures": 1, "cooldown_s": 0.2},
+        )
+        async with running_gateway(config) as url, aiohttp.ClientSession() as client:
+            async with client.post(url + "/v1/completions", json={"prompt": "x"}) as resp:
+                assert resp.status == 500  # failure 1 of 1: open
+            fake.behaviour = Behaviour(stream_writes=(ERROR + DONE,))  # one chunk
+            await asyncio.sleep(0.3)  # past the cool-down
+            async with client.post(url + "/v1/completions", json=STREAM) as resp:
+                assert await resp.read() == ERROR + DONE
+    events = read_events(path)
+    assert [(e["from"], e["to"]) for e in events] == [
+        ("closed", "open"),
+        ("open", "half_open"),
+        ("half_open", "open"),  # never closed in between
+    ]
+    assert events[2]["reason"] == "probe failed: error_event"
