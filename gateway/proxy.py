@@ -300,7 +300,8 @@ class _Exchange:
 
     async def _relay_stream(self) -> web.StreamResponse:
         """Relay an SSE stream chunk by chunk (first-token, idle, total and event-size limits),
-        watching its events; the verdict comes at the end (see the module docstring)."""
+        watching its events: the verdict comes at ``[DONE]`` or at the failure (see the module
+        docstring), never at the first chunk."""
         resp = self.resp
         assert resp is not None
         first_left_s = self.started_s + self.timeouts.first_token_s - time.monotonic()
