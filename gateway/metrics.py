@@ -12,7 +12,12 @@ Metric families (all prefixed ``gateway_``):
   (``client_disconnect``, ``first_token_timeout``, ``idle_timeout``, ``total_timeout``).
 - ``orphaned_upstream_requests_total{upstream}``: with cancellation propagation off, upstream
   requests left running (drained) after their client went away.
-- ``upstream_errors_total{upstream,kind}``: connect errors, timeouts, 5xx, broken streams.
+- ``upstream_errors_total{upstream,kind}``: upstream failures (:mod:`gateway.outcomes`) by
+  kind: ``connect_error``, ``connect_timeout``, ``first_token_timeout``, ``idle_timeout``,
+  ``total_timeout``, ``upstream_error`` (unparseable answer), ``status_<5xx>``,
+  ``broken_stream``, ``error_event`` (inside a 200 stream), ``no_done`` (stream ended before
+  ``[DONE]``), ``not_event_stream``, ``error_body`` (a 200 JSON error object),
+  ``response_too_large``, ``event_too_large``, ``slow_first_token``.
 - ``rejections_total{reason}``: admission and routing refusals (queue_full, queue_timeout,
   no_upstream, body_too_large).
 - ``breaker_state{upstream}``: 0 closed, 1 open, 2 half-open.
