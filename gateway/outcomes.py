@@ -33,7 +33,9 @@ The gateway passes the 429 on to the client, ``Retry-After`` included (checked, 
 is at capacity, and a proxy that retries it turns back-pressure into more load (the retry
 amplification described in Google's SRE book, "Handling Overload"); Envoy's router likewise
 retries 429 only when told to (``retriable_status_codes``). A half-open probe answered 429
-frees its probe slot and the breaker stays half-open.
+frees its probe slot and the breaker stays half-open. The wait an upstream asks for (on a
+429 or 503) does not stop routing to it; it is remembered per upstream and lengthens the
+``Retry-After`` of the gateway's own 503 when no upstream takes traffic.
 """
 
 from __future__ import annotations
