@@ -1,47 +1,95 @@
-"""Exposition text → canonical samples, parsing only the families this project records.
+"""Exposition text → canonical samples of the recorded families, and which alias matched.
 
-A full vLLM page is ~50 KB and took ~18 ms to parse with prometheus-client; lines of other
-families are dropped first (a cheap string test), then prometheus-client's parser does the
-rest, so quoting and escaping rules stay the library's.
+A full vLLM page is ~50 KB and took ~11 ms to parse whole with prometheus-client; lines of
+other families (and every comment line: only sample names matter here) are dropped first with
+a cheap string test, then prometheus-client's parser does the rest, so quoting and escaping
+rules stay the library's. Non-finite values (``NaN``, ``±Inf``) are dropped and counted here,
+so no file or statistic ever sees one.
 """
 
 from __future__ import annotations
 
+import math
+from typing import NamedTuple
+
 from prometheus_client.parser import text_string_to_metric_families
 
-from metrics.names import CANONICAL_BY_SAMPLE
+from metrics.names import FAMILIES, SAMPLE_NAMES, SampleName
 from metrics.samples import Sample
 
-_WANTED_FAMILIES = {raw.removesuffix("_total") for raw in CANONICAL_BY_SAMPLE} | set(
-    CANONICAL_BY_SAMPLE
-)
+
+class ParsedPage(NamedTuple):
+    """One page, parsed.
+
+    Attributes:
+        samples: canonical samples of the recorded families (finite values only), each family
+            read under its newest alias present on the page.
+        aliases: canonical family → the raw name it matched, for every family on the page
+            (in ``metrics.names.FAMILIES`` order). Empty: the page has no recorded family.
+        nan_dropped: samples dropped because their value was NaN or ±Inf.
+    """
+
+    samples: list[Sample]
+    aliases: dict[str, str]
+    nan_dropped: int
 
 
-def _keep(line: str) -> bool:
-    if line.startswith("#"):
-        parts = line.split(" ", 3)
-        return len(parts) >= 3 and parts[1] in ("TYPE", "HELP") and parts[2] in _WANTED_FAMILIES
-    name = line.split("{", 1)[0].split(" ", 1)[0]
-    return name in CANONICAL_BY_SAMPLE
+def _sample_name(line: str) -> str:
+    return line.split("{", 1)[0].split(" ", 1)[0]
 
 
 def filter_families(text: str) -> str:
-    """The lines of ``text`` that belong to recorded families (plus their TYPE/HELP lines)."""
-    return "\n".join(line for line in text.splitlines() if _keep(line)) + "\n"
+    """The sample lines of ``text`` that belong to recorded families (no comment lines)."""
+    kept = (
+        line
+        for line in text.splitlines()
+        if not line.startswith("#") and _sample_name(line) in SAMPLE_NAMES
+    )
+    return "\n".join(kept) + "\n"
+
+
+def parse_page(text: str, t_ns: int) -> ParsedPage:
+    """Parse exposition ``text`` scraped at ``t_ns`` (see ``ParsedPage``).
+
+    Every label is kept (``engine`` included, histogram buckets' ``le`` as written, e.g.
+    ``"0.05"``, ``"+Inf"``); labels are sorted. Where a page carries several aliases of one
+    family (a deprecated name beside its replacement), only the newest is read.
+
+    Raises:
+        ValueError: a recorded family's line is not valid Prometheus exposition format.
+    """
+    found: list[tuple[SampleName, dict[str, str], float]] = []
+    best_rank: dict[str, int] = {}
+    for family in text_string_to_metric_families(filter_families(text)):
+        for s in family.samples:
+            meaning = SAMPLE_NAMES.get(s.name)
+            if meaning is None:
+                continue
+            found.append((meaning, s.labels, float(s.value)))
+            rank = best_rank.get(meaning.canonical)
+            if rank is None or meaning.rank < rank:
+                best_rank[meaning.canonical] = meaning.rank
+    samples: list[Sample] = []
+    nan_dropped = 0
+    for meaning, labels, value in found:
+        if meaning.rank != best_rank[meaning.canonical]:
+            continue  # an older alias of a family that is also here under a newer name
+        if not math.isfinite(value):
+            nan_dropped += 1
+            continue
+        samples.append(Sample(t_ns, meaning.sample_name, tuple(sorted(labels.items())), value))
+    aliases = {
+        canonical: FAMILIES[canonical].raw_names[best_rank[canonical]]
+        for canonical in FAMILIES
+        if canonical in best_rank
+    }
+    return ParsedPage(samples, aliases, nan_dropped)
 
 
 def parse_samples(text: str, t_ns: int) -> list[Sample]:
-    """Canonical samples of the recorded families in exposition ``text``, stamped ``t_ns``.
+    """The canonical samples of ``parse_page(text, t_ns)``.
 
     Raises:
-        ValueError: the text is not valid Prometheus exposition format.
+        ValueError: as ``parse_page``.
     """
-    out: list[Sample] = []
-    for family in text_string_to_metric_families(filter_families(text)):
-        for s in family.samples:
-            canonical = CANONICAL_BY_SAMPLE.get(s.name)
-            if canonical is None:
-                continue
-            labels = tuple(sorted((k, v) for k, v in s.labels.items() if k != "engine"))
-            out.append(Sample(t_ns, canonical, labels, float(s.value)))
-    return out
+    return parse_page(text, t_ns).samples

@@ -1,8 +1,24 @@
-"""metrics.samples: series over labels, counter deltas across resets, gauge peaks, value_at."""
+"""metrics.samples: series over labels and per engine, counter deltas and resets, gauge peaks,
+value_at, missing families, and NaN never changing a result."""
 
 from __future__ import annotations
 
-from metrics.samples import Sample, counter_delta, gauge_peak, series, value_at
+import math
+
+import pytest
+
+from metrics.names import MissingFamilyError
+from metrics.samples import (
+    Sample,
+    counter_delta,
+    counter_resets,
+    gauge_peak,
+    gauge_peak_by,
+    require_family,
+    series,
+    series_by,
+    value_at,
+)
 
 # A counter scraped at t = 1..5 s (ns below); the server restarted between t=3 and t=4.
 S = 1_000_000_000
@@ -89,3 +105,82 @@ def test_series_is_sorted_by_time() -> None:
 def test_delta_of_a_summed_series() -> None:
     # Total successes over the window: 12 → 17 = 5.
     assert counter_delta(series(SAMPLES, "request_success"), 1 * S, 2 * S) == 5.0
+
+
+def test_resets_are_listed_where_counter_delta_handles_them() -> None:
+    # The only decrease is 20 → 3 at t=4.
+    assert counter_resets(RESET, 1 * S, 5 * S) == [4 * S]
+    # Window [2.5 s, 4.5 s]: base t=2, steps to t=3 and t=4; the reset at t=4 is in it.
+    assert counter_resets(RESET, int(2.5 * S), int(4.5 * S)) == [4 * S]
+    # Window [4 s, 5 s]: base is the t=4 point itself; 3 → 8 is no reset.
+    assert counter_resets(RESET, 4 * S, 5 * S) == []
+    assert counter_resets([], 0, S) == []
+
+
+def test_nan_points_change_no_delta_reset_peak_or_value() -> None:
+    nan = math.nan
+    with_nan = [(1 * S, 10.0), (2 * S, nan), (3 * S, 20.0), (4 * S, 3.0), (5 * S, 8.0)]
+    # Same as without the t=2 point: 10→20 (+10), reset → 3 (+3), 3→8 (+5) = 18.
+    assert counter_delta(with_nan, 1 * S, 5 * S) == 18.0
+    assert counter_resets(with_nan, 1 * S, 5 * S) == [4 * S]
+    assert value_at(with_nan, int(2.5 * S)) == 10.0
+    # Issue 9 item 12: [NaN, 0.2] gave a null peak while [0.2, NaN] gave 0.2.
+    assert gauge_peak([(1 * S, nan), (2 * S, 0.2)], 0, 3 * S) == 0.2
+    assert gauge_peak([(1 * S, 0.2), (2 * S, nan)], 0, 3 * S) == 0.2
+    assert gauge_peak([(1 * S, nan)], 0, 3 * S) is None
+
+
+def kv(t: int, engine: str, value: float) -> Sample:
+    return Sample(t, "kv_cache_usage_perc", (("engine", engine), ("model_name", "m")), value)
+
+
+# Two data-parallel engines at 0.6 and 0.7 KV usage (issue 9 item 7), then lower.
+TWO_ENGINES = [
+    kv(1 * S, "0", 0.6),
+    kv(1 * S, "1", 0.7),
+    kv(2 * S, "0", 0.5),
+    kv(2 * S, "1", 0.2),
+]
+
+
+def test_gauges_per_engine_peak_at_their_own_values_not_their_sum() -> None:
+    assert series_by(TWO_ENGINES, "kv_cache_usage_perc") == {
+        "0": [(1 * S, 0.6), (2 * S, 0.5)],
+        "1": [(1 * S, 0.7), (2 * S, 0.2)],
+    }
+    peaks = gauge_peak_by(TWO_ENGINES, "kv_cache_usage_perc", 0, 3 * S)
+    assert peaks == {"0": 0.6, "1": 0.7}
+    assert max(peaks.values()) == 0.7
+    # Summing over engines (what the old parser did by dropping the label) gives 0.6 + 0.7.
+    assert gauge_peak(series(TWO_ENGINES, "kv_cache_usage_perc"), 0, 3 * S) == pytest.approx(1.3)
+
+
+def test_series_by_filters_labels_and_keeps_samples_without_the_label() -> None:
+    v0 = [Sample(1 * S, "kv_cache_usage_perc", (("model_name", "m"),), 0.25)]
+    assert series_by(v0, "kv_cache_usage_perc") == {"": [(1 * S, 0.25)]}
+    assert series_by(SAMPLES, "request_success", label="finished_reason") == {
+        "abort": [(1 * S, 0.0), (2 * S, 1.0)],
+        "length": [(1 * S, 10.0), (2 * S, 14.0)],
+        "stop": [(1 * S, 2.0), (2 * S, 2.0)],
+    }
+    assert series_by(SAMPLES, "request_success", label="finished_reason", model_name="x") == {}
+
+
+def test_counters_sum_over_engines() -> None:
+    # Each engine counts its own tokens; the server's total is their sum per scrape.
+    tokens = [
+        Sample(1 * S, "generation_tokens", (("engine", "0"),), 100.0),
+        Sample(1 * S, "generation_tokens", (("engine", "1"),), 40.0),
+        Sample(2 * S, "generation_tokens", (("engine", "0"),), 130.0),
+        Sample(2 * S, "generation_tokens", (("engine", "1"),), 90.0),
+    ]
+    # (130 + 90) − (100 + 40) = 80.
+    assert counter_delta(series(tokens, "generation_tokens"), 1 * S, 2 * S) == 80.0
+
+
+def test_a_missing_family_is_an_error_not_zero() -> None:
+    require_family(SAMPLES, "request_success")
+    with pytest.raises(MissingFamilyError, match="vllm:prefix_cache_hits_total"):
+        require_family(SAMPLES, "prefix_cache_hits")
+    hist = [Sample(1, "ttft_seconds_count", (), 3.0)]
+    require_family(hist, "ttft_seconds")

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 from pathlib import Path
+
+import pytest
 
 from metrics.samples import Sample
 from metrics.store import (
@@ -33,6 +36,12 @@ def test_samples_round_trip_with_sorted_labels(tmp_path: Path) -> None:
         "value": 3.0,
     }
     assert read_samples(tmp_path) == samples
+
+
+def test_the_scrapers_strict_writer_refuses_non_finite_values() -> None:
+    for value in (math.nan, math.inf, -math.inf):
+        with pytest.raises(ValueError):
+            sample_to_json(Sample(5, "kv_cache_usage_perc", (), value), 7, strict=True)
 
 
 def test_missing_files_read_as_empty(tmp_path: Path) -> None:

@@ -1,0 +1,141 @@
+"""Server-side histograms over a window: bucket deltas, quantiles, means (pure functions).
+
+vLLM exposes its request latencies (TTFT, ITL, TPOT, E2E, queue, prefill, decode) as
+Prometheus histograms: cumulative bucket counters ``NAME_bucket{le=…}`` plus ``NAME_sum`` and
+``NAME_count`` (canonical names in ``metrics.names``). A window's histogram is the counter
+delta of each of them (``metrics.samples.counter_delta``, so resets are survived), summed over
+engines; its quantiles follow Prometheus' ``histogram_quantile`` (promql/quantile.go).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from metrics.samples import Sample, counter_delta, require_family, series
+
+
+@dataclass(frozen=True)
+class HistogramDelta:
+    """Change of one histogram family over a window, summed over engines and other labels.
+
+    Attributes:
+        bounds: bucket upper bounds ascending, ``math.inf`` last (seconds for latencies).
+        cumulative: observations ≤ each bound during the window (cumulative count deltas),
+            one per bound; the last is the window's observation count.
+        sum: increase of ``_sum`` (seconds for latencies).
+        count: increase of ``_count``.
+    """
+
+    bounds: tuple[float, ...]
+    cumulative: tuple[float, ...]
+    sum: float
+    count: float
+
+
+def _le(value: str) -> float:
+    return math.inf if value in ("+Inf", "Inf", "inf") else float(value)
+
+
+def histogram_delta(
+    samples: Iterable[Sample], family: str, start_ns: int, end_ns: int, **labels: str
+) -> HistogramDelta | None:
+    """Bucket, sum and count deltas of canonical histogram ``family`` over [start_ns, end_ns].
+
+    Each cumulative bucket is a counter: its delta is ``counter_delta`` of its series summed
+    over every label set matching ``labels`` (engines included) per scrape. Returns ``None``
+    when no scrape lies at or before ``end_ns`` (nothing known about the window).
+
+    Raises:
+        MissingFamilyError: the family has no sample at all (never a silent 0).
+        ValueError: the family has no ``+Inf`` bucket (not valid exposition).
+    """
+    samples = list(samples)
+    require_family(samples, family)
+    wanted = set(labels.items())
+    # One pass: per bucket bound, that bucket's value summed per scrape time.
+    by_le: dict[str, dict[int, float]] = {}
+    for s in samples:
+        if s.name != family + "_bucket":
+            continue
+        label_set = set(s.labels)
+        if not wanted <= label_set:
+            continue
+        le = dict(s.labels).get("le")
+        if le is None or not math.isfinite(s.value):
+            continue
+        points = by_le.setdefault(le, {})
+        points[s.t_ns] = points.get(s.t_ns, 0.0) + s.value
+    ordered = sorted(by_le, key=_le)
+    if not ordered or _le(ordered[-1]) != math.inf:
+        raise ValueError(f"histogram {family}: no +Inf bucket")
+    cumulative = []
+    for le in ordered:
+        delta = counter_delta(sorted(by_le[le].items()), start_ns, end_ns)
+        if delta is None:
+            return None
+        cumulative.append(delta)
+    total_sum = counter_delta(series(samples, family + "_sum", **labels), start_ns, end_ns)
+    count = counter_delta(series(samples, family + "_count", **labels), start_ns, end_ns)
+    if total_sum is None or count is None:
+        return None
+    return HistogramDelta(tuple(_le(le) for le in ordered), tuple(cumulative), total_sum, count)
+
+
+def _monotonic(cumulative: tuple[float, ...]) -> list[float]:
+    # Prometheus forces cumulative counts to be non-decreasing (buckets are scraped at
+    # slightly different instants, or reset at different times); so do we.
+    out: list[float] = []
+    for c in cumulative:
+        out.append(max(c, out[-1]) if out else c)
+    return out
+
+
+def histogram_quantile(q: float, delta: HistogramDelta) -> float | None:
+    """The ``q``-quantile of the window's observations, as Prometheus' ``histogram_quantile``.
+
+    rank = q × (observations in the window, the ``+Inf`` bucket's count); the quantile lies in
+    the first bucket whose cumulative count reaches the rank and is interpolated linearly
+    inside it, from the previous bound (0 for the first bucket) to its own. A rank in the
+    ``+Inf`` bucket returns the largest finite bound (a lower bound of the true value; see
+    ``quantile_in_overflow``). ``None`` when the window has no observation or fewer than two
+    buckets.
+
+    Raises:
+        ValueError: ``q`` outside [0, 1].
+    """
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"quantile must be in [0, 1], got {q}")
+    bounds = delta.bounds
+    cumulative = _monotonic(delta.cumulative)
+    if len(bounds) < 2 or bounds[-1] != math.inf or cumulative[-1] <= 0:
+        return None
+    rank = q * cumulative[-1]
+    b = bisect.bisect_left(cumulative, rank, 0, len(cumulative) - 1)
+    if b == len(bounds) - 1:
+        return bounds[-2]
+    if b == 0 and bounds[0] <= 0:
+        return bounds[0]
+    start, end, count = 0.0, bounds[b], cumulative[b]
+    if b > 0:
+        start = bounds[b - 1]
+        count -= cumulative[b - 1]
+        rank -= cumulative[b - 1]
+    if count <= 0:  # only q = 0 over an empty first bucket
+        return start
+    return start + (end - start) * (rank / count)
+
+
+def quantile_in_overflow(q: float, delta: HistogramDelta) -> bool:
+    """Whether the ``q``-quantile's rank falls in the ``+Inf`` bucket (its value is a floor)."""
+    cumulative = _monotonic(delta.cumulative)
+    if len(cumulative) < 2 or cumulative[-1] <= 0:
+        return False
+    return q * cumulative[-1] > cumulative[-2]
+
+
+def mean_s(delta: HistogramDelta) -> float | None:
+    """Mean observation over the window, ``sum / count``; ``None`` when nothing was observed."""
+    return delta.sum / delta.count if delta.count > 0 else None
