@@ -1,11 +1,30 @@
-"""The 250 ms ``/metrics`` scraper, run in its own process.
+"""The 250 ms ``/metrics`` scraper, run in its own process, accounting for every tick.
 
 Fetching, compressing and parsing a ~50 KB page every 250 ms would stall an event loop that
-timestamps tokens (parsing alone took ~18 ms here), so the scraper runs in a child process
-with its own loop; the load generator's loop only starts and stops it. Ticks are on absolute
-deadlines (start + k·interval); a tick that starts more than half an interval late is counted
-late, and missed deadlines are skipped, not bunched. Every scrape's raw text, its samples and
-its timing are appended and flushed as it completes.
+timestamps tokens, so the scraper runs in a child process with its own loop; the load
+generator's loop only starts it, stops it and reads the start time of its latest successful
+scrape (shared memory). Ticks are on absolute deadlines (start + k·interval). When a scrape
+outlasts an interval, every deadline that passed more than half an interval before it ended
+is *skipped* (recorded, not run, not bunched); the first deadline that passed less than that
+ago runs at once. A tick that starts more than half an interval after its deadline is *late*.
+
+``metrics/scrapes.jsonl`` has exactly one line per tick 0…N, in order, each with ``tick``,
+``deadline_ns`` (monotonic) and ``outcome``:
+
+- ``"ok"`` and ``"failed"`` (run ticks) add ``scrape`` (running index of attempted scrapes,
+  the index in ``samples.jsonl`` and ``raw.jsonl.gz``), ``start_ns``, ``end_ns`` (response
+  received; the samples' ``t_ns``) and ``late``. ``ok`` adds ``bytes`` (body size),
+  ``samples`` (written), ``nan_dropped`` (NaN/±Inf values dropped); the first ok scrape, and
+  every one whose matched aliases differ from the previous ok scrape's, adds
+  ``aliases`` ({canonical: raw name matched}) and ``missing`` (recorded families absent); an
+  ok scrape on which a counter or histogram series went down adds ``resets`` (canonical
+  families, sorted). ``failed`` adds ``error``: an HTTP or transport error, a timeout, text
+  that is not exposition format, or a 200 answer with no recorded family (HTML, another app).
+- ``"skipped"`` adds ``reason``: ``"previous scrape still running"`` or ``"scraper started
+  the previous tick late"`` (its process was not scheduled in time).
+
+Every scrape's raw text (ok ones), its samples and its index line are appended and flushed
+as it completes; no file ever holds a NaN.
 """
 
 from __future__ import annotations
@@ -16,75 +35,190 @@ import json
 import multiprocessing as mp
 import os
 import time
+from collections.abc import Iterable
+from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Event
 from pathlib import Path
+from typing import IO, Any
 
 import httpx
 
-from metrics.parse import parse_samples
+from metrics.names import FAMILIES, FAMILY_OF_SAMPLE
+from metrics.parse import ParsedPage, parse_page
+from metrics.samples import Sample
 from metrics.store import RAW_FILE, SAMPLES_FILE, SCRAPES_FILE, sample_to_json
+
+#: Longest one scrape may take before it is abandoned as failed (whole request, seconds).
+#: vLLM's API server shares a core with the load generator here, so under load an answer may
+#: take seconds (scrapes of 1–2.5 s are what the tests replay); a slow answer's values are
+#: still good, so the bound sits well above that.
+SCRAPE_TIMEOUT_S = 5.0
+
+
+class _ResetTracker:
+    """Last value of every counter-like series; reports the families that went down."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+
+    def update(self, samples: Iterable[Sample]) -> list[str]:
+        reset: set[str] = set()
+        for s in samples:
+            family = FAMILY_OF_SAMPLE.get(s.name)
+            if family is None or FAMILIES[family].type == "gauge":
+                continue
+            key = (s.name, s.labels)
+            previous = self._last.get(key)
+            if previous is not None and s.value < previous:
+                reset.add(family)
+            self._last[key] = s.value
+        return sorted(reset)
+
+
+class _NoRecordedFamily(ValueError):
+    """A page that parsed but holds none of the recorded families."""
+
+
+async def _fetch(client: httpx.AsyncClient, url: str, timeout_s: float) -> httpx.Response:
+    try:
+        async with asyncio.timeout(timeout_s):
+            response = await client.get(f"{url}/metrics")
+    except TimeoutError:
+        raise TimeoutError(f"no complete answer within {timeout_s:g} s") from None
+    response.raise_for_status()
+    return response
+
+
+def _parse(response: httpx.Response, t_ns: int) -> ParsedPage:
+    page = parse_page(response.text, t_ns)
+    if not page.aliases:
+        head = response.content[:80]
+        raise _NoRecordedFamily(
+            f"HTTP {response.status_code} answer has no recorded metric family "
+            f"(content-type {response.headers.get('content-type')!r}, "
+            f"{len(response.content)} bytes, starts {head!r})"
+        )
+    return page
+
+
+class _Files:
+    """The three append-only files of one case (opened by the caller), flushed per scrape."""
+
+    def __init__(self, samples: IO[str], scrapes: IO[str], raw: IO[str]) -> None:
+        self.samples, self.scrapes, self.raw = samples, scrapes, raw
+
+    def tick(self, entry: dict[str, Any]) -> None:
+        self.scrapes.write(json.dumps(entry, allow_nan=False) + "\n")
+        self.scrapes.flush()
+
+    def page(self, scrape: int, t_ns: int, text: str, samples: list[Sample]) -> None:
+        self.raw.write(json.dumps({"scrape": scrape, "t_ns": t_ns, "text": text}) + "\n")
+        self.raw.flush()
+        self.samples.write("".join(sample_to_json(s, scrape, strict=True) + "\n" for s in samples))
+        self.samples.flush()
 
 
 async def _scrape_loop(
-    url: str, case_dir: Path, interval_s: float, stop: Event, parent: int
+    url: str,
+    case_dir: Path,
+    interval_s: float,
+    timeout_s: float,
+    stop: Event,
+    parent: int,
+    last_ok_start_ns: Synchronized[int],
 ) -> None:
     interval_ns = int(interval_s * 1e9)
+    half_ns = interval_ns // 2
+    resets = _ResetTracker()
+    previous_aliases: dict[str, str] | None = None
     (case_dir / "metrics").mkdir(parents=True, exist_ok=True)
     with (
         open(case_dir / SAMPLES_FILE, "a", encoding="utf-8") as samples_fh,
         open(case_dir / SCRAPES_FILE, "a", encoding="utf-8") as scrapes_fh,
         gzip.open(case_dir / RAW_FILE, "at", encoding="utf-8", compresslevel=3) as raw_fh,
     ):
-        client = httpx.AsyncClient(timeout=max(2.0, interval_s * 4))
-        start_ns = time.monotonic_ns()
-        tick = 0
-        scrape = 0
-        while not stop.is_set() and os.getppid() == parent:
-            deadline = start_ns + tick * interval_ns
-            delay = deadline - time.monotonic_ns()
-            if delay > 0:
-                await asyncio.sleep(delay / 1e9)
-            began = time.monotonic_ns()
-            late_ns = began - deadline
-            entry: dict[str, object] = {
-                "scrape": scrape,
-                "tick": tick,
-                "deadline_ns": deadline,
-                "start_ns": began,
-                "late": late_ns > interval_ns // 2,
-            }
-            try:
-                response = await client.get(f"{url}/metrics")
-                ended = time.monotonic_ns()
-                response.raise_for_status()
-                text = response.text
-                samples = parse_samples(text, ended)
-                raw_fh.write(json.dumps({"scrape": scrape, "t_ns": ended, "text": text}) + "\n")
-                raw_fh.flush()
-                samples_fh.write("".join(sample_to_json(s, scrape) + "\n" for s in samples))
-                samples_fh.flush()
-                entry.update(end_ns=ended, ok=True, bytes=len(text), samples=len(samples))
-            except (httpx.HTTPError, ValueError) as exc:
-                entry.update(
-                    end_ns=time.monotonic_ns(), ok=False, error=f"{type(exc).__name__}: {exc}"
-                )
-            scrapes_fh.write(json.dumps(entry) + "\n")
-            scrapes_fh.flush()
-            scrape += 1
-            # Next deadline strictly in the future: missed ticks are skipped, not bunched.
-            now = time.monotonic_ns()
-            tick = max(tick + 1, (now - start_ns) // interval_ns + 1)
-        await client.aclose()
+        files = _Files(samples_fh, scrapes_fh, raw_fh)
+        async with httpx.AsyncClient(timeout=timeout_s) as client:
+            start_ns = time.monotonic_ns()
+            tick = 0
+            scrape = 0
+            while not stop.is_set() and os.getppid() == parent:
+                deadline = start_ns + tick * interval_ns
+                # Sleep again if woken early: the loop's timers count from its cached time,
+                # which lags by however long the last scrape's parsing held the loop.
+                while (delay := deadline - time.monotonic_ns()) > 0:
+                    await asyncio.sleep(delay / 1e9)
+                began = time.monotonic_ns()
+                entry: dict[str, Any] = {
+                    "tick": tick,
+                    "deadline_ns": deadline,
+                    "outcome": "failed",
+                    "scrape": scrape,
+                    "start_ns": began,
+                    "end_ns": None,
+                    "late": began - deadline > half_ns,
+                }
+                try:
+                    response = await _fetch(client, url, timeout_s)
+                    entry["end_ns"] = ended = time.monotonic_ns()
+                    page = _parse(response, ended)
+                except Exception as exc:  # every failure is data: recorded, loop goes on
+                    entry["end_ns"] = entry["end_ns"] or time.monotonic_ns()
+                    entry["error"] = f"{type(exc).__name__}: {exc}"
+                    files.tick(entry)
+                else:
+                    files.page(scrape, ended, response.text, page.samples)
+                    entry.update(
+                        outcome="ok",
+                        bytes=len(response.content),
+                        samples=len(page.samples),
+                        nan_dropped=page.nan_dropped,
+                    )
+                    if page.aliases != previous_aliases:
+                        entry["aliases"] = page.aliases
+                        entry["missing"] = [c for c in FAMILIES if c not in page.aliases]
+                        previous_aliases = page.aliases
+                    went_down = resets.update(page.samples)
+                    if went_down:
+                        entry["resets"] = went_down
+                    files.tick(entry)
+                    last_ok_start_ns.value = began  # after the flush: it is on disk
+                scrape += 1
+                # Deadlines that passed more than half an interval ago are skipped.
+                now = time.monotonic_ns()
+                tick += 1
+                while start_ns + tick * interval_ns < now - half_ns:
+                    passed = start_ns + tick * interval_ns
+                    reason = (
+                        "previous scrape still running"
+                        if passed >= began
+                        else "scraper started the previous tick late"
+                    )
+                    files.tick(
+                        {"tick": tick, "deadline_ns": passed, "outcome": "skipped",
+                         "reason": reason}
+                    )  # fmt: skip
+                    tick += 1
 
 
-def _child_main(url: str, case_dir: str, interval_s: float, stop: Event, parent: int) -> None:
+def _child_main(
+    url: str,
+    case_dir: str,
+    interval_s: float,
+    timeout_s: float,
+    stop: Event,
+    parent: int,
+    last_ok_start_ns: Synchronized[int],
+) -> None:
     try:
         import uvloop
 
         uvloop.install()
     except ImportError:  # pragma: no cover - uvloop is a dependency; plain asyncio works too
         pass
-    asyncio.run(_scrape_loop(url, Path(case_dir), interval_s, stop, parent))
+    asyncio.run(
+        _scrape_loop(url, Path(case_dir), interval_s, timeout_s, stop, parent, last_ok_start_ns)
+    )
 
 
 class ScraperProcess:
@@ -92,41 +226,93 @@ class ScraperProcess:
 
     Usage: ``with ScraperProcess(url, case_dir):`` around the whole case. Stopping finishes
     the scrape in progress, closes the gzip stream properly and joins the process.
+
+    Raises:
+        ValueError: ``interval_s`` or ``timeout_s`` is not positive.
     """
 
-    def __init__(self, url: str, case_dir: Path, interval_s: float = 0.25) -> None:
+    def __init__(
+        self,
+        url: str,
+        case_dir: Path,
+        interval_s: float = 0.25,
+        timeout_s: float = SCRAPE_TIMEOUT_S,
+    ) -> None:
         if interval_s <= 0:
             raise ValueError(f"scrape interval must be positive, got {interval_s}")
+        if timeout_s <= 0:
+            raise ValueError(f"scrape timeout must be positive, got {timeout_s}")
         self.url = url.rstrip("/")
         self.case_dir = case_dir
         self.interval_s = interval_s
+        self.timeout_s = timeout_s
         ctx = mp.get_context("spawn")
         self._stop = ctx.Event()
+        self._last_ok_start_ns: Synchronized[int] = ctx.Value("q", -1)
         self._proc = ctx.Process(
             target=_child_main,
-            args=(self.url, str(case_dir), interval_s, self._stop, os.getpid()),
+            args=(
+                self.url,
+                str(case_dir),
+                interval_s,
+                timeout_s,
+                self._stop,
+                os.getpid(),
+                self._last_ok_start_ns,
+            ),
             name="metrics-scraper",
             daemon=True,
         )
 
+    @property
+    def landing_bound_s(self) -> float:
+        """Longest a working scraper can take to land a scrape that starts after a given time.
+
+        A scrape in flight at that time may run ``timeout_s``; the next tick starts within an
+        interval; it may run ``timeout_s`` too; one more interval of margin. 10.5 s at the
+        defaults, 5.25 s when every scrape takes 2.5 s; a wait longer than this means the
+        scrapes are failing, not slow.
+        """
+        return 2 * self.timeout_s + 2 * self.interval_s
+
     def start(self) -> None:
         self._proc.start()
 
+    def latest_ok_start_ns(self) -> int | None:
+        """Start time (monotonic ns) of the latest successful scrape, once it is on disk."""
+        value = int(self._last_ok_start_ns.value)
+        return value if value >= 0 else None
+
     def wait_first_scrape(self, timeout_s: float = 30.0) -> bool:
-        """Block until the scrape index has a line (the scraper is recording), or time out."""
-        path = self.case_dir / SCRAPES_FILE
+        """Block until one scrape has succeeded (samples on disk); False on timeout or exit."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if path.exists() and path.stat().st_size > 0:
+            if self.latest_ok_start_ns() is not None:
                 return True
             if not self._proc.is_alive():
                 return False
             time.sleep(0.05)
-        return False
+        return self.latest_ok_start_ns() is not None
 
-    def stop(self, timeout_s: float = 10.0) -> None:
+    async def wait_scrape_started_at_or_after(
+        self, t_ns: int, timeout_s: float, poll_s: float = 0.02
+    ) -> int | None:
+        """Wait until a successful scrape that *started* at or after ``t_ns`` (monotonic) is on
+        disk; its start time, or ``None`` after ``timeout_s`` seconds (or if the scraper died).
+        """
+        deadline = time.monotonic_ns() + int(timeout_s * 1e9)
+        while True:
+            latest = self.latest_ok_start_ns()
+            if latest is not None and latest >= t_ns:
+                return latest
+            if time.monotonic_ns() >= deadline or not self._proc.is_alive():
+                return None
+            await asyncio.sleep(poll_s)
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Stop after the scrape in progress; terminate if it has not ended in time."""
         self._stop.set()
-        self._proc.join(timeout_s)
+        self._proc.join(timeout_s if timeout_s is not None else self.timeout_s + 5.0)
         if self._proc.is_alive():
             self._proc.terminate()
             self._proc.join(5)

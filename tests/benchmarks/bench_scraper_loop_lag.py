@@ -11,15 +11,22 @@ lag (how late a 5 ms sleep wakes up) of a loop that stands in for the load gener
 - scraper process: the project's ``ScraperProcess`` (what runs do).
 
 Prints p50/p99/max lag per variant and each one's p99 and max as a ratio to the baseline.
+Then the scraper's own cost, which sets how much of each 250 ms interval a scrape uses: parse
+time per real page for the whole page, for what the scraper parses (gauges, counters and the
+latency histograms), and for the gauges and counters alone (what it parsed before histograms
+were recorded), with ratios to the last.
 Run: ``.venv/bin/python tests/benchmarks/bench_scraper_loop_lag.py [seconds]``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import statistics
 import sys
 import tempfile
 import threading
+import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -28,7 +35,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen.clock import MonotonicClock
 from loadgen.phase import LoopLagMonitor
-from metrics.parse import parse_samples
+from metrics.names import SAMPLE_NAMES
+from metrics.parse import parse_page, parse_samples
 from metrics.scraper import ScraperProcess
 
 PAGE = (
@@ -85,6 +93,44 @@ def _pct(values: list[int], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] / 1e6
 
 
+def _median_ms(work: Callable[[], object], repeats: int = 300) -> float:
+    times = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - began)
+    return statistics.median(times) * 1e3
+
+
+def _gauges_and_counters_only(text: str) -> None:
+    kept = [
+        line
+        for line in text.splitlines()
+        if not line.startswith("#")
+        and (name := line.split("{", 1)[0].split(" ", 1)[0]) in SAMPLE_NAMES
+        and not name.endswith(("_bucket", "_sum", "_count"))
+    ]
+    for family in text_string_to_metric_families("\n".join(kept) + "\n"):
+        list(family.samples)
+
+
+def parse_costs() -> None:
+    """Median parse time per real page, three ways, with ratios (same run)."""
+    text = PAGE.decode()
+    variants = {
+        "whole page (prometheus-client)": lambda: [
+            list(f.samples) for f in text_string_to_metric_families(text)
+        ],
+        "scraper: parse_page": lambda: parse_page(text, 0),
+        "gauges + counters only": lambda: _gauges_and_counters_only(text),
+    }
+    results = {name: _median_ms(work) for name, work in variants.items()}
+    base = results["gauges + counters only"]
+    print(f"parse time per page ({len(parse_page(text, 0).samples)} samples recorded)")
+    for name, ms in results.items():
+        print(f"{name:<32}{ms:>9.3f} ms{ms / base:>8.1f}×")
+
+
 def main() -> None:
     seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 10.0
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
@@ -106,3 +152,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    parse_costs()

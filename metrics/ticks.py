@@ -1,0 +1,94 @@
+"""Pure reading of a scrape index (``scrapes.jsonl`` entries): tick counts, gaps, staleness.
+
+The entries are the dicts the scraper writes (format in ``metrics.scraper``); whoever reads
+the file passes them in. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+OUTCOMES = ("ok", "failed", "skipped")
+
+
+class TickCounts(NamedTuple):
+    """How every tick of a case went.
+
+    Attributes:
+        ticks: ticks accounted for (= ok + failed + skipped).
+        ok: scrapes that succeeded.
+        failed: scrapes that ran and failed.
+        skipped: deadlines that passed while the scraper was busy (not run).
+        late: run ticks that started more than half an interval after their deadline.
+        nan_dropped: NaN/±Inf sample values dropped over all ok scrapes.
+    """
+
+    ticks: int
+    ok: int
+    failed: int
+    skipped: int
+    late: int
+    nan_dropped: int
+
+
+def count_ticks(entries: Iterable[Mapping[str, Any]]) -> TickCounts:
+    """Counts over a scrape index (see ``TickCounts``)."""
+    by = dict.fromkeys(OUTCOMES, 0)
+    late = nan = total = 0
+    for e in entries:
+        total += 1
+        outcome = e.get("outcome")
+        if outcome in by:
+            by[outcome] += 1
+        late += bool(e.get("late"))
+        nan += int(e.get("nan_dropped") or 0)
+    return TickCounts(total, by["ok"], by["failed"], by["skipped"], late, nan)
+
+
+def tick_problems(entries: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What is wrong with a scrape index: ticks not exactly 0…N in order, unknown outcomes.
+
+    Empty when every tick is accounted for exactly once.
+    """
+    problems = []
+    ticks = [e.get("tick") for e in entries]
+    if ticks != list(range(len(entries))):
+        seen = [t for t in ticks if isinstance(t, int)]
+        expected = range(max(len(entries), max(seen, default=-1) + 1))
+        missing = sorted(set(expected) - set(seen))
+        duplicated = sorted({t for t in seen if seen.count(t) > 1})
+        problems.append(
+            f"scrape ticks are not 0…{len(entries) - 1} in order "
+            f"(missing {missing[:10]}, repeated {duplicated[:10]})"
+        )
+    unknown = [e.get("tick") for e in entries if e.get("outcome") not in OUTCOMES]
+    if unknown:
+        problems.append(f"{len(unknown)} scrape ticks without a known outcome: {unknown[:10]}")
+    return problems
+
+
+def first_ok_start_at_or_after(entries: Iterable[Mapping[str, Any]], t_ns: int) -> int | None:
+    """Start (monotonic ns) of the first successful scrape that started at or after ``t_ns``."""
+    starts = [
+        int(e["start_ns"])
+        for e in entries
+        if e.get("outcome") == "ok" and int(e.get("start_ns", -1)) >= t_ns
+    ]
+    return min(starts) if starts else None
+
+
+def deltas_are_stale(entries: Iterable[Mapping[str, Any]], last_end_ns: int, end_ns: int) -> bool:
+    """Whether a phase's counter deltas miss work: no successful scrape started at or after
+    its last request ended (``last_end_ns``) and ended by the phase's end (``end_ns``).
+
+    ``counter_delta`` over [start_ns, end_ns] reads the last scrape ending by ``end_ns``; if
+    that scrape began before the last request finished, tokens generated after it are not in
+    the delta (the 52 % generation-token delta of issue 9).
+    """
+    return not any(
+        e.get("outcome") == "ok"
+        and int(e.get("start_ns", -1)) >= last_end_ns
+        and int(e.get("end_ns") or end_ns + 1) <= end_ns
+        for e in entries
+    )
