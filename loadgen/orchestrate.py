@@ -98,8 +98,9 @@ class _CaseRun:
     outcome: CaseOutcome
 
 
-async def _run_one_phase(run: _CaseRun, phase: PhaseSpec) -> None:
-    """Send one phase, inject its faults, settle, and append its boundaries to phases.jsonl."""
+async def _run_one_phase(run: _CaseRun, phase: PhaseSpec, scraper: ScraperProcess) -> None:
+    """Send one phase, inject its faults, wait for a scrape that saw it all, settle, and append
+    its boundaries to phases.jsonl."""
     requests = materialize(phase.workload, phase.name, run.plan.seed, run.plan.tokens)
     running_before = None
     if phase.settle_until_idle_s > 0:
@@ -142,7 +143,8 @@ async def _run_one_phase(run: _CaseRun, phase: PhaseSpec) -> None:
             run.cdir / PHASES_FILE,
             {"phase": phase.name, "start_ns": began, "last_end_ns": now, "end_ns": now,
              "settle_s": 0.0, "requests": len(requests), "loop_lag_max_ms": None,
-             "loop_lag_p99_ms": None, "late_sends": None, "interrupted": True},
+             "loop_lag_p99_ms": None, "late_sends": None, "post_scrape_start_ns": None,
+             "post_scrape_waited_s": None, "interrupted": True},
         )  # fmt: skip
         raise
     if faults is not None:
@@ -153,7 +155,18 @@ async def _run_one_phase(run: _CaseRun, phase: PhaseSpec) -> None:
         idle = await wait_for_gauge_at_most(
             run.server.url, "num_requests_running", running_before, phase.settle_until_idle_s
         )
+    # Counter deltas must rest on a scrape that started after the last request ended; wait
+    # for one (bounded); None means none landed in time and the phase's deltas are stale.
+    waited_from = run.clock.now_ns()
+    post_scrape = await scraper.wait_scrape_started_at_or_after(
+        timing.last_end_ns, scraper.landing_bound_s
+    )
     now = run.clock.now_ns()
+    if post_scrape is None:
+        run.hooks.message(
+            f"phase {phase.name}: no successful scrape within {scraper.landing_bound_s:g} s "
+            "after its last request; its counter deltas are stale"
+        )
     await run.clock.sleep_until_ns(max(now, timing.last_end_ns) + int(phase.settle_s * 1e9))
     append_jsonl(
         run.cdir / PHASES_FILE,
@@ -168,6 +181,8 @@ async def _run_one_phase(run: _CaseRun, phase: PhaseSpec) -> None:
             "loop_lag_p99_ms": timing.loop_lag_p99_ms,
             "late_sends": timing.late_sends,
             "server_idle_after": idle,
+            "post_scrape_start_ns": post_scrape,
+            "post_scrape_waited_s": round((now - waited_from) / 1e9, 3),
         },
     )
     if run.hooks.on_phase_end:
@@ -221,7 +236,9 @@ async def run_case(
             target = Target(gateway_url, server.model_name)
         if not await asyncio.to_thread(scraper.wait_first_scrape):
             # Without samples no counter delta can be computed: fail before sending load.
-            raise RuntimeError(f"the /metrics scraper recorded nothing from {server.url}")
+            raise RuntimeError(
+                f"no successful /metrics scrape from {server.url} (errors in {cdir}/metrics)"
+            )
         # Two scrapes of baseline before the first phase starts.
         await asyncio.sleep(2 * plan.scrape_interval_s)
         connector = aiohttp.TCPConnector(limit=0)
@@ -232,7 +249,7 @@ async def run_case(
                     outcome,
                 )  # fmt: skip
                 for phase in plan.phases_of(case):
-                    await _run_one_phase(run, phase)
+                    await _run_one_phase(run, phase, scraper)
     except Exception as exc:  # recorded as the case's failure; the run goes on
         outcome.status = "failed"
         outcome.error = f"{type(exc).__name__}: {exc}"
