@@ -2,19 +2,26 @@
 
 Nothing raised inside a request escapes: connection errors, HTTP errors, error events inside
 a 200 stream and a usage mismatch all end up in the record's ``status``/``error`` fields.
+The prompt is encoded just before the send and not kept while the response streams, so a
+phase holds only the bodies of its requests in flight.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 
 import aiohttp
 
 from loadgen.clock import Clock
-from loadgen.records import RequestRecord
-from loadgen.sse import DONE, SSEDecoder, parse_chunk
+from loadgen.connections import RecordTrace
+from loadgen.records import RequestRecord, Status
+from loadgen.sse import DONE, SSEDecoder, SSEEvent, parse_event
+from loadgen.token_timing import TokenTally
 from scenarios.workloads import PlannedRequest
+
+_JSON = {"Content-Type": "application/json"}
 
 
 @dataclass(frozen=True)
@@ -38,21 +45,27 @@ def completion_body(planned: PlannedRequest, model: str) -> dict[str, object]:
     }
 
 
-def _check_usage(record: RequestRecord, planned: PlannedRequest) -> str | None:
-    """A mismatch between what was asked and what the server says it did, else ``None``."""
-    if record.usage_prompt_tokens is not None and record.usage_prompt_tokens != len(
-        planned.prompt_token_ids
+def _check_usage(record: RequestRecord) -> str | None:
+    """A mismatch between what was asked and what the server says it did, else ``None``.
+
+    In ``text`` token timing the streamed count is reconciled with the usage, so the last
+    comparison can only fail when the server reported a running usage that disagrees with
+    its final one.
+    """
+    if (
+        record.usage_prompt_tokens is not None
+        and record.usage_prompt_tokens != record.prompt_tokens_sent
     ):
         return (
             f"usage.prompt_tokens={record.usage_prompt_tokens} but "
-            f"{len(planned.prompt_token_ids)} prompt tokens were sent"
+            f"{record.prompt_tokens_sent} prompt tokens were sent"
         )
     if record.usage_completion_tokens is None:
         return "no usage reported"
-    if record.usage_completion_tokens != planned.max_tokens:
+    if record.usage_completion_tokens != record.max_tokens:
         return (
             f"usage.completion_tokens={record.usage_completion_tokens}, "
-            f"max_tokens={planned.max_tokens} asked with ignore_eos"
+            f"max_tokens={record.max_tokens} asked with ignore_eos"
         )
     if record.output_tokens != record.usage_completion_tokens:
         return (
@@ -60,6 +73,66 @@ def _check_usage(record: RequestRecord, planned: PlannedRequest) -> str | None:
             f"usage says {record.usage_completion_tokens}"
         )
     return None
+
+
+class _Stream:
+    """Reads one SSE response into a record: tokens via a :class:`TokenTally`, metadata."""
+
+    def __init__(self, record: RequestRecord, disconnect_after: int | None, clock: Clock):
+        self.record = record
+        self.tally = TokenTally()
+        self.disconnect_after = disconnect_after
+        self.clock = clock
+        self.stopped_by: Status | None = None
+
+    async def read(self, response: aiohttp.ClientResponse) -> Status | None:
+        """Consume the body; ``None`` when it ended (``[DONE]`` or EOF), else the status
+        that stopped it early (``error`` event, or ``aborted`` by a planned disconnect)."""
+        decoder = SSEDecoder()
+        now = self.clock.now_ns()
+        async for raw in response.content.iter_any():
+            now = self.clock.now_ns()  # one stamp per read: what arrived together
+            for event in decoder.feed(raw):
+                if self._consume(event, now, response):
+                    return self.stopped_by
+        last = decoder.flush()  # a last event whose blank line never came
+        if last is not None:
+            self._consume(last, now, response)
+        return self.stopped_by
+
+    def _consume(self, event: SSEEvent, now: int, response: aiohttp.ClientResponse) -> bool:
+        """Account for one event; True when the stream must not be read further."""
+        if event.data == DONE and event.event == "message":
+            return True
+        chunk = parse_event(event)
+        record = self.record
+        if chunk.error is not None:
+            record.status = self.stopped_by = "error"
+            record.error = f"error event in stream: {chunk.error}"
+            return True
+        self.tally.add(chunk, now)
+        if chunk.completion_tokens is not None:
+            record.usage_completion_tokens = chunk.completion_tokens
+        if chunk.prompt_tokens is not None:
+            record.usage_prompt_tokens = chunk.prompt_tokens
+        if chunk.cached_tokens is not None:
+            record.cached_tokens = chunk.cached_tokens
+        if chunk.finish_reason is not None:
+            record.finish_reason = chunk.finish_reason
+        limit = self.disconnect_after
+        if limit is not None and self.tally.received_tokens >= limit:
+            record.disconnect_ns = self.clock.now_ns()
+            record.status = self.stopped_by = "aborted"
+            response.close()  # drop the connection: the server should abort the request
+            return True
+        return False
+
+    def apply(self) -> None:
+        """Copy the token stamps into the record."""
+        stamps = self.tally.result()
+        self.record.chunk_ns = stamps.chunk_ns
+        self.record.chunk_tokens = stamps.chunk_tokens
+        self.record.token_timing = stamps.token_timing
 
 
 async def send_request(
@@ -71,16 +144,25 @@ async def send_request(
 ) -> RequestRecord:
     """Send ``planned``, stream the response, and fill ``record`` in place (also returned).
 
-    TTFT/ITL inputs are the arrival stamps of chunks that carry at least one generated token
-    (``record.chunk_ns`` / ``chunk_tokens``); the final usage-only chunk adds no stamp.
+    TTFT/ITL inputs are the arrival stamps of reads that carried at least one generated token
+    (``record.chunk_ns`` / ``chunk_tokens``, counted as ``record.token_timing`` says); the
+    final usage-only chunk adds no stamp. ``sent_ns`` is stamped after the body is encoded;
+    with a session from :func:`loadgen.connections.open_session` the connection and write
+    stamps are filled too. The status is ``ok`` only if the final usage matches what was
+    asked (prompt length, ``max_tokens``) and what was streamed.
     """
-    decoder = SSEDecoder()
-    seen_tokens = 0
+    body = json.dumps(completion_body(planned, target.model), separators=(",", ":")).encode()
+    stream = _Stream(record, planned.disconnect_after_tokens, clock)
+    del planned  # the prompt is not needed any more: keep only the encoded body
     record.sent_ns = clock.now_ns()
     try:
         async with session.post(
-            f"{target.url}/v1/completions", json=completion_body(planned, target.model)
+            f"{target.url}/v1/completions",
+            data=body,
+            headers=_JSON,
+            trace_request_ctx=RecordTrace(record, clock),
         ) as response:
+            record.headers_ns = clock.now_ns()
             record.http_status = response.status
             record.upstream = response.headers.get("X-Gateway-Upstream")
             if response.status != 200:
@@ -88,40 +170,12 @@ async def send_request(
                 record.status = "error"
                 record.error = f"HTTP {response.status}: {text[:300]}"
                 return record
-            async for line in response.content:
-                now = clock.now_ns()
-                data = decoder.feed_line(line)
-                if data is None:
-                    continue
-                if data == DONE:
-                    break
-                chunk = parse_chunk(data)
-                if chunk.error is not None:
-                    record.status = "error"
-                    record.error = f"error event in stream: {chunk.error}"
-                    return record
-                if chunk.completion_tokens is not None:
-                    new_tokens = chunk.completion_tokens - seen_tokens
-                    if new_tokens > 0:
-                        record.chunk_ns.append(now)
-                        record.chunk_tokens.append(new_tokens)
-                        seen_tokens = chunk.completion_tokens
-                    record.usage_completion_tokens = chunk.completion_tokens
-                if chunk.prompt_tokens is not None:
-                    record.usage_prompt_tokens = chunk.prompt_tokens
-                if chunk.cached_tokens is not None:
-                    record.cached_tokens = chunk.cached_tokens
-                if chunk.finish_reason is not None:
-                    record.finish_reason = chunk.finish_reason
-                limit = planned.disconnect_after_tokens
-                if limit is not None and seen_tokens >= limit:
-                    record.disconnect_ns = clock.now_ns()
-                    record.status = "aborted"
-                    response.close()  # drop the connection: the server should abort the request
-                    return record
-        mismatch = _check_usage(record, planned)
-        record.status = "error" if mismatch else "ok"
-        record.error = mismatch
+            stopped = await stream.read(response)
+        if stopped is None:
+            stream.apply()
+            mismatch = _check_usage(record)
+            record.status = "error" if mismatch else "ok"
+            record.error = mismatch
     except asyncio.CancelledError:
         record.status = "error"
         record.error = "cancelled before completion (run interrupted)"
@@ -130,5 +184,6 @@ async def send_request(
         record.status = "error"
         record.error = f"{type(exc).__name__}: {exc}"
     finally:
+        stream.apply()
         record.end_ns = clock.now_ns()
     return record

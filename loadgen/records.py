@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
 
+from loadgen.token_timing import TokenTiming
+
 Status = Literal["ok", "error", "aborted", "not_sent"]
 
 
@@ -27,10 +29,28 @@ class RequestRecord:
         group: prefix group (e.g. ``anchors-2``) for requests sharing a prefix, else ``None``.
         prompt_tokens_sent: exact prompt length in tokens (prompts are token-ID lists).
         max_tokens: requested output tokens (sent with ``ignore_eos``).
-        scheduled_ns: when the schedule wanted it sent (monotonic ns).
-        sent_ns: when the request was handed to the connection (monotonic ns).
-        chunk_ns: arrival time of every chunk that carried at least one generated token.
+        scheduled_ns: when the schedule wanted it sent (monotonic ns): the phase start for
+            closed-loop and all-at-once, phase start + offset for open loop.
+        admitted_ns: when the client's concurrency slot was acquired (closed loop,
+            all-at-once, open loop with ``max_concurrency``); ``scheduled_ns`` for an uncapped
+            open loop. ``admitted_ns − scheduled_ns`` is time spent waiting at the client.
+        sent_ns: when the request was handed to the connection pool, the start of the HTTP
+            request (prompt built and encoded before it); TTFT is measured from here.
+        connection_ready_ns: when a connection was obtained (a reused one, or a new one
+            connected); ``None`` without request tracing (:func:`loadgen.client.open_session`).
+        new_connection: whether that connection was newly opened (its TCP connect counts
+            into ``connection_ready_ns − sent_ns``), ``None`` without tracing.
+        request_sent_ns: when the request (headers and body, coalesced) was written to the
+            socket (aiohttp's ``on_request_chunk_sent`` signal, just before the write).
+        headers_ns: when the response headers were received (the first byte of the answer).
+        chunk_ns: arrival time of every chunk that carried at least one generated token
+            (one stamp per network read: chunks that arrived together share it).
         chunk_tokens: generated tokens in each of those chunks (same length as ``chunk_ns``).
+        token_timing: how ``chunk_tokens`` were counted (:mod:`loadgen.token_timing`):
+            ``usage`` (the server's running usage: exact), ``text`` (no running usage: each
+            chunk with a choice is a candidate, reconciled with the final usage so the counts
+            sum to it), ``final_only`` (2+ tokens, all in one chunk: TTFT is really E2EL),
+            ``None`` when no token arrived.
         end_ns: when the response finished (stream closed, error, or disconnect).
         http_status: response status code, ``None`` if no response arrived.
         status: ``ok``, ``error``, ``aborted`` (client disconnected on purpose) or ``not_sent``.
@@ -50,9 +70,15 @@ class RequestRecord:
     prompt_tokens_sent: int
     max_tokens: int
     scheduled_ns: int
+    admitted_ns: int | None = None
     sent_ns: int | None = None
+    connection_ready_ns: int | None = None
+    new_connection: bool | None = None
+    request_sent_ns: int | None = None
+    headers_ns: int | None = None
     chunk_ns: list[int] = field(default_factory=list)
     chunk_tokens: list[int] = field(default_factory=list)
+    token_timing: TokenTiming | None = None
     end_ns: int | None = None
     http_status: int | None = None
     status: Status = "not_sent"
@@ -70,6 +96,7 @@ class RequestRecord:
         return sum(self.chunk_tokens)
 
     def to_json(self) -> str:
+        """The record as one compact JSON line (no newline)."""
         return json.dumps(asdict(self), separators=(",", ":"))
 
 
@@ -95,12 +122,18 @@ class RecordWriter:
             self._fh.close()
             self._fh = None
 
-    def write(self, record: RequestRecord) -> None:
-        """Append one record and flush it to the OS."""
+    def write(self, record: RequestRecord, flush: bool = True) -> None:
+        """Append one record and (unless ``flush=False``, for a batch) flush it to the OS."""
         assert self._fh is not None, "RecordWriter used outside its context"
         self._fh.write(record.to_json() + "\n")
-        self._fh.flush()
+        if flush:
+            self._fh.flush()
         self.count += 1
+
+    def flush(self) -> None:
+        """Flush records written with ``flush=False``."""
+        assert self._fh is not None, "RecordWriter used outside its context"
+        self._fh.flush()
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:

@@ -1,8 +1,9 @@
 """Server-sent-events decoding and OpenAI completion-chunk interpretation (pure, no I/O).
 
-Tokens are counted from the server's running usage (``continuous_usage_stats``), never from
-text: a generated token can decode to empty text (a partial UTF-8 byte), and some servers
-send chunks that carry no token.
+The decoder takes raw network reads (any split: an event or a line may span reads, one read
+may hold many events) and yields events; :func:`parse_chunk` says what one event's JSON means.
+Tokens are counted from the server's running usage when it sends one; what to do when it does
+not is :mod:`loadgen.token_timing`'s concern.
 """
 
 from __future__ import annotations
@@ -13,47 +14,88 @@ from dataclasses import dataclass
 DONE = "[DONE]"
 
 
-class SSEDecoder:
-    """Turns raw SSE lines into event payloads (the joined ``data:`` fields of each event).
+@dataclass(frozen=True, slots=True)
+class SSEEvent:
+    """One dispatched event: its joined ``data:`` lines and its ``event:`` type.
 
-    Feed lines as they arrive (bytes or str, with or without the trailing newline); an empty
-    line ends an event. Comments (``:``) and other fields (``event:``, ``id:``) are ignored.
+    ``event`` is ``"message"`` when the server named none (the SSE default).
+    """
+
+    data: str
+    event: str = "message"
+
+
+class SSEDecoder:
+    """Turns an SSE byte stream into :class:`SSEEvent` objects (WHATWG SSE parsing rules).
+
+    Feed raw reads with :meth:`feed` (or whole lines with :meth:`feed_line`); an empty line
+    ends an event; comments (``:``), ``id:`` and ``retry:`` are ignored. Lines end with LF or
+    CRLF. Call :meth:`flush` at end of stream: a last event whose blank line never came (or a
+    last line without its newline) is returned instead of being lost.
     """
 
     def __init__(self) -> None:
         self._data: list[str] = []
+        self._event = ""
+        self._partial = b""
 
-    def feed_line(self, line: bytes | str) -> str | None:
-        """Consume one line; return the event's data when this line completes an event."""
+    def feed(self, raw: bytes) -> list[SSEEvent]:
+        """Consume one network read; return the events it completes, in order."""
+        lines = (self._partial + raw).split(b"\n") if self._partial else raw.split(b"\n")
+        self._partial = lines.pop()  # b"" when the read ended on a newline
+        events = []
+        for line in lines:
+            event = self.feed_line(line)
+            if event is not None:
+                events.append(event)
+        return events
+
+    def feed_line(self, line: bytes | str) -> SSEEvent | None:
+        """Consume one line (with or without its newline); return the event it completes."""
         text = line.decode("utf-8", errors="replace") if isinstance(line, bytes) else line
         text = text.rstrip("\r\n")
         if text == "":
             if not self._data:
+                self._event = ""  # an event without data is not dispatched (SSE rules)
                 return None
-            data = "\n".join(self._data)
+            event = SSEEvent("\n".join(self._data), self._event or "message")
             self._data = []
-            return data
+            self._event = ""
+            return event
         if text.startswith(":"):
             return None
         field, _, value = text.partition(":")
+        value = value[1:] if value.startswith(" ") else value
         if field == "data":
-            self._data.append(value[1:] if value.startswith(" ") else value)
+            self._data.append(value)
+        elif field == "event":
+            self._event = value
         return None
 
-    def flush(self) -> str | None:
-        """The pending event if the stream ended without its blank line."""
+    def flush(self) -> SSEEvent | None:
+        """At end of stream: the pending event (a last line without newline included)."""
+        if self._partial:
+            partial, self._partial = self._partial, b""
+            event = self.feed_line(partial)
+            if event is not None:  # a bare last blank line cannot complete an event twice
+                return event
         return self.feed_line("")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CompletionChunk:
     """What one streamed completion chunk says.
 
     Attributes:
-        completion_tokens: the server's running count of generated tokens, if reported.
+        completion_tokens: the usage's count of generated tokens, if the chunk has a usage
+            (on a chunk with a choice: the server's running count, ``continuous_usage_stats``;
+            on the final choice-less chunk: the total).
         prompt_tokens: prompt tokens per the usage block, if present.
         cached_tokens: ``usage.prompt_tokens_details.cached_tokens`` (prefix-cache hit tokens).
-        has_choice: the chunk carries a choice (text, possibly empty), not just usage.
+        has_choice: the chunk carries at least one choice (possibly with empty text), not
+            just a usage block.
+        has_text: some choice carries non-empty text (completions ``text``; chat
+            ``delta.content`` or reasoning text).
         finish_reason: the choice's finish reason, if any.
         error: an error message when the chunk is an error event inside a 200 stream.
     """
@@ -62,12 +104,56 @@ class CompletionChunk:
     prompt_tokens: int | None
     cached_tokens: int | None
     has_choice: bool
+    has_text: bool
     finish_reason: str | None
     error: str | None
 
 
+def _error_message(err: object) -> str:
+    if isinstance(err, dict):
+        return str(err.get("message", err))
+    return str(err)
+
+
+def error_chunk(message: str) -> CompletionChunk:
+    """A chunk that only says the stream failed with ``message``."""
+    return CompletionChunk(None, None, None, False, False, None, message)
+
+
+def _choice_text(choice: dict[str, object]) -> bool:
+    if choice.get("text"):
+        return True
+    delta = choice.get("delta")
+    if isinstance(delta, dict):
+        return any(delta.get(k) for k in ("content", "reasoning_content", "reasoning"))
+    return False
+
+
+def parse_event(event: SSEEvent) -> CompletionChunk:
+    """Interpret one event of ``/v1/completions`` (or chat) streaming.
+
+    An ``event: error`` is an error whatever its data (JSON with a message, or plain text);
+    otherwise the data must be a JSON object, see :func:`parse_chunk`.
+
+    Raises:
+        ValueError: a non-error event whose data is not a JSON object.
+    """
+    if event.event == "error":
+        try:
+            obj = json.loads(event.data)
+        except ValueError:
+            return error_chunk(event.data or "error event without a message")
+        if isinstance(obj, dict):
+            return error_chunk(_error_message(obj.get("error", obj)))
+        return error_chunk(event.data)
+    return parse_chunk(event.data)
+
+
 def parse_chunk(data: str) -> CompletionChunk:
     """Interpret one SSE data payload of ``/v1/completions`` (or chat) streaming.
+
+    Error shapes: ``{"error": {...}}`` (vLLM and OpenAI) and ``{"object": "error",
+    "message": ...}`` (vLLM's older ``ErrorResponse``).
 
     Raises:
         ValueError: the payload is not a JSON object.
@@ -76,18 +162,19 @@ def parse_chunk(data: str) -> CompletionChunk:
     if not isinstance(obj, dict):
         raise ValueError(f"chunk is not a JSON object: {data[:80]!r}")
     if "error" in obj:
-        err = obj["error"]
-        message = err.get("message", str(err)) if isinstance(err, dict) else str(err)
-        return CompletionChunk(None, None, None, False, None, message)
+        return error_chunk(_error_message(obj["error"]))
+    if obj.get("object") == "error":
+        return error_chunk(str(obj.get("message", data[:300])))
     usage = obj.get("usage") or {}
     details = usage.get("prompt_tokens_details") or {}
-    choices = obj.get("choices") or []
+    choices = [c for c in obj.get("choices") or [] if isinstance(c, dict)]
     finish = next((c.get("finish_reason") for c in choices if c.get("finish_reason")), None)
     return CompletionChunk(
         completion_tokens=usage.get("completion_tokens"),
         prompt_tokens=usage.get("prompt_tokens"),
         cached_tokens=details.get("cached_tokens"),
         has_choice=bool(choices),
+        has_text=any(_choice_text(c) for c in choices),
         finish_reason=finish,
         error=None,
     )

@@ -2,9 +2,11 @@
 
 Owns :class:`StreamScript` (what the fake answers: TTFT, ITL, tokens per chunk, empty-text and
 token-less chunks, a usage trailer, an error event inside a 200, an HTTP error status, a
-mid-stream server disconnect, a short generation) and :class:`FakeOpenAIServer` (an aiohttp app on
-127.0.0.1, port chosen by the OS, that records every request it saw, how many were in flight at
-most, and when a client disconnected). Chunks have the exact shape vLLM 0.32 sends with
+mid-stream server disconnect, a short generation, no running usage, a whole response buffered
+into one write, a last event without its blank line) and :class:`FakeOpenAIServer` (an aiohttp
+app on 127.0.0.1, port chosen by the OS, that records every request it saw, how many were in
+flight at most, which TCP connections they came on, and when a client disconnected; it also
+answers ``GET /health``). Chunks have the exact shape vLLM 0.32 sends with
 ``stream_options: {include_usage: true, continuous_usage_stats: true}``. Durations are seconds.
 """
 
@@ -41,6 +43,15 @@ class StreamScript:
         drop_after_chunks: after this many token chunks, abort the TCP connection.
         short_by_tokens: generate this many tokens fewer than ``max_tokens`` asks.
         prompt_tokens_offset: added to the prompt length reported in the usage.
+        continuous_usage: token chunks carry the running usage (vLLM with
+            ``continuous_usage_stats``); if false only the final trailer has a usage.
+        buffered: hold every event back and write the whole response in one write at the
+            end (after the same sleeps), like a proxy that buffers.
+        no_final_blank_line: end with the usage trailer without its blank line and without
+            ``[DONE]``, then close the response.
+        error_event_type: with ``error_after_chunks``, precede the error data with
+            ``event: <type>``.
+        error_payload: the data of the error event.
     """
 
     ttft_s: float = 0.0
@@ -55,6 +66,11 @@ class StreamScript:
     drop_after_chunks: int | None = None
     short_by_tokens: int = 0
     prompt_tokens_offset: int = 0
+    continuous_usage: bool = True
+    buffered: bool = False
+    no_final_blank_line: bool = False
+    error_event_type: str | None = None
+    error_payload: str = ""
 
 
 @dataclass
@@ -68,33 +84,34 @@ class Seen:
     client_gone_s: float | None = None
 
 
-def completion_chunk(text: str, prompt: int, completion: int, finish: str | None) -> str:
-    """One token chunk as vLLM streams it (continuous usage included)."""
-    return json.dumps(
-        {
-            "id": "cmpl-fake",
-            "object": "text_completion",
-            "created": 1,
-            "model": "m",
-            "choices": [
-                {
-                    "index": 0,
-                    "text": text,
-                    "logprobs": None,
-                    "finish_reason": finish,
-                    "stop_reason": None,
-                    "prompt_token_ids": None,
-                    "token_ids": None,
-                }
-            ],
-            "usage": {
-                "prompt_tokens": prompt,
-                "total_tokens": prompt + completion,
-                "completion_tokens": completion,
-            },
-        },
-        separators=(",", ":"),
-    )
+def completion_chunk(
+    text: str, prompt: int, completion: int, finish: str | None, usage: bool = True
+) -> str:
+    """One token chunk as vLLM streams it (continuous usage included unless ``usage=False``)."""
+    chunk: dict[str, Any] = {
+        "id": "cmpl-fake",
+        "object": "text_completion",
+        "created": 1,
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "text": text,
+                "logprobs": None,
+                "finish_reason": finish,
+                "stop_reason": None,
+                "prompt_token_ids": None,
+                "token_ids": None,
+            }
+        ],
+    }
+    if usage:
+        chunk["usage"] = {
+            "prompt_tokens": prompt,
+            "total_tokens": prompt + completion,
+            "completion_tokens": completion,
+        }
+    return json.dumps(chunk, separators=(",", ":"))
 
 
 def usage_trailer(prompt: int, completion: int, cached: int) -> str:
@@ -130,14 +147,24 @@ ERROR_EVENT = json.dumps(
 
 
 class FakeOpenAIServer:
-    """A scriptable fake vLLM answering ``POST /v1/completions`` with SSE."""
+    """A scriptable fake vLLM answering ``POST /v1/completions`` with SSE and ``GET /health``.
 
-    def __init__(self, script: StreamScript | None = None) -> None:
+    ``connections`` holds the client address (host, port) of every TCP connection a request
+    came on, so its size is the number of distinct connections used; ``health_checks``
+    counts ``/health`` requests. ``keep_seen=False`` keeps no :class:`Seen` (a long
+    benchmark would otherwise hold every prompt it received).
+    """
+
+    def __init__(self, script: StreamScript | None = None, keep_seen: bool = True) -> None:
         self.script = script or StreamScript()
+        self.keep_seen = keep_seen
+        self.served = 0
         self.seen: list[Seen] = []
         self.url = ""
         self.active = 0
         self.max_active = 0
+        self.connections: set[tuple[str, int]] = set()
+        self.health_checks = 0
         self._changed = asyncio.Event()
 
     def _notify(self) -> None:
@@ -155,14 +182,23 @@ class FakeOpenAIServer:
             return list(self.script.chunk_plan)
         return [1] * (max_tokens - self.script.short_by_tokens)
 
-    @staticmethod
-    async def _send(resp: web.StreamResponse, data: str) -> None:
-        await resp.write(f"data: {data}\n\n".encode())
+    def _note_connection(self, request: web.Request) -> None:
+        assert request.transport is not None
+        peer = request.transport.get_extra_info("peername")
+        self.connections.add((str(peer[0]), int(peer[1])))
+
+    async def _health(self, request: web.Request) -> web.Response:
+        self._note_connection(request)
+        self.health_checks += 1
+        return web.Response(text="")
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
+        self._note_connection(request)
         body = await request.json()
         seen = Seen(body=body, arrived_s=time.monotonic())
-        self.seen.append(seen)
+        self.served += 1
+        if self.keep_seen:
+            self.seen.append(seen)
         self._notify()
         script = self.script
         if script.status != 200:
@@ -176,6 +212,15 @@ class FakeOpenAIServer:
         prompt = len(body["prompt"]) + script.prompt_tokens_offset
         plan = self._plan(int(body["max_tokens"]))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        held: list[bytes] = []  # events held back by a buffering response
+
+        async def send(data: str, event: str | None = None, end: bytes = b"\n\n") -> None:
+            line = (f"event: {event}\n" if event else "") + f"data: {data}"
+            if script.buffered:
+                held.append(line.encode() + end)
+            else:
+                await resp.write(line.encode() + end)
+
         try:
             await resp.prepare(request)
             await asyncio.sleep(script.ttft_s)
@@ -184,8 +229,9 @@ class FakeOpenAIServer:
                 if i:
                     await asyncio.sleep(script.itl_s)
                 if script.error_after_chunks == i:
-                    await self._send(resp, ERROR_EVENT)
-                    await self._send(resp, "[DONE]")
+                    await send(script.error_payload or ERROR_EVENT, script.error_event_type)
+                    await send("[DONE]")
+                    await resp.write(b"".join(held))
                     return resp
                 if script.drop_after_chunks == i:
                     assert request.transport is not None
@@ -194,18 +240,25 @@ class FakeOpenAIServer:
                 done += tokens
                 text = "" if i in script.empty_text_chunks else "~" * tokens
                 finish = "length" if i == len(plan) - 1 else None
-                await self._send(resp, completion_chunk(text, prompt, done, finish))
+                await send(completion_chunk(text, prompt, done, finish, script.continuous_usage))
                 seen.token_chunks_sent += 1
                 self._notify()
                 if i in script.tokenless_after:
-                    await self._send(resp, completion_chunk("", prompt, done, None))
+                    await send(completion_chunk("", prompt, done, None, script.continuous_usage))
             await asyncio.sleep(script.trailer_delay_s)
-            await self._send(resp, usage_trailer(prompt, done, script.cached_tokens))
+            trailer = usage_trailer(prompt, done, script.cached_tokens)
+            if script.no_final_blank_line:
+                await send(trailer, end=b"\n")  # one newline ends the line, not the event
+            else:
+                await send(trailer)
             # No longer in flight from here: the client can only start its next request after
             # reading [DONE], so ``max_active`` never counts a finished request.
             self.active -= 1
             in_flight = False
-            await self._send(resp, "[DONE]")
+            if not script.no_final_blank_line:
+                await send("[DONE]")
+            if held:
+                await resp.write(b"".join(held))
             await resp.write_eof()
             seen.finished = True
         except ConnectionResetError:
@@ -219,6 +272,7 @@ class FakeOpenAIServer:
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/completions", self._completions)
+        app.router.add_get("/health", self._health)
         return app
 
     @contextlib.asynccontextmanager

@@ -1,4 +1,8 @@
-"""loadgen.client.send_request against the in-process fake vLLM: tokens, timing, failures."""
+"""loadgen.client.send_request against the in-process fake vLLM: tokens, timing, failures.
+
+Token chunks are spaced by a small ITL wherever a test counts them one by one: chunks that
+arrive in one network read share a stamp and are merged (loadgen.token_timing).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from fake_openai_server import FakeOpenAIServer, StreamScript
 from analysis.latency import itl_gaps, request_frame
 from loadgen.client import Target, send_request
 from loadgen.clock import MonotonicClock
+from loadgen.connections import open_session
 from loadgen.records import RequestRecord
 from scenarios.workloads import PlannedRequest
 from server.process import free_loopback_port
@@ -54,6 +59,11 @@ async def send(script: StreamScript, p: PlannedRequest) -> tuple[RequestRecord, 
     return record, fake
 
 
+def ttft_ns(record: RequestRecord) -> int:
+    assert record.sent_ns is not None
+    return record.chunk_ns[0] - record.sent_ns
+
+
 async def test_request_body_asks_exact_lengths_and_continuous_usage() -> None:
     p = planned(max_tokens=3, prompt_len=5)
     _, fake = await send(StreamScript(), p)
@@ -72,10 +82,14 @@ async def test_tokens_are_counted_from_usage_not_text() -> None:
     # Four token chunks; chunk 1 decodes to empty text but still carries a token; after chunk 2
     # an extra chunk carries no token (usage unchanged) and must not get a stamp.
     script = StreamScript(
-        empty_text_chunks=frozenset({1}), tokenless_after=frozenset({2}), cached_tokens=0
+        empty_text_chunks=frozenset({1}),
+        tokenless_after=frozenset({2}),
+        cached_tokens=0,
+        itl_s=0.01,
     )
     record, _ = await send(script, planned(max_tokens=4))
     assert record.status == "ok", record.error
+    assert record.token_timing == "usage"
     assert record.chunk_tokens == [1, 1, 1, 1]
     assert len(record.chunk_ns) == 4
     assert record.usage_completion_tokens == 4
@@ -123,7 +137,7 @@ def _chunks(record: RequestRecord) -> dict[str, list[int]]:
 
 async def test_usage_trailer_adds_no_chunk_and_does_not_stretch_e2el() -> None:
     # The trailer arrives 300 ms after the last token: it sets cached_tokens, not a stamp.
-    script = StreamScript(trailer_delay_s=0.3, cached_tokens=1024)
+    script = StreamScript(trailer_delay_s=0.3, cached_tokens=1024, itl_s=0.01)
     record, _ = await send(script, planned(max_tokens=3, prompt_len=1056))
     assert record.status == "ok", record.error
     assert record.chunk_tokens == [1, 1, 1]
@@ -163,7 +177,7 @@ async def test_server_disconnect_mid_stream_is_a_failure() -> None:
 
 
 async def test_fewer_tokens_than_asked_is_a_usage_mismatch_failure() -> None:
-    record, _ = await send(StreamScript(short_by_tokens=2), planned(max_tokens=5))
+    record, _ = await send(StreamScript(short_by_tokens=2, itl_s=0.01), planned(max_tokens=5))
     assert record.status == "error"
     assert record.error == "usage.completion_tokens=3, max_tokens=5 asked with ignore_eos"
     assert record.chunk_tokens == [1, 1, 1]
@@ -206,3 +220,100 @@ async def test_disconnect_after_tokens_aborts_and_the_server_sees_it() -> None:
     seen = fake.seen[0]
     assert not seen.finished
     assert seen.token_chunks_sent < 50
+
+
+async def test_without_running_usage_ttft_is_the_first_text_chunk_not_the_trailer() -> None:
+    # A server that ignores continuous_usage_stats: usage only in the final chunk. The fake
+    # waits 100 ms (TTFT), then sends 5 one-token chunks 20 ms apart and the trailer 200 ms
+    # later. By hand: TTFT ≥ 100 ms, last chunk ≥ 4 × 20 = 80 ms after the first, and the
+    # trailer adds no stamp. Before, all 5 tokens fell on the trailer (TTFT ≥ 380 ms = E2EL).
+    script = StreamScript(ttft_s=0.1, itl_s=0.02, trailer_delay_s=0.2, continuous_usage=False)
+    record, _ = await send(script, planned(max_tokens=5))
+    assert record.status == "ok", record.error
+    assert record.token_timing == "text"
+    assert record.chunk_tokens == [1, 1, 1, 1, 1]
+    assert record.usage_completion_tokens == 5
+    assert ttft_ns(record) >= 100 * MS
+    assert record.chunk_ns[-1] - record.chunk_ns[0] >= 80 * MS
+    assert record.end_ns is not None and record.end_ns - record.chunk_ns[-1] >= 200 * MS
+
+
+async def test_without_running_usage_an_empty_text_token_keeps_its_stamp() -> None:
+    # Chunk 0 decodes to empty text; the trailer's 4 = the 4 choice chunks, so chunk 0 was a
+    # token and TTFT is its arrival: 4 stamps, not 3.
+    script = StreamScript(empty_text_chunks=frozenset({0}), itl_s=0.01, continuous_usage=False)
+    record, _ = await send(script, planned(max_tokens=4))
+    assert record.status == "ok", record.error
+    assert (record.token_timing, record.chunk_tokens) == ("text", [1, 1, 1, 1])
+
+
+async def test_a_buffered_response_is_final_only() -> None:
+    # Everything written at once at the end: 4 tokens in one read, TTFT = E2EL, flagged.
+    for continuous in (True, False):
+        script = StreamScript(ttft_s=0.05, itl_s=0.01, buffered=True, continuous_usage=continuous)
+        record, _ = await send(script, planned(max_tokens=4))
+        assert record.status == "ok", record.error
+        assert record.token_timing == "final_only"
+        assert record.chunk_tokens == [4]
+        assert ttft_ns(record) >= (50 + 3 * 10) * MS  # the whole generation, by hand
+
+
+async def test_a_chunk_of_four_tokens_keeps_its_count_at_its_stamp() -> None:
+    # Speculative step: 1 token, then 4 in one chunk 60 ms later.
+    script = StreamScript(chunk_plan=(1, 4), itl_s=0.06)
+    record, _ = await send(script, planned(max_tokens=5))
+    assert record.status == "ok", record.error
+    assert record.chunk_tokens == [1, 4]
+    assert record.chunk_ns[1] - record.chunk_ns[0] >= 60 * MS
+
+
+async def test_last_event_without_its_blank_line_is_not_lost() -> None:
+    # The trailer (usage, cached tokens) ends the stream without "\n\n" and without [DONE].
+    script = StreamScript(no_final_blank_line=True, cached_tokens=7, itl_s=0.01)
+    record, _ = await send(script, planned(max_tokens=3))
+    assert record.status == "ok", record.error
+    assert record.usage_completion_tokens == 3
+    assert record.cached_tokens == 7
+
+
+async def test_a_stream_ending_without_done_and_short_is_a_failure() -> None:
+    script = StreamScript(no_final_blank_line=True, short_by_tokens=1, itl_s=0.01)
+    record, _ = await send(script, planned(max_tokens=3))
+    assert record.status == "error"
+    assert record.error == "usage.completion_tokens=2, max_tokens=3 asked with ignore_eos"
+
+
+async def test_an_event_named_error_is_a_failure() -> None:
+    script = StreamScript(
+        error_after_chunks=1,
+        error_event_type="error",
+        error_payload="upstream timed out",
+        itl_s=0.01,
+    )
+    record, _ = await send(script, planned(max_tokens=5))
+    assert record.status == "error"
+    assert record.error == "error event in stream: upstream timed out"
+    assert record.chunk_tokens == [1]
+
+
+async def test_traced_stamps_follow_the_request_and_the_pool() -> None:
+    # Two requests one after the other on a traced session: the first opens a connection,
+    # the second reuses it; each stamp follows the one before.
+    fake = FakeOpenAIServer(StreamScript(ttft_s=0.02, itl_s=0.01))
+    p = planned(max_tokens=2)
+    records = []
+    async with fake.serve(), open_session(read_timeout_s=10) as session:
+        for _ in range(2):
+            records.append(
+                await send_request(
+                    session, Target(fake.url, "m"), p, blank_record(p), MonotonicClock()
+                )
+            )
+    assert [r.new_connection for r in records] == [True, False]
+    assert len(fake.connections) == 1
+    for r in records:
+        assert r.status == "ok", r.error
+        stamps = [r.sent_ns, r.connection_ready_ns, r.request_sent_ns, r.headers_ns]
+        assert all(s is not None for s in stamps)
+        assert stamps == sorted(stamps)
+        assert r.headers_ns is not None and r.headers_ns <= r.chunk_ns[0]

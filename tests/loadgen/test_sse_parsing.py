@@ -1,10 +1,10 @@
-"""loadgen.sse: SSE line decoding and vLLM completion-chunk interpretation (pure)."""
+"""loadgen.sse: SSE decoding of raw reads and vLLM completion-chunk interpretation (pure)."""
 
 from __future__ import annotations
 
 import pytest
 
-from loadgen.sse import DONE, CompletionChunk, SSEDecoder, parse_chunk
+from loadgen.sse import DONE, CompletionChunk, SSEDecoder, SSEEvent, parse_chunk, parse_event
 
 TOKEN_CHUNK = (
     '{"id":"cmpl-x","object":"text_completion","created":1,"model":"m","choices":[{"index":0,'
@@ -36,7 +36,15 @@ ERROR_EVENT = (
 
 def decode(lines: list[str | bytes]) -> list[str]:
     decoder = SSEDecoder()
-    out = [data for line in lines if (data := decoder.feed_line(line)) is not None]
+    out = [event.data for line in lines if (event := decoder.feed_line(line)) is not None]
+    if (last := decoder.flush()) is not None:
+        out.append(last.data)
+    return out
+
+
+def decode_reads(reads: list[bytes]) -> list[SSEEvent]:
+    decoder = SSEDecoder()
+    out = [event for raw in reads for event in decoder.feed(raw)]
     if (last := decoder.flush()) is not None:
         out.append(last)
     return out
@@ -76,8 +84,41 @@ def test_blank_lines_without_data_make_no_event() -> None:
 def test_missing_final_blank_line_is_recovered_by_flush() -> None:
     decoder = SSEDecoder()
     assert decoder.feed_line("data: [DONE]") is None
-    assert decoder.flush() == DONE
+    assert decoder.flush() == SSEEvent(DONE)
     assert decoder.flush() is None
+
+
+def test_reads_split_anywhere_give_the_same_events() -> None:
+    stream = f"data: {TOKEN_CHUNK}\n\ndata: {USAGE_TRAILER}\r\n\r\ndata: [DONE]\n\n".encode()
+    whole = decode_reads([stream])
+    assert [e.data for e in whole] == [TOKEN_CHUNK, USAGE_TRAILER, DONE]
+    # Byte by byte, and cut inside "data:", inside the JSON and between \r and \n.
+    assert decode_reads([stream[i : i + 1] for i in range(len(stream))]) == whole
+    cuts = [3, 40, len(TOKEN_CHUNK) + 7, len(TOKEN_CHUNK) + 8 + len(USAGE_TRAILER) + 7]
+    pieces = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+    assert decode_reads(pieces) == whole
+
+
+def test_a_character_split_across_reads_is_decoded_whole() -> None:
+    encoded = 'data: {"text":"é"}\n\n'.encode()  # é is two bytes: c3 a9
+    cut = encoded.index(b"\xc3") + 1
+    assert decode_reads([encoded[:cut], encoded[cut:]]) == [SSEEvent('{"text":"é"}')]
+
+
+def test_last_event_without_blank_line_or_newline_is_flushed() -> None:
+    # The stream ends right after the trailer's data line, or even inside it.
+    assert decode_reads([f"data: {USAGE_TRAILER}\n".encode()]) == [SSEEvent(USAGE_TRAILER)]
+    assert decode_reads([f"data: {USAGE_TRAILER}".encode()]) == [SSEEvent(USAGE_TRAILER)]
+    assert decode_reads([b"data: x\n\n"]) == [SSEEvent("x")]  # nothing pending: no repeat
+
+
+def test_event_type_is_kept_and_reset_after_each_event() -> None:
+    reads = [b"event: error\ndata: upstream timed out\n\ndata: [DONE]\n\n"]
+    assert decode_reads(reads) == [SSEEvent("upstream timed out", "error"), SSEEvent(DONE)]
+
+
+def test_an_event_type_without_data_is_not_dispatched() -> None:
+    assert decode_reads([b"event: ping\n\ndata: x\n\n"]) == [SSEEvent("x")]
 
 
 def test_token_chunk() -> None:
@@ -86,6 +127,7 @@ def test_token_chunk() -> None:
         prompt_tokens=1056,
         cached_tokens=None,
         has_choice=True,
+        has_text=True,
         finish_reason=None,
         error=None,
     )
@@ -104,6 +146,7 @@ def test_last_token_chunk_carries_the_finish_reason_even_with_empty_text() -> No
     assert chunk.finish_reason == "length"
     assert chunk.completion_tokens == 5
     assert chunk.has_choice is True
+    assert chunk.has_text is False  # the last token decoded to nothing
 
 
 def test_usage_trailer_has_no_choice_and_gives_cached_tokens() -> None:
@@ -112,6 +155,7 @@ def test_usage_trailer_has_no_choice_and_gives_cached_tokens() -> None:
         prompt_tokens=1056,
         cached_tokens=1024,
         has_choice=False,
+        has_text=False,
         finish_reason=None,
         error=None,
     )
@@ -126,6 +170,32 @@ def test_error_event_gives_its_message() -> None:
 
 def test_error_event_without_an_object_is_kept_as_text() -> None:
     assert parse_chunk('{"error":"boom"}').error == "boom"
+
+
+def test_vllm_legacy_error_object_is_an_error() -> None:
+    legacy = '{"object":"error","message":"engine dead","type":"InternalServerError","code":500}'
+    assert parse_chunk(legacy).error == "engine dead"
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ("upstream timed out", "upstream timed out"),
+        (ERROR_EVENT, "The model does not exist."),
+        ('{"message":"gateway_timeout"}', "gateway_timeout"),
+        ("", "error event without a message"),
+    ],
+)
+def test_an_event_named_error_is_an_error_whatever_its_data(data: str, message: str) -> None:
+    assert parse_event(SSEEvent(data, "error")).error == message
+
+
+def test_chat_delta_content_counts_as_text() -> None:
+    chat = '{"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}'
+    role = '{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}'
+    assert parse_chunk(chat).has_text is True
+    assert parse_chunk(role).has_text is False
+    assert parse_chunk(role).has_choice is True
 
 
 def test_chunk_without_usage_reports_no_count() -> None:
