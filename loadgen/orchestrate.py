@@ -21,6 +21,7 @@ import httpx
 
 from loadgen.client import Target
 from loadgen.clock import Clock, MonotonicClock
+from loadgen.connections import open_session
 from loadgen.gateway_process import running_gateway_process
 from loadgen.phase import run_phase
 from loadgen.records import RecordWriter, RequestRecord
@@ -180,6 +181,10 @@ async def _run_one_phase(run: _CaseRun, phase: PhaseSpec, scraper: ScraperProces
             "loop_lag_max_ms": timing.loop_lag_max_ms,
             "loop_lag_p99_ms": timing.loop_lag_p99_ms,
             "late_sends": timing.late_sends,
+            "warmup_connections": timing.warmup_connections,
+            "warmup_opened": timing.warmup_opened,
+            "warmup_failed": timing.warmup_failed,
+            "warmup_ms": timing.warmup_ms,
             "server_idle_after": idle,
             "post_scrape_start_ns": post_scrape,
             "post_scrape_waited_s": round((now - waited_from) / 1e9, 3),
@@ -212,7 +217,6 @@ async def run_case(
         {"case": case.model_dump(), "server": server.describe(), "status": "running"},
     )
     target = Target(server.url, server.model_name)
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=READ_TIMEOUT_S)
     scraper = ScraperProcess(server.url, cdir, plan.scrape_interval_s)
     scraper.start()
     stack = contextlib.AsyncExitStack()
@@ -241,8 +245,7 @@ async def run_case(
             )
         # Two scrapes of baseline before the first phase starts.
         await asyncio.sleep(2 * plan.scrape_interval_s)
-        connector = aiohttp.TCPConnector(limit=0)
-        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        async with open_session(read_timeout_s=READ_TIMEOUT_S) as session:
             with RecordWriter(cdir / REQUESTS_FILE) as writer:
                 run = _CaseRun(
                     plan, case, server, cdir, target, session, writer, clock, hooks, replicas,

@@ -1,13 +1,20 @@
-"""Running one phase: dispatch its requests by the arrival pattern, record each, time the phase.
+"""Running one phase: warm the pool, dispatch requests by the arrival pattern, record, time.
 
 Phase boundaries: start = first request sent; last_end = last request finished. The caller
 adds the settle wait. A lag monitor measures how late the event loop wakes up, to show that
 nothing (scraping, progress display) stalls the loop that timestamps tokens.
+
+Memory stays bounded by the requests in flight, not the phase length: closed-loop and
+all-at-once phases run C workers that pull the next request index; an open-loop phase runs one
+scheduler that starts each request's task at its time. A request's prompt is built when it is
+sent, and its record is written (and dropped) when it finishes.
 """
 
 from __future__ import annotations
 
+import array
 import asyncio
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -15,6 +22,7 @@ import aiohttp
 
 from loadgen.client import PlannedRequest, Target, send_request
 from loadgen.clock import Clock
+from loadgen.connections import warm_up
 from loadgen.records import RecordWriter, RequestRecord
 from scenarios.arrivals import (
     AllAtOnce,
@@ -23,17 +31,34 @@ from scenarios.arrivals import (
     concurrency_limit,
     open_loop_offsets_ns,
 )
+from scenarios.workloads import PhaseRequests
+
+#: An open-loop send later than this after its scheduled time counts as late.
+LATE_NS = 10_000_000
+#: At most this many connections are warmed up before a phase (file descriptors, and a
+#: warm-up of thousands of requests would be a load of its own).
+WARMUP_MAX_CONNECTIONS = 256
+#: An uncapped open loop warms up the connections its first this-many seconds of arrivals
+#: need (its in-flight count is not known before it runs); later ones connect when needed
+#: and say so in ``new_connection``.
+OPEN_LOOP_WARMUP_S = 1.0
 
 
 @dataclass(frozen=True)
 class PhaseTiming:
-    """Measured boundaries and loop health of a phase (all stamps monotonic ns).
+    """Measured boundaries, loop health and connection warm-up of a phase.
 
     Attributes:
-        start_ns: first request sent.
-        last_end_ns: last request finished.
+        start_ns: first request sent (monotonic ns).
+        last_end_ns: last request finished (monotonic ns).
         loop_lag_max_ms / loop_lag_p99_ms: event-loop wake-up lateness over the phase, in ms.
-        late_sends: open-loop requests sent more than 10 ms after their scheduled time.
+        late_sends: open-loop requests whose scheduler woke more than 10 ms after their
+            scheduled time (waiting for a ``max_concurrency`` slot is not lateness; it is in
+            the records' ``admitted_ns``).
+        warmup_connections: connections held open at once before the phase.
+        warmup_opened: how many of them were newly connected (``None`` without tracing).
+        warmup_failed: warm-up requests without an HTTP answer.
+        warmup_ms: duration of the warm-up, ms (before ``start_ns``).
     """
 
     start_ns: int
@@ -41,6 +66,10 @@ class PhaseTiming:
     loop_lag_max_ms: float
     loop_lag_p99_ms: float
     late_sends: int
+    warmup_connections: int = 0
+    warmup_opened: int | None = None
+    warmup_failed: int = 0
+    warmup_ms: float = 0.0
 
 
 class LoopLagMonitor:
@@ -49,7 +78,7 @@ class LoopLagMonitor:
     def __init__(self, clock: Clock, interval_ms: float = 20.0) -> None:
         self._clock = clock
         self._interval_ns = int(interval_ms * 1e6)
-        self.lags_ns: list[int] = []
+        self.lags_ns = array.array("q")  # 8 bytes a sample: 50 samples/s for hours
         self._task: asyncio.Task[None] | None = None
 
     async def _run(self) -> None:
@@ -75,6 +104,149 @@ class LoopLagMonitor:
         return ordered[-1] / 1e6, p99 / 1e6
 
 
+def warmup_connections(arrival: ClosedLoop | AllAtOnce | OpenLoop, n: int) -> int:
+    """Connections to open before a phase of ``n`` requests: as many as it will have in
+    flight (its concurrency; an open loop's cap, or else its first second of arrivals),
+    at most :data:`WARMUP_MAX_CONNECTIONS`."""
+    limit = concurrency_limit(arrival, n)
+    if limit is None:
+        assert isinstance(arrival, OpenLoop)
+        limit = math.ceil(arrival.rate_rps * OPEN_LOOP_WARMUP_S)
+    return max(0, min(limit, n, WARMUP_MAX_CONNECTIONS))
+
+
+class _Dispatch:
+    """The shared state of one phase's dispatch: records in, timing figures out.
+
+    Requests are dispatched in index order; ``dispatched`` is how many were handed to a
+    sender and ``in_flight`` holds the records of those not finished yet, so on
+    cancellation the requests never sent are known.
+    """
+
+    def __init__(
+        self,
+        *,
+        case: str,
+        phase: str,
+        requests: PhaseRequests,
+        target: Target,
+        session: aiohttp.ClientSession,
+        writer: RecordWriter,
+        clock: Clock,
+        on_done: Callable[[RequestRecord], None] | None,
+    ) -> None:
+        self.case, self.phase, self.requests = case, phase, requests
+        self.target, self.session, self.writer, self.clock = target, session, writer, clock
+        self.on_done = on_done
+        self.dispatched = 0
+        self.in_flight: dict[int, RequestRecord] = {}
+        self.late = 0
+        self.first_sent_ns: int | None = None
+        self.last_end_ns: int | None = None
+
+    def record(self, i: int, scheduled_ns: int) -> RequestRecord:
+        """A fresh (``not_sent``) record for request ``i``, from its header only."""
+        header = self.requests.header(i)
+        return RequestRecord(
+            request_id=header.request_id,
+            case=self.case,
+            phase=self.phase,
+            index=i,
+            group=header.group,
+            prompt_tokens_sent=header.prompt_tokens,
+            max_tokens=header.max_tokens,
+            scheduled_ns=scheduled_ns,
+        )
+
+    def admit(self, i: int, scheduled_ns: int, admitted_ns: int) -> RequestRecord:
+        """Hand request ``i`` to a sender: its record exists (and will be written) from now."""
+        record = self.record(i, scheduled_ns)
+        record.admitted_ns = admitted_ns
+        self.in_flight[i] = record
+        self.dispatched = i + 1
+        return record
+
+    def finish(self, record: RequestRecord, flush: bool = True) -> None:
+        """Write the record, fold it into the phase's figures, tell the caller."""
+        self.in_flight.pop(record.index, None)
+        self.writer.write(record, flush=flush)
+        if record.sent_ns is not None and (
+            self.first_sent_ns is None or record.sent_ns < self.first_sent_ns
+        ):
+            self.first_sent_ns = record.sent_ns
+        if record.end_ns is not None and (
+            self.last_end_ns is None or record.end_ns > self.last_end_ns
+        ):
+            self.last_end_ns = record.end_ns
+        if self.on_done is not None:
+            self.on_done(record)
+
+    async def send(self, record: RequestRecord) -> None:
+        """Build the request's prompt, send it, write its record (also when cancelled)."""
+        try:
+            # No local name for the built request: send_request drops it once encoded.
+            await send_request(
+                self.session, self.target, self.requests[record.index], record, self.clock
+            )
+        finally:
+            self.finish(record)
+
+    def account_unsent(self, scheduled_ns: Callable[[int], int]) -> None:
+        """A cut-short phase: every request never sent gets its ``not_sent`` record.
+
+        Those are the requests admitted but cancelled before their task ever ran, and every
+        request after the last one admitted.
+        """
+        for record in sorted(self.in_flight.values(), key=lambda r: r.index):
+            self.finish(record, flush=False)
+        for i in range(self.dispatched, len(self.requests)):
+            self.finish(self.record(i, scheduled_ns(i)), flush=False)
+        self.writer.flush()
+
+    async def closed_loop(self, phase_start: int, workers: int) -> None:
+        """``workers`` senders, each taking the next index when its request finishes."""
+
+        async def worker() -> None:
+            while self.dispatched < len(self.requests):
+                await self.send(self.admit(self.dispatched, phase_start, self.clock.now_ns()))
+
+        async with asyncio.TaskGroup() as group:
+            for _ in range(workers):
+                group.create_task(worker())
+
+    async def open_loop(self, phase_start: int, offsets: Sequence[int], cap: int | None) -> None:
+        """One scheduler: sleep until start + offset (absolute), then start request i.
+
+        With a cap it first waits for a free slot (FIFO, as vLLM bench's semaphore), so
+        later arrivals queue behind it; ``admitted_ns`` records when the slot came.
+        """
+        gate = asyncio.Semaphore(cap) if cap is not None else None
+        held_until = 0  # when the scheduler last got a slot it had to wait for
+
+        async def capped(record: RequestRecord) -> None:
+            try:
+                await self.send(record)
+            finally:
+                assert gate is not None
+                gate.release()
+
+        async with asyncio.TaskGroup() as group:
+            for i in range(len(self.requests)):
+                scheduled = phase_start + offsets[i]
+                await self.clock.sleep_until_ns(scheduled)
+                if self.clock.now_ns() - max(scheduled, held_until) > LATE_NS:
+                    self.late += 1
+                if gate is None:
+                    group.create_task(self.send(self.admit(i, scheduled, scheduled)))
+                    continue
+                waited = gate.locked()
+                await gate.acquire()
+                admitted = self.clock.now_ns()
+                if waited:
+                    held_until = admitted
+                group.create_task(capped(self.admit(i, scheduled, admitted)))
+
+
 async def run_phase(
     *,
     case: str,
@@ -86,59 +258,48 @@ async def run_phase(
     writer: RecordWriter,
     clock: Clock,
     on_done: Callable[[RequestRecord], None] | None = None,
+    warmup: bool = True,
 ) -> PhaseTiming:
-    """Send ``requests`` with the given arrival pattern; write one record per request.
+    """Warm the pool, send ``requests`` with the given arrival pattern, one record each.
 
-    Every request's record is written as soon as it finishes, including failed ones and,
-    if the phase is cancelled, the interrupted ones (status ``error``).
+    ``requests`` is best a lazy :class:`~scenarios.workloads.PhaseRequests` (prompts built at
+    send time); a plain sequence works too. Every request's record is written as soon as it
+    finishes, including failed ones. If the phase is cancelled, every request already sent
+    gets its record (status ``error``, "cancelled before completion") and every request not
+    yet sent a ``not_sent`` record, so each planned request is accounted for.
     """
-    n = len(requests)
-    limit = concurrency_limit(arrival, n)
-    offsets = open_loop_offsets_ns(arrival, n) if isinstance(arrival, OpenLoop) else [0] * n
-    gate = asyncio.Semaphore(limit) if limit is not None else None
+    plan = PhaseRequests.of(requests)
+    n = len(plan)
+    warm = None
+    if warmup:
+        warm = await warm_up(session, target.url, warmup_connections(arrival, n), clock)
+    dispatch = _Dispatch(
+        case=case, phase=phase, requests=plan, target=target, session=session,
+        writer=writer, clock=clock, on_done=on_done,
+    )  # fmt: skip
+    offsets = open_loop_offsets_ns(arrival, n) if isinstance(arrival, OpenLoop) else None
     phase_start = clock.now_ns()
-    late = 0
-
-    async def one(i: int, planned: PlannedRequest) -> RequestRecord:
-        nonlocal late
-        scheduled = phase_start + offsets[i]
-        record = RequestRecord(
-            request_id=planned.request_id,
-            case=case,
-            phase=phase,
-            index=i,
-            group=planned.group,
-            prompt_tokens_sent=len(planned.prompt_token_ids),
-            max_tokens=planned.max_tokens,
-            scheduled_ns=scheduled,
-        )
-        try:
-            await clock.sleep_until_ns(scheduled)
-            if gate is not None:
-                await gate.acquire()
-            try:
-                if clock.now_ns() - scheduled > 10_000_000 and isinstance(arrival, OpenLoop):
-                    late += 1
-                await send_request(session, target, planned, record, clock)
-            finally:
-                if gate is not None:
-                    gate.release()
-        finally:
-            writer.write(record)
-            if on_done is not None:
-                on_done(record)
-        return record
-
-    with LoopLagMonitor(clock) as monitor:
-        # Closed-loop order: the semaphore admits waiters FIFO, so requests go in list order.
-        records = await asyncio.gather(*(one(i, r) for i, r in enumerate(requests)))
-    sent = [r.sent_ns for r in records if r.sent_ns is not None]
-    ends = [r.end_ns for r in records if r.end_ns is not None]
+    try:
+        with LoopLagMonitor(clock) as monitor:
+            if isinstance(arrival, OpenLoop):
+                assert offsets is not None
+                await dispatch.open_loop(phase_start, offsets, arrival.max_concurrency)
+            else:
+                limit = concurrency_limit(arrival, n)
+                assert limit is not None
+                await dispatch.closed_loop(phase_start, min(limit, n))
+    finally:
+        if dispatch.dispatched < n:
+            dispatch.account_unsent(lambda i: phase_start + (offsets[i] if offsets else 0))
     lag_max, lag_p99 = monitor.summary_ms()
     return PhaseTiming(
-        start_ns=min(sent) if sent else phase_start,
-        last_end_ns=max(ends) if ends else clock.now_ns(),
+        start_ns=dispatch.first_sent_ns if dispatch.first_sent_ns is not None else phase_start,
+        last_end_ns=dispatch.last_end_ns if dispatch.last_end_ns is not None else clock.now_ns(),
         loop_lag_max_ms=round(lag_max, 3),
         loop_lag_p99_ms=round(lag_p99, 3),
-        late_sends=late,
+        late_sends=dispatch.late,
+        warmup_connections=warm.connections if warm else 0,
+        warmup_opened=warm.opened if warm else None,
+        warmup_failed=warm.failed if warm else 0,
+        warmup_ms=warm.duration_ms if warm else 0.0,
     )

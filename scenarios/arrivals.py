@@ -4,7 +4,9 @@
 - all-at-once: every request sent at the phase start (closed-loop with C = all).
 - open-loop: requests sent at precomputed offsets from the phase start (rate λ), regardless
   of completions; inter-arrival gaps are gamma-distributed with shape = ``burstiness``
-  (1.0 = Poisson), mean 1/λ, as in vLLM's ``bench serve``.
+  (1.0 = Poisson), mean 1/λ, as in vLLM's ``bench serve``. An optional ``max_concurrency``
+  caps requests in flight at the client (vLLM bench's ``--max-concurrency``): an arrival that
+  finds the cap reached waits for a slot, and the record keeps that wait (``admitted_ns``).
 
 Offsets are a pure, seeded function; the sender sleeps until start + offset (absolute, so
 lateness does not accumulate) and the records keep the scheduled time to show lateness.
@@ -34,13 +36,17 @@ class AllAtOnce(BaseModel):
 
 
 class OpenLoop(BaseModel):
-    """Send at ``rate_rps`` requests/s on average, gamma inter-arrivals (shape = burstiness)."""
+    """Send at ``rate_rps`` requests/s on average, gamma inter-arrivals (shape = burstiness).
+
+    ``max_concurrency``: at most this many requests in flight (``None``: no client cap).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     kind: Literal["open_loop"] = "open_loop"
     rate_rps: float = Field(gt=0)
     burstiness: float = Field(default=1.0, gt=0)
     seed: int = 0
+    max_concurrency: int | None = Field(default=None, gt=0)
 
 
 Arrival = Annotated[ClosedLoop | AllAtOnce | OpenLoop, Field(discriminator="kind")]
@@ -61,9 +67,9 @@ def open_loop_offsets_ns(arrival: OpenLoop, n: int) -> list[int]:
 
 
 def concurrency_limit(arrival: ClosedLoop | AllAtOnce | OpenLoop, n: int) -> int | None:
-    """How many requests may be in flight (``None`` = unlimited, for open-loop)."""
+    """How many requests may be in flight (``None`` = unlimited: an uncapped open loop)."""
     if isinstance(arrival, ClosedLoop):
         return arrival.concurrency
     if isinstance(arrival, AllAtOnce):
         return max(n, 1)
-    return None
+    return arrival.max_concurrency

@@ -2,14 +2,16 @@
 
 Prompts are token-ID lists so their length is exact; tokens are drawn from a seeded generator
 keyed by (seed, pool, item), so the same anchor prefix is identical in every phase and case,
-and every "fresh" or "unique" prompt is distinct from all others.
+and every "fresh" or "unique" prompt is distinct from all others. Materialisation is lazy: a
+phase's prompts are built one at a time, when each request is sent.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Literal
+from typing import Annotated, Literal, overload
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -89,45 +91,151 @@ class UniquePrompts(BaseModel):
 Workload = Annotated[AnchoredPrompts | UniquePrompts, Field(discriminator="kind")]
 
 
-def _tokens(seed: int, key: str, n: int, space: TokenSpace) -> tuple[int, ...]:
+def _token_array(seed: int, key: str, n: int, space: TokenSpace) -> np.ndarray:
     digest = hashlib.sha256(f"{seed}:{key}".encode()).digest()
     rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
-    return tuple(int(x) for x in rng.integers(space.low, space.high, size=n))
+    return rng.integers(space.low, space.high, size=n)
+
+
+def _tokens(seed: int, key: str, n: int, space: TokenSpace) -> tuple[int, ...]:
+    return tuple(_token_array(seed, key, n, space).tolist())
+
+
+@dataclass(frozen=True)
+class RequestHeader:
+    """What a record needs to know about a planned request, without its prompt."""
+
+    request_id: str
+    group: str | None
+    prompt_tokens: int
+    max_tokens: int
+
+
+def header_of(planned: PlannedRequest) -> RequestHeader:
+    """The header of an already built request."""
+    return RequestHeader(
+        planned.request_id, planned.group, len(planned.prompt_token_ids), planned.max_tokens
+    )
+
+
+class PhaseRequests(Sequence[PlannedRequest]):
+    """The requests of one phase, each built when indexed and not kept.
+
+    ``len()``, indexing (an ``int`` builds one :class:`PlannedRequest`, prompt included; a
+    slice builds a list) and iteration; :meth:`header` gives id, group and lengths without
+    building the prompt. A 100,000-request phase thus holds no prompt until one is asked for
+    (a 1,024-token prompt as a tuple of ints is ≈ 37 KB).
+    """
+
+    def __init__(
+        self,
+        count: int,
+        build: Callable[[int], PlannedRequest],
+        header: Callable[[int], RequestHeader],
+    ) -> None:
+        self._count = count
+        self._build = build
+        self._header = header
+
+    @classmethod
+    def of(cls, requests: Sequence[PlannedRequest]) -> PhaseRequests:
+        """Requests built already (tests, hand-made plans), behind the same interface."""
+        if isinstance(requests, PhaseRequests):
+            return requests
+        items = list(requests)
+        return cls(len(items), items.__getitem__, lambda i: header_of(items[i]))
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, index: int) -> PlannedRequest: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[PlannedRequest]: ...
+
+    def __getitem__(self, index: int | slice) -> PlannedRequest | list[PlannedRequest]:
+        if isinstance(index, slice):
+            return [self._build(i) for i in range(*index.indices(self._count))]
+        return self._build(self._index(index))
+
+    def header(self, index: int) -> RequestHeader:
+        """Request id, group and lengths of request ``index``, without building its prompt."""
+        return self._header(self._index(index))
+
+    def _index(self, index: int) -> int:
+        i = index + self._count if index < 0 else index
+        if not 0 <= i < self._count:
+            raise IndexError(f"request {index} of a phase of {self._count}")
+        return i
+
+
+def _request_id(phase: str, i: int) -> str:
+    return f"{phase}-{i:04d}"
 
 
 def materialize(
     workload: AnchoredPrompts | UniquePrompts, phase: str, seed: int, space: TokenSpace
-) -> list[PlannedRequest]:
-    """The concrete requests of one phase (deterministic for a given seed)."""
-    out: list[PlannedRequest] = []
+) -> PhaseRequests:
+    """The concrete requests of one phase (deterministic for a given seed), built lazily.
+
+    Request i of an anchored workload is anchor ``i % anchors``'s prefix (the same tokens in
+    every phase) + a suffix keyed by (phase, i); of a unique workload, tokens keyed by
+    (phase, i). Anchor prefixes are drawn once per call and kept as compact arrays.
+    """
     if isinstance(workload, AnchoredPrompts):
-        prefixes = [
-            _tokens(seed, f"{workload.pool}/{a}", workload.prefix_tokens, space)
-            for a in range(workload.anchors)
-        ]
-        for i in range(workload.requests):
-            anchor = i % workload.anchors
-            suffix = _tokens(seed, f"{phase}/suffix/{i}", workload.suffix_tokens, space)
-            out.append(
-                PlannedRequest(
-                    request_id=f"{phase}-{i:04d}",
-                    prompt_token_ids=prefixes[anchor] + suffix,
-                    max_tokens=workload.output_tokens,
-                    group=f"{workload.pool}-{anchor}",
-                )
+        return _anchored(workload, phase, seed, space)
+    return _unique(workload, phase, seed, space)
+
+
+def _anchored(workload: AnchoredPrompts, phase: str, seed: int, space: TokenSpace) -> PhaseRequests:
+    prefixes: dict[int, np.ndarray] = {}
+
+    def prefix(anchor: int) -> np.ndarray:
+        if anchor not in prefixes:
+            prefixes[anchor] = _token_array(
+                seed, f"{workload.pool}/{anchor}", workload.prefix_tokens, space
             )
-        return out
-    for i in range(workload.requests):
-        out.append(
-            PlannedRequest(
-                request_id=f"{phase}-{i:04d}",
-                prompt_token_ids=_tokens(
-                    seed, f"{phase}/unique/{i}", workload.prompt_tokens, space
-                ),
-                max_tokens=workload.output_tokens,
-                disconnect_after_tokens=(
-                    workload.disconnect_after_tokens if workload.disconnects(i) else None
-                ),
-            )
+        return prefixes[anchor]
+
+    def header(i: int) -> RequestHeader:
+        return RequestHeader(
+            request_id=_request_id(phase, i),
+            group=f"{workload.pool}-{i % workload.anchors}",
+            prompt_tokens=workload.prompt_tokens,
+            max_tokens=workload.output_tokens,
         )
-    return out
+
+    def build(i: int) -> PlannedRequest:
+        suffix = _token_array(seed, f"{phase}/suffix/{i}", workload.suffix_tokens, space)
+        h = header(i)
+        return PlannedRequest(
+            request_id=h.request_id,
+            prompt_token_ids=tuple(np.concatenate([prefix(i % workload.anchors), suffix]).tolist()),
+            max_tokens=h.max_tokens,
+            group=h.group,
+        )
+
+    return PhaseRequests(workload.requests, build, header)
+
+
+def _unique(workload: UniquePrompts, phase: str, seed: int, space: TokenSpace) -> PhaseRequests:
+    def header(i: int) -> RequestHeader:
+        return RequestHeader(
+            request_id=_request_id(phase, i),
+            group=None,
+            prompt_tokens=workload.prompt_tokens,
+            max_tokens=workload.output_tokens,
+        )
+
+    def build(i: int) -> PlannedRequest:
+        return PlannedRequest(
+            request_id=_request_id(phase, i),
+            prompt_token_ids=_tokens(seed, f"{phase}/unique/{i}", workload.prompt_tokens, space),
+            max_tokens=workload.output_tokens,
+            disconnect_after_tokens=(
+                workload.disconnect_after_tokens if workload.disconnects(i) else None
+            ),
+        )
+
+    return PhaseRequests(workload.requests, build, header)

@@ -1,4 +1,5 @@
-"""loadgen.phase.run_phase: arrival patterns, concurrency limits, records, schedule lateness.
+"""loadgen.phase.run_phase: arrival patterns, concurrency limits, records, schedule lateness,
+connection warm-up, bounded memory and accounting of a cut-short phase.
 
 Closed-loop and all-at-once run on the real clock against the fake vLLM; open-loop scheduling
 runs on a virtual clock (sleepers wake in deadline order and time jumps to each deadline), so
@@ -11,7 +12,8 @@ import asyncio
 import contextlib
 import heapq
 import itertools
-from collections.abc import AsyncIterator, Callable
+import weakref
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 import aiohttp
@@ -20,12 +22,14 @@ from fake_openai_server import FakeOpenAIServer, StreamScript
 
 from loadgen.client import Target
 from loadgen.clock import Clock, MonotonicClock
-from loadgen.phase import PhaseTiming, run_phase
+from loadgen.connections import open_session
+from loadgen.phase import WARMUP_MAX_CONNECTIONS, PhaseTiming, run_phase, warmup_connections
 from loadgen.records import RecordWriter, RequestRecord, read_records
 from scenarios.arrivals import AllAtOnce, ClosedLoop, OpenLoop, open_loop_offsets_ns
-from scenarios.workloads import PlannedRequest
+from scenarios.workloads import PhaseRequests, PlannedRequest, header_of
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
+# asyncio_mode = "auto" runs the async tests; one test here is plain.
+pytestmark = [pytest.mark.timeout(30)]
 
 MS = 1_000_000
 
@@ -83,12 +87,15 @@ def requests(n: int, max_tokens: int = 3) -> list[PlannedRequest]:
 async def run(
     fake: FakeOpenAIServer,
     arrival: ClosedLoop | AllAtOnce | OpenLoop,
-    planned: list[PlannedRequest],
+    planned: Sequence[PlannedRequest],
     path: Path,
     clock: Clock,
     on_done: Callable[[RequestRecord], None] | None = None,
+    session: aiohttp.ClientSession | None = None,
 ) -> PhaseTiming:
-    async with aiohttp.ClientSession() as session:
+    async with contextlib.AsyncExitStack() as stack:
+        if session is None:
+            session = await stack.enter_async_context(open_session(read_timeout_s=10))
         with RecordWriter(path) as writer:
             return await run_phase(
                 case="c",
@@ -113,9 +120,15 @@ async def test_closed_loop_keeps_exactly_c_in_flight_in_list_order(tmp_path: Pat
     records = read_records(path)
     assert sorted(r["request_id"] for r in records) == [f"p-{i:04d}" for i in range(9)]
     assert all(r["status"] == "ok" for r in records)
-    # The semaphore admits waiters FIFO: send order is list order.
+    # Workers take the next index in turn: send order is list order.
     by_send = sorted(records, key=lambda r: r["sent_ns"])
     assert [r["index"] for r in by_send] == list(range(9))
+    # The first 3 are admitted at once; request k ≥ 3 only after k − 2 others finished.
+    ends = sorted(r["end_ns"] for r in records)
+    for r in by_send:
+        assert r["scheduled_ns"] <= r["admitted_ns"] <= r["sent_ns"]
+        if r["index"] >= 3:
+            assert r["admitted_ns"] >= ends[r["index"] - 3]
     assert timing.start_ns == min(r["sent_ns"] for r in records)
     assert timing.last_end_ns == max(r["end_ns"] for r in records)
     assert timing.late_sends == 0
@@ -177,3 +190,136 @@ async def test_open_loop_counts_sends_more_than_10ms_late(tmp_path: Path) -> Non
     assert timing.late_sends == 8
     assert timing.loop_lag_max_ms == 15.0
     assert timing.loop_lag_p99_ms == 15.0
+
+
+def test_warm_up_size_follows_what_the_phase_keeps_in_flight() -> None:
+    assert warmup_connections(ClosedLoop(concurrency=4), 48) == 4
+    assert warmup_connections(ClosedLoop(concurrency=8), 3) == 3  # never more than requests
+    assert warmup_connections(AllAtOnce(), 16) == 16
+    assert warmup_connections(AllAtOnce(), 100_000) == WARMUP_MAX_CONNECTIONS
+    # Uncapped open loop: the first second of arrivals, ceil(2.5 req/s × 1 s) = 3.
+    assert warmup_connections(OpenLoop(rate_rps=2.5), 300) == 3
+    assert warmup_connections(OpenLoop(rate_rps=2.5, max_concurrency=2), 300) == 2
+    assert warmup_connections(OpenLoop(rate_rps=500.0, max_concurrency=64), 300) == 64
+
+
+async def test_warm_up_opens_the_connections_so_no_request_connects(tmp_path: Path) -> None:
+    # Closed loop C = 3: the warm-up opens 3 connections and all 9 requests reuse them, so
+    # no TTFT includes a connect; a second phase on the same pool opens none.
+    fake = FakeOpenAIServer(StreamScript(ttft_s=0.02, itl_s=0.005))
+    path = tmp_path / "requests.jsonl"
+    async with fake.serve(), open_session(read_timeout_s=10) as session:
+        first = await run(
+            fake, ClosedLoop(concurrency=3), requests(9), path, MonotonicClock(), session=session
+        )
+        second = await run(
+            fake, ClosedLoop(concurrency=3), requests(3), path, MonotonicClock(), session=session
+        )
+    assert (first.warmup_connections, first.warmup_opened, first.warmup_failed) == (3, 3, 0)
+    assert (second.warmup_connections, second.warmup_opened) == (3, 0)
+    assert fake.health_checks == 6
+    assert len(fake.connections) == 3
+    records = read_records(path)
+    assert len(records) == 12
+    assert all(r["new_connection"] is False for r in records)
+
+
+async def test_open_loop_cap_is_honoured_and_the_wait_is_recorded(tmp_path: Path) -> None:
+    # 1000 req/s (arrivals ~1 ms apart) against 50 ms responses, cap 2: never more than 2 in
+    # flight; request k ≥ 2 is admitted only after k − 1 others finished (by hand: before
+    # admitting k, k requests were admitted and at most 1 may still run).
+    fake = FakeOpenAIServer(StreamScript(ttft_s=0.05))
+    arrival = OpenLoop(rate_rps=1000.0, max_concurrency=2, seed=5)
+    path = tmp_path / "r.jsonl"
+    async with fake.serve():
+        await run(fake, arrival, requests(6), path, MonotonicClock())
+    assert fake.max_active == 2
+    records = sorted(read_records(path), key=lambda r: r["index"])
+    assert all(r["status"] == "ok" for r in records)
+    ends = sorted(r["end_ns"] for r in records)
+    for r in records:
+        assert r["scheduled_ns"] <= r["admitted_ns"] <= r["sent_ns"]
+        if r["index"] >= 2:
+            assert r["admitted_ns"] >= ends[r["index"] - 2]
+    assert [r["index"] for r in sorted(records, key=lambda r: r["sent_ns"])] == list(range(6))
+
+
+async def test_uncapped_open_loop_is_admitted_at_its_scheduled_time(tmp_path: Path) -> None:
+    clock = VirtualClock(5_000_000_000)
+    fake = FakeOpenAIServer()
+    async with fake.serve(), clock.running():
+        await run(fake, OpenLoop(rate_rps=20.0, seed=3), requests(4), tmp_path / "r.jsonl", clock)
+    assert all(r["admitted_ns"] == r["scheduled_ns"] for r in read_records(tmp_path / "r.jsonl"))
+
+
+async def test_prompts_are_built_one_at_a_time_and_dropped_once_sent(tmp_path: Path) -> None:
+    # A phase of 8 over 2 workers: each prompt is built when its request is sent and freed
+    # once encoded, so at most one is alive at any moment and each is built exactly once.
+    built: list[int] = []
+    live = [0, 0]  # now, max
+
+    def gone() -> None:
+        live[0] -= 1
+
+    def build(i: int) -> PlannedRequest:
+        p = requests(8)[i]
+        built.append(i)
+        live[0] += 1
+        live[1] = max(live)
+        weakref.finalize(p, gone)
+        return p
+
+    plan = PhaseRequests(8, build, lambda i: header_of(requests(8)[i]))
+    fake = FakeOpenAIServer(StreamScript(ttft_s=0.01, itl_s=0.005))
+    async with fake.serve():
+        await run(fake, ClosedLoop(concurrency=2), plan, tmp_path / "r.jsonl", MonotonicClock())
+    assert sorted(built) == list(range(8))
+    assert live == [0, 1]
+    assert len(read_records(tmp_path / "r.jsonl")) == 8
+
+
+async def _cancel_when(fake: FakeOpenAIServer, task: asyncio.Task[PhaseTiming], n: int) -> None:
+    await fake.wait_for(lambda: len(fake.seen) >= n)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_a_cut_short_closed_loop_accounts_for_every_request(tmp_path: Path) -> None:
+    # 10 long requests, C = 2, cancelled once 2 are streaming: those 2 are errors, the 8
+    # never sent are not_sent; every planned request has exactly one record.
+    fake = FakeOpenAIServer(StreamScript(itl_s=0.05))
+    path = tmp_path / "r.jsonl"
+    async with fake.serve():
+        task = asyncio.create_task(
+            run(
+                fake,
+                ClosedLoop(concurrency=2),
+                requests(10, max_tokens=200),
+                path,
+                MonotonicClock(),
+            )
+        )
+        await _cancel_when(fake, task, 2)
+    records = sorted(read_records(path), key=lambda r: r["index"])
+    assert [r["index"] for r in records] == list(range(10))
+    assert [r["status"] for r in records] == ["error"] * 2 + ["not_sent"] * 8
+    assert records[0]["error"] == "cancelled before completion (run interrupted)"
+    assert all(r["sent_ns"] is None for r in records[2:])
+
+
+async def test_a_cut_short_open_loop_keeps_the_schedule_of_the_unsent(tmp_path: Path) -> None:
+    # 1 req/s: the first request is sent at once, the phase is cut before the second.
+    arrival = OpenLoop(rate_rps=1.0, seed=2)
+    offsets = open_loop_offsets_ns(arrival, 5)
+    fake = FakeOpenAIServer(StreamScript(itl_s=0.05))
+    path = tmp_path / "r.jsonl"
+    async with fake.serve():
+        task = asyncio.create_task(
+            run(fake, arrival, requests(5, max_tokens=200), path, MonotonicClock())
+        )
+        await _cancel_when(fake, task, 1)
+    records = sorted(read_records(path), key=lambda r: r["index"])
+    assert [r["status"] for r in records] == ["error"] + ["not_sent"] * 4
+    start = records[0]["scheduled_ns"]
+    assert [r["scheduled_ns"] - start for r in records] == offsets

@@ -6,6 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from scenarios.arrivals import (
     AllAtOnce,
@@ -64,3 +65,9 @@ def test_concurrency_limits_per_arrival_kind() -> None:
     assert concurrency_limit(AllAtOnce(), 16) == 16
     assert concurrency_limit(AllAtOnce(), 0) == 1
     assert concurrency_limit(OpenLoop(rate_rps=1.0), 16) is None
+    assert concurrency_limit(OpenLoop(rate_rps=1.0, max_concurrency=3), 16) == 3
+
+
+def test_open_loop_cap_must_be_positive() -> None:
+    with pytest.raises(ValidationError):
+        OpenLoop(rate_rps=1.0, max_concurrency=0)
