@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
@@ -18,6 +19,33 @@ def _size_text(value: str) -> str:
 
 #: A byte size as typed on the command line ("1GiB"), validated but kept as text.
 SizeText = Annotated[str, AfterValidator(_size_text)]
+
+
+def _http_url(value: str) -> str:
+    """``value`` if it is an http(s) base URL with a host, without a trailing slash.
+
+    Raises:
+        ValueError: another scheme, no host, a bad port, or a query/fragment.
+    """
+    example = "e.g. http://127.0.0.1:8000"
+    try:
+        parts = urlsplit(value.strip())
+        port_ok = parts.port is None or parts.port > 0  # .port raises on a bad port
+    except ValueError as exc:
+        raise ValueError(f"{value!r} is not a valid URL ({exc}); {example}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{value!r} is not an http(s) URL with a host; {example}")
+    if not port_ok:
+        raise ValueError(f"{value!r}: port 0 is not a server port; {example}")
+    if parts.query or parts.fragment:
+        raise ValueError(f"{value!r}: a base URL takes no query or fragment; {example}")
+    # Paths are appended to the base URL: a trailing slash would make "//v1/completions".
+    return value.strip().rstrip("/")
+
+
+#: The base URL of a server to attach to ("http://127.0.0.1:8000"), checked on the command
+#: line so a typo fails before a run directory exists, and kept as text.
+HttpUrlText = Annotated[str, AfterValidator(_http_url)]
 
 
 class RunParams(BaseModel):

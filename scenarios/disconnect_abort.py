@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from scenarios.arrivals import AllAtOnce
 from scenarios.base import Scenario
 from scenarios.checks import Check, DisconnectFreesServer, OrphansRunOn
-from scenarios.common import RunParams, SizeText
+from scenarios.common import HttpUrlText, RunParams, SizeText
 from scenarios.plan import CaseSpec, GatewaySpec, PhaseSpec, Plan
 from scenarios.workloads import UniquePrompts
 from server.capacity import KVCapacity
@@ -36,7 +36,7 @@ class DisconnectAbortParams(RunParams):
         default="direct,gateway,broken-proxy", description=f"Cases, from: {', '.join(PATHS)}."
     )
     cache: SizeText = Field(default="1GiB", description="KV cache size (1GiB = 2^30 bytes).")
-    url: str | None = Field(default=None, description="Attach to this running server.")
+    url: HttpUrlText | None = Field(default=None, description="Attach to this running server.")
     requests: int = Field(default=8, gt=0, description="Streaming requests, all sent at once.")
     prompt_tokens: int = Field(default=256, gt=0, description="Prompt length (tokens), unique.")
     output_tokens: int = Field(default=512, gt=1, description="Requested output tokens.")

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from scenarios.arrivals import AllAtOnce
 from scenarios.base import Scenario
 from scenarios.checks import Check, KVPeakMatchesWorkingSet, PreemptionAsPredicted
-from scenarios.common import RunParams
+from scenarios.common import HttpUrlText, RunParams
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
 from scenarios.workloads import UniquePrompts
 from server.capacity import KVCapacity
@@ -30,15 +30,32 @@ def parse_matrix(text: str) -> list[tuple[str, int]]:
         ValueError: an item is not ``SIZE:C`` with a valid size and a positive integer C.
     """
     out = []
-    for item in (x.strip() for x in text.split(",") if x.strip()):
+    for item in _items(text):
         size, sep, conc = item.partition(":")
-        if not sep or not conc.strip().isdigit() or int(conc) <= 0:
+        if not sep:
             raise ValueError(f"case {item!r}: expected SIZE:CONCURRENCY, e.g. 1GiB:16")
-        parse_size(size.strip())
-        out.append((size.strip(), int(conc)))
+        try:
+            out.append((_size(size.strip()), _positive_int(conc.strip())))
+        except ValueError as exc:
+            raise ValueError(f"case {item!r}: {exc}") from None
     if not out:
         raise ValueError("no case given")
     return out
+
+
+def _items(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _size(text: str) -> str:
+    parse_size(text)  # raises ValueError naming the accepted units
+    return text
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) <= 0:
+        raise ValueError(f"{text or repr(text)} is not a positive integer")
+    return int(text)
 
 
 class KVPreemptionParams(RunParams):
@@ -54,7 +71,7 @@ class KVPreemptionParams(RunParams):
     concurrency: str | None = Field(
         default=None, description="Comma-separated concurrencies; with --cache, the product."
     )
-    url: str | None = Field(
+    url: HttpUrlText | None = Field(
         default=None, description="Attach to this running server (cache sizes are ignored)."
     )
     prompt_tokens: int = Field(default=1024, gt=0, description="Prompt length (tokens), unique.")
@@ -69,6 +86,27 @@ class KVPreemptionParams(RunParams):
         parse_matrix(value)
         return value
 
+    # Each list is checked on its own, so an error names the flag the user typed.
+    @field_validator("cache")
+    @classmethod
+    def _cache_list(cls, value: str | None) -> str | None:
+        if value is not None:
+            if not _items(value):
+                raise ValueError("no cache size given")
+            for item in _items(value):
+                _size(item)
+        return value
+
+    @field_validator("concurrency")
+    @classmethod
+    def _concurrency_list(cls, value: str | None) -> str | None:
+        if value is not None:
+            if not _items(value):
+                raise ValueError("no concurrency given")
+            for item in _items(value):
+                _positive_int(item)
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> KVPreemptionParams:
         self.check_fits(self.prompt_tokens, self.output_tokens)
@@ -80,8 +118,8 @@ class KVPreemptionParams(RunParams):
         if self.cache is None and self.concurrency is None:
             pairs = parse_matrix(self.cases)
         else:
-            sizes = (self.cache or "1GiB").split(",")
-            concs = (self.concurrency or "16").split(",")
+            sizes = _items(self.cache or "1GiB")
+            concs = _items(self.concurrency or "16")
             pairs = parse_matrix(",".join(f"{s}:{c}" for s in sizes for c in concs))
         order = {size: i for i, (size, _) in reversed(list(enumerate(pairs)))}
         return sorted(pairs, key=lambda p: order[p[0]])  # stable: keeps C order within a size

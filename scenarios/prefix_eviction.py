@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from scenarios.arrivals import ClosedLoop
 from scenarios.base import Scenario
 from scenarios.checks import CapacityAtLeast, Check, HitRateCompare, LatencyRatio, ProbeCache
-from scenarios.common import RunParams, SizeText
+from scenarios.common import HttpUrlText, RunParams, SizeText
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
 from scenarios.workloads import AnchoredPrompts, UniquePrompts
 from server.capacity import KVCapacity
@@ -36,10 +36,10 @@ class PrefixEvictionParams(RunParams):
         default="auto",
         description="Control case cache: a size, 'auto' (holds anchors + pollution), or 'none'.",
     )
-    url: str | None = Field(
+    url: HttpUrlText | None = Field(
         default=None, description="Attach to this running server instead of starting one."
     )
-    control_url: str | None = Field(
+    control_url: HttpUrlText | None = Field(
         default=None, description="Running server for the control case."
     )
     anchors: int = Field(default=4, gt=0, description="Distinct anchor prefixes.")

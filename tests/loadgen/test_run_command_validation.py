@@ -48,3 +48,48 @@ def test_out_pointing_at_a_file_is_a_usage_error(tmp_path: Path) -> None:
     code, out = _run("prefix-eviction", "--out", str(target))
     assert code == 2
     assert "is a file, not a directory" in out
+
+
+@pytest.mark.parametrize(
+    ("scenario", "flag"),
+    [
+        ("prefix-eviction", "--url"),
+        ("prefix-eviction", "--control-url"),
+        ("kv-preemption", "--url"),
+        ("disconnect-abort", "--url"),
+    ],
+)
+@pytest.mark.parametrize("url", ["notaurl", "127.0.0.1:8000", "ftp://127.0.0.1", "http://:80"])
+def test_a_bad_url_is_a_usage_error_before_any_run_directory(
+    tmp_path: Path, scenario: str, flag: str, url: str
+) -> None:
+    out = tmp_path / "run"
+    code, text = _run(scenario, flag, url, "--out", str(out))
+    assert code == 2
+    assert f"{flag}: '{url}' is not an http(s) URL with a host" in text
+    assert not out.exists()
+
+
+def test_a_bad_port_in_a_url_names_the_flag() -> None:
+    code, out = _run("kv-preemption", "--url", "http://127.0.0.1:99999")
+    assert code == 2
+    assert "--url: 'http://127.0.0.1:99999' is not a valid URL (Port out of range" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--concurrency", "0"), "--concurrency: 0 is not a positive integer"),
+        (("--concurrency", "8,x"), "--concurrency: x is not a positive integer"),
+        (("--cache", "1GiB,2XB"), "--cache: invalid size '2XB': unknown unit 'XB'"),
+        (("--cases", "1GiB:0"), "--cases: case '1GiB:0': 0 is not a positive integer"),
+        (("--cases", "1GiB"), "--cases: case '1GiB': expected SIZE:CONCURRENCY"),
+    ],
+)
+def test_kv_preemption_list_errors_name_what_the_user_typed(
+    args: tuple[str, ...], message: str
+) -> None:
+    code, out = _run("kv-preemption", *args)
+    assert code == 2
+    assert message in out
+    assert "1GiB:0" not in out or "--cases" in args  # no case the user never typed
