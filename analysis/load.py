@@ -1,30 +1,134 @@
-"""Reading a run directory back: plan, run facts, and per case records, phases and samples."""
+"""Reading a run directory back: the one module of ``analysis`` that opens a run's files.
+
+Everything else in ``analysis`` works on the :class:`RunData` this returns. File names come from
+the writers' layout (``loadgen.rundir``, ``metrics.store``).
+
+Every JSON-lines file is read the same way (:func:`read_jsonl`): a last line cut short by a
+crash (no newline, not valid JSON) is skipped and reported as a torn tail; a complete line that
+is not a JSON object is skipped and reported by line number; everything else is kept. Metric
+samples whose value is not finite (``NaN`` from older runs) are dropped and counted, so no
+statistic ever sees them.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import math
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadgen.records import read_records
 from loadgen.rundir import (
     CASE_FILE,
+    FAULTS_FILE,
+    GATEWAY_LOG,
     PHASES_FILE,
     PLAN_FILE,
     REQUESTS_FILE,
     RUN_FILE,
     case_dir,
     read_json,
-    read_jsonl,
 )
 from metrics.samples import Sample
-from metrics.store import read_samples, read_scrapes
-from scenarios.plan import Plan
+from metrics.store import SAMPLES_FILE, SCRAPES_FILE
+from scenarios.plan import CaseSpec, Plan
+
+#: Gateway breaker transitions, one JSON object per line (written by the gateway process).
+GATEWAY_EVENTS_FILE = "gateway_events.jsonl"
+#: Plan fields that older runs wrote and the plan no longer has (report-only settings).
+_LEGACY_PLAN_FIELDS = ("probe_phases", "compare_phases")
+
+
+@dataclass(frozen=True)
+class JsonlFile:
+    """What a JSON-lines file held.
+
+    Attributes:
+        rows: the JSON objects of its readable lines, in file order.
+        exists: the file was there.
+        torn_tail: its last line was cut short (no newline and not valid JSON): skipped.
+        bad_lines: 1-based numbers of complete lines that are not JSON objects: skipped.
+    """
+
+    rows: list[dict[str, Any]]
+    exists: bool = True
+    torn_tail: bool = False
+    bad_lines: tuple[int, ...] = ()
+
+    def problems(self, name: str) -> list[str]:
+        """Human-readable findings about this file (empty when it read cleanly)."""
+        out = []
+        if self.torn_tail:
+            out.append(
+                f"the last line of {name} is cut short (a crash while writing it); "
+                "the lines before it are intact"
+            )
+        if self.bad_lines:
+            lines = ", ".join(str(n) for n in self.bad_lines[:10])
+            out.append(f"{name}: line(s) {lines} are not valid JSON objects and were skipped")
+        return out
+
+
+def read_jsonl(path: Path) -> JsonlFile:
+    """Read a JSON-lines file the tolerant way described in the module docstring.
+
+    A missing file gives an empty :class:`JsonlFile` with ``exists=False``.
+    """
+    if not path.exists():
+        return JsonlFile([], exists=False)
+    rows: list[dict[str, Any]] = []
+    bad: list[int] = []
+    torn = False
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                if line.endswith("\n"):
+                    bad.append(lineno)
+                else:
+                    torn = True  # only the last line can lack its newline
+                continue
+            if isinstance(obj, dict):
+                rows.append(obj)
+            else:
+                bad.append(lineno)
+    return JsonlFile(rows, True, torn, tuple(bad))
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A gateway breaker transition: ``t_ns`` on the run's monotonic clock."""
+
+    t_ns: int
+    upstream: str
+    from_state: str
+    to_state: str
+    reason: str
 
 
 @dataclass
 class CaseData:
-    """Raw data of one case, as written by the run."""
+    """Raw data of one case, as written by the run.
+
+    Attributes:
+        name: case name; ``spec`` its plan entry (``None`` in hand-built test data).
+        info: ``case.json`` (status, error, server facts).
+        records: request records (``requests.jsonl``).
+        phases: phase boundaries (``phases.jsonl``).
+        samples: finite metric samples (``metrics/samples.jsonl``), in file order.
+        scrapes: one entry per scrape tick (``metrics/scrapes.jsonl``); entries of runs that
+            predate tick accounting get ``outcome`` from their ``ok`` field.
+        faults: injected faults (``faults.jsonl``).
+        transitions: gateway breaker transitions, from the gateway's events file.
+        transitions_source: ``events``, ``log`` (a run that predates the events file: read
+            from the gateway's log lines) or ``None`` (no gateway).
+        nonfinite_samples: samples dropped because their value was not finite.
+        file_problems: torn tails and unreadable lines, per file (for ``validate``/report).
+    """
 
     name: str
     info: dict[str, Any]
@@ -32,6 +136,12 @@ class CaseData:
     phases: list[dict[str, Any]]
     samples: list[Sample]
     scrapes: list[dict[str, Any]]
+    faults: list[dict[str, Any]] = field(default_factory=list)
+    transitions: list[Transition] = field(default_factory=list)
+    transitions_source: str | None = None
+    nonfinite_samples: int = 0
+    file_problems: list[str] = field(default_factory=list)
+    spec: CaseSpec | None = None
 
 
 @dataclass
@@ -44,6 +154,96 @@ class RunData:
     cases: list[CaseData]
 
 
+def load_plan(run_dir: Path) -> Plan:
+    """The run's plan (``plan.json``); fields older runs wrote that no longer exist are ignored.
+
+    Raises:
+        FileNotFoundError: no ``plan.json`` (not a run directory, or it failed before planning).
+        pydantic.ValidationError: the plan does not validate.
+    """
+    path = run_dir / PLAN_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: not a run directory, or no plan was made")
+    data = read_json(path)
+    for key in _LEGACY_PLAN_FIELDS:
+        data.pop(key, None)
+    return Plan.model_validate(data)
+
+
+def _samples(path: Path) -> tuple[list[Sample], int, JsonlFile]:
+    raw = read_jsonl(path)
+    out: list[Sample] = []
+    nonfinite = 0
+    for d in raw.rows:
+        value = float(d["value"])
+        if not math.isfinite(value):
+            nonfinite += 1
+            continue
+        labels = tuple(sorted((str(k), str(v)) for k, v in (d.get("labels") or {}).items()))
+        out.append(Sample(int(d["t_ns"]), str(d["name"]), labels, value))
+    return out, nonfinite, raw
+
+
+def _scrapes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Scrape ticks with an ``outcome`` (older runs recorded only ``ok``)."""
+    return [
+        r if "outcome" in r else {**r, "outcome": "ok" if r.get("ok") else "failed"} for r in rows
+    ]
+
+
+_TRANSITION_LOG = re.compile(r"breaker (\S+): ([\w-]+) -> ([\w-]+) at ([\d.]+) s \((.*)\)")
+
+
+def _transitions(cdir: Path, events: JsonlFile) -> tuple[list[Transition], str | None]:
+    if events.exists:
+        return [
+            Transition(int(e["t_ns"]), str(e["upstream"]), str(e["from"]), str(e["to"]),
+                       str(e.get("reason", "")))
+            for e in events.rows
+            if e.get("event") == "breaker_transition"
+        ], "events"  # fmt: skip
+    log = cdir / GATEWAY_LOG
+    if not log.exists():
+        return [], None
+    # Runs written before the gateway had an events file: its log line is all there is.
+    out = []
+    for line in log.read_text(errors="replace").splitlines():
+        m = _TRANSITION_LOG.search(line)
+        if m:
+            up, a, b, t, why = m.groups()
+            out.append(Transition(int(float(t) * 1e9), up.rstrip(":"), a, b, why))
+    return out, "log"
+
+
+def load_case(run_dir: Path, spec: CaseSpec) -> CaseData:
+    """Everything recorded for case ``spec`` (empty lists for files it never wrote)."""
+    cdir = case_dir(run_dir, spec.name)
+    info = read_json(cdir / CASE_FILE) if (cdir / CASE_FILE).exists() else {}
+    files = {rel: read_jsonl(cdir / rel) for rel in (REQUESTS_FILE, PHASES_FILE, SCRAPES_FILE)}
+    samples, nonfinite, samples_file = _samples(cdir / SAMPLES_FILE)
+    files[SAMPLES_FILE] = samples_file
+    faults = read_jsonl(cdir / FAULTS_FILE)
+    files[FAULTS_FILE] = faults
+    events = read_jsonl(cdir / GATEWAY_EVENTS_FILE)
+    files[GATEWAY_EVENTS_FILE] = events
+    transitions, source = _transitions(cdir, events)
+    problems = [p for rel, f in files.items() for p in f.problems(rel)]
+    return CaseData(
+        name=spec.name,
+        info=info,
+        records=files[REQUESTS_FILE].rows,
+        phases=files[PHASES_FILE].rows,
+        samples=samples,
+        scrapes=_scrapes(files[SCRAPES_FILE].rows),
+        faults=faults.rows,
+        transitions=transitions,
+        transitions_source=source,
+        nonfinite_samples=nonfinite,
+        file_problems=problems,
+        spec=spec,
+    )
+
+
 def load_run(run_dir: Path) -> RunData:
     """Load everything analysis needs from ``run_dir``.
 
@@ -51,24 +251,6 @@ def load_run(run_dir: Path) -> RunData:
         FileNotFoundError: ``plan.json`` is missing (not a run directory, or it failed before
             planning).
     """
-    plan_path = run_dir / PLAN_FILE
-    if not plan_path.exists():
-        raise FileNotFoundError(f"{plan_path} not found: not a run directory, or no plan was made")
-    plan = Plan.model_validate(read_json(plan_path))
+    plan = load_plan(run_dir)
     run = read_json(run_dir / RUN_FILE) if (run_dir / RUN_FILE).exists() else {}
-    cases = []
-    for spec in plan.cases:
-        cdir = case_dir(run_dir, spec.name)
-        info = read_json(cdir / CASE_FILE) if (cdir / CASE_FILE).exists() else {}
-        records = read_records(cdir / REQUESTS_FILE) if (cdir / REQUESTS_FILE).exists() else []
-        cases.append(
-            CaseData(
-                name=spec.name,
-                info=info,
-                records=records,
-                phases=read_jsonl(cdir / PHASES_FILE),
-                samples=read_samples(cdir),
-                scrapes=read_scrapes(cdir),
-            )
-        )
-    return RunData(run_dir, plan, run, cases)
+    return RunData(run_dir, plan, run, [load_case(run_dir, spec) for spec in plan.cases])

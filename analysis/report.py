@@ -1,22 +1,27 @@
 """Building the report of a run from its raw files: ``report.json``, ``report.md``, plots.
 
 ``build_report`` is the single entry point used at the end of a run and by
-``loadgen report RUN``; it reads only the run directory, so a rebuild gives the same report.
+``loadgen report RUN``; it reads only the run directory (through ``analysis.load``), so a
+rebuild gives the same report. The generic part comes from ``analysis.summaries``; the
+scenario's own section, columns, plots and check evaluators from its module in
+``analysis.reports``.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analysis import breaker, disconnects, plots, preemption
-from analysis.checks import evaluate
+from analysis import checks, plots
 from analysis.load import RunData, load_run
-from analysis.markdown import render_markdown
+from analysis.markdown import phase_rows, render_markdown
+from analysis.models import RunInfo, RunSummary
+from analysis.reports import ScenarioReport, report_for
 from analysis.summaries import case_summary
-from loadgen.rundir import PLOTS_DIR, REPORT_JSON, REPORT_MD, case_dir
+from loadgen.rundir import PLOTS_DIR, REPORT_JSON, REPORT_MD
 
 
 def _clean(obj: Any) -> Any:
@@ -32,71 +37,93 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
-def summarize(run_dir: Path, data: RunData | None = None) -> dict[str, Any]:
-    """The report as a JSON-ready dict (no file written); ``data`` if already loaded."""
-    data = data or load_run(run_dir)
-    plan = data.plan
-    cases = {c.name: case_summary(c, plan.probe_phases, plan.compare_phases) for c in data.cases}
-    disconnect_rows = disconnects.section(data.cases)["rows"]
-    for spec in plan.cases:
-        cases[spec.name]["label"] = spec.label
-        cases[spec.name]["planned_phases"] = [p.name for p in plan.phases_of(spec)]
-        cases[spec.name]["disconnects"] = [r for r in disconnect_rows if r["case"] == spec.name]
-        if spec.gateway is not None and spec.replicas > 1:
-            case_data = next(c for c in data.cases if c.name == spec.name)
-            cases[spec.name]["breaker"] = [
-                breaker.episode(case_data, case_dir(run_dir, spec.name), p)
-                for p in case_data.phases
-            ]
-    verdicts = [v.to_dict() for v in evaluate(plan.checks, cases)]
-    extra = {}
-    # Present for plans that declare preemption predictions (kv-preemption).
-    hand = preemption.section({"cases": cases}, [c.model_dump() for c in plan.checks])
-    if hand["rows"]:
-        extra["preemption"] = hand
-    decided = [v for v in verdicts if v["passed"] is not None]
-    return _clean(
-        {
-            "scenario": plan.scenario,
-            "description": plan.description,
-            "run": {k: data.run.get(k) for k in ("command", "started_at", "status", "wall_s")},
-            "params": plan.params,
-            "sizing": plan.sizing,
-            "phases": plan.phase_names(),
-            "cases": cases,
-            "verdicts": verdicts,
-            **extra,
-            "verdict_summary": {
-                "passed": sum(1 for v in decided if v["passed"]),
-                "failed": sum(1 for v in decided if not v["passed"]),
-                "undecided": len(verdicts) - len(decided),
-            },
-        }
+def _run_info(run: dict[str, Any]) -> RunInfo:
+    return RunInfo(
+        command=list(run.get("command") or []),
+        started_at=run.get("started_at"),
+        status=run.get("status"),
+        wall_s=run.get("wall_s"),
+        model_variant=run.get("model_variant"),
+        cpu=run.get("cpu"),
     )
 
 
-def build_report(run_dir: Path) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Report:
+    """A built report: the typed summary, the scenario's report parts and its details."""
+
+    summary: RunSummary
+    parts: ScenarioReport[Any]
+    details: Any
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as written to ``report.json`` (JSON-ready, no NaN)."""
+        result: dict[str, Any] = _clean(self.summary.model_dump(mode="json"))
+        return result
+
+    def console_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
+        """Per case: (title, headers, rows) of a short per-phase table for the terminal."""
+        keep = {"phase", "req", "failed", "TTFT mean", "TTFT p95", "TPOT mean", "out tok/s"}
+        extra = self.parts.phase_columns(self.details)
+        keep |= {c.header for c in extra}
+        out = []
+        for name, case in self.summary.cases.items():
+            headers, rows = phase_rows(case, list(case.phases), extra)
+            idx = [i for i, h in enumerate(headers) if h in keep]
+            title = f"{self.summary.scenario} — case {name} ({case.status})"
+            out.append((title, [headers[i] for i in idx], [[r[i] for i in idx] for r in rows]))
+        return out
+
+
+def summarize_run(data: RunData) -> Report:
+    """The report of ``data`` without plots."""
+    plan = data.plan
+    cases = {
+        c.name: case_summary(c, spec.label, [p.name for p in plan.phases_of(spec)])
+        for c, spec in zip(data.cases, plan.cases, strict=True)
+    }
+    parts = report_for(plan.scenario)
+    details = parts.details(data, cases)
+    verdicts = checks.evaluate(plan.checks, cases, parts, details)
+    summary = RunSummary(
+        scenario=plan.scenario,
+        description=plan.description,
+        run=_run_info(data.run),
+        params=plan.params,
+        sizing=plan.sizing,
+        phases=plan.phase_names(),
+        cases=cases,
+        details=None if details is None else details.model_dump(mode="json"),
+        verdicts=verdicts,
+        verdict_summary=checks.summary(verdicts),
+    )
+    return Report(summary, parts, details)
+
+
+def summarize(run_dir: Path, data: RunData | None = None) -> dict[str, Any]:
+    """The report as a JSON-ready dict (no file written, no plots); ``data`` if loaded."""
+    return summarize_run(data or load_run(run_dir)).as_dict()
+
+
+def build_report(run_dir: Path) -> Report:
     """Write ``report.json``, ``report.md`` and ``plots/*.png`` into ``run_dir``; return it."""
     data = load_run(run_dir)
-    report = summarize(run_dir, data)
+    built = summarize_run(data)
+    summary = built.summary
     plot_dir = run_dir / PLOTS_DIR
     plot_dir.mkdir(exist_ok=True)
-    phases = report["phases"]
+    written: list[Path] = []
     ran = [c for c in data.cases if c.records]
-    written = []
     if ran:
-        written.append(plots.ttft_by_phase(ran, phases, plot_dir / "ttft_by_phase.png"))
-        written.append(
-            plots.hit_rate_by_phase(report["cases"], phases, plot_dir / "hit_rate_by_phase.png")
-        )
-    for name, case_report in report["cases"].items():
-        for ep in case_report.get("breaker", []):
-            path = plot_dir / f"breaker_{name}_{ep['phase']}.png"
-            written.append(plots.breaker_episode(ep, path))
+        written.append(plots.ttft_by_phase(ran, summary.phases, plot_dir / "ttft_by_phase.png"))
+    written += built.parts.plots(data, summary.cases, built.details, plot_dir)
     for case in data.cases:
         if case.samples:
             written.append(plots.timeline(case, plot_dir / f"timeline_{case.name}.png"))
-    report["plots"] = [p.relative_to(run_dir).as_posix() for p in written]
-    (run_dir / REPORT_JSON).write_text(json.dumps(report, indent=2) + "\n")
-    (run_dir / REPORT_MD).write_text(render_markdown(report))
-    return report
+    summary = summary.model_copy(
+        update={"plots": [p.relative_to(run_dir).as_posix() for p in written]}
+    )
+    built = Report(summary, built.parts, built.details)
+    (run_dir / REPORT_JSON).write_text(json.dumps(built.as_dict(), indent=2) + "\n")
+    (run_dir / REPORT_MD).write_text(render_markdown(summary, built.parts, built.details))
+    return built

@@ -1,21 +1,27 @@
 """``loadgen validate RUN``: is a run directory complete, unaltered and internally consistent?
 
-Checks: manifest present and every file's size and sha256 match; the files each case needs
-exist and parse; timestamps are ordered and values finite; failure counts agree between the
-request records, ``case.json`` and ``report.json``.
+Problems (the run is invalid): the manifest is missing or a file's size or sha256 differs; a
+file a case needs is missing; a record's stamps are out of order or its values impossible;
+failure counts disagree between the records, ``case.json`` and ``report.json``; a JSON-lines
+file has a line cut short by a crash or a corrupt line; ``report.json`` holds a non-finite
+value.
+
+Warnings (the run is valid, but some figures need care; the report shows the same findings):
+non-finite metric samples that were dropped, phases whose counter deltas rest on a scrape older
+than their last request, requests whose tokens all arrived in one chunk, counter resets.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from analysis.load import load_case, load_plan
+from analysis.summaries import case_summary
 from loadgen.manifest import verify_manifest
-from loadgen.records import read_records, truncated_tail
 from loadgen.rundir import (
     CASE_FILE,
     PHASES_FILE,
@@ -26,15 +32,15 @@ from loadgen.rundir import (
     case_dir,
     read_json,
 )
-from metrics.store import SAMPLES_FILE, SCRAPES_FILE, read_samples
-from scenarios.plan import Plan
+from metrics.store import SAMPLES_FILE, SCRAPES_FILE
 
 
 @dataclass
 class ValidationResult:
-    """Problems (empty = valid) and facts gathered on the way (counts per case)."""
+    """Problems (empty = valid), warnings, and facts gathered on the way (counts per case)."""
 
     problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     facts: dict[str, object] = field(default_factory=dict)
 
     @property
@@ -80,49 +86,41 @@ def validate_run(run_dir: Path) -> ValidationResult:
             result.problems.append(f"{name} missing")
     if not (run_dir / PLAN_FILE).exists():
         return result
-    plan = Plan.model_validate(read_json(run_dir / PLAN_FILE))
+    plan = load_plan(run_dir)
     report = read_json(run_dir / REPORT_JSON) if (run_dir / REPORT_JSON).exists() else {}
-    for case in plan.cases:
-        cdir = case_dir(run_dir, case.name)
+    for spec in plan.cases:
+        cdir = case_dir(run_dir, spec.name)
         if not (cdir / CASE_FILE).exists():
-            result.problems.append(f"{case.name}: {CASE_FILE} missing (case never started)")
+            result.problems.append(f"{spec.name}: {CASE_FILE} missing (case never started)")
             continue
         info = read_json(cdir / CASE_FILE)
         if info.get("status") == "failed" and not (cdir / REQUESTS_FILE).exists():
-            result.facts[case.name] = {"status": "failed", "error": info.get("error")}
+            result.facts[spec.name] = {"status": "failed", "error": info.get("error")}
             continue
         for rel in (REQUESTS_FILE, PHASES_FILE, SAMPLES_FILE, SCRAPES_FILE):
             if not (cdir / rel).exists():
-                result.problems.append(f"{case.name}: {rel} missing")
-        if (cdir / REQUESTS_FILE).exists() and truncated_tail(cdir / REQUESTS_FILE):
-            result.problems.append(
-                f"{case.name}: the last line of {REQUESTS_FILE} is cut short (a crash while "
-                "writing it); the records before it are intact"
-            )
-        try:
-            records = read_records(cdir / REQUESTS_FILE) if (cdir / REQUESTS_FILE).exists() else []
-        except ValueError as exc:
-            result.problems.append(f"{case.name}: {exc}")
-            records = []
-        for rec in records:
-            result.problems += _check_record(rec, f"{case.name}/{rec.get('request_id')}")
-        bad = [s for s in read_samples(cdir) if not math.isfinite(s.value)]
-        if bad:
-            result.problems.append(f"{case.name}: {len(bad)} non-finite metric samples")
-        failed = sum(1 for r in records if r.get("status") == "error")
+                result.problems.append(f"{spec.name}: {rel} missing")
+        case = load_case(run_dir, spec)
+        result.problems += [f"{spec.name}: {p}" for p in case.file_problems]
+        for rec in case.records:
+            result.problems += _check_record(rec, f"{spec.name}/{rec.get('request_id')}")
+        summary = case_summary(case, spec.label, [p.name for p in plan.phases_of(spec)])
+        result.warnings += [f"{spec.name}: {w}" for w in summary.data_quality
+                            if w not in case.file_problems]  # fmt: skip
+        failed = summary.requests_failed
         if info.get("failed_requests") is not None and info["failed_requests"] != failed:
             result.problems.append(
-                f"{case.name}: case.json says {info['failed_requests']} failed, "
+                f"{spec.name}: case.json says {info['failed_requests']} failed, "
                 f"records say {failed}"
             )
-        reported = (report.get("cases") or {}).get(case.name, {}).get("requests_failed")  # type: ignore[union-attr]
+        reported = (report.get("cases") or {}).get(spec.name, {}).get("requests_failed")  # type: ignore[union-attr]
         if reported is not None and reported != failed:
             result.problems.append(
-                f"{case.name}: report says {reported} failed, records say {failed}"
+                f"{spec.name}: report says {reported} failed, records say {failed}"
             )
-        result.facts[case.name] = {
+        result.facts[spec.name] = {
             "status": info.get("status"),
-            "requests": len(records),
+            "requests": len(case.records),
             "failed": failed,
         }
     if (run_dir / REPORT_JSON).exists():

@@ -178,13 +178,11 @@ def _run_command(scenario: Any, values: dict[str, Any]) -> None:
     progress.console.print(f"run directory: [bold]{run_dir}[/bold] (status {status})")
     if status != "ok":
         sys.exit(1)
-    if values.get("strict") and report and report["verdict_summary"]["failed"]:
+    if values.get("strict") and report and report.summary.verdict_summary.failed:
         sys.exit(3)
 
 
-def _finalize(
-    run_dir: Path, status: str, command: list[str], console: Any
-) -> dict[str, Any] | None:
+def _finalize(run_dir: Path, status: str, command: list[str], console: Any) -> Any | None:
     """Build the report from the raw files, then write the manifest (always, and last)."""
     from loadgen.manifest import write_manifest
 
@@ -200,33 +198,24 @@ def _finalize(
     return report
 
 
-def _print_summary(report: dict[str, Any], console: Any) -> None:
+def _print_summary(report: Any, console: Any) -> None:
+    """The per-phase tables and the verdicts of a built ``analysis.report.Report``."""
     from rich.table import Table
 
-    for name, case in report["cases"].items():
-        table = Table(title=f"{report['scenario']} — case {name} ({case['status']})")
-        for col in ("phase", "req", "failed", "hit rate (counters)", "hit rate (requests)",
-                    "TTFT mean ms", "TTFT p95 ms", "TPOT mean ms", "out tok/s"):  # fmt: skip
+    for title, headers, rows in report.console_tables():
+        table = Table(title=title)
+        for col in headers:
             table.add_column(col, justify="right")
-        for phase, p in case["phases"].items():
-
-            def f(x: Any, d: int = 1) -> str:
-                return "–" if x is None else f"{x:.{d}f}"
-
-            table.add_row(
-                phase, str(p["requests"]), str(p["failed"]),
-                f(p["hit_rate_counters"], 3), f(p["hit_rate_requests"], 3),
-                f(p["ttft_ms"]["mean"]), f(p["ttft_ms"]["p95"]), f(p["tpot_ms"]["mean"]),
-                f(p["output_throughput_tok_s"]),
-            )  # fmt: skip
+        for row in rows:
+            table.add_row(*row)
         console.print(table)
-    for v in report["verdicts"]:
-        mark = {
-            True: "[green]PASS[/green]",
-            False: "[red]FAIL[/red]",
-            None: "[yellow]UNDECIDED[/yellow]",
-        }
-        console.print(f"{mark[v['passed']]} {v['case']}: {v['check']} — {v['detail']}")
+    mark = {
+        True: "[green]PASS[/green]",
+        False: "[red]FAIL[/red]",
+        None: "[yellow]UNDECIDED[/yellow]",
+    }
+    for v in report.summary.verdicts:
+        console.print(f"{mark[v.passed]} {v.case}: {v.check} — {v.detail}")
 
 
 _REPORT_OUTPUTS = ("report.md", "report.json", "plots/")
@@ -268,22 +257,40 @@ def report(run_dir: Path) -> None:
 @main.command()
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def validate(run_dir: Path, as_json: bool) -> None:
-    """Check RUN_DIR: files present, hashes match, values finite, failures counted."""
+@click.option("--strict", is_flag=True, help="Exit with code 1 on warnings too.")
+def validate(run_dir: Path, as_json: bool, strict: bool) -> None:
+    """Check RUN_DIR: files present, hashes match, values finite, failures counted.
+
+    Exit code 0 when valid (warnings are printed: figures that need care), 1 when invalid
+    (or, with --strict, when there are warnings).
+    """
     from analysis.validate import validate_run
 
     result = validate_run(run_dir)
     if as_json:
         click.echo(
-            json.dumps({"ok": result.ok, "problems": result.problems, "facts": result.facts})
+            json.dumps(
+                {
+                    "ok": result.ok,
+                    "problems": result.problems,
+                    "warnings": result.warnings,
+                    "facts": result.facts,
+                }
+            )
         )
     else:
         for name, facts in result.facts.items():
             click.echo(f"{name}: {facts}")
+        for warning in result.warnings:
+            click.echo(f"warning: {warning}", err=True)
         for problem in result.problems:
             click.echo(f"problem: {problem}", err=True)
-        click.echo("valid" if result.ok else f"INVALID: {len(result.problems)} problem(s)")
-    if not result.ok:
+        if result.ok:
+            suffix = f" ({len(result.warnings)} warning(s))" if result.warnings else ""
+            click.echo("valid" + suffix)
+        else:
+            click.echo(f"INVALID: {len(result.problems)} problem(s)")
+    if not result.ok or (strict and result.warnings):
         sys.exit(1)
 
 

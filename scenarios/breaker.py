@@ -9,18 +9,29 @@ while it is down, and the breaker closes once it is back; goodput dips little.
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
 from scenarios.arrivals import OpenLoop
 from scenarios.base import Scenario
-from scenarios.checks import BreakerEpisode
+from scenarios.checks import CheckSpec
 from scenarios.common import RunParams, SizeText
 from scenarios.plan import CaseSpec, GatewaySpec, KillReplica, PhaseSpec, Plan
 from scenarios.workloads import UniquePrompts
 from server.capacity import KVCapacity
 from server.sizes import parse_size
+
+
+class BreakerEpisode(CheckSpec):
+    """The gateway's breaker for the killed replica goes closed → open after the kill, tries
+    half-open probes, and closes again after the replica is back; meanwhile traffic moves to
+    the healthy replica so at least ``min_success_ratio`` of the phase's requests succeed."""
+
+    kind: Literal["breaker_episode"] = "breaker_episode"
+    phase: str
+    replica: int = Field(ge=1)
+    min_success_ratio: float = Field(default=0.9, ge=0, le=1)
 
 
 class BreakerParams(RunParams):

@@ -1,56 +1,67 @@
 """Declared expectations (verdict checks) of a scenario, as data; ``analysis`` evaluates them.
 
-Each check names the case and phase(s) it is about; the effect a scenario is supposed to cause
+Each check names the case (and phases) it is about; the effect a scenario is supposed to cause
 is written down before the run, and the report says PASS or FAIL for each from recorded data.
+
+A check kind is a frozen model subclassing :class:`CheckSpec` with a ``kind`` literal; defining
+the class registers the kind, so a scenario declares its own check kinds in its own module and
+a plan (``plan.json``) restores each check as its own class. The checks any scenario can use
+live here.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SerializeAsAny
 
 
-class ProbeCache(BaseModel):
-    """The probe requests (first request per prefix group) of a phase hit or miss the cache.
-
-    ``hit``: every probe has ``cached_tokens >= min_cached_tokens``.
-    ``miss``: every probe has ``cached_tokens <= max_cached_tokens``.
-    """
+class CheckSpec(BaseModel):
+    """Base of every check kind: ``kind`` (the registered name) and the ``case`` it is about."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    kind: Literal["probe_cache"] = "probe_cache"
+    kind: str
     case: str
-    phase: str
-    expect: Literal["hit", "miss"]
-    min_cached_tokens: int = 1
-    max_cached_tokens: int = 0
-    #: What a failure means, shown with it (e.g. how to fix the set-up).
-    why: str = ""
+
+    #: kind → class; filled as subclasses are defined.
+    registry: ClassVar[dict[str, type[CheckSpec]]] = {}
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        kind = cls.model_fields["kind"].default
+        if not isinstance(kind, str):
+            raise TypeError(f"{cls.__name__} must give `kind` a literal default")
+        if kind in CheckSpec.registry and CheckSpec.registry[kind] is not cls:
+            raise TypeError(f"check kind {kind!r} defined twice")
+        CheckSpec.registry[kind] = cls
 
 
-class HitRateCompare(BaseModel):
-    """Prefix-cache hit rate (from counter deltas) of ``phase`` against ``other`` phase.
+def _check_from_data(value: Any) -> Any:
+    """A check model from its JSON form (``{"kind": …, …}``), by its registered kind.
 
-    ``below``: rate(phase) < rate(other) − tolerance.
-    ``close``: |rate(phase) − rate(other)| ≤ tolerance.
+    Raises:
+        ValueError: the kind is unknown (no scenario defines it).
     """
+    if isinstance(value, CheckSpec) or not isinstance(value, dict):
+        return value
+    kind = value.get("kind")
+    if kind not in CheckSpec.registry:
+        import scenarios.registry  # noqa: F401  (defines every built-in scenario's checks)
+    cls = CheckSpec.registry.get(str(kind))
+    if cls is None:
+        raise ValueError(f"unknown check kind {kind!r}; known: {sorted(CheckSpec.registry)}")
+    return cls.model_validate(value)
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    kind: Literal["hit_rate_compare"] = "hit_rate_compare"
-    case: str
-    phase: str
-    other: str
-    relation: Literal["below", "close"]
-    tolerance: float = Field(default=0.02, ge=0)
+
+#: A check of any registered kind (serialised with all of its own fields).
+Check = Annotated[SerializeAsAny[CheckSpec], BeforeValidator(_check_from_data)]
 
 
-class LatencyRatio(BaseModel):
-    """stat(metric, phase) / stat(metric, other) ≥ ``min_ratio`` (revisit TTFT p95 vs warm)."""
+class LatencyRatio(CheckSpec):
+    """stat(metric, phase) / stat(metric, other) ≥ ``min_ratio`` (e.g. revisit TTFT p95 vs warm)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     kind: Literal["latency_ratio"] = "latency_ratio"
-    case: str
     phase: str
     other: str
     metric: Literal["ttft_ms", "tpot_ms", "e2el_ms"] = "ttft_ms"
@@ -58,97 +69,9 @@ class LatencyRatio(BaseModel):
     min_ratio: float = Field(gt=0)
 
 
-class CapacityAtLeast(BaseModel):
+class CapacityAtLeast(CheckSpec):
     """The case's real KV capacity is at least ``tokens`` (e.g. a control that must hold all)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     kind: Literal["capacity_at_least"] = "capacity_at_least"
-    case: str
     tokens: int = Field(gt=0)
     why: str = ""
-
-
-class PreemptionAsPredicted(BaseModel):
-    """Preemptions happen in ``phase`` exactly when the hand calculation predicts them.
-
-    With the case's real capacity (N blocks of B tokens), C requests of ``prompt_tokens`` +
-    ``output_tokens`` need C × ceil((prompt + output) / B) blocks at the end of decode;
-    predicted = that exceeds N. Passes when (Δ``num_preemptions`` > 0) == predicted.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    kind: Literal["preemption_as_predicted"] = "preemption_as_predicted"
-    case: str
-    phase: str
-    concurrency: int = Field(gt=0)
-    prompt_tokens: int = Field(gt=0)
-    output_tokens: int = Field(gt=0)
-
-
-class KVPeakMatchesWorkingSet(BaseModel):
-    """Where no preemption is predicted, the sampled KV-usage peak is within ``tolerance``
-    (a fraction, 0.05 = 5 points) of the final working set / capacity, in blocks."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    kind: Literal["kv_peak_matches_working_set"] = "kv_peak_matches_working_set"
-    case: str
-    phase: str
-    concurrency: int = Field(gt=0)
-    prompt_tokens: int = Field(gt=0)
-    output_tokens: int = Field(gt=0)
-    tolerance: float = Field(default=0.05, gt=0)
-
-
-class DisconnectFreesServer(BaseModel):
-    """After the last client disconnect, the server drops the abandoned requests.
-
-    Passes when ``num_requests_running`` is back to (baseline + requests still open at the
-    client) within ``within_s`` seconds of the last disconnect, and the generation tokens no
-    client received are at most ``max_wasted_fraction`` of what the abandoned requests would
-    have generated had they run to completion.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    kind: Literal["disconnect_frees_server"] = "disconnect_frees_server"
-    case: str
-    phase: str
-    within_s: float = Field(default=1.0, gt=0)
-    max_wasted_fraction: float = Field(default=0.1, ge=0)
-
-
-class OrphansRunOn(BaseModel):
-    """The abandoned requests keep running (a proxy that swallows disconnects): at least
-    ``min_wasted_fraction`` of their remaining tokens are generated for nobody."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    kind: Literal["orphans_run_on"] = "orphans_run_on"
-    case: str
-    phase: str
-    min_wasted_fraction: float = Field(default=0.8, ge=0)
-
-
-class BreakerEpisode(BaseModel):
-    """The gateway's breaker for the killed replica goes closed → open after the kill, tries
-    half-open probes, and closes again after the replica is back; meanwhile traffic moves to
-    the healthy replica so at least ``min_success_ratio`` of the phase's requests succeed."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    kind: Literal["breaker_episode"] = "breaker_episode"
-    case: str
-    phase: str
-    replica: int = Field(ge=1)
-    min_success_ratio: float = Field(default=0.9, ge=0, le=1)
-
-
-Check = Annotated[
-    ProbeCache
-    | HitRateCompare
-    | LatencyRatio
-    | CapacityAtLeast
-    | PreemptionAsPredicted
-    | KVPeakMatchesWorkingSet
-    | DisconnectFreesServer
-    | OrphansRunOn
-    | BreakerEpisode,
-    Field(discriminator="kind"),
-]

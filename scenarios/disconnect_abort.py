@@ -9,13 +9,13 @@ orphaned requests run to completion, generating for nobody.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from scenarios.arrivals import AllAtOnce
 from scenarios.base import Scenario
-from scenarios.checks import Check, DisconnectFreesServer, OrphansRunOn
+from scenarios.checks import Check, CheckSpec
 from scenarios.common import HttpUrlText, RunParams, SizeText
 from scenarios.plan import CaseSpec, GatewaySpec, PhaseSpec, Plan
 from scenarios.workloads import UniquePrompts
@@ -27,6 +27,30 @@ PATHS: dict[str, GatewaySpec | None] = {
     "gateway": GatewaySpec(propagate_cancellation=True),
     "broken-proxy": GatewaySpec(propagate_cancellation=False),
 }
+
+
+class DisconnectFreesServer(CheckSpec):
+    """After the last client disconnect, the server drops the abandoned requests.
+
+    Passes when ``num_requests_running`` is back to (baseline + requests still open at the
+    client) within ``within_s`` seconds of the last disconnect, and the generation tokens no
+    client received are at most ``max_wasted_fraction`` of what the abandoned requests would
+    have generated had they run to completion.
+    """
+
+    kind: Literal["disconnect_frees_server"] = "disconnect_frees_server"
+    phase: str
+    within_s: float = Field(default=1.0, gt=0)
+    max_wasted_fraction: float = Field(default=0.1, ge=0)
+
+
+class OrphansRunOn(CheckSpec):
+    """The abandoned requests keep running (a proxy that swallows disconnects): at least
+    ``min_wasted_fraction`` of their remaining tokens are generated for nobody."""
+
+    kind: Literal["orphans_run_on"] = "orphans_run_on"
+    phase: str
+    min_wasted_fraction: float = Field(default=0.8, ge=0)
 
 
 class DisconnectAbortParams(RunParams):

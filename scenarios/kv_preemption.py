@@ -9,13 +9,13 @@ calculation (``analysis.preemption``) is made from each case's real capacity.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from scenarios.arrivals import AllAtOnce
 from scenarios.base import Scenario
-from scenarios.checks import Check, KVPeakMatchesWorkingSet, PreemptionAsPredicted
+from scenarios.checks import Check, CheckSpec
 from scenarios.common import HttpUrlText, RunParams
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
 from scenarios.workloads import UniquePrompts
@@ -56,6 +56,33 @@ def _positive_int(text: str) -> int:
     if not text.isdigit() or int(text) <= 0:
         raise ValueError(f"{text or repr(text)} is not a positive integer")
     return int(text)
+
+
+class PreemptionAsPredicted(CheckSpec):
+    """Preemptions happen in ``phase`` exactly when the hand calculation predicts them.
+
+    With the case's real capacity (N blocks of B tokens), C requests of ``prompt_tokens`` +
+    ``output_tokens`` need C × ceil((prompt + output) / B) blocks at the end of decode;
+    predicted = that exceeds N. Passes when (Δ``num_preemptions`` > 0) == predicted.
+    """
+
+    kind: Literal["preemption_as_predicted"] = "preemption_as_predicted"
+    phase: str
+    concurrency: int = Field(gt=0)
+    prompt_tokens: int = Field(gt=0)
+    output_tokens: int = Field(gt=0)
+
+
+class KVPeakMatchesWorkingSet(CheckSpec):
+    """Where no preemption is predicted, the sampled KV-usage peak is within ``tolerance``
+    (a fraction, 0.05 = 5 points) of the final working set / capacity, in blocks."""
+
+    kind: Literal["kv_peak_matches_working_set"] = "kv_peak_matches_working_set"
+    phase: str
+    concurrency: int = Field(gt=0)
+    prompt_tokens: int = Field(gt=0)
+    output_tokens: int = Field(gt=0)
+    tolerance: float = Field(default=0.05, gt=0)
 
 
 class KVPreemptionParams(RunParams):

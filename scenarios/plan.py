@@ -109,8 +109,3 @@ class Plan(BaseModel):
                 if phase.name not in names:
                     names.append(phase.name)
         return names
-
-    #: Phases whose probe requests (first per prefix group) the report tabulates.
-    probe_phases: tuple[str, ...] = ()
-    #: (phase, baseline) pairs whose TTFT mean and p95 ratios the report shows.
-    compare_phases: tuple[tuple[str, str], ...] = ()

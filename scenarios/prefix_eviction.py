@@ -9,13 +9,13 @@ Cases: the requested cache and a control large enough to hold anchors and pollut
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from scenarios.arrivals import ClosedLoop
 from scenarios.base import Scenario
-from scenarios.checks import CapacityAtLeast, Check, HitRateCompare, LatencyRatio, ProbeCache
+from scenarios.checks import CapacityAtLeast, Check, CheckSpec, LatencyRatio
 from scenarios.common import HttpUrlText, RunParams, SizeText
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
 from scenarios.workloads import AnchoredPrompts, UniquePrompts
@@ -24,6 +24,36 @@ from server.sizes import format_size, parse_size
 
 PHASES = ("cold", "warm", "pollution", "revisit", "rewarm")
 _GiB = 2**30
+
+
+class ProbeCache(CheckSpec):
+    """The probe requests (first request per prefix group) of a phase hit or miss the cache.
+
+    ``hit``: every probe has ``cached_tokens >= min_cached_tokens``.
+    ``miss``: every probe has ``cached_tokens <= max_cached_tokens``.
+    """
+
+    kind: Literal["probe_cache"] = "probe_cache"
+    phase: str
+    expect: Literal["hit", "miss"]
+    min_cached_tokens: int = 1
+    max_cached_tokens: int = 0
+    #: What a failure means, shown with it (e.g. how to fix the set-up).
+    why: str = ""
+
+
+class HitRateCompare(CheckSpec):
+    """Prefix-cache hit rate (from counter deltas) of ``phase`` against ``other`` phase.
+
+    ``below``: rate(phase) < rate(other) − tolerance.
+    ``close``: |rate(phase) − rate(other)| ≤ tolerance.
+    """
+
+    kind: Literal["hit_rate_compare"] = "hit_rate_compare"
+    phase: str
+    other: str
+    relation: Literal["below", "close"]
+    tolerance: float = Field(default=0.02, ge=0)
 
 
 class PrefixEvictionParams(RunParams):
@@ -249,6 +279,4 @@ class PrefixEviction(Scenario):
             phases=phases,
             checks=tuple(checks),
             **p.plan_fields(),
-            probe_phases=("cold", "warm", "revisit", "rewarm"),
-            compare_phases=(("revisit", "warm"), ("revisit", "rewarm")),
         )

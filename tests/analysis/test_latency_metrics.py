@@ -1,4 +1,5 @@
-"""analysis.latency: TTFT/TPOT/E2EL per request, ITL gaps with chunk tokens, summary stats."""
+"""analysis.latency: TTFT/TPOT/E2EL per request, ITL per token and per chunk, token timing,
+summary stats."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ import math
 import numpy as np
 import pytest
 
-from analysis.latency import describe, itl_gaps, request_frame
+from analysis.latency import (
+    chunk_gaps,
+    describe,
+    itl_per_token_ms,
+    request_frame,
+    token_timing,
+    tokens_per_chunk,
+)
 
 MS = 1_000_000
 
@@ -59,11 +67,33 @@ def test_no_token_or_never_sent_gives_nan_latencies() -> None:
     assert frame["status"].tolist() == ["error", "not_sent"]  # record fields are kept
 
 
-def test_itl_gaps_keep_tokens_of_the_later_chunk() -> None:
+def test_chunk_gaps_keep_tokens_of_the_later_chunk() -> None:
     records = [rec(0, [100, 130, 170], [1, 1, 2]), rec(0, [10, 25], [1, 3]), rec(0, [7], [1])]
-    gaps, tokens = itl_gaps(records)
+    gaps, tokens = chunk_gaps(records)
     assert gaps.tolist() == [30.0, 40.0, 15.0]
     assert tokens.tolist() == [1, 2, 3]
+
+
+def test_a_chunk_of_four_tokens_60_ms_after_the_last_gives_four_itl_values_of_15_ms() -> None:
+    # Chunks at 100 ms (1 token) and 160 ms (4 tokens: a step that accepted 3 drafts):
+    # ITL per token = 60 / 4 = 15 ms, four times; the chunk gap (per step) stays 60 ms.
+    records = [rec(0, [100, 160], [1, 4])]
+    assert itl_per_token_ms(records).tolist() == [15.0, 15.0, 15.0, 15.0]
+    assert chunk_gaps(records)[0].tolist() == [60.0]
+    assert tokens_per_chunk(records).tolist() == [1.0, 4.0]
+
+
+def test_itl_per_token_over_several_records() -> None:
+    # Gaps 30 (1 token), 40 (2 tokens) → 30, 20, 20; gap 15 (3 tokens) → 5, 5, 5.
+    records = [rec(0, [100, 130, 170], [1, 1, 2]), rec(0, [10, 25], [1, 3])]
+    assert itl_per_token_ms(records).tolist() == [30.0, 20.0, 20.0, 5.0, 5.0, 5.0]
+
+
+def test_token_timing_flags_a_record_whose_tokens_all_came_in_one_chunk() -> None:
+    assert token_timing(rec(0, [50], [16])) == "final_only"  # TTFT would equal E2EL
+    assert token_timing(rec(0, [50], [1])) == "usage"  # a 1-token answer is fine
+    assert token_timing(rec(0, [50, 60], [1, 1], token_timing="text")) == "text"
+    assert token_timing(rec(0, [], [])) is None
 
 
 def test_describe_matches_numpy_linear_percentiles() -> None:

@@ -28,7 +28,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     run_dir = tmp_path_factory.mktemp("run")
     build_run(run_dir)
-    return run_dir, build_report(run_dir)
+    return run_dir, build_report(run_dir).as_dict()
 
 
 def test_report_files_are_written(built: tuple[Path, dict]) -> None:
@@ -47,8 +47,9 @@ def test_report_files_are_written(built: tuple[Path, dict]) -> None:
 
 def test_hit_rates_from_counter_deltas_and_from_requests(built: tuple[Path, dict]) -> None:
     _, report = built
-    test = report["cases"][TEST_CASE]["phases"]
-    control = report["cases"][CONTROL_CASE]["phases"]
+    test = report["details"]["cases"][TEST_CASE]["phases"]
+    control = report["details"]["cases"][CONTROL_CASE]["phases"]
+    deltas = {p: v["counter_deltas"] for p, v in report["cases"][TEST_CASE]["phases"].items()}
     # Queries per anchor phase: 6 × 72 = 432 tokens. Hits: cold and (tested) revisit 4 × 64 =
     # 256; warm, rewarm and control revisit 6 × 64 = 384; pollution 0 of 5 × 72 = 360.
     expected = {"cold": 256 / 432, "warm": 384 / 432, "pollution": 0.0, "revisit": 256 / 432}
@@ -56,13 +57,14 @@ def test_hit_rates_from_counter_deltas_and_from_requests(built: tuple[Path, dict
         assert test[phase]["hit_rate_counters"] == pytest.approx(rate)
         assert test[phase]["hit_rate_requests"] == pytest.approx(rate)
     assert control["revisit"]["hit_rate_counters"] == pytest.approx(384 / 432)
-    assert test["revisit"]["counter_deltas"]["prefix_cache_queries"] == 432.0
-    assert test["revisit"]["counter_deltas"]["prefix_cache_hits"] == 256.0
-    assert test["pollution"]["counter_deltas"]["generation_tokens"] == 20.0  # 5 × 4
-    assert test["warm"]["counter_deltas"]["request_success"] == 6.0  # summed over reasons
-    assert test["warm"]["counter_deltas"]["num_preemptions"] == 0.0
+    assert deltas["revisit"]["prefix_cache_queries"] == 432.0
+    assert deltas["revisit"]["prefix_cache_hits"] == 256.0
+    assert deltas["pollution"]["generation_tokens"] == 20.0  # 5 × 4
+    assert deltas["warm"]["request_success"] == 6.0  # summed over reasons
+    assert deltas["warm"]["num_preemptions"] == 0.0
     # Lifetime: hits 256 + 384 + 0 + 256 + 384 = 1280 over queries 4 × 432 + 360 = 2088.
-    assert report["cases"][TEST_CASE]["lifetime_hit_rate"] == pytest.approx(1280 / 2088)
+    lifetime = report["details"]["cases"][TEST_CASE]["lifetime_hit_rate"]
+    assert lifetime == pytest.approx(1280 / 2088)
     assert test["warm"]["lifetime_hit_rate_at_end"] == pytest.approx(640 / 864)
 
 
@@ -74,7 +76,10 @@ def test_latency_and_throughput(built: tuple[Path, dict]) -> None:
     assert revisit["ttft_ms"]["p50"] == pytest.approx(20.0)
     assert revisit["ttft_ms"]["p95"] == pytest.approx(80.0)
     assert revisit["tpot_ms"]["mean"] == pytest.approx(10.0)  # 30 ms / 3
-    assert revisit["itl_ms"]["count"] == 18  # 6 requests × 3 gaps
+    assert revisit["itl_ms"]["count"] == 18  # 6 requests × 3 gaps of 1 token each
+    assert revisit["itl_ms"]["mean"] == pytest.approx(10.0)
+    assert revisit["chunk_gap_ms"]["mean"] == pytest.approx(10.0)
+    assert revisit["tokens_per_chunk"]["mean"] == 1.0
     # Last request sent at 750 ms, first token +20 ms, last +50 ms, ends 801 ms after start:
     # 24 tokens / 0.801 s and 6 requests / 0.801 s.
     assert revisit["duration_s"] == pytest.approx(0.801)
@@ -85,7 +90,8 @@ def test_latency_and_throughput(built: tuple[Path, dict]) -> None:
         "num_requests_running": 4.0,
         "num_requests_waiting": 2.0,
     }
-    ratios = report["cases"][TEST_CASE]["ratios"]
+    assert revisit["deltas_flag"] is None  # a scrape started after the last request ended
+    ratios = report["details"]["cases"][TEST_CASE]["ratios"]
     assert ratios == [
         {"phase": "revisit", "baseline": "warm", "ttft_mean_ratio": 2.0, "ttft_p95_ratio": 4.0},
         {"phase": "revisit", "baseline": "rewarm", "ttft_mean_ratio": 2.0, "ttft_p95_ratio": 4.0},
@@ -94,7 +100,7 @@ def test_latency_and_throughput(built: tuple[Path, dict]) -> None:
 
 def test_probes_and_verdicts(built: tuple[Path, dict]) -> None:
     run_dir, report = built
-    probes = report["cases"][TEST_CASE]["probes"]
+    probes = report["details"]["cases"][TEST_CASE]["probes"]
     revisit = [
         (p["request_id"], p["cached_tokens"], p["ttft_ms"])
         for p in probes
@@ -147,7 +153,7 @@ def test_loadgen_report_rebuilds_the_same_report_and_reseals(
 
 def test_failed_requests_are_counted_and_shown(tmp_path: Path) -> None:
     build_run(tmp_path, Options(failed_request=True))
-    report = build_report(tmp_path)
+    report = build_report(tmp_path).as_dict()
     case = report["cases"][TEST_CASE]
     pollution = case["phases"]["pollution"]
     assert (pollution["requests"], pollution["ok"], pollution["failed"]) == (5, 4, 1)
@@ -156,12 +162,14 @@ def test_failed_requests_are_counted_and_shown(tmp_path: Path) -> None:
     assert case["status"] == "failed"
     assert case["error"] == "1 of 29 requests failed"
     assert "| pollution | 5 | 1 |" in (tmp_path / REPORT_MD).read_text()
+    # Latency over successful requests only: 4 requests × 3 gaps in pollution.
+    assert pollution["itl_ms"]["count"] == 12
 
 
 def test_a_case_that_never_ran_leaves_its_checks_undecided(tmp_path: Path) -> None:
     build_run(tmp_path)
     shutil.rmtree(case_dir(tmp_path, CONTROL_CASE))
-    report = build_report(tmp_path)
+    report = build_report(tmp_path).as_dict()
     assert report["cases"][CONTROL_CASE]["status"] == "missing"
     # The control's 2 effect checks, its cold-start and capacity checks cannot be decided.
     assert report["verdict_summary"] == {"passed": 7, "failed": 0, "undecided": 4}

@@ -113,10 +113,14 @@ def test_a_run_without_manifest_is_incomplete(run_copy: Path) -> None:
     assert validate_run(run_copy).problems == ["manifest.json missing: the run is incomplete"]
 
 
-def test_a_non_finite_sample_is_detected(tmp_path: Path) -> None:
+def test_a_non_finite_sample_is_dropped_and_warned_about_not_fatal(tmp_path: Path) -> None:
+    # Older scrapers wrote a NaN gauge as a bare NaN: the sample is dropped and counted, and
+    # the run stays valid (the report was built from the finite samples).
     build_run(tmp_path, Options(nan_sample=True))
     finish(tmp_path)
-    assert validate_run(tmp_path).problems == [f"{TEST_CASE}: 1 non-finite metric samples"]
+    result = validate_run(tmp_path)
+    assert result.problems == []
+    assert result.warnings == [f"{TEST_CASE}: 1 non-finite metric samples dropped"]
 
 
 def test_failure_count_mismatch_between_case_json_and_records(tmp_path: Path) -> None:
@@ -210,9 +214,11 @@ def test_a_corrupt_complete_record_line_is_reported_with_its_line_number(tmp_pat
 
     build_run(tmp_path)
     finish(tmp_path, corrupt)
-    [problem] = validate_run(tmp_path).problems
-    assert problem.startswith(f"{TEST_CASE}: ")
-    assert "requests.jsonl:30: not valid JSON" in problem
+    result = validate_run(tmp_path)
+    assert result.problems == [
+        f"{TEST_CASE}: requests.jsonl: line(s) 30 are not valid JSON objects and were skipped"
+    ]
+    assert result.facts[TEST_CASE]["requests"] == 29  # the other records are all counted
 
 
 def test_validate_command_exit_status(run_copy: Path) -> None:

@@ -30,7 +30,7 @@ def episode_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _episode(run: Path) -> dict:
     report = read_report(run)
-    return report["cases"]["episode"]["breaker"][0]
+    return report["details"]["episodes"][0]
 
 
 def test_breaker_verdict_passes(episode_run: Path) -> None:
@@ -42,7 +42,12 @@ def test_the_killed_replica_opens_probes_and_closes(episode_run: Path) -> None:
     ep = _episode(episode_run)
     killed, back = ep["faults"][0], ep["faults"][1]
     assert killed["fault"] == "kill_replica" and back["fault"] == "restarted"
-    mine = [(t["from"], t["to"]) for t in ep["transitions"] if t["upstream"] == killed["url"]]
+    assert ep["transitions_source"] == "events"  # the gateway's events file, not its log
+    mine = [
+        (t["from_state"], t["to_state"])
+        for t in ep["transitions"]
+        if t["upstream"] == killed["url"]
+    ]
     assert mine[0] == ("closed", "open")
     assert ("open", "half_open") in mine
     assert mine[-1] == ("half_open", "closed")

@@ -31,7 +31,7 @@ def abort_run(server_1gib: SharedServer, tmp_path_factory: pytest.TempPathFactor
 
 def _rows(run: Path) -> dict[str, dict]:
     report = read_report(run)
-    return {r["case"]: r for c in report["cases"].values() for r in c["disconnects"]}
+    return {r["case"]: r for r in report["details"]["rows"]}
 
 
 def test_all_disconnect_verdicts_pass(abort_run: Path) -> None:

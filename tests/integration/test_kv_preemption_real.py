@@ -31,7 +31,7 @@ def test_verdicts_pass_with_preemption_only_where_predicted(reduced_run: Path) -
     report = read_report(reduced_run)
     failed = [v for v in report["verdicts"] if v["passed"] is not True]
     assert not failed, json.dumps(failed, indent=2)
-    rows = {r["case"]: r for r in report["preemption"]["rows"]}
+    rows = {r["case"]: r for r in report["details"]["rows"]}
     assert rows["160MiB-c6"]["preemptions"] == 0
     assert rows["160MiB-c10"]["preemptions"] > 0
     assert rows["160MiB-c6"]["hand_calculation"]["final_working_set_blocks"] == 18

@@ -50,7 +50,7 @@ def test_pollution_was_sized_from_the_real_capacity(reduced_run: Path) -> None:
 
 
 def test_revisit_probes_miss_in_the_small_cache_and_hit_in_the_control(reduced_run: Path) -> None:
-    cases = read_report(reduced_run)["cases"]
+    cases = read_report(reduced_run)["details"]["cases"]
     small = [p["cached_tokens"] for p in cases["160MiB"]["probes"] if p["phase"] == "revisit"]
     control = [p["cached_tokens"] for p in cases["control"]["probes"] if p["phase"] == "revisit"]
     assert small == [0, 0, 0, 0]
@@ -59,7 +59,7 @@ def test_revisit_probes_miss_in_the_small_cache_and_hit_in_the_control(reduced_r
 
 def test_phase_hit_rates_from_counters_match_per_request_cached_tokens(reduced_run: Path) -> None:
     """Two independent sources (server counters, per-request usage) agree per phase."""
-    for case in read_report(reduced_run)["cases"].values():
+    for case in read_report(reduced_run)["details"]["cases"].values():
         for phase in case["phases"].values():
             assert phase["hit_rate_counters"] == pytest.approx(phase["hit_rate_requests"], abs=1e-9)
 

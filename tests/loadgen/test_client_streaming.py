@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from fake_openai_server import FakeOpenAIServer, StreamScript
 
-from analysis.latency import itl_gaps, request_frame
+from analysis.latency import chunk_gaps, request_frame
 from loadgen.client import Target, send_request
 from loadgen.clock import MonotonicClock
 from loadgen.connections import open_session
@@ -106,7 +106,7 @@ async def test_speculative_multi_token_chunks_keep_their_token_counts() -> None:
     assert record.status == "ok", record.error
     assert record.chunk_tokens == [1, 3, 3, 1]
     assert record.output_tokens == 8
-    _, tokens = itl_gaps([{"chunk_ns": record.chunk_ns, "chunk_tokens": record.chunk_tokens}])
+    _, tokens = chunk_gaps([{"chunk_ns": record.chunk_ns, "chunk_tokens": record.chunk_tokens}])
     assert tokens.tolist() == [3, 3, 1]
 
 
@@ -125,7 +125,7 @@ async def test_ttft_covers_the_server_delay_and_e2el_minus_ttft_is_the_sum_of_ga
     assert e2el_ns - ttft_ns == sum(gaps_ns)
     # And the analysis functions agree with the record (ms).
     row = request_frame([{"sent_ns": record.sent_ns, **_chunks(record)}]).iloc[0]
-    gaps_ms, _ = itl_gaps([_chunks(record)])
+    gaps_ms, _ = chunk_gaps([_chunks(record)])
     assert row["ttft_ms"] == pytest.approx(ttft_ns / 1e6)
     assert row["e2el_ms"] - row["ttft_ms"] == pytest.approx(gaps_ms.sum())
     assert row["tpot_ms"] == pytest.approx((e2el_ns - ttft_ns) / 1e6 / 4)

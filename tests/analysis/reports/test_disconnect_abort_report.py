@@ -1,11 +1,12 @@
-"""Time to free, wasted tokens and zombie time, computed from hand-made records and samples."""
+"""disconnect-abort's report: time to free, wasted tokens and zombie time, from hand-made
+records and samples."""
 
 from __future__ import annotations
 
 import pytest
 
-from analysis.disconnects import disconnect_summary
 from analysis.load import CaseData
+from analysis.reports.disconnect_abort import disconnect_row
 from metrics.samples import Sample
 
 S = 1_000_000_000  # ns per s
@@ -43,28 +44,28 @@ def test_a_propagated_disconnect_frees_the_server_at_the_next_scrape() -> None:
     #             t=0  0.5  1.0  1.5  2.0  2.5 ... 6.0
     running = [0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0]
     generated = [0, 0, 0, 10, 12, 12, 12, 12, 12, 12, 12, 12, 12]
-    row = disconnect_summary(_case(running, generated, records), PHASE)
+    row = disconnect_row(_case(running, generated, records), PHASE)
     assert row is not None
-    assert row["time_to_free_s"] == pytest.approx(0.4)  # scrape at 2.0 s − disconnect at 1.6 s
-    assert row["received_tokens"] == 10
-    assert row["wasted_tokens"] == 2  # Δgenerated 12 − received 10
-    assert row["orphan_budget_tokens"] == 190  # 2 × (100 − 5)
-    assert row["zombie_s"] == 0.0
-    assert row["running_after_last_disconnect"] == 0
+    assert row.time_to_free_s == pytest.approx(0.4)  # scrape at 2.0 s − disconnect at 1.6 s
+    assert row.received_tokens == 10
+    assert row.wasted_tokens == 2  # Δgenerated 12 − received 10
+    assert row.orphan_budget_tokens == 190  # 2 × (100 − 5)
+    assert row.zombie_s == 0.0
+    assert row.running_after_last_disconnect == 0
 
 
 def test_orphans_that_run_on_are_wasted_tokens_and_zombie_time() -> None:
     records = [_record(i, 1 * S, 5, 100, 16 * S // 10) for i in range(2)]
     running = [0, 0, 0, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0]  # busy until 4.5 s
     generated = [0, 0, 0, 10, 40, 80, 120, 160, 190, 200, 200, 200, 200]
-    row = disconnect_summary(_case(running, generated, records), PHASE)
+    row = disconnect_row(_case(running, generated, records), PHASE)
     assert row is not None
-    assert row["time_to_free_s"] == pytest.approx(2.9)  # 4.5 − 1.6
-    assert row["wasted_tokens"] == 190  # 200 − 10: every remaining token generated for nobody
-    assert row["wasted_fraction"] == pytest.approx(1.0)
+    assert row.time_to_free_s == pytest.approx(2.9)  # 4.5 − 1.6
+    assert row.wasted_tokens == 190  # 200 − 10: every remaining token generated for nobody
+    assert row.wasted_fraction == pytest.approx(1.0)
     # Running > 0 with no client open: from the 2.0 s scrape until the 4.5 s one.
-    assert row["zombie_s"] == pytest.approx(2.5)
-    assert row["kv_release_s"] == pytest.approx(2.9)
+    assert row.zombie_s == pytest.approx(2.5)
+    assert row.kv_release_s == pytest.approx(2.9)
 
 
 def test_requests_still_open_at_the_client_are_not_counted_as_orphans() -> None:
@@ -72,14 +73,36 @@ def test_requests_still_open_at_the_client_are_not_counted_as_orphans() -> None:
     records = [_record(0, 1 * S, 5, 100, 16 * S // 10), _record(1, 1 * S, 20, 20, None)]
     running = [0, 0, 0, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0]
     generated = [0, 0, 0, 10, 15, 20, 25, 25, 25, 25, 25, 25, 25]
-    row = disconnect_summary(_case(running, generated, records), PHASE)
+    row = disconnect_row(_case(running, generated, records), PHASE)
     assert row is not None
-    assert row["disconnected"] == 1
-    assert row["time_to_free_s"] == pytest.approx(0.4)  # 1 running = 1 client still open
-    assert row["wasted_tokens"] == 0  # 25 generated, 5 + 20 received
-    assert row["orphan_budget_tokens"] == 95
+    assert row.disconnected == 1
+    assert row.time_to_free_s == pytest.approx(0.4)  # 1 running = 1 client still open
+    assert row.wasted_tokens == 0  # 25 generated, 5 + 20 received
+    assert row.orphan_budget_tokens == 95
 
 
 def test_no_disconnect_gives_no_row() -> None:
     records = [_record(0, 1 * S, 5, 5, None)]
-    assert disconnect_summary(_case([0] * 13, [0] * 13, records), PHASE) is None
+    assert disconnect_row(_case([0] * 13, [0] * 13, records), PHASE) is None
+
+
+def test_kv_usage_of_two_engines_is_judged_by_the_larger_not_the_sum() -> None:
+    # Engines at 0.3 and 0.2 KV usage while busy (scrapes at 1.5 s and 2.0 s), 0.0 from 2.5 s.
+    # The first scrape after the 1.6 s disconnect (2.0 s) shows 0.3, the larger engine, never
+    # the sum 0.5; release and free are seen at 2.5 s, 0.9 s after the disconnect.
+    records = [_record(i, 1 * S, 5, 100, 16 * S // 10) for i in range(2)]
+    samples = []
+    for k in range(13):
+        t = k * S // 2
+        busy = k in (3, 4)
+        for engine, kv in (("0", 0.3), ("1", 0.2)):
+            labels = (("engine", engine), *M)
+            samples.append(Sample(t, "kv_cache_usage_perc", labels, kv if busy else 0.0))
+            samples.append(Sample(t, "num_requests_running", labels, 1.0 if busy else 0.0))
+        samples.append(Sample(t, "generation_tokens", M, 10.0 if k >= 3 else 0.0))
+    row = disconnect_row(CaseData("c", {}, records, [], samples, []), PHASE)
+    assert row is not None
+    assert row.kv_after_last_disconnect == 0.3
+    assert row.kv_release_s == pytest.approx(0.9)
+    assert row.running_after_last_disconnect == 2.0  # running is a count: summed over engines
+    assert row.time_to_free_s == pytest.approx(0.9)

@@ -1,0 +1,185 @@
+"""Typed summaries: what a report holds, as frozen pydantic models (``report.json`` is their dump).
+
+The generic part is what every run has: per case and per phase, client latency statistics,
+throughput, server counter deltas, gauge peaks, server-side histogram quantiles, scrape
+accounting, loop lag and data-quality findings; then the verdicts. A scenario adds its own
+typed section under ``RunSummary.details`` (see ``analysis.reports``). Units are in field names;
+fractions stay fractions (0–1).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Stats(_Frozen):
+    """count, mean, population std and p50/p90/p95/p99 of a sample (``None`` when empty)."""
+
+    count: int = 0
+    mean: float | None = None
+    std: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+
+
+class LatencyStats(_Frozen):
+    """Client-side latency statistics over successful requests, in ms (see analysis.latency).
+
+    ``itl_ms`` is per token (a k-token chunk's gap split into k values); ``chunk_gap_ms`` is per
+    chunk (time per engine step under speculative decoding); ``tokens_per_chunk`` in tokens.
+    """
+
+    ttft_ms: Stats = Stats()
+    tpot_ms: Stats = Stats()
+    e2el_ms: Stats = Stats()
+    itl_ms: Stats = Stats()
+    chunk_gap_ms: Stats = Stats()
+    tokens_per_chunk: Stats = Stats()
+
+
+class ServerHistogram(_Frozen):
+    """A vLLM histogram over one phase: bucket deltas, then ``histogram_quantile`` (ms).
+
+    ``count`` is the number of observations (requests, or tokens for ITL) in the phase.
+    """
+
+    family: str
+    count: float
+    mean_ms: float | None
+    p50_ms: float | None
+    p90_ms: float | None
+    p99_ms: float | None
+
+
+class ScrapeAccounting(_Frozen):
+    """Every scrape tick of a case: ok, failed, skipped (the previous scrape still ran), late
+    (started more than half an interval after its deadline), and NaN samples dropped."""
+
+    ticks: int = 0
+    ok: int = 0
+    failed: int = 0
+    skipped: int = 0
+    late: int = 0
+    nan_dropped: int = 0
+
+
+class PhaseSummary(LatencyStats):
+    """One phase of one case.
+
+    Window: [start, end] = first request sent → last request finished + settle wait (the
+    ``end_ns`` the run recorded). Throughput divides by ``duration_s`` = last request finished
+    − first request sent (s). Counter deltas are summed over engines; gauge peaks are the
+    largest sampled value of any engine (a lower bound of the true peak), per engine in
+    ``gauge_peaks_by_engine``.
+
+    Attributes:
+        deltas_flag: set when no successful scrape started after the phase's last request
+            ended and before the window closed: counter deltas may miss the tail.
+        token_timing: records by how their token stamps were obtained (usage/text/final_only).
+        send_lateness_ms: sent − scheduled, over every sent request (open-loop accuracy).
+    """
+
+    phase: str
+    requests: int
+    ok: int
+    failed: int
+    aborted: int
+    not_sent: int
+    duration_s: float | None
+    output_tokens: int
+    output_throughput_tok_s: float | None
+    request_throughput_req_s: float | None
+    prompt_tokens: int
+    cached_tokens: int
+    token_timing: dict[str, int] = Field(default_factory=dict)
+    send_lateness_ms: Stats = Stats()
+    counter_deltas: dict[str, float | None] = Field(default_factory=dict)
+    counter_resets: dict[str, int] = Field(default_factory=dict)
+    gauge_peaks: dict[str, float | None] = Field(default_factory=dict)
+    gauge_peaks_by_engine: dict[str, dict[str, float]] = Field(default_factory=dict)
+    server_histograms: dict[str, ServerHistogram] = Field(default_factory=dict)
+    deltas_flag: str | None = None
+    loop_lag_max_ms: float | None = None
+    loop_lag_p99_ms: float | None = None
+    late_sends: int | None = None
+
+
+class CaseSummary(_Frozen):
+    """One case: server facts, every phase, all phases together, data quality.
+
+    Attributes:
+        server: the server's facts as the run recorded them (version, capacity, start-up s,
+            model variant, argv).
+        planned_phases: the phases the plan gave this case, in order (ran or not).
+        all_phases: latency over every successful request of the case.
+        metric_aliases: canonical metric family → the exposition name the server used.
+        data_quality: findings a reader must know (torn files, dropped samples, flagged
+            phases, records whose token stamps cannot give a TTFT).
+    """
+
+    name: str
+    label: str = ""
+    role: str = "test"
+    status: str
+    error: str | None = None
+    server: dict[str, Any] = Field(default_factory=dict)
+    planned_phases: list[str] = Field(default_factory=list)
+    phases: dict[str, PhaseSummary] = Field(default_factory=dict)
+    all_phases: LatencyStats = LatencyStats()
+    requests_total: int = 0
+    requests_failed: int = 0
+    requests_aborted: int = 0
+    token_timing: dict[str, int] = Field(default_factory=dict)
+    scrapes: ScrapeAccounting = ScrapeAccounting()
+    metric_aliases: dict[str, str] = Field(default_factory=dict)
+    data_quality: list[str] = Field(default_factory=list)
+
+
+class Verdict(_Frozen):
+    """Outcome of one check: ``passed`` is ``None`` when the data to decide was missing."""
+
+    case: str
+    check: str
+    passed: bool | None
+    detail: str
+
+
+class VerdictSummary(_Frozen):
+    passed: int
+    failed: int
+    undecided: int
+
+
+class RunInfo(_Frozen):
+    """How the run went (from ``run.json``)."""
+
+    command: list[str] = Field(default_factory=list)
+    started_at: str | None = None
+    status: str | None = None
+    wall_s: float | None = None
+    model_variant: dict[str, Any] | None = None
+    cpu: dict[str, Any] | None = None
+
+
+class RunSummary(_Frozen):
+    """The whole report. ``details`` is the scenario's own section (its model's dump)."""
+
+    scenario: str
+    description: str
+    run: RunInfo
+    params: dict[str, Any]
+    sizing: dict[str, Any]
+    phases: list[str]
+    cases: dict[str, CaseSummary]
+    details: dict[str, Any] | None = None
+    verdicts: list[Verdict]
+    verdict_summary: VerdictSummary
+    plots: list[str] = Field(default_factory=list)

@@ -1,0 +1,213 @@
+"""disconnect-abort's report: what client disconnects did to the server, and its verdicts.
+
+From the request records (send, disconnect and end stamps) and the 250 ms samples, per phase:
+
+- **open clients** at t = requests sent at or before t whose connection (until disconnect or
+  end) is still open at t;
+- **time to free** = first scrape at or after the last disconnect where
+  ``num_requests_running`` (summed over engines) ≤ running before the phase + open clients,
+  minus the last disconnect, in s. Sampled, so an upper bound at the scrape period's
+  resolution;
+- **wasted tokens** = Δ``generation_tokens`` over the phase window − tokens the clients
+  received: tokens generated for nobody. The **orphan budget** is what the abandoned requests
+  would still have generated (Σ max_tokens − received over disconnected requests);
+- **zombie time** = time during which the server ran more requests than before the phase
+  while no client was connected at all, in s;
+- **KV release** = first scrape after the last disconnect where ``kv_cache_usage_perc``
+  (largest over engines) is back to its value before the phase (+0.005), minus the last
+  disconnect, in s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import pairwise
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from analysis.load import CaseData, RunData
+from analysis.markdown import f, pct, table
+from analysis.models import CaseSummary, Verdict
+from analysis.reports import Evaluator, ScenarioReport
+from analysis.server_side import max_over_engines
+from metrics.samples import counter_delta, series, value_at
+from scenarios.disconnect_abort import DisconnectFreesServer, OrphansRunOn
+
+
+class DisconnectRow(BaseModel):
+    """The figures of the module docstring for one phase of one case."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    case: str
+    phase: str
+    requests: int
+    disconnected: int
+    received_tokens_at_disconnect: list[int]
+    last_disconnect_ns: int
+    running_after_last_disconnect: float | None
+    time_to_free_s: float | None
+    generation_tokens: float | None
+    received_tokens: int
+    wasted_tokens: float | None
+    orphan_budget_tokens: int
+    wasted_fraction: float | None
+    zombie_s: float
+    kv_after_last_disconnect: float | None
+    kv_release_s: float | None
+    server_idle_after: bool | None
+
+
+class DisconnectDetails(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    rows: list[DisconnectRow]
+
+
+def _open_clients(records: Sequence[dict[str, Any]], t: int) -> int:
+    n = 0
+    for r in records:
+        sent = r.get("sent_ns")
+        closed = r.get("disconnect_ns") or r.get("end_ns")
+        if sent is not None and sent <= t and (closed is None or t < closed):
+            n += 1
+    return n
+
+
+def _first_at_or_after(points: Sequence[tuple[int, float]], t_ns: int) -> float | None:
+    """The first sampled value at or after ``t_ns`` (what the server showed right after)."""
+    return next((v for t, v in points if t >= t_ns), None)
+
+
+def disconnect_row(case: CaseData, phase: dict[str, Any]) -> DisconnectRow | None:
+    """The module docstring's figures for one phase, or ``None`` if nobody disconnected."""
+    name = phase["phase"]
+    records = [r for r in case.records if r.get("phase") == name]
+    cut = [r for r in records if r.get("disconnect_ns")]
+    if not cut:
+        return None
+    start, end = int(phase["start_ns"]), int(phase["end_ns"])
+    last = max(int(r["disconnect_ns"]) for r in cut)
+    running = series(case.samples, "num_requests_running")
+    kv = max_over_engines(case.samples, "kv_cache_usage_perc")
+    run_base = value_at(running, start) or 0.0
+    kv_base = value_at(kv, start) or 0.0
+
+    time_to_free = None
+    for t, v in running:
+        if last <= t <= end and v <= run_base + _open_clients(records, t):
+            time_to_free = (t - last) / 1e9
+            break
+    kv_release = next(
+        ((t - last) / 1e9 for t, v in kv if last <= t <= end and v <= kv_base + 0.005), None
+    )
+    zombie_ns = 0
+    window = [(t, v) for t, v in running if start <= t <= end]
+    for (t0, v0), (t1, _) in pairwise(window):
+        if v0 > run_base and _open_clients(records, t0) == 0:
+            zombie_ns += t1 - t0
+
+    received = sum(sum(r.get("chunk_tokens") or []) for r in records)
+    generated = counter_delta(series(case.samples, "generation_tokens"), start, end)
+    budget = sum(int(r["max_tokens"]) - sum(r.get("chunk_tokens") or []) for r in cut)
+    wasted = None if generated is None else generated - received
+    return DisconnectRow(
+        case=case.name,
+        phase=name,
+        requests=len(records),
+        disconnected=len(cut),
+        received_tokens_at_disconnect=sorted({sum(r.get("chunk_tokens") or []) for r in cut}),
+        last_disconnect_ns=last,
+        running_after_last_disconnect=_first_at_or_after(running, last),
+        time_to_free_s=time_to_free,
+        generation_tokens=generated,
+        received_tokens=received,
+        wasted_tokens=wasted,
+        orphan_budget_tokens=budget,
+        wasted_fraction=None if wasted is None or budget == 0 else wasted / budget,
+        zombie_s=zombie_ns / 1e9,
+        kv_after_last_disconnect=_first_at_or_after(kv, last),
+        kv_release_s=kv_release,
+        server_idle_after=phase.get("server_idle_after"),
+    )
+
+
+def _row(details: DisconnectDetails, case: str, phase: str) -> DisconnectRow | None:
+    return next((r for r in details.rows if r.case == case and r.phase == phase), None)
+
+
+def _frees(check: DisconnectFreesServer, case: CaseSummary, details: DisconnectDetails) -> Verdict:
+    row = _row(details, case.name, check.phase)
+    name = f"server freed within {check.within_s} s of the last disconnect"
+    if row is None or row.time_to_free_s is None or row.wasted_fraction is None:
+        detail = "no disconnect recorded" if row is None else "server never seen free"
+        return Verdict(
+            case=check.case, check=name, passed=None if row is None else False, detail=detail
+        )
+    ok = row.time_to_free_s <= check.within_s and row.wasted_fraction <= check.max_wasted_fraction
+    detail = (
+        f"running back after {row.time_to_free_s:.2f} s (sampled); wasted "
+        f"{row.wasted_tokens:.0f} of a {row.orphan_budget_tokens} token orphan budget "
+        f"({row.wasted_fraction:.1%}, limit {check.max_wasted_fraction:.0%})"
+    )
+    return Verdict(case=check.case, check=name, passed=ok, detail=detail)
+
+
+def _orphans(check: OrphansRunOn, case: CaseSummary, details: DisconnectDetails) -> Verdict:
+    row = _row(details, case.name, check.phase)
+    name = "orphaned requests run on after the disconnect"
+    if row is None or row.wasted_fraction is None:
+        return Verdict(case=check.case, check=name, passed=None, detail="no disconnect recorded")
+    detail = (
+        f"wasted {row.wasted_tokens:.0f} of a {row.orphan_budget_tokens} token orphan "
+        f"budget ({row.wasted_fraction:.1%}, expected ≥ {check.min_wasted_fraction:.0%}); "
+        f"zombie time {row.zombie_s:.1f} s"
+    )
+    passed = row.wasted_fraction >= check.min_wasted_fraction
+    return Verdict(case=check.case, check=name, passed=passed, detail=detail)
+
+
+class DisconnectAbortReport(ScenarioReport[DisconnectDetails]):
+    evaluators: ClassVar[dict[type, Evaluator]] = {
+        DisconnectFreesServer: _frees,
+        OrphansRunOn: _orphans,
+    }
+
+    def details(self, run: RunData, cases: dict[str, CaseSummary]) -> DisconnectDetails:
+        rows = [
+            row
+            for case in run.cases
+            for phase in case.phases
+            if (row := disconnect_row(case, phase)) is not None
+        ]
+        return DisconnectDetails(rows=rows)
+
+    def markdown(self, details: DisconnectDetails | None) -> list[str]:
+        if details is None or not details.rows:
+            return []
+        rows = [
+            [
+                r.case, str(r.requests), str(r.disconnected),
+                ",".join(str(x) for x in r.received_tokens_at_disconnect),
+                f(r.running_after_last_disconnect, 0), f(r.time_to_free_s, 2),
+                f(r.wasted_tokens, 0), str(r.orphan_budget_tokens), pct(r.wasted_fraction),
+                f(r.zombie_s, 2), pct(r.kv_after_last_disconnect), f(r.kv_release_s, 2),
+            ]
+            for r in details.rows
+        ]  # fmt: skip
+        headers = ["case", "requests", "disconnected", "tokens at disconnect",
+                   "running just after", "time to free s", "wasted tokens", "orphan budget",
+                   "wasted %", "zombie s", "KV % just after", "KV release s"]  # fmt: skip
+        return [
+            "## Disconnects",
+            "",
+            table(headers, rows),
+            "",
+            "'Just after' = the first scrape after the last disconnect. "
+            "Time to free and KV release are read from scrapes (upper bounds at the scrape "
+            "period's resolution). Wasted tokens = Δgeneration_tokens − tokens the clients "
+            "received; the orphan budget is what the abandoned requests had left to generate.",
+            "",
+        ]
+
+
+REPORT = DisconnectAbortReport()

@@ -1,0 +1,275 @@
+"""kv-preemption's report: the hand calculation from each case's real capacity, the cases side
+by side, trade-offs, and its verdicts.
+
+Hand calculation (SCENARIOS.md §5), from a case's real capacity of N blocks of B tokens
+(T = N·B tokens) and C requests of P prompt + O output tokens:
+
+- initial working set = C·P tokens; headroom = T − C·P tokens; average growth per request
+  before the cache is full = headroom / C tokens;
+- final working set = C·(P + O) tokens, i.e. C·ceil((P + O)/B) blocks (block rounding: a
+  request holds whole blocks, so a partly filled last block counts in full);
+- vLLM reserves one block (the null block), so N − 1 blocks are usable, and
+  ``kv_cache_usage_perc`` = used / (N − 1) (vLLM ``BlockPool.get_usage``);
+- prediction: preemption iff the final working set in blocks exceeds N − 1; the expected
+  KV-usage peak is min(1, final blocks / (N − 1)).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from analysis.load import RunData
+from analysis.markdown import f, table
+from analysis.models import CaseSummary, Verdict
+from analysis.reports import Evaluator, ScenarioReport
+from scenarios.kv_preemption import KVPeakMatchesWorkingSet, PreemptionAsPredicted
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class HandCalculation(_Frozen):
+    """The hand calculation of the module docstring; tokens and blocks."""
+
+    capacity_tokens: int
+    block_size: int
+    block_size_assumed: bool
+    capacity_blocks: int
+    concurrency: int
+    initial_working_set_tokens: int
+    headroom_tokens: int
+    growth_per_request_tokens: float
+    output_tokens_per_request: int
+    final_working_set_tokens: int
+    final_working_set_blocks: int
+    usable_blocks: int
+    predicted_preemption: bool
+    predicted_kv_peak: float
+
+
+def hand_calculation(
+    capacity: dict[str, Any], concurrency: int, prompt_tokens: int, output_tokens: int
+) -> HandCalculation:
+    """The hand calculation for one case (see the module docstring).
+
+    ``capacity`` is the case's ``KVCapacity`` as a dict (``tokens``, ``block_size``,
+    ``num_blocks``); a missing block size is taken as 16 (vLLM's GPU default) and said so.
+    """
+    block = capacity.get("block_size") or 16
+    tokens = int(capacity["tokens"])
+    blocks = capacity.get("num_blocks") or tokens // block
+    per_request_blocks = math.ceil((prompt_tokens + output_tokens) / block)
+    initial = concurrency * prompt_tokens
+    final_blocks = concurrency * per_request_blocks
+    headroom = tokens - initial
+    return HandCalculation(
+        capacity_tokens=tokens,
+        block_size=block,
+        block_size_assumed=capacity.get("block_size") is None,
+        capacity_blocks=blocks,
+        concurrency=concurrency,
+        initial_working_set_tokens=initial,
+        headroom_tokens=headroom,
+        growth_per_request_tokens=headroom / concurrency,
+        output_tokens_per_request=output_tokens,
+        final_working_set_tokens=concurrency * (prompt_tokens + output_tokens),
+        final_working_set_blocks=final_blocks,
+        usable_blocks=blocks - 1,
+        predicted_preemption=final_blocks > blocks - 1,
+        predicted_kv_peak=min(1.0, final_blocks / (blocks - 1)),
+    )
+
+
+class PreemptionRow(_Frozen):
+    """One case's prediction and what was measured in its phase."""
+
+    case: str
+    hand_calculation: HandCalculation
+    kv_peak: float | None
+    preemptions: float | None
+    running_peak: float | None
+    waiting_peak: float | None
+    ttft_mean_ms: float | None
+    ttft_p95_ms: float | None
+    tpot_mean_ms: float | None
+    itl_p95_ms: float | None
+    e2el_p95_ms: float | None
+    output_throughput_tok_s: float | None
+    wall_s: float | None
+    failed: int
+
+
+class KVPreemptionDetails(_Frozen):
+    rows: list[PreemptionRow]
+    tradeoffs: list[str]
+
+
+def tradeoffs(rows: list[PreemptionRow]) -> list[str]:
+    """Sentences comparing each preempting case with each non-preempting one.
+
+    Never a verdict from one metric: TTFT, TPOT and throughput are stated side by side.
+    """
+    out = []
+    preempting = [r for r in rows if r.preemptions]
+    calm = [r for r in rows if r.preemptions == 0]
+    for a in preempting:
+        for b in calm:
+            parts = []
+            for key, label, unit, better_low in (
+                ("ttft_mean_ms", "TTFT mean", "ms", True),
+                ("tpot_mean_ms", "TPOT mean", "ms", True),
+                ("output_throughput_tok_s", "output throughput", "tok/s", False),
+            ):
+                x, y = getattr(a, key), getattr(b, key)
+                if x is None or y is None:
+                    continue
+                worse = (x > y) if better_low else (x < y)
+                parts.append(
+                    f"{label} {x:.1f} vs {y:.1f} {unit} ({'worse' if worse else 'better'})"
+                )
+            if parts:
+                out.append(
+                    f"{a.case} ({a.preemptions:.0f} preemptions) vs {b.case} (none): "
+                    + "; ".join(parts)
+                    + ". Judge on all of them, not on one."
+                )
+    return out
+
+
+def _calc(check: Any, case: CaseSummary) -> HandCalculation | None:
+    capacity = case.server.get("capacity")
+    if not capacity:
+        return None
+    return hand_calculation(capacity, check.concurrency, check.prompt_tokens, check.output_tokens)
+
+
+def _preemption(check: PreemptionAsPredicted, case: CaseSummary, _: Any) -> Verdict:
+    calc = _calc(check, case)
+    phase = case.phases.get(check.phase)
+    delta = phase.counter_deltas.get("num_preemptions") if phase else None
+    name = f"preemptions as predicted in {check.phase}"
+    if calc is None or delta is None:
+        return Verdict(
+            case=check.case, check=name, passed=None,
+            detail="capacity or preemption counter missing",
+        )  # fmt: skip
+    predicted = calc.predicted_preemption
+    detail = (
+        f"final working set {calc.final_working_set_blocks} blocks vs "
+        f"{calc.usable_blocks} usable → {'preempts' if predicted else 'fits'}; "
+        f"measured Δnum_preemptions = {delta:.0f}"
+    )
+    return Verdict(case=check.case, check=name, passed=(delta > 0) == predicted, detail=detail)
+
+
+def _kv_peak(check: KVPeakMatchesWorkingSet, case: CaseSummary, _: Any) -> Verdict:
+    calc = _calc(check, case)
+    phase = case.phases.get(check.phase)
+    peak = phase.gauge_peaks.get("kv_cache_usage_perc") if phase else None
+    name = f"KV peak matches the working set in {check.phase}"
+    if calc is None or peak is None:
+        return Verdict(
+            case=check.case, check=name, passed=None, detail="capacity or KV-usage samples missing"
+        )
+    expected = calc.predicted_kv_peak
+    detail = (
+        f"sampled peak {peak:.3f} (a lower bound) vs expected {expected:.3f} "
+        f"= min(1, {calc.final_working_set_blocks}/{calc.usable_blocks} blocks), "
+        f"tolerance {check.tolerance}"
+    )
+    return Verdict(
+        case=check.case, check=name, passed=abs(peak - expected) <= check.tolerance, detail=detail
+    )
+
+
+class KVPreemptionReport(ScenarioReport[KVPreemptionDetails]):
+    evaluators: ClassVar[dict[type, Evaluator]] = {
+        PreemptionAsPredicted: _preemption,
+        KVPeakMatchesWorkingSet: _kv_peak,
+    }
+
+    def details(self, run: RunData, cases: dict[str, CaseSummary]) -> KVPreemptionDetails:
+        shapes = {c.case: c for c in run.plan.checks if isinstance(c, PreemptionAsPredicted)}
+        rows = []
+        for name, case in cases.items():
+            phase = next(iter(case.phases.values()), None)
+            capacity = case.server.get("capacity")
+            shape = shapes.get(name)
+            if phase is None or capacity is None or shape is None:
+                continue
+            calc = hand_calculation(
+                capacity, shape.concurrency, shape.prompt_tokens, shape.output_tokens
+            )
+            peaks, deltas = phase.gauge_peaks, phase.counter_deltas
+            rows.append(
+                PreemptionRow(
+                    case=name,
+                    hand_calculation=calc,
+                    kv_peak=peaks.get("kv_cache_usage_perc"),
+                    preemptions=deltas.get("num_preemptions"),
+                    running_peak=peaks.get("num_requests_running"),
+                    waiting_peak=peaks.get("num_requests_waiting"),
+                    ttft_mean_ms=phase.ttft_ms.mean,
+                    ttft_p95_ms=phase.ttft_ms.p95,
+                    tpot_mean_ms=phase.tpot_ms.mean,
+                    itl_p95_ms=phase.itl_ms.p95,
+                    e2el_p95_ms=phase.e2el_ms.p95,
+                    output_throughput_tok_s=phase.output_throughput_tok_s,
+                    wall_s=phase.duration_s,
+                    failed=phase.failed,
+                )
+            )
+        return KVPreemptionDetails(rows=rows, tradeoffs=tradeoffs(rows))
+
+    def markdown(self, details: KVPreemptionDetails | None) -> list[str]:
+        if details is None or not details.rows:
+            return []
+        calc_rows = []
+        for r in details.rows:
+            c = r.hand_calculation
+            calc_rows.append(
+                [
+                    r.case,
+                    f"{c.capacity_tokens} ({c.capacity_blocks}×{c.block_size})",
+                    str(c.concurrency),
+                    str(c.initial_working_set_tokens),
+                    str(c.headroom_tokens),
+                    f(c.growth_per_request_tokens),
+                    f"{c.final_working_set_tokens} ({c.final_working_set_blocks} blocks)",
+                    "preempts" if c.predicted_preemption else "fits",
+                    f(c.predicted_kv_peak * 100),
+                ]
+            )
+        out = ["## Hand calculation (from each case's real capacity)", ""]
+        calc_headers = ["case", "capacity tokens (blocks×B)", "C", "initial C×P", "headroom",
+                        "growth/request", "final C×(P+O)", "prediction",
+                        "expected KV peak %"]  # fmt: skip
+        out += [
+            table(calc_headers, calc_rows),
+            "",
+            "## Comparison across cases",
+            "",
+        ]
+        rows = [
+            [
+                r.case, f(r.kv_peak * 100 if r.kv_peak is not None else None),
+                f(r.preemptions, 0), f(r.running_peak, 0), f(r.waiting_peak, 0),
+                f(r.ttft_mean_ms), f(r.ttft_p95_ms), f(r.tpot_mean_ms), f(r.itl_p95_ms),
+                f(r.e2el_p95_ms), f(r.output_throughput_tok_s), f(r.wall_s), str(r.failed),
+            ]
+            for r in details.rows
+        ]  # fmt: skip
+        headers = ["case", "KV peak % (sampled)", "preemptions", "running peak", "waiting peak",
+                   "TTFT mean", "TTFT p95", "TPOT mean", "ITL p95", "E2EL p95", "out tok/s",
+                   "wall s", "failed"]  # fmt: skip
+        out += [table(headers, rows), ""]
+        if details.tradeoffs:
+            out += ["Trade-offs:", ""] + [f"- {t}" for t in details.tradeoffs] + [""]
+        return out
+
+
+REPORT = KVPreemptionReport()

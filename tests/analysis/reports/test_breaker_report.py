@@ -1,0 +1,129 @@
+"""breaker's report: the episode's figures and verdict from gateway events, faults and records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from summary_builders import case, phase
+
+from analysis.checks import evaluate
+from analysis.load import CaseData, load_case
+from analysis.reports.breaker import REPORT, BreakerDetails, episode
+from scenarios.breaker import BreakerEpisode
+from scenarios.plan import CaseSpec
+
+S = 1_000_000_000
+A, B = "http://127.0.0.1:1001", "http://127.0.0.1:1002"
+LOG = f"""\
+2026-11-30 14:44:01 INFO gateway.app: started
+2026-11-30 14:44:12 WARNING gateway.breaker: breaker {B}: closed -> open at 112.500 s (3 consecutive failures)
+2026-11-30 14:44:15 INFO gateway.breaker: breaker {B}: open -> half_open at 115.600 s (cool-down over)
+2026-11-30 14:44:15 WARNING gateway.breaker: breaker {B}: half_open -> open at 115.700 s (probe failed)
+2026-11-30 14:44:31 INFO gateway.breaker: breaker {B}: open -> half_open at 131.000 s (cool-down over)
+2026-11-30 14:44:31 INFO gateway.breaker: breaker {B}: half_open -> closed at 131.200 s (probe succeeded)
+"""  # noqa: E501
+
+
+EVENTS = [
+    (112.5, "closed", "open", "3 consecutive failures"),
+    (115.6, "open", "half_open", "cool-down elapsed"),
+    (115.7, "half_open", "open", "probe failed"),
+    (131.0, "open", "half_open", "cool-down elapsed"),
+    (131.2, "half_open", "closed", "probe succeeded"),
+]
+
+
+def _events(rows: list[tuple[float, str, str, str]]) -> str:
+    return "".join(
+        json.dumps({"t_ns": round(t * S), "event": "breaker_transition", "upstream": B,
+                    "from": a, "to": b, "reason": why}) + "\n"
+        for t, a, b, why in rows
+    )  # fmt: skip
+
+
+def _write(tmp: Path, events: str | None = None) -> tuple[CaseData, dict]:
+    """A case directory with events (or only the legacy log), faults and 40 records."""
+    if events is None:
+        (tmp / "gateway.log").write_text(LOG)
+    else:
+        (tmp / "gateway_events.jsonl").write_text(events)
+    faults = [
+        {"fault": "kill_replica", "replica": 1, "url": B, "killed_ns": 110 * S,
+         "stopped_ns": 111 * S},
+        {"fault": "restarted", "replica": 1, "url": B, "healthy_ns": 130 * S, "startup_s": 19.0},
+    ]  # fmt: skip
+    (tmp / "faults.jsonl").write_text("".join(json.dumps(f) + "\n" for f in faults))
+    records = []
+    for i in range(40):  # one request per second from t = 100 s
+        sent = 100 * S + i * S
+        down = 110 * S <= sent < 113 * S and i % 2 == 0  # 2 failures before the breaker opened
+        records.append({
+            "request_id": f"r{i}", "phase": "episode", "sent_ns": sent,
+            "status": "error" if down else "ok",
+            "upstream": None if down else (A if (i % 2 or 110 * S <= sent < 131 * S) else B),
+        })  # fmt: skip
+    with open(tmp / "requests.jsonl", "w") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in records)
+    phase_row = {"phase": "episode", "start_ns": 100 * S, "last_end_ns": 140 * S,
+                 "end_ns": 141 * S}  # fmt: skip
+    (tmp / "phases.jsonl").write_text(json.dumps(phase_row) + "\n")
+    run = tmp.parent.parent
+    return load_case(run, CaseSpec(name=tmp.name)), phase_row
+
+
+def _case_dir(tmp: Path) -> Path:
+    path = tmp / "cases" / "episode"
+    path.mkdir(parents=True)
+    return path
+
+
+def test_transitions_come_from_the_events_file_with_their_monotonic_times(tmp_path: Path) -> None:
+    case_data, _ = _write(_case_dir(tmp_path), _events(EVENTS))
+    assert case_data.transitions_source == "events"
+    assert [(t.from_state, t.to_state) for t in case_data.transitions] == [
+        ("closed", "open"), ("open", "half_open"), ("half_open", "open"),
+        ("open", "half_open"), ("half_open", "closed"),
+    ]  # fmt: skip
+    assert case_data.transitions[0].t_ns == 112_500_000_000
+    assert case_data.transitions[0].upstream == B
+
+
+def test_a_run_that_predates_the_events_file_falls_back_to_the_gateway_log(
+    tmp_path: Path,
+) -> None:
+    case_data, _ = _write(_case_dir(tmp_path))
+    assert case_data.transitions_source == "log"
+    assert [t.t_ns for t in case_data.transitions][:2] == [112_500_000_000, 115_600_000_000]
+
+
+def test_episode_counts_goodput_and_traffic_per_upstream(tmp_path: Path) -> None:
+    case_data, phase_row = _write(_case_dir(tmp_path), _events(EVENTS))
+    ep = episode(case_data, phase_row)
+    assert (ep.requests, ep.ok, ep.failed) == (40, 38, 2)
+    assert ep.goodput_req_s == 38 / 40
+    assert ep.faults[0].killed_s == 10.0
+    assert ep.faults[1].healthy_s == 30.0
+    assert ep.transitions[0].t_s == 12.5
+    assert ep.per_second[10].failed == 1
+
+
+def _verdict(tmp_path: Path, events: list[tuple[float, str, str, str]]) -> tuple[bool | None, str]:
+    case_data, phase_row = _write(_case_dir(tmp_path), _events(events))
+    details = BreakerDetails(episodes=[episode(case_data, phase_row)])
+    check = BreakerEpisode(case="episode", phase="episode", replica=1)
+    (verdict,) = evaluate((check,), {"episode": case("episode", phase("episode"))}, REPORT,
+                          details)  # fmt: skip
+    return verdict.passed, verdict.detail
+
+
+def test_verdict_passes_for_open_probe_close(tmp_path: Path) -> None:
+    passed, detail = _verdict(tmp_path, EVENTS)
+    assert passed is True
+    assert "open 12.50 s, first half-open 15.60 s, closed 31.20 s" in detail
+
+
+def test_verdict_fails_when_the_breaker_never_closes(tmp_path: Path) -> None:
+    passed, detail = _verdict(tmp_path, EVENTS[:3])
+    assert passed is False
+    assert "closed never" in detail

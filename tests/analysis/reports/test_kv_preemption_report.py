@@ -1,0 +1,112 @@
+"""The hand calculation of kv-preemption and its verdicts, on given capacities."""
+
+from __future__ import annotations
+
+import pytest
+from summary_builders import case, phase
+
+from analysis.checks import evaluate
+from analysis.models import CaseSummary
+from analysis.reports.kv_preemption import (
+    REPORT,
+    HandCalculation,
+    PreemptionRow,
+    hand_calculation,
+    tradeoffs,
+)
+from scenarios.kv_preemption import KVPeakMatchesWorkingSet, PreemptionAsPredicted
+
+CPU_1GIB = {"tokens": 18_688, "block_size": 128, "num_blocks": 146}
+CPU_4GIB = {"tokens": 74_880, "block_size": 128, "num_blocks": 585}
+
+
+def test_sixteen_long_requests_overflow_1gib() -> None:
+    calc = hand_calculation(CPU_1GIB, 16, 1024, 512)
+    assert calc.initial_working_set_tokens == 16_384  # 16 × 1024
+    assert calc.headroom_tokens == 2_304  # 18,688 − 16,384
+    assert calc.growth_per_request_tokens == 144.0  # 2,304 / 16, far below 512
+    assert calc.final_working_set_tokens == 24_576  # 16 × 1536
+    assert calc.final_working_set_blocks == 192  # 16 × ceil(1536 / 128)
+    assert calc.usable_blocks == 145  # one null block reserved
+    assert calc.predicted_preemption is True  # 192 > 145 blocks
+    assert calc.predicted_kv_peak == 1.0
+
+
+def test_eight_long_requests_fit_in_1gib() -> None:
+    calc = hand_calculation(CPU_1GIB, 8, 1024, 512)
+    assert calc.final_working_set_blocks == 96  # 8 × 12
+    assert calc.predicted_preemption is False
+    assert calc.predicted_kv_peak == pytest.approx(96 / 145)
+
+
+def test_sixteen_long_requests_fit_in_4gib() -> None:
+    calc = hand_calculation(CPU_4GIB, 16, 1024, 512)
+    assert calc.predicted_preemption is False  # 192 ≤ 584 usable blocks
+    assert calc.predicted_kv_peak == pytest.approx(192 / 584)
+
+
+def test_block_rounding_counts_a_partial_last_block_in_full() -> None:
+    # 1,025 tokens need 9 blocks of 128: 2 × 9 = 18 > 17 usable blocks, although 2,050 tokens
+    # are fewer than the 18 × 128 = 2,304 the cache holds.
+    calc = hand_calculation({"tokens": 18 * 128, "block_size": 128, "num_blocks": 18}, 2, 1024, 1)
+    assert calc.final_working_set_tokens == 2_050
+    assert calc.predicted_preemption is True
+
+
+def _case(preemptions: float, kv_peak: float, capacity: dict[str, int]) -> CaseSummary:
+    c16 = phase(
+        "c16",
+        counter_deltas={"num_preemptions": preemptions},
+        gauge_peaks={"kv_cache_usage_perc": kv_peak},
+    )
+    return case("x", c16, server={"capacity": capacity})
+
+
+def _checks(case: str) -> tuple:
+    shape = {"case": case, "phase": "c16", "concurrency": 16, "prompt_tokens": 1024,
+             "output_tokens": 512}  # fmt: skip
+    return (PreemptionAsPredicted(**shape), KVPeakMatchesWorkingSet(**shape, tolerance=0.05))
+
+
+def test_verdicts_pass_when_preemption_happens_where_predicted() -> None:
+    verdicts = evaluate(_checks("small"), {"small": _case(37, 0.99, CPU_1GIB)}, REPORT, None)
+    assert [v.passed for v in verdicts] == [True, True]
+
+
+def test_verdict_fails_when_a_predicted_preemption_does_not_happen() -> None:
+    verdicts = evaluate(_checks("small"), {"small": _case(0, 0.99, CPU_1GIB)}, REPORT, None)
+    assert verdicts[0].passed is False
+    assert "192 blocks vs 145 usable" in verdicts[0].detail
+
+
+def test_verdicts_for_a_case_that_fits() -> None:
+    good = evaluate(
+        _checks("big"), {"big": _case(0, 0.33, CPU_4GIB)}, REPORT, None
+    )  # expected 192/584=0.329
+    assert [v.passed for v in good] == [True, True]
+    low_peak = evaluate(_checks("big"), {"big": _case(0, 0.20, CPU_4GIB)}, REPORT, None)
+    assert low_peak[1].passed is False
+    surprise = evaluate(_checks("big"), {"big": _case(3, 0.33, CPU_4GIB)}, REPORT, None)
+    assert surprise[0].passed is False
+
+
+def _row(name: str, calc: HandCalculation, **figures: float) -> PreemptionRow:
+    empty = dict.fromkeys(
+        ("kv_peak", "running_peak", "waiting_peak", "ttft_p95_ms", "itl_p95_ms", "e2el_p95_ms",
+         "wall_s"),
+    )  # fmt: skip
+    return PreemptionRow(case=name, hand_calculation=calc, failed=0, **(empty | figures))
+
+
+def test_tradeoffs_state_every_metric_not_a_winner() -> None:
+    calc = hand_calculation(CPU_1GIB, 16, 1024, 512)
+    rows = [
+        _row("1GiB-c16", calc, preemptions=40.0, ttft_mean_ms=900.0, tpot_mean_ms=160.0,
+             output_throughput_tok_s=90.0),
+        _row("4GiB-c16", calc, preemptions=0.0, ttft_mean_ms=1200.0, tpot_mean_ms=120.0,
+             output_throughput_tok_s=120.0),
+    ]  # fmt: skip
+    (sentence,) = tradeoffs(rows)
+    assert "TTFT mean 900.0 vs 1200.0 ms (better)" in sentence
+    assert "TPOT mean 160.0 vs 120.0 ms (worse)" in sentence
+    assert "output throughput 90.0 vs 120.0 tok/s (worse)" in sentence

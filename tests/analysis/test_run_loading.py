@@ -1,0 +1,99 @@
+"""analysis.load: every JSON-lines file of a run is read the same tolerant way."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from synthetic_run import TEST_CASE, build_run
+
+from analysis.load import load_run, read_jsonl
+from analysis.report import build_report
+from analysis.validate import validate_run
+from loadgen.manifest import write_manifest
+from loadgen.rundir import case_dir
+
+JSONL_FILES = (
+    "requests.jsonl",
+    "phases.jsonl",
+    "metrics/samples.jsonl",
+    "metrics/scrapes.jsonl",
+    "faults.jsonl",
+    "gateway_events.jsonl",
+)
+
+
+def test_read_jsonl_keeps_good_lines_and_reports_a_torn_tail_and_bad_lines(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    path.write_text('{"a": 1}\nnot json\n[1, 2]\n\n{"a": 2}\n{"a": 3, "b"')
+    got = read_jsonl(path)
+    assert got.rows == [{"a": 1}, {"a": 2}]
+    assert got.bad_lines == (2, 3)  # a broken line and a line that is not an object
+    assert got.torn_tail is True
+    assert got.problems("x.jsonl") == [
+        "the last line of x.jsonl is cut short (a crash while writing it); "
+        "the lines before it are intact",
+        "x.jsonl: line(s) 2, 3 are not valid JSON objects and were skipped",
+    ]
+
+
+def test_a_complete_last_line_without_newline_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    path.write_text('{"a": 1}\n{"a": 2}')  # the newline was lost, the object is whole
+    got = read_jsonl(path)
+    assert (got.rows, got.torn_tail, got.bad_lines) == ([{"a": 1}, {"a": 2}], False, ())
+
+
+def test_a_missing_file_reads_as_empty(tmp_path: Path) -> None:
+    got = read_jsonl(tmp_path / "nope.jsonl")
+    assert (got.rows, got.exists, got.problems("nope.jsonl")) == ([], False, [])
+
+
+@pytest.fixture(scope="module")
+def clean_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("clean")
+    build_run(run_dir)
+    return run_dir
+
+
+@pytest.mark.parametrize("rel", JSONL_FILES)
+def test_a_torn_last_line_in_any_file_is_skipped_reported_and_the_report_still_builds(
+    clean_run: Path, tmp_path: Path, rel: str
+) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(clean_run, run_dir)
+    path = case_dir(run_dir, TEST_CASE) / rel
+    before = len(read_jsonl(path).rows)
+    with open(path, "a") as fh:
+        fh.write('{"t_ns": 12, "na')  # the writer died mid-line
+    assert len(read_jsonl(path).rows) == before
+    case = load_run(run_dir).cases[0]
+    expected = (
+        f"the last line of {rel} is cut short (a crash while writing it); "
+        "the lines before it are intact"
+    )
+    assert case.file_problems == [expected]
+    report = build_report(run_dir).as_dict()
+    assert expected in report["cases"][TEST_CASE]["data_quality"]
+    write_manifest(run_dir, "failed", ["loadgen", "run", "prefix-eviction"])
+    assert validate_run(run_dir).problems == [f"{TEST_CASE}: {expected}"]
+
+
+def test_old_scrape_entries_get_an_outcome_from_their_ok_field(clean_run: Path) -> None:
+    scrapes = load_run(clean_run).cases[0].scrapes
+    assert {s["outcome"] for s in scrapes} == {"ok"}
+    raw = [json.loads(line) for line in (case_dir(clean_run, TEST_CASE) / "metrics/scrapes.jsonl")
+           .read_text().splitlines()]  # fmt: skip
+    assert "outcome" not in raw[0]  # the synthetic run writes the pre-accounting format
+
+
+def test_a_plan_with_fields_of_older_runs_still_loads(clean_run: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(clean_run, run_dir)
+    plan = json.loads((run_dir / "plan.json").read_text())
+    plan["probe_phases"] = ["cold", "warm", "revisit", "rewarm"]
+    plan["compare_phases"] = [["revisit", "warm"]]
+    (run_dir / "plan.json").write_text(json.dumps(plan))
+    assert load_run(run_dir).plan.scenario == "prefix-eviction"
