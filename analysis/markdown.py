@@ -86,6 +86,21 @@ def phase_rows(
     return headers, rows
 
 
+def _counter_table(case: CaseSummary) -> list[str]:
+    """Every counter the server reported, as deltas per phase (columns with any value)."""
+    names = [
+        n
+        for n in dict.fromkeys(k for p in case.phases.values() for k in p.counter_deltas)
+        if any(p.counter_deltas.get(n) for p in case.phases.values())
+    ]
+    if not names:
+        return []
+    rows = [[name, *(f(p.counter_deltas.get(n), 0) for n in names)]
+            for name, p in case.phases.items()]  # fmt: skip
+    return ["Server counters (Δ over each phase window, summed over engines):", "",
+            table(["phase", *names], rows), ""]  # fmt: skip
+
+
 def _histogram_table(case: CaseSummary) -> list[str]:
     rows = []
     for name, p in case.phases.items():
@@ -139,12 +154,13 @@ def _case_lines(
     overall = case.all_phases
     labels = (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("E2EL", "e2el_ms"),
               ("ITL (per token)", "itl_ms"), ("chunk gap (per step)", "chunk_gap_ms"))  # fmt: skip
-    if overall.ttft_ms.count:
+    if case.requests_total:
         rows = [
             [label, *(f(getattr(getattr(overall, key), k)) for k in STAT_KEYS)]
             for label, key in labels
         ]
         out += ["All phases together (ms):", "", table(["metric", *STAT_KEYS], rows), ""]
+    out += _counter_table(case)
     out += _histogram_table(case)
     lags = [p.loop_lag_max_ms or 0.0 for p in case.phases.values()]
     if lags:
