@@ -22,6 +22,7 @@ from typing import Any
 from loadgen.rundir import (
     CASE_FILE,
     FAULTS_FILE,
+    GATEWAY_EVENTS_FILE,
     GATEWAY_LOG,
     PHASES_FILE,
     PLAN_FILE,
@@ -34,8 +35,6 @@ from metrics.samples import Sample
 from metrics.store import SAMPLES_FILE, SCRAPES_FILE
 from scenarios.plan import CaseSpec, Plan
 
-#: Gateway breaker transitions, one JSON object per line (written by the gateway process).
-GATEWAY_EVENTS_FILE = "gateway_events.jsonl"
 #: Plan fields that older runs wrote and the plan no longer has (report-only settings).
 _LEGACY_PLAN_FIELDS = ("probe_phases", "compare_phases")
 

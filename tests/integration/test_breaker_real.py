@@ -42,6 +42,7 @@ def test_the_killed_replica_opens_probes_and_closes(episode_run: Path) -> None:
     ep = _episode(episode_run)
     killed, back = ep["faults"][0], ep["faults"][1]
     assert killed["fault"] == "kill_replica" and back["fault"] == "restarted"
+    assert ep["transitions_source"] == "events"  # the gateway's events file, not its log
     mine = [
         (t["from_state"], t["to_state"])
         for t in ep["transitions"]
