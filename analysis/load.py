@@ -126,6 +126,7 @@ class CaseData:
         transitions_source: ``events``, ``log`` (a run that predates the events file: read
             from the gateway's log lines) or ``None`` (no gateway).
         nonfinite_samples: samples dropped because their value was not finite.
+        legacy_scrape_index: the run predates per-tick accounting (skipped ticks unlisted).
         file_problems: torn tails and unreadable lines, per file (for ``validate``/report).
     """
 
@@ -141,6 +142,7 @@ class CaseData:
     nonfinite_samples: int = 0
     file_problems: list[str] = field(default_factory=list)
     spec: CaseSpec | None = None
+    legacy_scrape_index: bool = False
 
 
 @dataclass
@@ -240,6 +242,7 @@ def load_case(run_dir: Path, spec: CaseSpec) -> CaseData:
         nonfinite_samples=nonfinite,
         file_problems=problems,
         spec=spec,
+        legacy_scrape_index=any("outcome" not in r for r in files[SCRAPES_FILE].rows),
     )
 
 

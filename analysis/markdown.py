@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from analysis.models import CaseSummary, PhaseSummary, RunSummary
+from analysis.models import CaseSummary, PhaseSummary, RunSummary, ServerHistogram, Stats
 from analysis.reports import PhaseColumn, ScenarioReport
+from metrics.names import FAMILIES
 
 STAT_KEYS = ("mean", "std", "p50", "p90", "p95", "p99")
 
@@ -102,27 +103,36 @@ def _counter_table(case: CaseSummary) -> list[str]:
 
 
 def _histogram_table(case: CaseSummary) -> list[str]:
+    """vLLM's histograms per phase beside the client's figure for the same quantity."""
     rows = []
     for name, p in case.phases.items():
         for h in p.server_histograms.values():
-            client = {"ttft_seconds": p.ttft_ms, "itl_seconds": p.itl_ms,
+            client = {"ttft_seconds": p.ttft_ms, "itl_seconds": p.itl_ms, "tpot_seconds": p.tpot_ms,
                       "e2e_latency_seconds": p.e2el_ms}.get(h.family)  # fmt: skip
-            diff = (
-                client.p50 - h.p50_ms
-                if client is not None and client.p50 is not None and h.p50_ms is not None
-                else None
-            )
+
+            def q(key: str, h: ServerHistogram = h) -> str:
+                value = f(getattr(h, f"{key}_ms"))
+                return f"≥ {value}" if key in h.floors else value
+
+            def diff(key: str, h: ServerHistogram = h, client: Stats | None = client) -> str:
+                a = getattr(client, key) if client is not None else None
+                b = getattr(h, f"{key}_ms")
+                return f(a - b if a is not None and b is not None and key not in h.floors else None)
+
             rows.append(
-                [name, h.family, f(h.count, 0), f(h.mean_ms), f(h.p50_ms), f(h.p90_ms),
-                 f(h.p99_ms), f(client.p50 if client else None), f(diff)]
+                [name, h.family, f(h.count, 0), f(h.mean_ms), q("p50"), q("p90"), q("p99"),
+                 f(client.p50 if client else None), f(client.p99 if client else None),
+                 diff("p50"), diff("p99")]
             )  # fmt: skip
     if not rows:
         return []
     headers = ["phase", "server histogram", "count", "mean ms", "p50 ms", "p90 ms", "p99 ms",
-               "client p50 ms", "client − server p50 ms"]  # fmt: skip
+               "client p50 ms", "client p99 ms", "client − server p50",
+               "client − server p99"]  # fmt: skip
     return [
-        "Server-side histograms (bucket deltas over the phase, Prometheus interpolation; a "
-        "quantile in the +Inf bucket shows the largest finite bound) beside the client's:",
+        "Server-side histograms (bucket deltas over the phase, Prometheus interpolation; "
+        "'≥' marks a quantile in the +Inf bucket, shown as the largest finite bound) beside the "
+        "client's figures for the same quantity (ms):",
         "",
         table(headers, rows),
         "",
@@ -146,7 +156,9 @@ def _case_lines(
         f"(block size {cap.get('block_size', '?')}, {cap.get('num_blocks', '?')} blocks); "
         f"server start {f(server.get('startup_s'))} s; requests {case.requests_total}, "
         f"failed {case.requests_failed}; scrapes {scrapes.ticks} "
-        f"(late {scrapes.late}, failed {scrapes.failed}, skipped {scrapes.skipped}).",
+        f"(late {scrapes.late}, failed {scrapes.failed}, skipped {scrapes.skipped}"
+        + (f", {scrapes.nan_dropped} NaN samples dropped" if scrapes.nan_dropped else "")
+        + ").",
         "",
     ]
     headers, rows = phase_rows(case, case.planned_phases or phases, report.phase_columns(details))
@@ -170,10 +182,20 @@ def _case_lines(
         ]
     out += report.case_markdown(details, case.name)
     if case.metric_aliases:
-        renamed = {k: v for k, v in case.metric_aliases.items() if not v.startswith(f"vllm:{k}")}
+        renamed = {
+            k: v
+            for k, v in case.metric_aliases.items()
+            if k in FAMILIES and v != FAMILIES[k].raw_names[0]
+        }
         if renamed:
             out += ["Metric names matched by an older alias: "
                     + ", ".join(f"{k} ← `{v}`" for k, v in renamed.items()), ""]  # fmt: skip
+    if case.missing_families:
+        out += [
+            "Metric families this server does not expose (figures from them stay empty, never "
+            "0): " + ", ".join(case.missing_families),
+            "",
+        ]
     if case.data_quality:
         out += ["Data quality:", ""] + [f"- {line}" for line in case.data_quality] + [""]
     return out

@@ -48,7 +48,9 @@ class LatencyStats(_Frozen):
 class ServerHistogram(_Frozen):
     """A vLLM histogram over one phase: bucket deltas, then ``histogram_quantile`` (ms).
 
-    ``count`` is the number of observations (requests, or tokens for ITL) in the phase.
+    ``count`` is the number of observations (requests, or steps for ITL) in the phase.
+    ``floors`` names the quantiles that fell in the ``+Inf`` bucket: they show the largest
+    finite bound, a lower bound of the true value.
     """
 
     family: str
@@ -57,6 +59,7 @@ class ServerHistogram(_Frozen):
     p50_ms: float | None
     p90_ms: float | None
     p99_ms: float | None
+    floors: list[str] = Field(default_factory=list)
 
 
 class ScrapeAccounting(_Frozen):
@@ -121,6 +124,7 @@ class CaseSummary(_Frozen):
         planned_phases: the phases the plan gave this case, in order (ran or not).
         all_phases: latency over every successful request of the case.
         metric_aliases: canonical metric family → the exposition name the server used.
+        missing_families: recorded families the server did not expose at all.
         data_quality: findings a reader must know (torn files, dropped samples, flagged
             phases, records whose token stamps cannot give a TTFT).
     """
@@ -140,6 +144,7 @@ class CaseSummary(_Frozen):
     token_timing: dict[str, int] = Field(default_factory=dict)
     scrapes: ScrapeAccounting = ScrapeAccounting()
     metric_aliases: dict[str, str] = Field(default_factory=dict)
+    missing_families: list[str] = Field(default_factory=list)
     data_quality: list[str] = Field(default_factory=list)
 
 

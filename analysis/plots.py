@@ -13,8 +13,7 @@ from matplotlib.figure import Figure
 
 from analysis.latency import request_frame
 from analysis.load import CaseData
-from analysis.server_side import by_engine
-from metrics.samples import series
+from metrics.samples import series, series_by
 
 
 def save(fig: Figure, out: Path) -> Path:
@@ -59,7 +58,7 @@ def timeline(case: CaseData, out: Path) -> Path:
     fig, axes = plt.subplots(n_panels, 1, figsize=(10, 2.5 * n_panels), sharex=True)
     ax_kv, ax_q = axes[0], axes[1]
     # Gauges per engine: summed, data-parallel engines' KV usage would exceed 100 %.
-    kv_engines = by_engine(case.samples, "kv_cache_usage_perc")
+    kv_engines = series_by(case.samples, "kv_cache_usage_perc")
     for engine, kv in kv_engines.items():
         label = f"engine {engine}" if len(kv_engines) > 1 else None
         ax_kv.plot([(t - t0) / 1e9 for t, _ in kv], [v * 100 for _, v in kv], label=label)
@@ -69,12 +68,13 @@ def timeline(case: CaseData, out: Path) -> Path:
         ("num_requests_running", "tab:blue"),
         ("num_requests_waiting", "tab:orange"),
     ):
-        for engine, pts in by_engine(case.samples, name).items():
+        engines = series_by(case.samples, name)
+        for engine, pts in engines.items():
             ax_q.step(
                 [(t - t0) / 1e9 for t, _ in pts],
                 [v for _, v in pts],
                 where="post",
-                label=name if engine == "0" else f"{name} (engine {engine})",
+                label=name if len(engines) == 1 else f"{name} (engine {engine})",
                 color=color,
             )
     ax_q.set_ylabel("requests")

@@ -16,48 +16,36 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
 from analysis.load import CaseData
 from analysis.models import ServerHistogram
-from metrics.names import METRICS
-from metrics.samples import Point, Sample, counter_delta, gauge_peak, series
+from metrics.histograms import histogram_delta, histogram_quantile, mean_s, quantile_in_overflow
+from metrics.names import FAMILIES, MissingFamilyError
+from metrics.samples import (
+    Point,
+    Sample,
+    counter_delta,
+    counter_resets,
+    gauge_peak,
+    series,
+    series_by,
+)
+from metrics.ticks import deltas_are_stale
 
-COUNTERS: tuple[str, ...] = tuple(n for n, (kind, _) in METRICS.items() if kind == "counter")
-GAUGES: tuple[str, ...] = tuple(n for n, (kind, _) in METRICS.items() if kind == "gauge")
+COUNTERS: tuple[str, ...] = tuple(n for n, f in FAMILIES.items() if f.type == "counter")
+GAUGES: tuple[str, ...] = tuple(n for n, f in FAMILIES.items() if f.type == "gauge")
 #: Histogram families shown beside the client's figures, with the client metric they mirror.
 HISTOGRAMS: tuple[tuple[str, str | None], ...] = (
     ("ttft_seconds", "ttft_ms"),
     ("itl_seconds", "itl_ms"),
+    ("tpot_seconds", "tpot_ms"),
     ("e2e_latency_seconds", "e2el_ms"),
     ("queue_time_seconds", None),
     ("prefill_time_seconds", None),
     ("decode_time_seconds", None),
 )
-
-
-def _engine(labels: tuple[tuple[str, str], ...]) -> str:
-    return dict(labels).get("engine", "0")
-
-
-def by_engine(samples: Sequence[Sample], name: str) -> dict[str, list[Point]]:
-    """Points of ``name`` per engine (summed over the other labels), by scrape time."""
-    grouped: dict[str, dict[int, float]] = defaultdict(dict)
-    for s in samples:
-        if s.name == name:
-            points = grouped[_engine(s.labels)]
-            points[s.t_ns] = points.get(s.t_ns, 0.0) + s.value
-    return {engine: sorted(points.items()) for engine, points in sorted(grouped.items())}
-
-
-def resets(points: Sequence[Point], start_ns: int, end_ns: int) -> int:
-    """Decreases of a counter between the last point at or before ``start_ns`` and the last
-    point at or before ``end_ns`` (each one a restart of the server)."""
-    window = [v for t, v in points if t <= end_ns]
-    first = max((i for i, (t, _) in enumerate(points) if t <= start_ns), default=0)
-    return sum(1 for a, b in zip(window[first:], window[first + 1 :], strict=False) if b < a)
 
 
 def counter_figures(
@@ -70,7 +58,7 @@ def counter_figures(
     for name in COUNTERS:
         points = series(samples, name)
         deltas[name] = counter_delta(points, start_ns, end_ns)
-        n = resets(points, start_ns, end_ns)
+        n = len(counter_resets(points, start_ns, end_ns))
         if n:
             reset_counts[name] = n
     return deltas, reset_counts
@@ -85,7 +73,7 @@ def gauge_figures(
     for name in GAUGES:
         engines = {
             engine: peak
-            for engine, points in by_engine(samples, name).items()
+            for engine, points in series_by(samples, name).items()
             if (peak := gauge_peak(points, start_ns, end_ns)) is not None
         }
         peaks[name] = max(engines.values()) if engines else None
@@ -96,14 +84,14 @@ def gauge_figures(
 def histogram_figures(
     samples: Sequence[Sample], start_ns: int, end_ns: int
 ) -> dict[str, ServerHistogram]:
-    """Per-phase quantiles (ms) of every server histogram recorded in the window."""
-    if not any(s.name.endswith("_bucket") for s in samples):
-        return {}  # runs that recorded no histogram (older runs, or another server)
-    from metrics.histograms import histogram_delta, histogram_quantile
-
+    """Per-phase quantiles (ms) of every server histogram recorded in the window; a family the
+    server does not expose is left out (the case's metric aliases list what was missing)."""
     out: dict[str, ServerHistogram] = {}
     for family, _ in HISTOGRAMS:
-        delta = histogram_delta(samples, family, start_ns, end_ns)
+        try:
+            delta = histogram_delta(samples, family, start_ns, end_ns)
+        except MissingFamilyError:
+            continue
         if delta is None or not delta.count:
             continue
 
@@ -111,13 +99,18 @@ def histogram_figures(
             value = histogram_quantile(q, d)
             return None if value is None else value * 1e3
 
+        def overflow(q: str, d: Any = delta) -> bool:
+            return quantile_in_overflow(int(q[1:]) / 100, d)
+
+        mean = mean_s(delta)
         out[family] = ServerHistogram(
             family=family,
             count=delta.count,
-            mean_ms=delta.sum / delta.count * 1e3,
+            mean_ms=None if mean is None else mean * 1e3,
             p50_ms=ms(0.5),
             p90_ms=ms(0.9),
             p99_ms=ms(0.99),
+            floors=[q for q in ("p50", "p90", "p99") if overflow(q)],
         )
     return out
 
@@ -125,14 +118,7 @@ def histogram_figures(
 def deltas_flag(case: CaseData, phase: dict[str, Any]) -> str | None:
     """Why a phase's counter deltas may be incomplete, or ``None`` when a successful scrape
     started after its last request finished and ended inside its window."""
-    last_end, end = int(phase["last_end_ns"]), int(phase["end_ns"])
-    covered = any(
-        s.get("outcome") == "ok"
-        and int(s.get("start_ns") or 0) >= last_end
-        and int(s.get("end_ns") or end + 1) <= end
-        for s in case.scrapes
-    )
-    if covered:
+    if not deltas_are_stale(case.scrapes, int(phase["last_end_ns"]), int(phase["end_ns"])):
         return None
     return (
         "no successful scrape started after the last request finished: counter deltas may "
@@ -144,7 +130,7 @@ def max_over_engines(samples: Sequence[Sample], name: str) -> list[Point]:
     """Per scrape time, the largest value of gauge ``name`` over engines (for fractions such as
     KV usage, which must not be summed across engines)."""
     merged: dict[int, float] = {}
-    for points in by_engine(samples, name).values():
+    for points in series_by(samples, name).values():
         for t, v in points:
             merged[t] = max(v, merged.get(t, v))
     return sorted(merged.items())

@@ -25,6 +25,7 @@ from analysis.latency import (
 )
 from analysis.load import CaseData
 from analysis.models import CaseSummary, LatencyStats, PhaseSummary, ScrapeAccounting, Stats
+from metrics.ticks import count_ticks
 
 
 def stats(values: Any) -> Stats:
@@ -99,25 +100,29 @@ def phase_summary(case: CaseData, phase: dict[str, Any], frame: pd.DataFrame) ->
 
 
 def scrape_accounting(case: CaseData) -> ScrapeAccounting:
-    """Counts of the case's scrape ticks by outcome, late ticks and NaN samples dropped."""
-    outcomes = Counter(str(s.get("outcome")) for s in case.scrapes)
+    """Counts of the case's scrape ticks by outcome, late ticks and NaN samples dropped
+    (by the scraper, or by the reader from older runs' files)."""
+    counts = count_ticks(case.scrapes)
     return ScrapeAccounting(
-        ticks=len(case.scrapes),
-        ok=outcomes["ok"],
-        failed=outcomes["failed"],
-        skipped=outcomes["skipped"],
-        late=sum(1 for s in case.scrapes if s.get("late")),
-        nan_dropped=sum(int(s.get("nan_dropped") or 0) for s in case.scrapes)
-        + case.nonfinite_samples,
+        ticks=counts.ticks,
+        ok=counts.ok,
+        failed=counts.failed,
+        skipped=counts.skipped,
+        late=counts.late,
+        nan_dropped=counts.nan_dropped + case.nonfinite_samples,
     )
 
 
-def metric_aliases(case: CaseData) -> dict[str, str]:
-    """Canonical family → the exposition name it matched, as the scraper last recorded it."""
+def metric_aliases(case: CaseData) -> tuple[dict[str, str], list[str]]:
+    """(canonical family → the exposition name it matched, families the server lacked), as
+    the scraper last recorded them."""
     aliases: dict[str, str] = {}
+    missing: list[str] = []
     for s in case.scrapes:
-        aliases.update(s.get("aliases") or {})
-    return dict(sorted(aliases.items()))
+        if s.get("aliases") is not None:
+            aliases = dict(s["aliases"])
+            missing = list(s.get("missing") or [])
+    return dict(sorted(aliases.items())), sorted(missing)
 
 
 def data_quality(case: CaseData, phases: dict[str, PhaseSummary]) -> list[str]:
@@ -149,6 +154,7 @@ def case_summary(case: CaseData, label: str = "", planned: list[str] | None = No
     frame = request_frame(case.records)
     phases = {str(p["phase"]): phase_summary(case, p, frame) for p in case.phases}
     ok = frame[frame["status"] == "ok"] if not frame.empty else frame
+    aliases, missing = metric_aliases(case)
     return CaseSummary(
         name=case.name,
         label=label,
@@ -164,6 +170,7 @@ def case_summary(case: CaseData, label: str = "", planned: list[str] | None = No
         requests_aborted=sum(1 for r in case.records if r.get("status") == "aborted"),
         token_timing=_timing_counts(frame),
         scrapes=scrape_accounting(case),
-        metric_aliases=metric_aliases(case),
+        metric_aliases=aliases,
+        missing_families=missing,
         data_quality=data_quality(case, phases),
     )

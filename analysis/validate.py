@@ -1,14 +1,15 @@
 """``loadgen validate RUN``: is a run directory complete, unaltered and internally consistent?
 
 Problems (the run is invalid): the manifest is missing or a file's size or sha256 differs; a
-file a case needs is missing; a record's stamps are out of order or its values impossible;
-failure counts disagree between the records, ``case.json`` and ``report.json``; a JSON-lines
-file has a line cut short by a crash or a corrupt line; ``report.json`` holds a non-finite
-value.
+file a case needs is missing; scrape ticks are not accounted for exactly once each; a record's
+stamps are out of order or its values impossible; failure counts disagree between the
+records, ``case.json`` and ``report.json``; a JSON-lines file has a line cut short by a crash
+or a corrupt line; ``report.json`` holds a non-finite value.
 
 Warnings (the run is valid, but some figures need care; the report shows the same findings):
 non-finite metric samples that were dropped, phases whose counter deltas rest on a scrape older
-than their last request, requests whose tokens all arrived in one chunk, counter resets.
+than their last request, requests whose tokens all arrived in one chunk, counter resets, a
+scrape index from before per-tick accounting.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from loadgen.rundir import (
     read_json,
 )
 from metrics.store import SAMPLES_FILE, SCRAPES_FILE
+from metrics.ticks import tick_problems
 
 
 @dataclass
@@ -102,6 +104,13 @@ def validate_run(run_dir: Path) -> ValidationResult:
                 result.problems.append(f"{spec.name}: {rel} missing")
         case = load_case(run_dir, spec)
         result.problems += [f"{spec.name}: {p}" for p in case.file_problems]
+        if case.legacy_scrape_index:
+            result.warnings.append(
+                f"{spec.name}: the scrape index predates per-tick accounting (ticks skipped "
+                "while a scrape ran are not listed)"
+            )
+        else:
+            result.problems += [f"{spec.name}: {p}" for p in tick_problems(case.scrapes)]
         for rec in case.records:
             result.problems += _check_record(rec, f"{spec.name}/{rec.get('request_id')}")
         summary = case_summary(case, spec.label, [p.name for p in plan.phases_of(spec)])

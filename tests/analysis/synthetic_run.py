@@ -240,9 +240,10 @@ def _write_metrics(
                 "start_ns": t - 2 * MS,
                 "late": False,
                 "end_ns": t,
-                "ok": True,
+                "outcome": "ok",
                 "bytes": 47272,
                 "samples": len(samples),
+                "nan_dropped": 0,
             }
             scrapes_fh.write(json.dumps(scrape_entry) + "\n")
 

@@ -81,12 +81,40 @@ def test_a_torn_last_line_in_any_file_is_skipped_reported_and_the_report_still_b
     assert validate_run(run_dir).problems == [f"{TEST_CASE}: {expected}"]
 
 
-def test_old_scrape_entries_get_an_outcome_from_their_ok_field(clean_run: Path) -> None:
-    scrapes = load_run(clean_run).cases[0].scrapes
-    assert {s["outcome"] for s in scrapes} == {"ok"}
-    raw = [json.loads(line) for line in (case_dir(clean_run, TEST_CASE) / "metrics/scrapes.jsonl")
-           .read_text().splitlines()]  # fmt: skip
-    assert "outcome" not in raw[0]  # the synthetic run writes the pre-accounting format
+def test_old_scrape_entries_get_an_outcome_and_validate_warns_of_unlisted_ticks(
+    clean_run: Path, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(clean_run, run_dir)
+    path = case_dir(run_dir, TEST_CASE) / "metrics/scrapes.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    legacy = [{k: v for k, v in r.items() if k not in ("outcome", "nan_dropped")}
+              | {"ok": i != 3} for i, r in enumerate(rows)]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in legacy))
+    case = load_run(run_dir).cases[0]
+    assert [s["outcome"] for s in case.scrapes[:5]] == ["ok", "ok", "ok", "failed", "ok"]
+    assert case.legacy_scrape_index
+    build_report(run_dir)
+    write_manifest(run_dir, "ok", ["loadgen", "run", "prefix-eviction"])
+    result = validate_run(run_dir)
+    assert result.problems == []
+    assert result.warnings == [
+        f"{TEST_CASE}: the scrape index predates per-tick accounting (ticks skipped while a "
+        "scrape ran are not listed)"
+    ]
+
+
+def test_a_gap_in_the_tick_numbers_is_a_problem(clean_run: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(clean_run, run_dir)
+    path = case_dir(run_dir, TEST_CASE) / "metrics/scrapes.jsonl"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:4] + lines[5:]) + "\n")  # tick 4 vanished
+    build_report(run_dir)
+    write_manifest(run_dir, "ok", ["loadgen", "run", "prefix-eviction"])
+    [problem] = validate_run(run_dir).problems
+    assert problem.startswith(f"{TEST_CASE}: scrape ticks are not 0…")
+    assert "missing [4]" in problem
 
 
 def test_a_plan_with_fields_of_older_runs_still_loads(clean_run: Path, tmp_path: Path) -> None:
