@@ -12,9 +12,11 @@ statistic ever sees them.
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +34,7 @@ from loadgen.rundir import (
     read_json,
 )
 from metrics.samples import Sample
-from metrics.store import SAMPLES_FILE, SCRAPES_FILE
+from metrics.store import RAW_FILE, SAMPLES_FILE, SCRAPES_FILE
 from scenarios.plan import CaseSpec, Plan
 
 #: Plan fields that older runs wrote and the plan no longer has (report-only settings).
@@ -169,6 +171,34 @@ def load_plan(run_dir: Path) -> Plan:
     for key in _LEGACY_PLAN_FIELDS:
         data.pop(key, None)
     return Plan.model_validate(data)
+
+
+def read_samples(case_dir: Path) -> list[Sample]:
+    """The finite metric samples of a case directory (``metrics/samples.jsonl``), in order."""
+    return _samples(case_dir / SAMPLES_FILE)[0]
+
+
+def read_scrapes(case_dir: Path) -> list[dict[str, Any]]:
+    """The scrape index of a case directory (``metrics/scrapes.jsonl``), one dict per tick."""
+    return _scrapes(read_jsonl(case_dir / SCRAPES_FILE).rows)
+
+
+def iter_raw(case_dir: Path) -> Iterator[dict[str, Any]]:
+    """The raw scrapes (``{"scrape", "t_ns", "text"}``) of ``metrics/raw.jsonl.gz``; a file cut
+    short by a crash (gzip stream or last line) ends the iteration, like a torn JSONL tail."""
+    path = case_dir / RAW_FILE
+    if not path.exists():
+        return
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        try:
+            for line in fh:
+                if line.strip():
+                    try:
+                        yield json.loads(line)
+                    except json.JSONDecodeError:
+                        return  # only the cut-short last line can fail to parse
+        except (EOFError, gzip.BadGzipFile):
+            return
 
 
 def _samples(path: Path) -> tuple[list[Sample], int, JsonlFile]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Literal
 
 from loadgen.token_timing import TokenTiming
 
@@ -134,36 +134,3 @@ class RecordWriter:
         """Flush records written with ``flush=False``."""
         assert self._fh is not None, "RecordWriter used outside its context"
         self._fh.flush()
-
-
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """All records of a ``requests.jsonl`` as dicts.
-
-    A last line cut short (no newline: the process died while writing it) is skipped, so
-    everything written before a crash stays readable; :func:`truncated_tail` reports it.
-
-    Raises:
-        ValueError: a complete line is not valid JSON; the message names the line number.
-    """
-    out: list[dict[str, Any]] = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                if not line.endswith("\n"):
-                    break  # a cut-short tail, not corruption
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({exc})") from exc
-    return out
-
-
-def truncated_tail(path: Path) -> bool:
-    """True when the file's last line has no newline (a write cut short by a crash)."""
-    with open(path, "rb") as fh:
-        fh.seek(0, 2)
-        if fh.tell() == 0:
-            return False
-        fh.seek(-1, 2)
-        return fh.read(1) != b"\n"

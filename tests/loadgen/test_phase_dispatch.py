@@ -20,15 +20,22 @@ import aiohttp
 import pytest
 from fake_openai_server import FakeOpenAIServer, StreamScript
 
+from analysis.load import read_jsonl
 from loadgen.client import Target
 from loadgen.clock import Clock, MonotonicClock
 from loadgen.connections import open_session
 from loadgen.phase import WARMUP_MAX_CONNECTIONS, PhaseTiming, run_phase, warmup_connections
-from loadgen.records import RecordWriter, RequestRecord, read_records
+from loadgen.records import RecordWriter, RequestRecord
 from scenarios.arrivals import AllAtOnce, ClosedLoop, OpenLoop, open_loop_offsets_ns
 from scenarios.workloads import PhaseRequests, PlannedRequest, header_of
 
 # asyncio_mode = "auto" runs the async tests; one test here is plain.
+
+
+def _records(path: Path) -> list[dict]:
+    return read_jsonl(path).rows
+
+
 pytestmark = [pytest.mark.timeout(30)]
 
 MS = 1_000_000
@@ -117,7 +124,7 @@ async def test_closed_loop_keeps_exactly_c_in_flight_in_list_order(tmp_path: Pat
         timing = await run(fake, ClosedLoop(concurrency=3), requests(9), path, MonotonicClock())
     assert fake.max_active == 3
     assert len(fake.seen) == 9
-    records = read_records(path)
+    records = _records(path)
     assert sorted(r["request_id"] for r in records) == [f"p-{i:04d}" for i in range(9)]
     assert all(r["status"] == "ok" for r in records)
     # Workers take the next index in turn: send order is list order.
@@ -142,7 +149,7 @@ async def test_each_record_is_on_disk_before_the_writer_closes(tmp_path: Path) -
 
     def check(record: RequestRecord) -> None:
         done.append(record)
-        lines = read_records(path)
+        lines = _records(path)
         on_disk.append(len(lines))
         assert lines[-1]["request_id"] == record.request_id
 
@@ -157,7 +164,7 @@ async def test_all_at_once_has_every_request_in_flight_together(tmp_path: Path) 
     async with fake.serve():
         await run(fake, AllAtOnce(), requests(6), tmp_path / "r.jsonl", MonotonicClock())
     assert fake.max_active == 6
-    assert len(read_records(tmp_path / "r.jsonl")) == 6
+    assert len(_records(tmp_path / "r.jsonl")) == 6
 
 
 async def test_open_loop_sends_at_phase_start_plus_offsets_on_time(tmp_path: Path) -> None:
@@ -168,7 +175,7 @@ async def test_open_loop_sends_at_phase_start_plus_offsets_on_time(tmp_path: Pat
     fake = FakeOpenAIServer()
     async with fake.serve(), clock.running():
         timing = await run(fake, arrival, requests(10), tmp_path / "r.jsonl", clock)
-    records = sorted(read_records(tmp_path / "r.jsonl"), key=lambda r: r["index"])
+    records = sorted(_records(tmp_path / "r.jsonl"), key=lambda r: r["index"])
     assert [r["scheduled_ns"] - start for r in records] == offsets
     assert [r["sent_ns"] for r in records] == [r["scheduled_ns"] for r in records]
     assert all(r["status"] == "ok" for r in records)
@@ -185,7 +192,7 @@ async def test_open_loop_counts_sends_more_than_10ms_late(tmp_path: Path) -> Non
     fake = FakeOpenAIServer()
     async with fake.serve(), clock.running():
         timing = await run(fake, arrival, requests(8), tmp_path / "r.jsonl", clock)
-    records = read_records(tmp_path / "r.jsonl")
+    records = _records(tmp_path / "r.jsonl")
     assert all(r["sent_ns"] - r["scheduled_ns"] == 15 * MS for r in records)
     assert timing.late_sends == 8
     assert timing.loop_lag_max_ms == 15.0
@@ -219,7 +226,7 @@ async def test_warm_up_opens_the_connections_so_no_request_connects(tmp_path: Pa
     assert (second.warmup_connections, second.warmup_opened) == (3, 0)
     assert fake.health_checks == 6
     assert len(fake.connections) == 3
-    records = read_records(path)
+    records = _records(path)
     assert len(records) == 12
     assert all(r["new_connection"] is False for r in records)
 
@@ -234,7 +241,7 @@ async def test_open_loop_cap_is_honoured_and_the_wait_is_recorded(tmp_path: Path
     async with fake.serve():
         await run(fake, arrival, requests(6), path, MonotonicClock())
     assert fake.max_active == 2
-    records = sorted(read_records(path), key=lambda r: r["index"])
+    records = sorted(_records(path), key=lambda r: r["index"])
     assert all(r["status"] == "ok" for r in records)
     ends = sorted(r["end_ns"] for r in records)
     for r in records:
@@ -249,7 +256,7 @@ async def test_uncapped_open_loop_is_admitted_at_its_scheduled_time(tmp_path: Pa
     fake = FakeOpenAIServer()
     async with fake.serve(), clock.running():
         await run(fake, OpenLoop(rate_rps=20.0, seed=3), requests(4), tmp_path / "r.jsonl", clock)
-    assert all(r["admitted_ns"] == r["scheduled_ns"] for r in read_records(tmp_path / "r.jsonl"))
+    assert all(r["admitted_ns"] == r["scheduled_ns"] for r in _records(tmp_path / "r.jsonl"))
 
 
 async def test_prompts_are_built_one_at_a_time_and_dropped_once_sent(tmp_path: Path) -> None:
@@ -275,7 +282,7 @@ async def test_prompts_are_built_one_at_a_time_and_dropped_once_sent(tmp_path: P
         await run(fake, ClosedLoop(concurrency=2), plan, tmp_path / "r.jsonl", MonotonicClock())
     assert sorted(built) == list(range(8))
     assert live == [0, 1]
-    assert len(read_records(tmp_path / "r.jsonl")) == 8
+    assert len(_records(tmp_path / "r.jsonl")) == 8
 
 
 async def _cancel_when(fake: FakeOpenAIServer, task: asyncio.Task[PhaseTiming], n: int) -> None:
@@ -301,7 +308,7 @@ async def test_a_cut_short_closed_loop_accounts_for_every_request(tmp_path: Path
             )
         )
         await _cancel_when(fake, task, 2)
-    records = sorted(read_records(path), key=lambda r: r["index"])
+    records = sorted(_records(path), key=lambda r: r["index"])
     assert [r["index"] for r in records] == list(range(10))
     assert [r["status"] for r in records] == ["error"] * 2 + ["not_sent"] * 8
     assert records[0]["error"] == "cancelled before completion (run interrupted)"
@@ -319,7 +326,7 @@ async def test_a_cut_short_open_loop_keeps_the_schedule_of_the_unsent(tmp_path: 
             run(fake, arrival, requests(5, max_tokens=200), path, MonotonicClock())
         )
         await _cancel_when(fake, task, 1)
-    records = sorted(read_records(path), key=lambda r: r["index"])
+    records = sorted(_records(path), key=lambda r: r["index"])
     assert [r["status"] for r in records] == ["error"] + ["not_sent"] * 4
     start = records[0]["scheduled_ns"]
     assert [r["scheduled_ns"] - start for r in records] == offsets

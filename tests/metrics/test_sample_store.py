@@ -1,4 +1,5 @@
-"""metrics.store: the scraper's files read back (samples, scrape index, raw pages after a crash)."""
+"""metrics.store's files as analysis.load reads them back (samples, scrape index, raw pages
+after a crash)."""
 
 from __future__ import annotations
 
@@ -9,16 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from analysis.load import iter_raw, read_samples, read_scrapes
 from metrics.samples import Sample
-from metrics.store import (
-    RAW_FILE,
-    SAMPLES_FILE,
-    SCRAPES_FILE,
-    iter_raw,
-    read_samples,
-    read_scrapes,
-    sample_to_json,
-)
+from metrics.store import RAW_FILE, SAMPLES_FILE, SCRAPES_FILE, sample_to_json
 
 
 def test_samples_round_trip_with_sorted_labels(tmp_path: Path) -> None:
@@ -55,7 +49,11 @@ def test_scrape_index_skips_blank_lines(tmp_path: Path) -> None:
     (tmp_path / SCRAPES_FILE).write_text(
         '{"scrape": 0, "ok": true}\n\n{"scrape": 1, "ok": false}\n'
     )
-    assert read_scrapes(tmp_path) == [{"scrape": 0, "ok": True}, {"scrape": 1, "ok": False}]
+    # An index from before tick accounting gets its outcome from "ok".
+    assert read_scrapes(tmp_path) == [
+        {"scrape": 0, "ok": True, "outcome": "ok"},
+        {"scrape": 1, "ok": False, "outcome": "failed"},
+    ]
 
 
 def test_raw_pages_cut_short_by_a_crash_keep_every_complete_scrape(tmp_path: Path) -> None:
