@@ -90,21 +90,22 @@ def _check_cache_sizes(cases: list[Any], max_model_len: int) -> None:
     """Reject caches too small for vLLM to start with the embedded model, before any start.
 
     vLLM refuses to start unless the cache holds one full-length sequence
-    (``max_model_len`` tokens); with the embedded model's 57,344 B per token that is known
-    here, so the error comes at once instead of after a 25 s failed start.
+    (``max_model_len`` tokens); with the embedded model's KV bytes per token (of the chosen
+    variant, 57,344 B for both) that is known here, so the error comes at once instead of
+    after a 25 s failed start.
     """
-    from server.embedded_model import KV_BYTES_PER_TOKEN
     from server.sizes import format_size
 
     for case in cases:
-        if case.server is None or case.server.model is not None:
+        per_token = case.server.kv_bytes_per_token() if case.server is not None else None
+        if per_token is None:
             continue  # attached, or a model whose KV geometry we do not know
-        tokens = case.server.kv_cache_bytes // KV_BYTES_PER_TOKEN
+        tokens = case.server.kv_cache_bytes // per_token
         if tokens < max_model_len:
-            need = format_size(-(-max_model_len * KV_BYTES_PER_TOKEN // 2**20) * 2**20)
+            need = format_size(-(-max_model_len * per_token // 2**20) * 2**20)
             raise click.UsageError(
                 f"case {case.name}: a {format_size(case.server.kv_cache_bytes)} KV cache holds "
-                f"{tokens} tokens of the embedded model (57,344 B each), fewer than "
+                f"{tokens} tokens of the embedded model ({per_token:,} B each), fewer than "
                 f"--max-model-len {max_model_len}; vLLM would refuse to start. "
                 f"Use at least {need} or a smaller --max-model-len."
             )
@@ -117,13 +118,15 @@ def _nominal_check(scenario: Any, params: Any) -> None:
     """
     from scenarios.plan import CaseSpec
     from server.capacity import KVCapacity
-    from server.embedded_model import KV_BYTES_PER_TOKEN
+    from server.model_variant import KV_BYTES_PER_TOKEN
 
     sizing: CaseSpec = scenario.sizing_case(params)
     if sizing.server is None:
         return  # attached: the real capacity is read before the plan is made
     _check_cache_sizes([sizing], sizing.server.max_model_len)
-    tokens = sizing.server.kv_cache_bytes // KV_BYTES_PER_TOKEN
+    # A model of unknown geometry is sized as if it were the embedded one (nominal only).
+    per_token = sizing.server.kv_bytes_per_token() or KV_BYTES_PER_TOKEN
+    tokens = sizing.server.kv_cache_bytes // per_token
     nominal = KVCapacity(tokens, 16, tokens // 16, sizing.server.kv_cache_bytes, "nominal")
     try:
         plan = scenario.plan(params, nominal)

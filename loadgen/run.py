@@ -60,6 +60,18 @@ async def _plan_and_execute(
     return await execute_plan(plan, run_dir, hooks, first_server=server)
 
 
+def model_variant_of(scenario: Scenario, params: BaseModel) -> dict[str, str] | None:
+    """The embedded model's variant the run's servers get, and why (``auto`` resolved).
+
+    ``{"variant": "bf16" | "fp32", "reason": "..."}``; ``None`` when the run attaches to a
+    server or names another model. Resolved by the same rule the server start uses, so it is
+    known (and recorded) even when a server fails to start.
+    """
+    server = scenario.sizing_case(params).server
+    decision = server.variant_decision() if server is not None else None
+    return decision.as_dict() if decision is not None else None
+
+
 async def run_scenario(
     scenario: Scenario,
     params: BaseModel,
@@ -83,6 +95,7 @@ async def run_scenario(
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "clock": wall_anchor(),
         "versions": environment_facts(),
+        "model_variant": model_variant_of(scenario, params),
         "status": "running",
     }
     write_json(run_dir / RUN_FILE, run_info)

@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from server.model_variant import VARIANT_CHOICES, VariantChoice
 from server.sizes import parse_size
 
 
@@ -52,6 +53,13 @@ def server() -> None:
     help="KV cache size (1GiB = 2^30 B).",
 )
 @click.option("--model", default=None, help="Model directory (default: the embedded model).")
+@click.option(
+    "--model-variant",
+    type=click.Choice(VARIANT_CHOICES),
+    default="auto",
+    show_default=True,
+    help="Embedded model: auto (the faster on this CPU), bf16 or fp32 (same KV bytes/token).",
+)
 @click.option("--max-model-len", type=int, default=2048, show_default=True)
 @click.option("--max-num-seqs", type=int, default=None)
 @click.option("--prefix-caching/--no-prefix-caching", default=True, show_default=True)
@@ -70,10 +78,13 @@ def server() -> None:
     show_default=True,
     help="Seconds to wait for health.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON line (url, pid, capacity).")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print one JSON line (url, pid, capacity, variant)."
+)
 def start(
     cache: int,
     model: str | None,
+    model_variant: VariantChoice,
     max_model_len: int,
     max_num_seqs: int | None,
     prefix_caching: bool,
@@ -98,6 +109,7 @@ def start(
         raise click.BadParameter(f"not JSON: {exc}", param_hint="--speculative-config") from None
     config = ServerConfig(
         model=model,
+        model_variant=model_variant,
         kv_cache_bytes=cache,
         max_model_len=max_model_len,
         max_num_seqs=max_num_seqs,
@@ -131,16 +143,19 @@ def start(
         "kv_cache_bytes": cache,
         "log": str(running.log_path),
         "startup_s": running.startup_s,
+        "model_variant": running.model_variant,
     }
     (_state_dir() / f"{running.port}.json").write_text(json.dumps(state, indent=2))
     running.detach()  # it outlives this command
     if as_json:
         click.echo(json.dumps(state))
     else:
+        variant = running.model_variant
+        model = f"model {variant['variant']} ({variant['reason']})" if variant else f"model {model}"
         click.echo(
             f"vLLM {state['version']} healthy at {state['url']} (pid {state['pid']}) in "
-            f"{state['startup_s']} s; KV capacity {state['kv_capacity_tokens']} tokens, "
-            f"block size {state['block_size']}; log {state['log']}"
+            f"{state['startup_s']} s; {model}; KV capacity {state['kv_capacity_tokens']} "
+            f"tokens, block size {state['block_size']}; log {state['log']}"
         )
 
 

@@ -9,6 +9,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from scenarios.workloads import TokenSpace
 from server.config import ServerConfig
+from server.model_variant import VariantChoice
 from server.sizes import parse_size
 
 
@@ -62,6 +63,10 @@ class RunParams(BaseModel):
     max_model_len: int = Field(default=2048, gt=0, description="Server context (tokens).")
     enforce_eager: bool = Field(default=True, description="Start vLLM without torch.compile.")
     model: str | None = Field(default=None, description="Model dir; default: embedded model.")
+    model_variant: VariantChoice = Field(
+        default="auto",
+        description="Embedded model: auto (the faster on this CPU), bf16 or fp32 (same KV).",
+    )
     seed: int = Field(default=0, description="Seed of all prompt tokens (and arrivals).")
     token_id_high: int = Field(default=4000, gt=10, description="Prompt token IDs below this.")
 
@@ -86,6 +91,7 @@ class RunParams(BaseModel):
         """The server configuration for a case with ``cache_bytes`` of KV cache."""
         return ServerConfig(
             model=self.model,
+            model_variant=self.model_variant,
             kv_cache_bytes=cache_bytes,
             max_model_len=self.max_model_len,
             enforce_eager=self.enforce_eager,

