@@ -6,6 +6,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 ENGINE ?= cpu
+# The embedded model's variant for `make run`: auto (the faster on this CPU), bf16 or fp32.
+MODEL_VARIANT ?= auto
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(ENGINE)
 
@@ -27,7 +29,7 @@ install: $(STAMP)
 
 # The main job on the embedded default model: builds the model on first use, starts vLLM.
 run: $(STAMP)
-	$(BIN)/loadgen run prefix-eviction --cache 1GiB
+	$(BIN)/loadgen run prefix-eviction --cache 1GiB --model-variant $(MODEL_VARIANT)
 
 # Fast unit tests first, then the real-vLLM tier (one server start per configuration).
 test: $(STAMP)

@@ -113,19 +113,19 @@ def test_server_config_passes_the_variant_dtype_and_kv_size() -> None:
 
 
 @pytest.mark.parametrize(
-    ("flags", "aten", "variant"),
+    ("flags", "variant"),
     [
-        (EPYC_AVX512_BF16, None, "bf16"),
-        (XEON_AMX, None, "bf16"),
-        (EPYC_AVX2_ONLY, None, "fp32"),
-        (EPYC_AVX512_BF16 - {"avx512_bf16"}, None, "fp32"),  # AVX-512 without BF16
-        (None, None, "fp32"),  # flags unknown (no /proc/cpuinfo)
+        # AVX2 only: bf16 prefill 4.2 s vs fp32 0.65 s (issue 8); AVX-512 BF16: 0.59 vs 0.38 s.
+        (EPYC_AVX2_ONLY, "fp32"),
+        (EPYC_AVX512_BF16, "fp32"),
+        (XEON_AMX, "bf16"),  # vLLM's AMX kernels are bfloat16-only
+        (None, "fp32"),  # flags unknown (no /proc/cpuinfo)
     ],
 )
-def test_auto_picks_bf16_only_where_the_cpu_computes_it_natively(
-    flags: frozenset[str] | None, aten: str | None, variant: str
+def test_auto_picks_bf16_only_where_vllm_has_amx_kernels_for_it(
+    flags: frozenset[str] | None, variant: str
 ) -> None:
-    decision = choose_variant("auto", flags, aten)
+    decision = choose_variant("auto", flags)
     assert decision.variant == variant
     assert decision.reason.startswith("auto: ")
 
