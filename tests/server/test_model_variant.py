@@ -85,19 +85,29 @@ def _cache_sizes_planned(variant: str) -> dict[str, set[int]]:
     return sizes
 
 
+#: Hand-derived capacities (above) of the cache sizes the built-in scenarios plan.
+HAND_CAPACITY_TOKENS = {1 * GiB: 18_688, 4 * GiB: 74_880, 5 * GiB: 93_568}
+
+
+#: Cache sizes each scenario plans with its defaults (a new scenario adds its own line).
+HAND_SCENARIOS = {
+    "prefix-eviction": {1 * GiB, 5 * GiB},
+    "kv-preemption": {1 * GiB, 4 * GiB},
+    "disconnect-abort": {1 * GiB},
+    "breaker": {1 * GiB},
+}
+
+
 def test_every_scenario_plans_the_same_cache_sizes_and_capacities_with_either_variant() -> None:
     bf16, fp32 = _cache_sizes_planned("bf16"), _cache_sizes_planned("fp32")
     assert bf16 == fp32
     # prefix-eviction's control: 561 blocks needed (4 × 8 + 2 × 48 × 1 + 48 × 9 + 1), × 128
     # tokens × 57,456 B (1 GiB / 18,688) × 1.1 = 4.23 GiB, rounded up to 5 GiB.
-    assert bf16 == {
-        "prefix-eviction": {1 * GiB, 5 * GiB},
-        "kv-preemption": {1 * GiB, 4 * GiB},
-        "disconnect-abort": {1 * GiB},
-        "breaker": {1 * GiB},
-    }
+    assert {name: bf16[name] for name in HAND_SCENARIOS} == HAND_SCENARIOS
     for size in set().union(*bf16.values()):
-        assert VARIANTS["bf16"].capacity_tokens(size) == VARIANTS["fp32"].capacity_tokens(size)
+        tokens = VARIANTS["bf16"].capacity_tokens(size)
+        assert VARIANTS["fp32"].capacity_tokens(size) == tokens
+        assert HAND_CAPACITY_TOKENS.get(size, tokens) == tokens
 
 
 def test_server_config_passes_the_variant_dtype_and_kv_size() -> None:
