@@ -161,10 +161,12 @@ def _verdict(check: BreakerEpisode, case: CaseSummary, details: BreakerDetails) 
     probed = next(
         (t for t in seq if t.to_state == "half_open" and opened and t.t_s > opened.t_s), None
     )
+    # A probe can only succeed once the replica answers, so the first close after the open
+    # is the recovery. It is not compared with ``healthy_s``: that stamp is taken when the
+    # restart's health poll returned, which can be after the breaker's own probe succeeded.
     closed = None
-    if back is not None and back.healthy_s is not None:
-        healthy_s = back.healthy_s
-        closed = next((t for t in seq if t.to_state == "closed" and t.t_s >= healthy_s), None)
+    if back is not None and opened is not None:
+        closed = next((t for t in seq if t.to_state == "closed" and t.t_s > opened.t_s), None)
     ratio = ep.success_ratio or 0.0
     recovered = closed is not None or back is None
     ok = opened is not None and probed is not None and recovered

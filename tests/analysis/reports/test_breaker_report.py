@@ -127,3 +127,16 @@ def test_verdict_fails_when_the_breaker_never_closes(tmp_path: Path) -> None:
     passed, detail = _verdict(tmp_path, EVENTS[:3])
     assert passed is False
     assert "closed never" in detail
+
+
+def test_a_probe_that_closes_just_before_the_restart_is_stamped_healthy_still_counts(
+    tmp_path: Path,
+) -> None:
+    # Seen on a real run: the breaker closed at 30.84 s (its probe got an answer) while the
+    # restart's health poll returned, and stamped healthy_s, at 31.96 s. Here: healthy at
+    # 30.0 s relative; the close at 29.5 s (131.2 → 129.5 s absolute) must still count.
+    events = [*EVENTS[:3], (129.3, "open", "half_open", "cool-down elapsed"),
+              (129.5, "half_open", "closed", "probe succeeded")]  # fmt: skip
+    passed, detail = _verdict(tmp_path, events)
+    assert passed is True
+    assert "closed 29.50 s" in detail
