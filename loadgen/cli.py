@@ -133,6 +133,23 @@ def _nominal_check(scenario: Any, params: Any) -> None:
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     _check_cache_sizes(list(plan.cases), sizing.server.max_model_len)
+    _check_engine_flags(list(plan.cases))
+
+
+def _check_engine_flags(cases: list[Any]) -> None:
+    """Reject a server configuration the engine's vLLM release cannot take (a flag it lacks,
+    a cache size an older CPU release cannot express), before any start."""
+    from server.engine_flags import UnsupportedFlagError, adapt_command
+    from server.engines import EngineNotFoundError, inspect_engine
+
+    for case in cases:
+        if case.server is None:
+            continue
+        try:
+            engine = inspect_engine(case.server.python or sys.executable)
+            adapt_command(case.server.command(engine.python, "MODEL", 0), engine)
+        except (UnsupportedFlagError, EngineNotFoundError) as exc:
+            raise click.UsageError(f"case {case.name}: {exc}") from None
 
 
 async def _cancel_on_sigterm(coro: Any) -> Any:
@@ -150,16 +167,35 @@ async def _cancel_on_sigterm(coro: Any) -> Any:
 
 
 def _run_command(scenario: Any, values: dict[str, Any]) -> None:
-    from loadgen.progress import RichProgress
-    from loadgen.run import new_run_dir, run_scenario
-
     params = params_from_options(scenario.Params, values)
     _nominal_check(scenario, params)
-    run_dir = values.get("out") or new_run_dir(DEFAULT_RUNS_ROOT, scenario.name)
+    run_dir = values.get("out") or _new_run_dir(scenario.name)
+    _check_out_dir(run_dir)
+    status, report = _execute_run(scenario, params, run_dir)
+    if status != "ok":
+        sys.exit(1)
+    if values.get("strict") and report and report.summary.verdict_summary.failed:
+        sys.exit(3)
+
+
+def _new_run_dir(name: str) -> Path:
+    from loadgen.run import new_run_dir
+
+    return new_run_dir(DEFAULT_RUNS_ROOT, name)
+
+
+def _check_out_dir(run_dir: Path) -> None:
     if run_dir.exists() and not run_dir.is_dir():
         raise click.UsageError(f"--out {run_dir} is a file, not a directory")
     if run_dir.exists() and any(run_dir.iterdir()):
         raise click.UsageError(f"{run_dir} exists and is not empty; pick another --out")
+
+
+def _execute_run(scenario: Any, params: Any, run_dir: Path) -> tuple[str, Any | None]:
+    """Run, build the report, write the manifest, print the summary: (status, report)."""
+    from loadgen.progress import RichProgress
+    from loadgen.run import run_scenario
+
     command = ["loadgen", *sys.argv[1:]]
     progress = RichProgress()
     progress.console.print(f"run directory: [bold]{run_dir}[/bold]")
@@ -179,10 +215,9 @@ def _run_command(scenario: Any, values: dict[str, Any]) -> None:
     if error:
         progress.console.print(f"[red]run {status}: {error}[/red]")
     progress.console.print(f"run directory: [bold]{run_dir}[/bold] (status {status})")
-    if status != "ok":
+    if status == "interrupted":
         sys.exit(1)
-    if values.get("strict") and report and report.summary.verdict_summary.failed:
-        sys.exit(3)
+    return status, report
 
 
 def _finalize(run_dir: Path, status: str, command: list[str], console: Any) -> Any | None:
@@ -295,6 +330,225 @@ def validate(run_dir: Path, as_json: bool, strict: bool) -> None:
             click.echo(f"INVALID: {len(result.problems)} problem(s)")
     if not result.ok or (strict and result.warnings):
         sys.exit(1)
+
+
+def _parse_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in pairs:
+        base, sep, cand = item.partition("=")
+        if not sep or not base or not cand:
+            raise click.BadParameter(
+                f"{item!r} is not BASELINE_CASE=CANDIDATE_CASE", param_hint="--pair"
+            )
+        out[base] = cand
+    return out
+
+
+def _compare_and_report(
+    baseline: Path,
+    candidate: Path,
+    out: Path,
+    gate_file: Path | None,
+    strict: bool,
+    allow_workload_mismatch: bool = False,
+    pairs: dict[str, str] | None = None,
+) -> int:
+    """Compare, write compare.md/.json/plots into ``out``, print the findings; the exit code."""
+    from rich.table import Table
+
+    from analysis.compare import CompareError, compare_paths, exit_code
+    from analysis.compare_report import metric_rows, write_comparison
+    from analysis.gate_file import GateFileError, load_gate
+    from loadgen.progress import make_console
+
+    try:
+        gate = load_gate(gate_file)
+        comparison = compare_paths(
+            baseline, candidate, gate, allow_workload_mismatch=allow_workload_mismatch, pairs=pairs
+        )
+    except (CompareError, GateFileError) as exc:
+        raise click.UsageError(str(exc)) from None
+    path = write_comparison(comparison, out, strict)
+    code = exit_code(comparison, strict)
+    console = make_console()
+    loud = ("regression", "improvement", "missing")
+    shown = [m for m in comparison.metrics if m.classification in loud]
+    table = Table(title=f"{comparison.scenario}: regressions, improvements, missing metrics")
+    for col in ("case", "phase", "metric", "baseline", "candidate", "change", "interval", "tol",
+                "class"):  # fmt: skip
+        table.add_column(col, justify="right")
+    for m, row in zip(shown, metric_rows(shown), strict=True):
+        style = {"regression": "red", "missing": "magenta"}.get(m.classification)
+        table.add_row(m.case, *row[:8], style=style)
+    if shown:
+        console.print(table)
+    inconclusive = [m for m in comparison.metrics if m.classification == "inconclusive"]
+    if inconclusive:
+        console.print(f"{len(inconclusive)} metric(s) inconclusive: compare.md says why")
+    for v in comparison.verdicts:
+        if v.classification != "no change":
+            console.print(
+                f"verdict {v.case}: {v.check}: {v.baseline} → {v.candidate} ({v.classification})"
+            )
+    for note in comparison.notes + [f"not compared: {u}" for u in comparison.unpaired]:
+        console.print(f"[yellow]{note}[/yellow]")
+    counts = ", ".join(f"{k} {n}" for k, n in comparison.counts.items())
+    console.print(
+        f"baseline vLLM {', '.join(comparison.baseline.vllm_versions)} vs candidate vLLM "
+        f"{', '.join(comparison.candidate.vllm_versions)}: {counts}"
+    )
+    console.print(f"{path} (exit code {code})")
+    return code
+
+
+@main.command()
+@click.argument("baseline", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("candidate", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--gate",
+    "gate_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Gate file (TOML) overriding analysis/gate_defaults.toml.",
+)
+@click.option("--strict", is_flag=True, help="Exit 3 when a gated metric is inconclusive.")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where compare.md/.json and plots go (default: runs/compare-<UTC time>).",
+)
+@click.option(
+    "--allow-workload-mismatch",
+    is_flag=True,
+    help="Compare even when the plans' workload hashes differ.",
+)
+@click.option(
+    "--pair",
+    "pairs",
+    multiple=True,
+    metavar="BASE=CAND",
+    help="Pair differently named cases (repeatable).",
+)
+def compare(
+    baseline: Path,
+    candidate: Path,
+    gate_file: Path | None,
+    strict: bool,
+    out: Path | None,
+    allow_workload_mismatch: bool,
+    pairs: tuple[str, ...],
+) -> None:
+    """Compare CANDIDATE against BASELINE (each a run directory, or a directory of runs that
+    are pooled) and classify every metric: regression, improvement, no change, inconclusive.
+
+    Exit code 0 when no gated metric or verdict regressed, 1 on a regression, 2 on usage
+    errors (including runs whose workloads differ), 3 when a gated metric is missing from a
+    run (or, with --strict, inconclusive).
+    """
+    out = out or _new_run_dir("compare")
+    sys.exit(
+        _compare_and_report(baseline, candidate, out, gate_file, strict, allow_workload_mismatch,
+                            _parse_pairs(pairs))
+    )  # fmt: skip
+
+
+#: Scenario knobs a gate sets per side itself.
+_GATE_OWNED = ("vllm", "engine_python")
+
+
+def gate_order(repeats: int, order: str) -> list[str]:
+    """The sequence of sides: ``abab`` alternates (A B A B …); ``abba`` alternates in mirrored
+    pairs (A B B A A B …), which also cancels a linear drift of the machine: with A B A B the
+    candidate runs on average half a slot later than the baseline."""
+    out: list[str] = []
+    for i in range(repeats):
+        pair = ["baseline", "candidate"]
+        out += pair if order == "abab" or i % 2 == 0 else pair[::-1]
+    return out
+
+
+def _gate_command(scenario: Any, values: dict[str, Any]) -> None:
+    from loadgen.progress import make_console
+
+    repeats = int(values["repeats"])
+    shared = {k: v for k, v in values.items() if k not in _GATE_OWNED}
+    extra = values.get("candidate_vllm_args")
+    sides = {
+        "baseline": params_from_options(
+            scenario.Params, {**shared, "vllm": values["baseline_vllm"]}
+        ),
+        "candidate": params_from_options(
+            scenario.Params,
+            {
+                **shared,
+                "vllm": values["candidate_vllm"],
+                "vllm_args": " ".join(a for a in (values.get("vllm_args"), extra) if a) or None,
+            },
+        ),
+    }
+    for params in sides.values():
+        _nominal_check(scenario, params)
+    out = values.get("out") or _new_run_dir(f"gate-{scenario.name}")
+    _check_out_dir(out)
+    console = make_console()
+    sequence = gate_order(repeats, values["order"])
+    console.print(f"gate {out}: {' '.join('A' if s == 'baseline' else 'B' for s in sequence)}")
+    seen = {"baseline": 0, "candidate": 0}
+    for side in sequence:
+        seen[side] += 1
+        run_dir = out / side / f"run-{seen[side]}"
+        status, _ = _execute_run(scenario, sides[side], run_dir)
+        if status != "ok":
+            console.print(f"[red]{side} run {run_dir} ended {status}: the gate stops[/red]")
+            sys.exit(4)
+    sys.exit(
+        _compare_and_report(out / "baseline", out / "candidate", out, values.get("gate_file"),
+                            bool(values.get("strict")))
+    )  # fmt: skip
+
+
+class _GateGroup(click.Group):
+    """``loadgen gate SCENARIO``: the scenario's options plus the gate's own."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_scenarios())
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        scenario = _scenarios().get(name)
+        if scenario is None:
+            return None
+
+        def callback(**values: Any) -> None:
+            _gate_command(scenario, values)
+
+        own: list[click.Parameter] = [
+            click.Option(["--baseline-vllm"], required=True,
+                         help="vLLM version of the baseline (the project's or `make engine`)."),
+            click.Option(["--candidate-vllm"], required=True, help="vLLM of the candidate."),
+            click.Option(["--repeats"], type=click.IntRange(min=1), default=2, show_default=True,
+                         help="Runs per side, alternated."),
+            click.Option(["--order"], type=click.Choice(["abba", "abab"]), default="abba",
+                         show_default=True, help="abba: A B B A … (cancels linear drift); abab."),
+            click.Option(["--candidate-vllm-args"], default=None,
+                         help="Extra vLLM arguments for the candidate only."),
+            click.Option(["--gate", "gate_file"], default=None,
+                         type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                         help="Gate file (TOML) overriding analysis/gate_defaults.toml."),
+            click.Option(["--strict"], is_flag=True,
+                         help="Exit 3 when a gated metric is inconclusive."),
+            click.Option(["--out", "out"], type=click.Path(path_type=Path), default=None,
+                         help="Gate directory (default: runs/gate-<scenario>-<UTC time>)."),
+        ]  # fmt: skip
+        options = [o for o in options_for(scenario.Params) if o.name not in _GATE_OWNED]
+        return click.Command(name, callback=callback, params=[*options, *own],
+                             help=f"Regression gate on {name}: {scenario.summary}")  # fmt: skip
+
+
+@main.group(cls=_GateGroup)
+def gate() -> None:
+    """Run a scenario alternately on a baseline and a candidate vLLM, then compare the pooled
+    runs (compare.md). Exit codes as `loadgen compare`, and 4 when a run did not complete."""
 
 
 from loadgen.server_cli import server  # noqa: E402

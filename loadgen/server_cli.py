@@ -71,6 +71,13 @@ def server() -> None:
 )
 @click.option("--extra-arg", multiple=True, help="Extra vLLM argument (repeatable).")
 @click.option(
+    "--vllm",
+    "vllm_version",
+    default=None,
+    help="vLLM version to serve with: the project's own or one from `make engine VLLM=X`.",
+)
+@click.option("--engine-python", default=None, help="Interpreter of a vLLM installed elsewhere.")
+@click.option(
     "--timeout",
     "timeout_s",
     type=float,
@@ -91,6 +98,8 @@ def start(
     speculative_config: str | None,
     compile_: bool,
     extra_arg: tuple[str, ...],
+    vllm_version: str | None,
+    engine_python: str | None,
     timeout_s: float,
     as_json: bool,
 ) -> None:
@@ -101,7 +110,14 @@ def start(
     from rich.console import Console
 
     from server.config import ServerConfig
+    from server.engine_flags import UnsupportedFlagError, adapt_command
+    from server.engines import EngineNotFoundError, resolve_engine
     from server.manager import ServerStartError, start_server
+
+    try:
+        engine = resolve_engine(vllm_version, engine_python)
+    except EngineNotFoundError as exc:
+        raise click.UsageError(str(exc)) from None
 
     try:
         spec = json.loads(speculative_config) if speculative_config else None
@@ -117,7 +133,12 @@ def start(
         speculative_config=spec,
         enforce_eager=not compile_,
         extra_args=extra_arg,
+        python=engine.python,
     )
+    try:  # flags the engine's release lacks fail here, before the start
+        adapt_command(config.command(engine.python, "MODEL", 0), engine)
+    except UnsupportedFlagError as exc:
+        raise click.UsageError(str(exc)) from None
     console = Console(stderr=True)
     workdir = Path(tempfile.mkdtemp(prefix="vllm-", dir=_state_dir()))
     with console.status("starting vLLM…") as status:

@@ -25,6 +25,9 @@ class CheckSpec(BaseModel):
 
     #: kind → class; filled as subclasses are defined.
     registry: ClassVar[dict[str, type[CheckSpec]]] = {}
+    #: Server metric families (``metrics.names`` canonical names) the check is decided from:
+    #: a case whose server lacks one gets an undecided verdict that names it, never a 0.
+    families: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
@@ -9,6 +10,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from scenarios.workloads import TokenSpace
 from server.config import ServerConfig
+from server.engines import EngineNotFoundError, project_engine, resolve_engine
 from server.model_variant import VariantChoice
 from server.sizes import parse_size
 
@@ -69,6 +71,44 @@ class RunParams(BaseModel):
     )
     seed: int = Field(default=0, description="Seed of all prompt tokens (and arrivals).")
     token_id_high: int = Field(default=4000, gt=10, description="Prompt token IDs below this.")
+    vllm: str | None = Field(
+        default=None,
+        description="vLLM version to serve with: the project's own or one installed by "
+        "`make engine VLLM=X`.",
+    )
+    engine_python: str | None = Field(
+        default=None, description="Interpreter of a vLLM installed elsewhere (instead of --vllm)."
+    )
+    vllm_args: str | None = Field(
+        default=None,
+        description="Extra vLLM arguments, one shell-quoted string, appended last (they win).",
+    )
+
+    @model_validator(mode="after")
+    def _engine_installed(self) -> Any:
+        # Fails on the command line, before any start, with the install command.
+        try:
+            self.engine_python_path()
+        except EngineNotFoundError as exc:
+            raise ValueError(str(exc)) from None
+        if self.vllm_args is not None:
+            shlex.split(self.vllm_args)  # raises ValueError on unbalanced quotes
+        return self
+
+    def engine_python_path(self) -> str | None:
+        """The interpreter the servers run in; ``None`` for the project's own.
+
+        Raises:
+            server.engines.EngineNotFoundError: the chosen engine is not installed.
+        """
+        if not self.vllm and not self.engine_python:
+            return None
+        engine = resolve_engine(self.vllm, self.engine_python)
+        try:
+            own = project_engine().python
+        except EngineNotFoundError:
+            own = None
+        return None if engine.python == own else engine.python
 
     @model_validator(mode="after")
     def _settle_covers_two_scrapes(self) -> Any:
@@ -89,12 +129,16 @@ class RunParams(BaseModel):
 
     def server(self, cache_bytes: int, **extra: Any) -> ServerConfig:
         """The server configuration for a case with ``cache_bytes`` of KV cache."""
+        extra = dict(extra)
+        args = (*extra.pop("extra_args", ()), *shlex.split(self.vllm_args or ""))
         return ServerConfig(
             model=self.model,
             model_variant=self.model_variant,
             kv_cache_bytes=cache_bytes,
             max_model_len=self.max_model_len,
             enforce_eager=self.enforce_eager,
+            python=self.engine_python_path(),
+            extra_args=args,
             **extra,
         )
 

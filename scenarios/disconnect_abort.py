@@ -39,6 +39,7 @@ class DisconnectFreesServer(CheckSpec):
     """
 
     kind: Literal["disconnect_frees_server"] = "disconnect_frees_server"
+    families: ClassVar[tuple[str, ...]] = ("num_requests_running", "generation_tokens")
     phase: str
     within_s: float = Field(default=1.0, gt=0)
     max_wasted_fraction: float = Field(default=0.1, ge=0)
@@ -49,6 +50,7 @@ class OrphansRunOn(CheckSpec):
     ``min_wasted_fraction`` of their remaining tokens are generated for nobody."""
 
     kind: Literal["orphans_run_on"] = "orphans_run_on"
+    families: ClassVar[tuple[str, ...]] = ("generation_tokens",)
     phase: str
     min_wasted_fraction: float = Field(default=0.8, ge=0)
 

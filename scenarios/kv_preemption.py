@@ -67,6 +67,7 @@ class PreemptionAsPredicted(CheckSpec):
     """
 
     kind: Literal["preemption_as_predicted"] = "preemption_as_predicted"
+    families: ClassVar[tuple[str, ...]] = ("num_preemptions",)
     phase: str
     concurrency: int = Field(gt=0)
     prompt_tokens: int = Field(gt=0)
@@ -78,6 +79,7 @@ class KVPeakMatchesWorkingSet(CheckSpec):
     (a fraction, 0.05 = 5 points) of the final working set / capacity, in blocks."""
 
     kind: Literal["kv_peak_matches_working_set"] = "kv_peak_matches_working_set"
+    families: ClassVar[tuple[str, ...]] = ("kv_cache_usage_perc",)
     phase: str
     concurrency: int = Field(gt=0)
     prompt_tokens: int = Field(gt=0)

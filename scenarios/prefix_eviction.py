@@ -50,6 +50,7 @@ class HitRateCompare(CheckSpec):
     """
 
     kind: Literal["hit_rate_compare"] = "hit_rate_compare"
+    families: ClassVar[tuple[str, ...]] = ("prefix_cache_hits", "prefix_cache_queries")
     phase: str
     other: str
     relation: Literal["below", "close"]

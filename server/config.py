@@ -33,6 +33,8 @@ class ServerConfig(BaseModel):
             and ``bfloat16`` for any other model.
         extra_args: appended verbatim to the vLLM command line.
         env: extra environment variables for the server.
+        python: the interpreter that runs vLLM (a second engine, ``server.engines``);
+            ``None`` means the project's own.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -49,6 +51,7 @@ class ServerConfig(BaseModel):
     dtype: str | None = None
     extra_args: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
+    python: str | None = None
 
     @field_validator("kv_cache_bytes", mode="before")
     @classmethod

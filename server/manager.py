@@ -25,6 +25,8 @@ import httpx
 from server.capacity import KVCapacity, capacity_from_log, capacity_from_metrics
 from server.config import ServerConfig
 from server.embedded_model import ensure_embedded_model
+from server.engine_flags import adapt_command
+from server.engines import Engine, inspect_engine
 from server.process import free_loopback_port, port_is_free, spawn_group, stop_group
 
 #: Called about once a second while waiting: (elapsed seconds, last log line).
@@ -63,6 +65,8 @@ class RunningServer:
         model_variant: the embedded model's variant and why it was chosen,
             ``{"variant": "bf16" | "fp32", "reason": "..."}``; ``None`` for another model
             or an attached server.
+        engine: the interpreter that runs vLLM and the vLLM it has installed (``None`` when
+            attached); ``version`` is what the server itself reports.
     """
 
     url: str
@@ -74,6 +78,7 @@ class RunningServer:
     argv: list[str] = field(default_factory=list)
     startup_s: float | None = None
     model_variant: dict[str, str] | None = None
+    engine: Engine | None = None
     _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -91,6 +96,7 @@ class RunningServer:
             "startup_s": self.startup_s,
             "capacity": asdict(self.capacity) if self.capacity else None,
             "model_variant": self.model_variant,
+            "engine": self.engine.as_dict() if self.engine else None,
             "env": {k: os.environ[k] for k in _ENV_TO_RECORD if k in os.environ},
         }
 
@@ -248,9 +254,15 @@ async def start_server(
     The log goes to ``workdir/vllm.log``; the command line to
     ``workdir/server.json`` once healthy.
 
+    vLLM runs in ``config.python`` (a second engine) or this interpreter; the command line is
+    adapted to that engine's release (``server.engine_flags``).
+
     Raises:
         ServerStartError: vLLM exited or timed out; the process group is already stopped.
+        server.engines.EngineNotFoundError: the engine's interpreter has no vLLM.
+        server.engine_flags.UnsupportedFlagError: the engine's release lacks a needed flag.
     """
+    engine = inspect_engine(config.python or sys.executable)
     decision = config.variant_decision()
     if decision is None:
         model_path = str(config.model)
@@ -259,15 +271,24 @@ async def start_server(
     port = port or free_loopback_port()
     url = f"http://127.0.0.1:{port}"
     log_path = workdir / "vllm.log"
-    argv = config.command(sys.executable, model_path, port)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", **config.env}
+    launch = adapt_command(config.command(engine.python, model_path, port), engine)
+    argv = launch.argv
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **config.env, **launch.env_set}
+    for key in launch.env_unset:
+        env.pop(key, None)
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "command.json").write_text(json.dumps({"argv": argv, "env": config.env}, indent=2))
+    (workdir / "command.json").write_text(
+        json.dumps(
+            {"argv": argv, "env": {**config.env, **launch.env_set}, "notes": launch.notes},
+            indent=2,
+        )
+    )
     started = time.monotonic()
     proc = spawn_group(argv, log_path, env)
     server = RunningServer(
         url, config.served_model_name, None, "", proc.pid, log_path, argv,
-        model_variant=decision.as_dict() if decision is not None else None, _proc=proc,
+        model_variant=decision.as_dict() if decision is not None else None,
+        engine=engine, _proc=proc,
     )  # fmt: skip
     try:
         await _wait_healthy(proc, url, log_path, start_timeout_s, on_status)

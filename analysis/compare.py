@@ -1,0 +1,502 @@
+"""``loadgen compare``: a baseline and a candidate side, each one run or several pooled, compared
+per case, phase and metric, each metric classified (statistics: ``analysis.compare_stats``;
+metrics: ``analysis.compare_metrics``; tolerances: ``analysis.gate_file``).
+
+A side is a run directory, or a directory whose subdirectories are run directories (the
+repeats of ``loadgen gate``), pooled. Sides are comparable when their plans have the same
+**workload hash**: sha256 of the scenario, seed, token space and, per case in plan order, its
+role and phases (workload, arrival, settle, faults) — everything that decides what is sent,
+nothing about the server (vLLM version, cache size, flags), which is what a gate varies.
+Cases and phases are paired by name (``pairs`` maps differently named cases).
+
+Verdicts: a side's verdict of a check is PASS when every run passed it, FAIL when every run
+failed it, MIXED otherwise, UNDECIDED when a run could not decide. PASS → FAIL or MIXED is a
+regression whatever the tolerances, FAIL → PASS an improvement; UNDECIDED on either side is
+inconclusive.
+
+Exit codes (:func:`exit_code`): 0 nothing gated regressed; 1 a gated metric or a verdict
+regressed; 3 nothing regressed, but a gated metric is *missing* (its server metric family is
+absent from a run) or, with ``strict``, inconclusive. Usage errors (not runs, workloads that
+differ) are raised as :class:`CompareError` for the CLI to turn into exit code 2.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from analysis.compare_metrics import REQUEST_METRICS, RUN_METRICS, RunMetric, request_samples
+from analysis.compare_stats import (
+    Classification,
+    Statistic,
+    bootstrap_ratio,
+    classify,
+    flat,
+    per_run_difference,
+    pooled_stat,
+    too_few,
+)
+from analysis.gate_file import GateConfig
+from analysis.latency import request_frame
+from analysis.load import load_run
+from analysis.models import CaseSummary, PhaseSummary
+from analysis.report import summarize_run
+from loadgen.rundir import PLAN_FILE
+from metrics.names import MissingFamilyError
+from scenarios.plan import Plan
+
+CLASSES: tuple[Classification, ...] = (
+    "regression",
+    "improvement",
+    "no change",
+    "inconclusive",
+    "missing",
+)
+
+
+class CompareError(ValueError):
+    """The inputs cannot be compared (not runs, different workloads, nothing paired)."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class MetricComparison(_Frozen):
+    """One metric of one paired case and phase.
+
+    ``scale`` says what ``change``/``low``/``high`` are: the candidate/baseline ratio of the
+    pooled statistic (``ratio``) or the difference of the per-run means (``difference``).
+    ``n_baseline``/``n_candidate`` count values (per-request metrics) or runs (per-run ones).
+    """
+
+    case: str
+    candidate_case: str
+    phase: str
+    metric: str
+    stat: str | None = None
+    scale: str
+    better: str
+    baseline: float | None = None
+    candidate: float | None = None
+    change: float | None = None
+    low: float | None = None
+    high: float | None = None
+    tolerance: float
+    classification: Classification
+    gated: bool = True
+    n_baseline: int = 0
+    n_candidate: int = 0
+    per_run_baseline: list[float | None] = Field(default_factory=list)
+    per_run_candidate: list[float | None] = Field(default_factory=list)
+    note: str = ""
+
+
+class VerdictComparison(_Frozen):
+    """A check's verdict on both sides (PASS, FAIL, MIXED, UNDECIDED) and its class."""
+
+    case: str
+    check: str
+    baseline: str
+    candidate: str
+    classification: Classification
+
+
+class SideInfo(_Frozen):
+    """One side: its runs, the vLLM versions its servers reported, its workload hash."""
+
+    label: str
+    runs: list[str]
+    vllm_versions: list[str]
+    workload_hash: str
+    started_at: list[str | None]
+
+
+class Comparison(_Frozen):
+    """The whole comparison (``compare.json`` is its dump)."""
+
+    scenario: str
+    baseline: SideInfo
+    candidate: SideInfo
+    workload_match: bool
+    settings: dict[str, Any]
+    pairs: dict[str, str]
+    unpaired: list[str]
+    metrics: list[MetricComparison]
+    verdicts: list[VerdictComparison]
+    counts: dict[str, int]
+    notes: list[str] = Field(default_factory=list)
+
+
+def workload_hash(plan: Plan) -> str:
+    """sha256 (hex) of what a plan sends (module docstring); equal for the same workload."""
+    payload = {
+        "scenario": plan.scenario,
+        "seed": plan.seed,
+        "tokens": plan.tokens.model_dump(mode="json"),
+        "cases": [
+            {
+                "role": case.role,
+                "phases": [p.model_dump(mode="json") for p in plan.phases_of(case)],
+            }
+            for case in plan.cases
+        ],
+    }
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass
+class RunView:
+    """One run of a side: its plan, summaries, verdicts and request records per case."""
+
+    run_dir: Path
+    plan: Plan
+    started_at: str | None
+    cases: dict[str, CaseSummary]
+    records: dict[str, list[dict[str, Any]]]
+    verdicts: dict[tuple[str, str], bool | None]
+
+
+def run_dirs(path: Path) -> list[Path]:
+    """The run directories of a side: ``path`` itself, or its subdirectories with a plan.
+
+    Raises:
+        CompareError: neither.
+    """
+    if (path / PLAN_FILE).exists():
+        return [path]
+    found = sorted(p for p in path.iterdir() if (p / PLAN_FILE).exists()) if path.is_dir() else []
+    if not found:
+        raise CompareError(f"{path} is not a run directory and holds none ({PLAN_FILE} missing)")
+    return found
+
+
+def load_view(run_dir: Path) -> RunView:
+    """Load and summarise one run (``analysis.report.summarize_run``)."""
+    data = load_run(run_dir)
+    report = summarize_run(data)
+    return RunView(
+        run_dir=run_dir,
+        plan=data.plan,
+        started_at=data.run.get("started_at"),
+        cases=report.summary.cases,
+        records={c.name: c.records for c in data.cases},
+        verdicts={(v.case, v.check): v.passed for v in report.summary.verdicts},
+    )
+
+
+def _side_info(label: str, views: Sequence[RunView]) -> SideInfo:
+    hashes = {workload_hash(v.plan) for v in views}
+    if len(hashes) > 1:
+        raise CompareError(
+            f"the {label} runs differ in workload among themselves: "
+            + ", ".join(f"{v.run_dir} ({workload_hash(v.plan)[:12]})" for v in views)
+        )
+    versions = sorted(
+        {str(c.server.get("version") or "unknown") for v in views for c in v.cases.values()}
+    )
+    return SideInfo(
+        label=label,
+        runs=[str(v.run_dir) for v in views],
+        vllm_versions=versions,
+        workload_hash=hashes.pop(),
+        started_at=[v.started_at for v in views],
+    )
+
+
+def _side_verdict(values: Sequence[bool | None]) -> str:
+    if not values or any(v is None for v in values):
+        return "UNDECIDED"
+    if all(values):
+        return "PASS"
+    return "FAIL" if not any(values) else "MIXED"
+
+
+def _verdict_class(base: str, cand: str) -> Classification:
+    if "UNDECIDED" in (base, cand):
+        return "inconclusive"
+    if base == "PASS" and cand in ("FAIL", "MIXED"):
+        return "regression"
+    if cand == "PASS" and base in ("FAIL", "MIXED"):
+        return "improvement"
+    return "no change" if base == cand else "inconclusive"
+
+
+def compare_verdicts(
+    base: Sequence[RunView], cand: Sequence[RunView], pairs: Mapping[str, str]
+) -> list[VerdictComparison]:
+    """One entry per check of a paired case seen on either side (module docstring)."""
+    out = []
+    for b_case, c_case in pairs.items():
+        checks = [k[1] for k in base[0].verdicts if k[0] == b_case]
+        checks += [k[1] for k in cand[0].verdicts if k[0] == c_case and k[1] not in checks]
+        for check in checks:
+            b = _side_verdict([v.verdicts.get((b_case, check)) for v in base])
+            c = _side_verdict([v.verdicts.get((c_case, check)) for v in cand])
+            out.append(VerdictComparison(case=b_case, check=check, baseline=b, candidate=c,
+                                         classification=_verdict_class(b, c)))  # fmt: skip
+    return out
+
+
+def _missing_family(
+    metric: RunMetric, views: Sequence[RunView], case: str, label: str
+) -> str | None:
+    for view in views:
+        summary = view.cases.get(case)
+        lacking = [f for f in metric.families if summary and f in summary.missing_families]
+        if lacking:
+            version = (summary.server.get("version") if summary else None) or "unknown"
+            reason = str(MissingFamilyError(lacking[0]))
+            return f"{label} run {view.run_dir.name} (vLLM {version}): {reason}"
+    return None
+
+
+def _phase_of(view: RunView, case: str, phase: str) -> PhaseSummary | None:
+    summary = view.cases.get(case)
+    return summary.phases.get(phase) if summary else None
+
+
+def _value(metric: RunMetric, phase: PhaseSummary | None) -> float | None:
+    return None if phase is None else metric.value(phase)
+
+
+def compare_run_metric(
+    metric: RunMetric,
+    base: Sequence[RunView],
+    cand: Sequence[RunView],
+    cases: tuple[str, str],
+    phase: str,
+    gate: GateConfig,
+) -> MetricComparison | None:
+    """The per-run figure ``metric`` of a paired phase, or ``None`` when it does not apply."""
+    rule = gate.rule(metric.name)
+    if rule is None:
+        return None
+    b_vals = [_value(metric, _phase_of(v, cases[0], phase)) for v in base]
+    c_vals = [_value(metric, _phase_of(v, cases[1], phase)) for v in cand]
+    if metric.optional and all(v is None for v in b_vals + c_vals):
+        return None
+    common: dict[str, Any] = {
+        "case": cases[0], "candidate_case": cases[1], "phase": phase, "metric": metric.name,
+        "scale": metric.scale, "better": metric.better, "tolerance": rule.tolerance,
+        "gated": rule.gate, "per_run_baseline": b_vals, "per_run_candidate": c_vals,
+        "n_baseline": len(b_vals), "n_candidate": len(c_vals),
+    }  # fmt: skip
+    missing = _missing_family(metric, base, cases[0], "baseline") or _missing_family(
+        metric, cand, cases[1], "candidate"
+    )
+    if missing:
+        return MetricComparison(**common, classification="missing", note=missing)
+    if any(v is None for v in b_vals + c_vals):
+        return MetricComparison(
+            **common, classification="inconclusive", note="undefined in a run (no data)"
+        )
+    b = [float(v) for v in b_vals if v is not None]
+    c = [float(v) for v in c_vals if v is not None]
+    spread = per_run_difference(b, c)
+    d = spread.difference
+    assert d.low is not None and d.high is not None
+    low, high, point, neutral = d.low, d.high, d.point, 0.0
+    if metric.scale == "ratio":
+        if spread.baseline_mean == 0:
+            return MetricComparison(**common, classification="inconclusive",
+                                    note="baseline is 0: no ratio")  # fmt: skip
+        low, high = 1 + low / spread.baseline_mean, 1 + high / spread.baseline_mean
+        point, neutral = spread.candidate_mean / spread.baseline_mean, 1.0
+    note = (
+        "one run per side: no run-to-run spread known, classified by the tolerance alone"
+        if spread.spread is None
+        else f"interval = difference ± run-to-run range {spread.spread:.4g}"
+    )
+    klass = classify(low, high, neutral=neutral, tolerance=rule.tolerance, better=metric.better)
+    return MetricComparison(
+        **common, baseline=spread.baseline_mean, candidate=spread.candidate_mean, change=point,
+        low=low, high=high, classification=klass, note=note,
+    )  # fmt: skip
+
+
+def compare_request_metric(
+    name: str,
+    stat: Statistic,
+    b_samples: Sequence[Any],
+    c_samples: Sequence[Any],
+    cases: tuple[str, str],
+    phase: str,
+    gate: GateConfig,
+) -> MetricComparison | None:
+    """Pooled ``stat`` of per-request metric ``name`` with its bootstrap ratio interval."""
+    rule = gate.rule(name, stat)
+    if rule is None:
+        return None
+    b_flat, c_flat = flat(b_samples), flat(c_samples)
+    common: dict[str, Any] = {
+        "case": cases[0], "candidate_case": cases[1], "phase": phase, "metric": name,
+        "stat": stat, "scale": "ratio", "better": "lower", "tolerance": rule.tolerance,
+        "gated": rule.gate, "n_baseline": int(b_flat.size), "n_candidate": int(c_flat.size),
+        "baseline": pooled_stat(b_flat, stat) if b_flat.size else None,
+        "candidate": pooled_stat(c_flat, stat) if c_flat.size else None,
+    }  # fmt: skip
+    reasons = [
+        f"{label}: {why}"
+        for label, samples in (("baseline", b_samples), ("candidate", c_samples))
+        if (why := too_few(samples, stat, gate.min_samples, gate.min_tail_samples))
+    ]
+    if reasons:
+        return MetricComparison(**common, classification="inconclusive", note="; ".join(reasons))
+    interval = bootstrap_ratio(
+        b_samples, c_samples, stat,
+        resamples=gate.resamples, confidence=gate.confidence, seed=gate.seed,
+    )  # fmt: skip
+    if interval.low is None or interval.high is None:
+        return MetricComparison(**common, classification="inconclusive",
+                                note="baseline statistic is 0: no ratio")  # fmt: skip
+    klass = classify(interval.low, interval.high, neutral=1.0, tolerance=rule.tolerance,
+                     better="lower")  # fmt: skip
+    return MetricComparison(**common, change=interval.point, low=interval.low,
+                            high=interval.high, classification=klass)  # fmt: skip
+
+
+def _pooled_samples(views: Sequence[RunView], case: str, phase: str) -> dict[str, list[Any]]:
+    pooled: dict[str, list[Any]] = {m.name: [] for m in REQUEST_METRICS}
+    for view in views:
+        records = view.records.get(case, [])
+        per_run = request_samples(request_frame(records), records, phase)
+        for name, values in per_run.items():
+            pooled[name].extend(values)
+    return pooled
+
+
+def _pairs(
+    base: Sequence[RunView], cand: Sequence[RunView], explicit: Mapping[str, str]
+) -> tuple[dict[str, str], list[str]]:
+    b_names = [c.name for c in base[0].plan.cases]
+    c_names = [c.name for c in cand[0].plan.cases]
+    for b, c in explicit.items():
+        if b not in b_names or c not in c_names:
+            raise CompareError(
+                f"--pair {b}={c}: baseline cases are {b_names}, candidate cases {c_names}"
+            )
+    pairs = dict(explicit)
+    for name in b_names:
+        if name not in pairs and name in c_names and name not in pairs.values():
+            pairs[name] = name
+    unpaired = [f"baseline case {n}" for n in b_names if n not in pairs]
+    unpaired += [f"candidate case {n}" for n in c_names if n not in pairs.values()]
+    if not pairs:
+        raise CompareError(
+            f"no case pairs by name (baseline {b_names}, candidate {c_names}); "
+            "map them with --pair BASELINE_CASE=CANDIDATE_CASE"
+        )
+    return pairs, unpaired
+
+
+def compare_sides(
+    baseline: Sequence[RunView],
+    candidate: Sequence[RunView],
+    gate: GateConfig,
+    *,
+    allow_workload_mismatch: bool = False,
+    pairs: Mapping[str, str] | None = None,
+) -> Comparison:
+    """Compare loaded sides (module docstring).
+
+    Raises:
+        CompareError: a side has no run, the workloads differ (unless allowed), or no case pairs.
+    """
+    if not baseline or not candidate:
+        raise CompareError("each side needs at least one run")
+    b_info, c_info = _side_info("baseline", baseline), _side_info("candidate", candidate)
+    match = b_info.workload_hash == c_info.workload_hash
+    notes = []
+    if not match:
+        text = (
+            f"the workloads differ (baseline {b_info.workload_hash[:12]}, candidate "
+            f"{c_info.workload_hash[:12]}): scenario, seed, token space or a case's phases"
+        )
+        if not allow_workload_mismatch:
+            raise CompareError(text + "; pass --allow-workload-mismatch to compare anyway")
+        notes.append(text + " — compared anyway (--allow-workload-mismatch)")
+    paired, unpaired = _pairs(baseline, candidate, pairs or {})
+    metrics: list[MetricComparison] = []
+    for b_case, c_case in paired.items():
+        b_spec = next(c for c in baseline[0].plan.cases if c.name == b_case)
+        c_spec = next(c for c in candidate[0].plan.cases if c.name == c_case)
+        b_phases = [p.name for p in baseline[0].plan.phases_of(b_spec)]
+        c_phases = [p.name for p in candidate[0].plan.phases_of(c_spec)]
+        unpaired += [f"{b_case}/{p} (baseline only)" for p in b_phases if p not in c_phases]
+        unpaired += [f"{c_case}/{p} (candidate only)" for p in c_phases if p not in b_phases]
+        for phase in (p for p in b_phases if p in c_phases):
+            b_samples = _pooled_samples(baseline, b_case, phase)
+            c_samples = _pooled_samples(candidate, c_case, phase)
+            for request_metric in REQUEST_METRICS:
+                rule = gate.rule(request_metric.name)
+                for stat in rule.stats if rule else ():
+                    found = compare_request_metric(
+                        request_metric.name, stat, b_samples[request_metric.name],
+                        c_samples[request_metric.name], (b_case, c_case), phase, gate,
+                    )  # fmt: skip
+                    if found is not None:
+                        metrics.append(found)
+            for run_metric in RUN_METRICS:
+                got = compare_run_metric(
+                    run_metric, baseline, candidate, (b_case, c_case), phase, gate
+                )
+                if got is not None:
+                    metrics.append(got)
+    verdicts = compare_verdicts(baseline, candidate, paired)
+    counts: dict[str, int] = {k: 0 for k in CLASSES}
+    for m in metrics:
+        counts[m.classification] += 1
+    for v in verdicts:
+        counts[v.classification] += 1
+    return Comparison(
+        scenario=baseline[0].plan.scenario,
+        baseline=b_info,
+        candidate=c_info,
+        workload_match=match,
+        settings=gate.model_dump(mode="json"),
+        pairs=paired,
+        unpaired=unpaired,
+        metrics=metrics,
+        verdicts=verdicts,
+        counts=counts,
+        notes=notes,
+    )
+
+
+def compare_paths(
+    baseline: Path,
+    candidate: Path,
+    gate: GateConfig,
+    *,
+    allow_workload_mismatch: bool = False,
+    pairs: Mapping[str, str] | None = None,
+) -> Comparison:
+    """Load both sides (a run, or a directory of runs each) and compare them.
+
+    Raises:
+        CompareError: see :func:`compare_sides` and :func:`run_dirs`.
+    """
+    base = [load_view(p) for p in run_dirs(baseline)]
+    cand = [load_view(p) for p in run_dirs(candidate)]
+    return compare_sides(
+        base, cand, gate, allow_workload_mismatch=allow_workload_mismatch, pairs=pairs
+    )
+
+
+def exit_code(comparison: Comparison, strict: bool = False) -> int:
+    """0, 1 or 3 as in the module docstring (gated metrics and every verdict count)."""
+    gated = [m.classification for m in comparison.metrics if m.gated]
+    gated += [v.classification for v in comparison.verdicts]
+    if "regression" in gated:
+        return 1
+    if "missing" in gated or (strict and "inconclusive" in gated):
+        return 3
+    return 0

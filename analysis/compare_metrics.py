@@ -1,0 +1,137 @@
+"""What a regression gate compares, per case and phase, and where each figure comes from.
+
+- **Per-request metrics** (ms, lower is better), pooled over every successful request of every
+  run of a side (definitions: ``analysis.latency``): ``ttft_ms``, ``tpot_ms``, ``e2el_ms`` (one
+  value per request) and ``itl_ms`` (one value per token; a request is resampled whole).
+- **Per-run figures**, one number per run and phase (from ``analysis.summaries``):
+  ``output_throughput_tok_s`` (relative, higher is better), ``goodput_req_s`` (where a phase
+  reports it), ``failed_requests`` (count), ``prefix_cache_hit_rate`` = Δ``prefix_cache_hits`` /
+  Δ``prefix_cache_queries`` (vLLM counters, tokens), ``cached_token_rate`` = Σ cached / Σ prompt
+  tokens of the phase's requests, ``num_preemptions`` (Δ counter) and ``kv_cache_usage_peak``
+  (largest sampled ``kv_cache_usage_perc``, a fraction).
+
+A per-run figure read from a server metric names its families: when a family is missing from
+a run (an older vLLM that lacks it, see ``metrics.names``), the figure is *missing*, never 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+from analysis.compare_stats import Better
+from analysis.latency import itl_per_token_ms
+from analysis.models import PhaseSummary
+
+Scale = Literal["ratio", "difference"]
+
+
+@dataclass(frozen=True)
+class RequestMetric:
+    """A per-request metric: a column of ``analysis.latency.request_frame`` or per-token."""
+
+    name: str
+    per_token: bool = False
+
+
+REQUEST_METRICS: tuple[RequestMetric, ...] = (
+    RequestMetric("ttft_ms"),
+    RequestMetric("tpot_ms"),
+    RequestMetric("itl_ms", per_token=True),
+    RequestMetric("e2el_ms"),
+)
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    return None if num is None or den is None or den == 0 else num / den
+
+
+@dataclass(frozen=True)
+class RunMetric:
+    """A per-run figure of a phase.
+
+    Attributes:
+        name: the metric's name (a gate file key).
+        scale: ``ratio`` (relative tolerance) or ``difference`` (absolute tolerance).
+        better: which direction is an improvement.
+        value: the figure from the phase's summary; ``None`` when undefined or absent.
+        families: server metric families it is computed from.
+        optional: a figure only some scenarios report (skipped when no run has it).
+    """
+
+    name: str
+    scale: Scale
+    better: Better
+    value: Callable[[PhaseSummary], float | None]
+    families: tuple[str, ...] = ()
+    optional: bool = False
+
+
+RUN_METRICS: tuple[RunMetric, ...] = (
+    RunMetric("output_throughput_tok_s", "ratio", "higher", lambda p: p.output_throughput_tok_s),
+    RunMetric(
+        "goodput_req_s",
+        "ratio",
+        "higher",
+        lambda p: getattr(p, "goodput_req_s", None),
+        optional=True,
+    ),
+    RunMetric("failed_requests", "difference", "lower", lambda p: float(p.failed)),
+    RunMetric(
+        "prefix_cache_hit_rate",
+        "difference",
+        "higher",
+        lambda p: _ratio(
+            p.counter_deltas.get("prefix_cache_hits"), p.counter_deltas.get("prefix_cache_queries")
+        ),
+        families=("prefix_cache_hits", "prefix_cache_queries"),
+    ),
+    RunMetric(
+        "cached_token_rate",
+        "difference",
+        "higher",
+        lambda p: _ratio(float(p.cached_tokens), float(p.prompt_tokens)),
+    ),
+    RunMetric(
+        "num_preemptions",
+        "difference",
+        "lower",
+        lambda p: p.counter_deltas.get("num_preemptions"),
+        families=("num_preemptions",),
+    ),
+    RunMetric(
+        "kv_cache_usage_peak",
+        "difference",
+        "lower",
+        lambda p: p.gauge_peaks.get("kv_cache_usage_perc"),
+        families=("kv_cache_usage_perc",),
+    ),
+)
+
+
+def request_samples(
+    frame: pd.DataFrame, records: Sequence[Mapping[str, Any]], phase: str
+) -> dict[str, list[Any]]:
+    """Per-request values of every request metric for the successful requests of ``phase``:
+    ``{metric: [float, ...]}``, or for per-token metrics ``{metric: [array per request]}``.
+
+    ``frame`` is ``analysis.latency.request_frame(records)`` (same order as ``records``).
+    NaN values (no token, or a 1-token output for TPOT) are left out.
+    """
+    out: dict[str, list[Any]] = {m.name: [] for m in REQUEST_METRICS}
+    if frame.empty:
+        return out
+    mask = ((frame["phase"] == phase) & (frame["status"] == "ok")).to_numpy()
+    chosen = frame[mask]
+    for metric in REQUEST_METRICS:
+        if metric.per_token:
+            kept = [records[i] for i in np.flatnonzero(mask)]
+            out[metric.name] = [a for a in (itl_per_token_ms([r]) for r in kept) if a.size]
+        else:
+            values = chosen[metric.name].to_numpy(dtype=float)
+            out[metric.name] = [float(v) for v in values[~np.isnan(values)]]
+    return out

@@ -1,0 +1,176 @@
+"""Writing a comparison: ``compare.md``, ``compare.json`` and ``plots/compare_<case>.png`` (the
+candidate/baseline ratios with their intervals). Reads a ``Comparison``; computes nothing new.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from analysis.compare import CLASSES, Comparison, MetricComparison, exit_code
+from analysis.markdown import f, table
+from analysis.plots import save
+
+COMPARE_MD = "compare.md"
+COMPARE_JSON = "compare.json"
+
+_COLOURS = {
+    "regression": "tab:red",
+    "improvement": "tab:green",
+    "no change": "tab:gray",
+    "inconclusive": "tab:orange",
+    "missing": "black",
+}
+_RESULT = {
+    0: "NO REGRESSION",
+    1: "REGRESSION",
+    3: "INCOMPLETE (a gated metric is missing, or inconclusive under --strict)",
+}
+
+
+def _value(m: MetricComparison, x: float | None) -> str:
+    if x is None:
+        return "–"
+    if m.metric.endswith("_ms") or m.metric.endswith("_s"):
+        return f(x, 1)
+    return f(x, 3) if abs(x) < 10 else f(x, 1)
+
+
+def _change(m: MetricComparison) -> tuple[str, str, str]:
+    """(change, interval, tolerance) cells."""
+    if m.scale == "ratio":
+        change = "–" if m.change is None else f"{m.change:.3f}×"
+        interval = "–" if m.low is None or m.high is None else f"[{m.low:.3f}, {m.high:.3f}]"
+        return change, interval, f"±{m.tolerance * 100:.0f} %"
+    change = "–" if m.change is None else f"{m.change:+.4g}"
+    interval = "–" if m.low is None or m.high is None else f"[{m.low:+.4g}, {m.high:+.4g}]"
+    return change, interval, f"±{m.tolerance:g}"
+
+
+def metric_rows(metrics: list[MetricComparison]) -> list[list[str]]:
+    """Table rows: phase, metric, baseline, candidate, change, interval, tolerance, class."""
+    rows = []
+    for m in metrics:
+        change, interval, tol = _change(m)
+        name = m.metric + (f" {m.stat}" if m.stat else "")
+        klass = m.classification.upper() if m.classification == "regression" else m.classification
+        klass += "" if m.gated else " (not gated)"
+        rows.append(
+            [m.phase, name, _value(m, m.baseline), _value(m, m.candidate), change, interval, tol,
+             klass, m.note]
+        )  # fmt: skip
+    return rows
+
+
+def render_markdown(c: Comparison, strict: bool = False) -> str:
+    """The comparison as Markdown."""
+    code = exit_code(c, strict)
+    b, k = c.baseline, c.candidate
+    s = c.settings
+    out = [
+        f"# Regression gate: {c.scenario}",
+        "",
+        f"**{_RESULT.get(code, str(code))}** (exit code {code}"
+        + (", --strict" if strict else "")
+        + ")",
+        "",
+        table(
+            ["side", "vLLM (served)", "runs", "workload hash"],
+            [
+                [
+                    side.label,
+                    ", ".join(side.vllm_versions),
+                    str(len(side.runs)),
+                    side.workload_hash[:16],
+                ]
+                for side in (b, k)
+            ],
+        ),
+        "",
+        "Counts: " + ", ".join(f"{name} {c.counts.get(name, 0)}" for name in CLASSES),
+        "",
+        "Method: per-request metrics are pooled over every successful request of every run of a "
+        "side (never an average of per-run percentiles); the interval is a seeded percentile "
+        f"bootstrap of the candidate/baseline ratio ({s['resamples']} resamples of whole "
+        f"requests, {s['confidence'] * 100:g} %, seed {s['seed']}). Per-run figures compare the "
+        "difference of the side means against the larger run-to-run range. Regression: the "
+        "interval lies entirely beyond the tolerance on the bad side; improvement: on the good "
+        "side; no change: inside the tolerance; inconclusive: it straddles a tolerance edge, or "
+        f"too few values (a statistic needs {s['min_samples']} values, a percentile "
+        f"{s['min_tail_samples']} beyond it); missing: a server metric family is absent from a "
+        "run (never read as 0).",
+        "",
+    ]
+    for run_list, label in ((b.runs, "Baseline runs"), (k.runs, "Candidate runs")):
+        out += [f"{label}: " + ", ".join(f"`{r}`" for r in run_list), ""]
+    if c.notes:
+        out += ["Notes:", "", *[f"- {n}" for n in c.notes], ""]
+    if c.unpaired:
+        out += ["Not compared (no partner): " + ", ".join(c.unpaired), ""]
+    for b_case, c_case in c.pairs.items():
+        title = b_case if b_case == c_case else f"{b_case} ↔ {c_case}"
+        out += [f"## Case {title}", ""]
+        verdicts = [v for v in c.verdicts if v.case == b_case]
+        if verdicts:
+            rows = [[v.check, v.baseline, v.candidate, v.classification] for v in verdicts]
+            out += ["Verdicts:", "", table(["check", "baseline", "candidate", "class"], rows), ""]
+        metrics = [m for m in c.metrics if m.case == b_case]
+        headers = ["phase", "metric", "baseline", "candidate", "change", "interval",
+                   "tolerance", "class", "note"]  # fmt: skip
+        out += [table(headers, metric_rows(metrics)), ""]
+        out += [f"![ratios](plots/compare_{b_case}.png)", ""]
+    return "\n".join(out)
+
+
+def ratio_plot(c: Comparison, case: str, out: Path) -> Path:
+    """Forest plot: each ratio metric of ``case`` with its interval and tolerance band."""
+    rows = [m for m in c.metrics if m.case == case and m.scale == "ratio" and m.change is not None]
+    fig, ax = plt.subplots(figsize=(8, max(2.5, 0.22 * len(rows) + 1)))
+    for i, m in enumerate(rows):
+        y = len(rows) - 1 - i
+        ax.add_patch(plt.Rectangle((1 - m.tolerance, y - 0.4), 2 * m.tolerance, 0.8,
+                                   color="0.92", zorder=0))  # fmt: skip
+        colour = _COLOURS[m.classification]
+        if m.low is not None and m.high is not None:
+            ax.plot([m.low, m.high], [y, y], color=colour, lw=2)
+        ax.plot([m.change or 0.0], [y], "o", color=colour, ms=4)
+    ax.axvline(1.0, color="0.5", lw=0.8)
+    ax.set_yticks(
+        range(len(rows)),
+        [f"{m.phase} {m.metric} {m.stat or ''}".strip() for m in reversed(rows)],
+        fontsize=7,
+    )
+    finite = [
+        v for m in rows for v in (m.low, m.high, m.change) if v and math.isfinite(v) and v > 0
+    ]
+    if finite:
+        ax.set_xscale("log")
+        ax.set_xlim(min(min(finite), 0.8) / 1.05, max(max(finite), 1.25) * 1.05)
+    ax.set_xlabel("candidate / baseline (interval; grey: no-change band)")
+    ax.set_title(f"{c.scenario}, case {case}: " + " vs ".join(
+        ", ".join(s.vllm_versions) for s in (c.baseline, c.candidate)))  # fmt: skip
+    handles = [plt.Line2D([], [], color=col, lw=2, label=k) for k, col in _COLOURS.items()]
+    ax.legend(handles=handles, fontsize=7, loc="lower right")
+    return save(fig, out)
+
+
+def write_comparison(c: Comparison, out_dir: Path, strict: bool = False) -> Path:
+    """Write ``compare.md``, ``compare.json`` and the plots into ``out_dir``; return the .md."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plots = out_dir / "plots"
+    plots.mkdir(exist_ok=True)
+    for case in c.pairs:
+        ratio_plot(c, case, plots / f"compare_{case}.png")
+    data = c.model_dump(mode="json")
+    data["exit_code"] = exit_code(c, strict)
+    data["strict"] = strict
+    (out_dir / COMPARE_JSON).write_text(json.dumps(data, indent=2) + "\n")
+    path = out_dir / COMPARE_MD
+    path.write_text(render_markdown(c, strict))
+    return path

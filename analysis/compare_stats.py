@@ -1,0 +1,217 @@
+"""The statistics of a regression gate, as pure functions: pooled statistics over requests, a
+seeded bootstrap interval for a candidate/baseline ratio, the run-to-run interval of per-run
+figures, and the four-way classification against a tolerance.
+
+**Pooling.** A side's sample is every request of every repeat (and of every worker): one
+percentile over the pooled values, never an average of per-run or per-worker percentiles. Two
+workers whose p99s are 10 ms and 500 ms do not have a p99 of 255 ms; the pooled p99 is near
+500 ms when the slow worker holds the tail (:func:`pooled_stat`).
+
+**Bootstrap** (Efron & Tibshirani, *An Introduction to the Bootstrap*, 1993, ch. 13, percentile
+interval). Each resample draws the baseline's requests with replacement (as many as it has) and
+independently the candidate's, and computes m(C*)/m(B*); the interval is the (1−c)/2 and
+(1+c)/2 quantiles of those ratios. A request is the unit resampled: for per-token metrics (ITL)
+a request contributes all its tokens, because tokens of one request share its batch and are not
+independent. Why 2,000 resamples (default) are enough: an interval end is an estimated 2.5 %
+quantile of the resampled ratios, and its Monte-Carlo error in probability is
+√(0.025 × 0.975 / B) = 0.35 points at B = 2,000 (0.49 at 1,000, the minimum allowed), small
+beside the 2.5 % it estimates; Efron & Tibshirani recommend B ≥ 1,000 for percentile intervals.
+The generator is seeded, so the same runs always give the same interval.
+
+What the request bootstrap does not see is a shift of a whole run (the machine got slower
+between runs); alternating baseline and candidate runs spreads such drift over both sides
+(``loadgen gate``), and the per-run figures below compare against the run-to-run spread.
+
+**Minimum samples.** A percentile q of n values rests on the n(1−q) values beyond it; with
+fewer than ``min_tail`` of them the bootstrap distribution collapses onto one or two order
+statistics and its interval is falsely narrow, so such a statistic is inconclusive (a p99 needs
+n ≥ 100 × min_tail; with the default 2, 200 requests per side). A mean needs ``min_samples``.
+
+**Per-run figures** (throughput, hit rates, preemptions, KV peak: one number per run and phase)
+are compared as the difference of the side means, d = mean(C) − mean(B), with the interval
+d ± s, s = the larger run-to-run range (max − min) of the two sides. With one run per side no
+spread is known: the interval is the point d and the class rests on the tolerance alone (the
+result says so). This is a spread rule, not a confidence interval at a stated level: with 2–3
+runs a t-interval would be no better founded.
+
+**Classification** of an interval [lo, hi] of a change (a ratio, neutral 1, or a difference,
+neutral 0) against tolerance t, when a higher value is worse: *regression* if lo > neutral + t,
+*improvement* if hi < neutral − t, *no change* if the interval lies inside
+[neutral − t, neutral + t], else *inconclusive* (mirrored when a higher value is better).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+Statistic = Literal["mean", "p50", "p90", "p95", "p99"]
+Better = Literal["lower", "higher"]
+Classification = Literal["regression", "improvement", "no change", "inconclusive", "missing"]
+
+#: Per-request values: one float per request, or one array per request (per-token metrics).
+Samples = Sequence[float] | Sequence[np.ndarray]
+
+_BATCH = 250  # resamples per vectorised batch (bounds memory for per-token metrics)
+
+
+def _quantile(stat: Statistic) -> float | None:
+    return None if stat == "mean" else int(stat[1:]) / 100
+
+
+def pooled_stat(values: np.ndarray, stat: Statistic) -> float:
+    """``stat`` of all ``values`` pooled (mean, or percentile with linear interpolation, as
+    numpy and ``analysis.latency.describe``).
+
+    Raises:
+        ValueError: ``values`` is empty.
+    """
+    arr = np.asarray(values, dtype=float)
+    if arr.size == 0:
+        raise ValueError("no values")
+    q = _quantile(stat)
+    return float(arr.mean()) if q is None else float(np.percentile(arr, q * 100))
+
+
+def _as_clusters(samples: Samples) -> list[np.ndarray]:
+    return [np.atleast_1d(np.asarray(s, dtype=float)) for s in samples]
+
+
+def flat(samples: Samples) -> np.ndarray:
+    """All values of ``samples`` in one array (requests' arrays concatenated)."""
+    clusters = _as_clusters(samples)
+    return np.concatenate(clusters) if clusters else np.empty(0)
+
+
+def too_few(samples: Samples, stat: Statistic, min_samples: int, min_tail: int) -> str | None:
+    """Why ``stat`` of ``samples`` is not meaningful (see the module docstring), or ``None``."""
+    n = flat(samples).size
+    if n < min_samples:
+        return f"{n} values, fewer than the {min_samples} needed"
+    q = _quantile(stat)
+    if q is not None and n * (1 - q) < min_tail:
+        need = int(np.ceil(min_tail / (1 - q) - 1e-9))
+        return f"{n} values leave {n * (1 - q):.1f} beyond the {stat}; it needs {need}"
+    return None
+
+
+def _resampled_stats(
+    clusters: list[np.ndarray], stat: Statistic, resamples: int, rng: np.random.Generator
+) -> np.ndarray:
+    """``stat`` of ``resamples`` bootstrap resamples of whole requests."""
+    n = len(clusters)
+    q = _quantile(stat)
+    sizes = {c.size for c in clusters}
+    out = np.empty(resamples)
+    if len(sizes) == 1:  # equal-length requests: one matrix, resampled row-wise in batches
+        matrix = np.stack(clusters)
+        for start in range(0, resamples, _BATCH):
+            k = min(_BATCH, resamples - start)
+            picked = matrix[rng.integers(0, n, size=(k, n))].reshape(k, -1)
+            out[start : start + k] = (
+                picked.mean(axis=1) if q is None else np.percentile(picked, q * 100, axis=1)
+            )
+        return out
+    for i in range(resamples):
+        values = np.concatenate([clusters[j] for j in rng.integers(0, n, size=n)])
+        out[i] = values.mean() if q is None else np.percentile(values, q * 100)
+    return out
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with its interval: ``low`` ≤ ``high``; ``None`` ends when undefined."""
+
+    point: float | None
+    low: float | None
+    high: float | None
+
+
+def bootstrap_ratio(
+    baseline: Samples,
+    candidate: Samples,
+    stat: Statistic,
+    *,
+    resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> Interval:
+    """Ratio m(candidate)/m(baseline) of pooled statistic ``stat`` and its percentile bootstrap
+    interval (module docstring). Undefined ratios (a baseline statistic of 0) give ``None``.
+
+    Raises:
+        ValueError: a side has no values, fewer than 1,000 resamples, or a confidence outside
+            (0, 1).
+    """
+    if resamples < 1000:
+        raise ValueError(f"resamples must be at least 1000 (got {resamples})")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1) (got {confidence})")
+    b, c = _as_clusters(baseline), _as_clusters(candidate)
+    b_stat, c_stat = pooled_stat(flat(b), stat), pooled_stat(flat(c), stat)
+    if b_stat == 0:
+        return Interval(None, None, None)
+    rng = np.random.default_rng(seed)
+    b_star = _resampled_stats(b, stat, resamples, rng)
+    c_star = _resampled_stats(c, stat, resamples, rng)
+    ok = b_star != 0
+    ratios = c_star[ok] / b_star[ok]
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(ratios, [alpha, 1 - alpha])
+    return Interval(c_stat / b_stat, float(low), float(high))
+
+
+@dataclass(frozen=True)
+class RunSpread:
+    """Per-run figures of both sides and the interval of their mean difference.
+
+    ``spread`` is ``None`` when a side has a single run (no spread known).
+    """
+
+    baseline_mean: float
+    candidate_mean: float
+    difference: Interval
+    spread: float | None
+
+
+def per_run_difference(baseline: Sequence[float], candidate: Sequence[float]) -> RunSpread:
+    """d = mean(candidate) − mean(baseline) with d ± (the larger run-to-run range of the two
+    sides); the point alone when either side has one run (module docstring).
+
+    Raises:
+        ValueError: a side has no value.
+    """
+    if not baseline or not candidate:
+        raise ValueError("each side needs at least one run")
+    b, c = np.asarray(baseline, dtype=float), np.asarray(candidate, dtype=float)
+    d = float(c.mean() - b.mean())
+    if b.size < 2 or c.size < 2:
+        return RunSpread(float(b.mean()), float(c.mean()), Interval(d, d, d), None)
+    spread = float(max(np.ptp(b), np.ptp(c)))
+    return RunSpread(float(b.mean()), float(c.mean()), Interval(d, d - spread, d + spread), spread)
+
+
+def classify(
+    low: float, high: float, *, neutral: float, tolerance: float, better: Better
+) -> Classification:
+    """Class of a change interval [low, high] against ``neutral ± tolerance`` (module docstring).
+
+    Raises:
+        ValueError: ``low > high`` or a negative tolerance.
+    """
+    if low > high:
+        raise ValueError(f"interval low {low} above high {high}")
+    if tolerance < 0:
+        raise ValueError(f"tolerance must be ≥ 0 (got {tolerance})")
+    upper, lower = neutral + tolerance, neutral - tolerance
+    worse_up = better == "lower"
+    if low > upper:
+        return "regression" if worse_up else "improvement"
+    if high < lower:
+        return "improvement" if worse_up else "regression"
+    if low >= lower and high <= upper:
+        return "no change"
+    return "inconclusive"

@@ -1,0 +1,101 @@
+"""Gate files: the tolerances and statistics settings of ``loadgen compare`` (TOML).
+
+The defaults live in ``analysis/gate_defaults.toml`` (its comments document the format); a
+user's file is read the same way and overrides them key by key: top-level settings replace the
+defaults', and each ``[metrics.NAME]`` table is merged into the default table of that name.
+Unknown keys and metrics are errors, so a typo never silently keeps a default.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from analysis.compare_stats import Statistic
+
+DEFAULTS_FILE = Path(__file__).with_name("gate_defaults.toml")
+
+
+class GateFileError(ValueError):
+    """A gate file that cannot be read or does not validate; the message names the file."""
+
+
+class MetricRule(BaseModel):
+    """How one metric is gated.
+
+    Attributes:
+        tolerance: relative (latencies, throughput) or absolute (fractions, counts) band
+            around "no change", ≥ 0.
+        gate: whether a regression (or a missing family) of this metric fails the gate.
+        stats: for per-request metrics, the statistics compared.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    tolerance: float = Field(ge=0)
+    gate: bool = True
+    stats: tuple[Statistic, ...] = ()
+
+
+class GateConfig(BaseModel):
+    """A whole gate file (see ``gate_defaults.toml``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    confidence: float = Field(default=0.95, gt=0, lt=1)
+    resamples: int = Field(default=2000, ge=1000)
+    seed: int = 0
+    min_samples: int = Field(default=10, ge=1)
+    min_tail_samples: int = Field(default=2, ge=1)
+    metrics: dict[str, MetricRule]
+
+    def rule(self, metric: str, stat: str | None = None) -> MetricRule | None:
+        """The rule of ``metric`` (``metric.stat`` first when a statistic is given)."""
+        if stat is not None and f"{metric}.{stat}" in self.metrics:
+            base = self.metrics.get(metric)
+            specific = self.metrics[f"{metric}.{stat}"]
+            return specific if base is None else specific.model_copy(update={"stats": base.stats})
+        return self.metrics.get(metric)
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise GateFileError(f"{path}: {exc}") from None
+
+
+def load_gate(path: Path | None = None) -> GateConfig:
+    """The defaults, overridden by the gate file at ``path`` when given.
+
+    Raises:
+        GateFileError: unreadable TOML, an unknown key or metric, or an invalid value.
+    """
+    data = _read(DEFAULTS_FILE)
+    known = set(data.get("metrics", {}))
+    if path is not None:
+        user = _read(path)
+        for key, value in user.items():
+            if key != "metrics":
+                data[key] = value
+        for name, table in (user.get("metrics") or {}).items():
+            base_name = name.split(".", 1)[0]
+            if base_name not in known:
+                raise GateFileError(
+                    f"{path}: unknown metric {name!r}; known: {', '.join(sorted(known))}"
+                )
+            if not isinstance(table, dict):
+                raise GateFileError(f"{path}: [metrics.{name}] must be a table")
+            merged = {**data["metrics"].get(name, {}), **table}
+            if "." in name and "tolerance" not in merged:
+                merged["tolerance"] = data["metrics"][base_name]["tolerance"]
+            data["metrics"][name] = merged
+    try:
+        return GateConfig.model_validate(data)
+    except ValidationError as exc:
+        where = path or DEFAULTS_FILE
+        problems = "; ".join(
+            f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        raise GateFileError(f"{where}: {problems}") from None
