@@ -1,0 +1,226 @@
+"""``loadgen compare`` on synthetic run directories (``synthetic_run``): pairing, workload
+hashes, verdict flips, missing families, gate files and the exit codes.
+
+The synthetic run's numbers (see ``synthetic_run``): warm and rewarm requests all hit the
+cache (TTFT 20 ms, then 3 more tokens 10 ms apart), 6 requests per anchor phase; the tested
+case's revisit probes miss. Hit rate (counters) in warm = 6 × 64 / (6 × 72) = 0.889.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from synthetic_run import TEST_CASE, build_run
+
+from analysis.compare import CompareError, compare_paths, exit_code, workload_hash
+from analysis.gate_file import GateFileError, load_gate
+from analysis.load import load_plan
+from loadgen.cli import main
+from metrics.store import SAMPLES_FILE, SCRAPES_FILE
+
+#: Few enough values for the synthetic run's 6 requests per phase to be compared.
+SMALL_GATE = "min_samples = 4\nmin_tail_samples = 1\n"
+
+
+def _rewrite_jsonl(path: Path, change: object) -> None:
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    path.write_text("".join(json.dumps(change(r)) + "\n" for r in rows))  # type: ignore[operator]
+
+
+def _slow_down(run: Path, factor: float) -> None:
+    """Every request's token stamps stretched by ``factor`` from its send time."""
+
+    def stretch(r: dict) -> dict:
+        if r.get("chunk_ns"):
+            sent = r["sent_ns"]
+            r["chunk_ns"] = [sent + int((t - sent) * factor) for t in r["chunk_ns"]]
+            r["end_ns"] = r["chunk_ns"][-1] + 1_000_000
+        return r
+
+    for requests in run.glob("cases/*/requests.jsonl"):
+        _rewrite_jsonl(requests, stretch)
+
+
+def _drop_family(run: Path, family: str) -> None:
+    """As an older vLLM that lacks ``family``: no samples, and the scrape index says so."""
+    for case in run.glob("cases/*"):
+        samples = case / SAMPLES_FILE
+        rows = [json.loads(x) for x in samples.read_text().splitlines() if x.strip()]
+        samples.write_text("".join(json.dumps(r) + "\n" for r in rows if r["name"] != family))
+        scrapes = case / SCRAPES_FILE
+        rows = [json.loads(x) for x in scrapes.read_text().splitlines() if x.strip()]
+        rows[0] |= {"aliases": {"prompt_tokens": "vllm:prompt_tokens_total"}, "missing": [family]}
+        scrapes.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> tuple[Path, Path]:
+    build_run(tmp_path / "base")
+    build_run(tmp_path / "cand")
+    return tmp_path / "base", tmp_path / "cand"
+
+
+def _gate_file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "gate.toml"
+    path.write_text(text)
+    return path
+
+
+def test_the_same_run_twice_has_no_regression_and_exit_code_0(pair: tuple[Path, Path]) -> None:
+    comparison = compare_paths(*pair, load_gate())
+    assert comparison.counts["regression"] == 0
+    assert comparison.counts["improvement"] == 0
+    assert comparison.counts["missing"] == 0
+    assert all(v.classification == "no change" for v in comparison.verdicts)
+    assert exit_code(comparison) == 0
+
+
+def test_a_slower_candidate_regresses_with_the_exact_ratio(
+    pair: tuple[Path, Path], tmp_path: Path
+) -> None:
+    _slow_down(pair[1], 2.0)
+    comparison = compare_paths(*pair, load_gate(_gate_file(tmp_path, SMALL_GATE)))
+    # warm: every baseline TTFT is 20 ms and every candidate TTFT 40 ms, so every resample's
+    # ratio is exactly 2: interval [2, 2], far beyond 1.15.
+    warm = next(
+        m
+        for m in comparison.metrics
+        if (m.case, m.phase, m.metric, m.stat) == (TEST_CASE, "warm", "ttft_ms", "mean")
+    )
+    assert (warm.baseline, warm.candidate) == (20.0, 40.0)
+    assert (warm.change, warm.low, warm.high) == (2.0, 2.0, 2.0)
+    assert warm.classification == "regression"
+    assert exit_code(comparison) == 1
+
+
+def test_a_pass_that_became_fail_is_a_regression_whatever_the_tolerances(
+    pair: tuple[Path, Path],
+) -> None:
+    # The candidate's revisit probes hit (no eviction): "revisit probes miss" turns FAIL.
+    def hit(r: dict) -> dict:
+        if r["phase"] == "revisit" and r["index"] < 2:
+            r["cached_tokens"] = 64
+        return r
+
+    _rewrite_jsonl(pair[1] / "cases" / TEST_CASE / "requests.jsonl", hit)
+    comparison = compare_paths(*pair, load_gate())
+    flipped = [v for v in comparison.verdicts if v.classification == "regression"]
+    assert [(v.check, v.baseline, v.candidate) for v in flipped] == [
+        ("revisit probes miss", "PASS", "FAIL")
+    ]
+    assert exit_code(comparison) == 1
+
+
+def test_a_family_missing_in_the_candidate_is_missing_not_zero(pair: tuple[Path, Path]) -> None:
+    _drop_family(pair[1], "prefix_cache_hits")
+    comparison = compare_paths(*pair, load_gate())
+    rates = [m for m in comparison.metrics if m.metric == "prefix_cache_hit_rate"]
+    assert rates and all(m.classification == "missing" for m in rates)
+    assert "prefix_cache_hits" in rates[0].note and "candidate run cand" in rates[0].note
+    assert rates[0].change is None  # no difference was made up from a 0
+    # The checks decided from that family are undecided in the candidate, and say why.
+    undecided = [v for v in comparison.verdicts if v.candidate == "UNDECIDED"]
+    assert {v.check for v in undecided} >= {"revisit hit rate below warm"}
+    assert exit_code(comparison) == 3
+
+
+def test_a_missing_family_that_is_not_gated_does_not_fail_the_gate(
+    pair: tuple[Path, Path], tmp_path: Path
+) -> None:
+    _drop_family(pair[1], "num_preemptions")
+    gate = load_gate(_gate_file(tmp_path, "[metrics.num_preemptions]\ngate = false\n"))
+    comparison = compare_paths(*pair, gate)
+    assert {m.classification for m in comparison.metrics if m.metric == "num_preemptions"} == {
+        "missing"
+    }
+    assert exit_code(comparison) == 0
+
+
+def test_runs_with_different_workloads_are_refused_unless_allowed(tmp_path: Path) -> None:
+    build_run(tmp_path / "base")
+    build_run(tmp_path / "cand")
+    plan = json.loads((tmp_path / "cand" / "plan.json").read_text())
+    plan["seed"] = 1  # other prompt tokens: another workload
+    (tmp_path / "cand" / "plan.json").write_text(json.dumps(plan))
+    assert workload_hash(load_plan(tmp_path / "base")) != workload_hash(
+        load_plan(tmp_path / "cand")
+    )
+    with pytest.raises(CompareError, match="workloads differ"):
+        compare_paths(tmp_path / "base", tmp_path / "cand", load_gate())
+    allowed = compare_paths(
+        tmp_path / "base", tmp_path / "cand", load_gate(), allow_workload_mismatch=True
+    )
+    assert not allowed.workload_match and "compared anyway" in allowed.notes[0]
+
+
+def test_the_workload_hash_ignores_the_server(tmp_path: Path) -> None:
+    build_run(tmp_path / "base")
+    plan = json.loads((tmp_path / "base" / "plan.json").read_text())
+    before = workload_hash(load_plan(tmp_path / "base"))
+    plan["cases"][0]["server"]["python"] = "/elsewhere/bin/python"
+    plan["cases"][0]["server"]["extra_args"] = ["--max-num-seqs", "1"]
+    (tmp_path / "base" / "plan.json").write_text(json.dumps(plan))
+    assert workload_hash(load_plan(tmp_path / "base")) == before
+
+
+def test_repeats_in_a_directory_are_pooled(tmp_path: Path) -> None:
+    for side in ("base", "cand"):
+        for k in (1, 2):
+            build_run(tmp_path / side / f"run-{k}")
+    comparison = compare_paths(tmp_path / "base", tmp_path / "cand", load_gate())
+    warm = next(
+        m
+        for m in comparison.metrics
+        if (m.case, m.phase, m.metric, m.stat) == (TEST_CASE, "warm", "ttft_ms", "mean")
+    )
+    assert (warm.n_baseline, warm.n_candidate) == (12, 12)  # 2 runs × 6 requests
+    rate = next(
+        m
+        for m in comparison.metrics
+        if (m.case, m.phase, m.metric) == (TEST_CASE, "warm", "prefix_cache_hit_rate")
+    )
+    # Both runs of each side give 384 / 432 = 0.889: zero spread, a zero difference.
+    assert rate.per_run_baseline == pytest.approx([384 / 432] * 2)
+    assert (rate.low, rate.high, rate.classification) == (0.0, 0.0, "no change")
+
+
+def test_cli_exit_codes_and_files(pair: tuple[Path, Path], tmp_path: Path) -> None:
+    runner = CliRunner()
+    same = runner.invoke(main, ["compare", *map(str, pair), "--out", str(tmp_path / "o1")])
+    assert same.exit_code == 0, same.output
+    assert (tmp_path / "o1" / "compare.md").exists()
+    data = json.loads((tmp_path / "o1" / "compare.json").read_text())
+    assert data["exit_code"] == 0 and data["baseline"]["vllm_versions"] == ["0.32.0"]
+    assert (tmp_path / "o1" / "plots" / f"compare_{TEST_CASE}.png").exists()
+    # --strict: the synthetic runs' 6-request phases leave statistics inconclusive.
+    strict = runner.invoke(
+        main, ["compare", *map(str, pair), "--strict", "--out", str(tmp_path / "o2")]
+    )
+    assert strict.exit_code == 3, strict.output
+    _slow_down(pair[1], 2.0)
+    gate = _gate_file(tmp_path, SMALL_GATE)
+    worse = runner.invoke(
+        main, ["compare", *map(str, pair), "--gate", str(gate), "--out", str(tmp_path / "o3")]
+    )
+    assert worse.exit_code == 1, worse.output
+    assert "REGRESSION" in (tmp_path / "o3" / "compare.md").read_text()
+    not_runs = runner.invoke(
+        main, ["compare", str(tmp_path / "o1"), str(pair[1]), "--out", str(tmp_path / "o4")]
+    )
+    assert not_runs.exit_code == 2, not_runs.output
+
+
+def test_gate_file_overrides_merge_and_unknown_metrics_are_errors(tmp_path: Path) -> None:
+    gate = load_gate(_gate_file(tmp_path, 'seed = 3\n[metrics."ttft_ms.p99"]\ntolerance = 0.5\n'))
+    assert gate.seed == 3
+    assert gate.rule("ttft_ms", "p99").tolerance == 0.5  # type: ignore[union-attr]
+    assert gate.rule("ttft_ms", "p50").tolerance == load_gate().rule("ttft_ms").tolerance  # type: ignore[union-attr]
+    with pytest.raises(GateFileError, match="unknown metric 'ttft'"):
+        load_gate(_gate_file(tmp_path, "[metrics.ttft]\ntolerance = 0.1\n"))
+    with pytest.raises(GateFileError, match="tolerance"):
+        load_gate(_gate_file(tmp_path, "[metrics.ttft_ms]\ntolerance = -1\n"))
+    with pytest.raises(GateFileError, match="resamples"):
+        load_gate(_gate_file(tmp_path, "resamples = 10\n"))

