@@ -165,6 +165,7 @@ def start(
         "log": str(running.log_path),
         "startup_s": running.startup_s,
         "model_variant": running.model_variant,
+        "engine_python": engine.python,
     }
     (_state_dir() / f"{running.port}.json").write_text(json.dumps(state, indent=2))
     running.detach()  # it outlives this command
