@@ -17,7 +17,8 @@ from synthetic_run import TEST_CASE, build_run
 
 from analysis.compare import CompareError, compare_paths, exit_code, workload_hash
 from analysis.gate_file import GateFileError, load_gate
-from analysis.load import load_plan
+from analysis.load import load_plan, load_run
+from analysis.report import summarize_run
 from loadgen.cli import main
 from metrics.store import SAMPLES_FILE, SCRAPES_FILE
 
@@ -224,3 +225,19 @@ def test_gate_file_overrides_merge_and_unknown_metrics_are_errors(tmp_path: Path
         load_gate(_gate_file(tmp_path, "[metrics.ttft_ms]\ntolerance = -1\n"))
     with pytest.raises(GateFileError, match="resamples"):
         load_gate(_gate_file(tmp_path, "resamples = 10\n"))
+
+
+def test_a_check_that_needs_a_missing_family_is_undecided_and_names_it(tmp_path: Path) -> None:
+    build_run(tmp_path / "run")
+    _drop_family(tmp_path / "run", "prefix_cache_hits")
+    verdicts = summarize_run(load_run(tmp_path / "run")).summary.verdicts
+    below = next(
+        v for v in verdicts if v.case == TEST_CASE and v.check == "revisit hit rate below warm"
+    )
+    assert below.passed is None
+    assert below.detail.startswith(
+        "cannot decide on vLLM 0.32.0: metric family 'prefix_cache_hits' was on no scrape"
+    )
+    # Checks that do not read the family are still decided.
+    probes = next(v for v in verdicts if v.case == TEST_CASE and v.check == "revisit probes miss")
+    assert probes.passed is True
