@@ -99,7 +99,9 @@ def inspect_engine(python: str) -> Engine:
     Raises:
         EngineNotFoundError: ``python`` does not run, or has no vLLM installed.
     """
-    if Path(python).resolve() == Path(sys.executable).resolve():
+    # Compared unresolved: a venv's bin/python is a symlink to the same base interpreter as
+    # every other venv's, and only its own path makes it that venv.
+    if Path(python).absolute() == Path(sys.executable).absolute():
         here = _installed_here()
         if here is None:
             raise EngineNotFoundError(

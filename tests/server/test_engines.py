@@ -62,3 +62,17 @@ def test_version_and_interpreter_are_exclusive_and_a_bad_interpreter_fails(
         resolve_engine("0.31.0", "/x/python")
     with pytest.raises(EngineNotFoundError, match="cannot run engine interpreter"):
         resolve_engine(None, str(engines_root / "nothing" / "python"))
+
+
+def test_another_venv_on_the_same_base_interpreter_is_another_engine(engines_root: Path) -> None:
+    # A venv's bin/python is a symlink to the base interpreter, as this project's own is; it
+    # must be inspected as itself (here: a venv without vLLM), not taken for the project's.
+    venv = engines_root / "vllm-0.0.1"
+    (venv / "bin").mkdir(parents=True)
+    base = Path(sys.executable).resolve()
+    (venv / "bin" / "python").symlink_to(base)
+    (venv / "pyvenv.cfg").write_text(
+        f"home = {base.parent}\ninclude-system-site-packages = false\n"
+    )
+    with pytest.raises(EngineNotFoundError, match="has no vLLM installed"):
+        inspect_engine(str(venv / "bin" / "python"))
