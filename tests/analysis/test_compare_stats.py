@@ -120,8 +120,9 @@ def test_too_few_values_for_a_percentile_tail_or_a_mean() -> None:
     # p99 of 150 values leaves 1.5 beyond it; with min_tail 2 it needs 200.
     assert too_few([1.0] * 150, "p99", 10, 2) == "150 values leave 1.5 beyond the p99; it needs 200"
     assert too_few([1.0] * 200, "p99", 10, 2) is None
-    # p95 of 48 values leaves 2.4 beyond it: enough.
+    # p95 of 48 values leaves 2.4 beyond it: enough for min_tail 2, not for 4 (needs 80).
     assert too_few([1.0] * 48, "p95", 10, 2) is None
+    assert too_few([1.0] * 48, "p95", 10, 4) == "48 values leave 2.4 beyond the p95; it needs 80"
     assert too_few([1.0] * 6, "mean", 10, 2) == "6 values, fewer than the 10 needed"
 
 
@@ -136,10 +137,17 @@ def test_per_run_difference_uses_the_larger_run_to_run_range() -> None:
 
 
 def test_one_run_per_side_has_no_spread_and_the_interval_is_the_point() -> None:
-    spread = per_run_difference([4.0], [7.0, 9.0])
+    spread = per_run_difference([4.0], [7.0])
     assert spread.spread is None
     assert (spread.difference.point, spread.difference.low, spread.difference.high) == (
-        4.0,
-        4.0,
-        4.0,
+        3.0,
+        3.0,
+        3.0,
     )
+
+
+def test_the_spread_comes_from_the_side_that_has_repeats() -> None:
+    # Baseline one run (4), candidate 7 and 9: d = 8 − 4 = 4, spread = 9 − 7 = 2.
+    spread = per_run_difference([4.0], [7.0, 9.0])
+    assert spread.spread == 2.0
+    assert (spread.difference.low, spread.difference.high) == (2.0, 6.0)
