@@ -35,7 +35,7 @@ from analysis.compare_metrics import REQUEST_METRICS, RUN_METRICS, RunMetric, re
 from analysis.compare_stats import (
     Classification,
     Statistic,
-    bootstrap_ratio,
+    bootstrap_ratio_runs,
     classify,
     flat,
     per_run_difference,
@@ -301,6 +301,12 @@ def compare_run_metric(
     b = [float(v) for v in b_vals if v is not None]
     c = [float(v) for v in c_vals if v is not None]
     spread = per_run_difference(b, c)
+    if metric.needs_repeats and spread.spread is None:
+        return MetricComparison(
+            **common, baseline=spread.baseline_mean, candidate=spread.candidate_mean,
+            change=spread.difference.point, classification="inconclusive",
+            note="a sampled peak (a lower bound) from one run per side: no spread known",
+        )  # fmt: skip
     d = spread.difference
     assert d.low is not None and d.high is not None
     low, high, point, neutral = d.low, d.high, d.point, 0.0
@@ -325,16 +331,19 @@ def compare_run_metric(
 def compare_request_metric(
     name: str,
     stat: Statistic,
-    b_samples: Sequence[Any],
-    c_samples: Sequence[Any],
+    b_runs: Sequence[Sequence[Any]],
+    c_runs: Sequence[Sequence[Any]],
     cases: tuple[str, str],
     phase: str,
     gate: GateConfig,
 ) -> MetricComparison | None:
-    """Pooled ``stat`` of per-request metric ``name`` with its bootstrap ratio interval."""
+    """Pooled ``stat`` of per-request metric ``name`` with its bootstrap ratio interval; each
+    side is a list of runs, each a list of per-request values."""
     rule = gate.rule(name, stat)
     if rule is None:
         return None
+    b_samples = [v for run in b_runs for v in run]
+    c_samples = [v for run in c_runs for v in run]
     b_flat, c_flat = flat(b_samples), flat(c_samples)
     common: dict[str, Any] = {
         "case": cases[0], "candidate_case": cases[1], "phase": phase, "metric": name,
@@ -350,8 +359,8 @@ def compare_request_metric(
     ]
     if reasons:
         return MetricComparison(**common, classification="inconclusive", note="; ".join(reasons))
-    interval = bootstrap_ratio(
-        b_samples, c_samples, stat,
+    interval = bootstrap_ratio_runs(
+        b_runs, c_runs, stat,
         resamples=gate.resamples, confidence=gate.confidence, seed=gate.seed,
     )  # fmt: skip
     if interval.low is None or interval.high is None:
@@ -363,14 +372,15 @@ def compare_request_metric(
                             high=interval.high, classification=klass)  # fmt: skip
 
 
-def _pooled_samples(views: Sequence[RunView], case: str, phase: str) -> dict[str, list[Any]]:
-    pooled: dict[str, list[Any]] = {m.name: [] for m in REQUEST_METRICS}
+def _run_samples(views: Sequence[RunView], case: str, phase: str) -> dict[str, list[list[Any]]]:
+    """Per request metric, one list of per-request values per run."""
+    out: dict[str, list[list[Any]]] = {m.name: [] for m in REQUEST_METRICS}
     for view in views:
         records = view.records.get(case, [])
         per_run = request_samples(request_frame(records), records, phase)
         for name, values in per_run.items():
-            pooled[name].extend(values)
-    return pooled
+            out[name].append(values)
+    return out
 
 
 def _pairs(
@@ -433,8 +443,8 @@ def compare_sides(
         unpaired += [f"{b_case}/{p} (baseline only)" for p in b_phases if p not in c_phases]
         unpaired += [f"{c_case}/{p} (candidate only)" for p in c_phases if p not in b_phases]
         for phase in (p for p in b_phases if p in c_phases):
-            b_samples = _pooled_samples(baseline, b_case, phase)
-            c_samples = _pooled_samples(candidate, c_case, phase)
+            b_samples = _run_samples(baseline, b_case, phase)
+            c_samples = _run_samples(candidate, c_case, phase)
             for request_metric in REQUEST_METRICS:
                 rule = gate.rule(request_metric.name)
                 for stat in rule.stats if rule else ():

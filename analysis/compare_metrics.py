@@ -61,6 +61,9 @@ class RunMetric:
         value: the figure from the phase's summary; ``None`` when undefined or absent.
         families: server metric families it is computed from.
         optional: a figure only some scenarios report (skipped when no run has it).
+        needs_repeats: a sampled figure whose run-to-run noise nothing bounds (a gauge peak
+            sampled every scrape interval is a lower bound that one short phase can miss):
+            inconclusive unless a side has 2+ runs to show its spread.
     """
 
     name: str
@@ -69,6 +72,7 @@ class RunMetric:
     value: Callable[[PhaseSummary], float | None]
     families: tuple[str, ...] = ()
     optional: bool = False
+    needs_repeats: bool = False
 
 
 RUN_METRICS: tuple[RunMetric, ...] = (
@@ -109,6 +113,7 @@ RUN_METRICS: tuple[RunMetric, ...] = (
         "lower",
         lambda p: p.gauge_peaks.get("kv_cache_usage_perc"),
         families=("kv_cache_usage_perc",),
+        needs_repeats=True,
     ),
 )
 

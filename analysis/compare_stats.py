@@ -18,9 +18,14 @@ quantile of the resampled ratios, and its Monte-Carlo error in probability is
 beside the 2.5 % it estimates; Efron & Tibshirani recommend B ≥ 1,000 for percentile intervals.
 The generator is seeded, so the same runs always give the same interval.
 
-What the request bootstrap does not see is a shift of a whole run (the machine got slower
-between runs); alternating baseline and candidate runs spreads such drift over both sides
-(``loadgen gate``), and the per-run figures below compare against the run-to-run spread.
+A request bootstrap alone does not see a shift of a whole run (the machine got slower while
+one run ran: seen here, a phase 50 % slower in one of two runs of the same vLLM). So when a
+side has several runs, each resample first draws its runs with replacement, then requests
+within each drawn run (a two-level bootstrap for clustered data, Davison & Hinkley, *Bootstrap
+Methods and their Application*, 1997, §3.8): runs that disagree widen the interval instead of
+making a regression. With one run per side nothing can reveal such a shift; repeats
+(``loadgen gate``, alternating sides) are the remedy, and the tolerances sit above the
+run-to-run noise measured here.
 
 **Minimum samples.** A percentile q of n values rests on the n(1−q) values beyond it; with
 few of them the bootstrap distribution collapses onto one or two order statistics and its
@@ -101,25 +106,34 @@ def too_few(samples: Samples, stat: Statistic, min_samples: int, min_tail: int) 
     return None
 
 
+def _stat_rows(picked: np.ndarray, q: float | None) -> np.ndarray:
+    return picked.mean(axis=1) if q is None else np.percentile(picked, q * 100, axis=1)
+
+
 def _resampled_stats(
-    clusters: list[np.ndarray], stat: Statistic, resamples: int, rng: np.random.Generator
+    runs: list[list[np.ndarray]], stat: Statistic, resamples: int, rng: np.random.Generator
 ) -> np.ndarray:
-    """``stat`` of ``resamples`` bootstrap resamples of whole requests."""
-    n = len(clusters)
+    """``stat`` of ``resamples`` bootstrap resamples: runs drawn with replacement (when there
+    are several), then whole requests with replacement within each drawn run."""
     q = _quantile(stat)
-    sizes = {c.size for c in clusters}
+    k = len(runs)
     out = np.empty(resamples)
-    if len(sizes) == 1:  # equal-length requests: one matrix, resampled row-wise in batches
-        matrix = np.stack(clusters)
+    shapes = {(len(r), c.size) for r in runs for c in r}
+    if len(shapes) == 1:  # equal runs of equal-length requests: one tensor, batched
+        tensor = np.stack([np.stack(r) for r in runs])  # (runs, requests, values)
+        n = tensor.shape[1]
         for start in range(0, resamples, _BATCH):
-            k = min(_BATCH, resamples - start)
-            picked = matrix[rng.integers(0, n, size=(k, n))].reshape(k, -1)
-            out[start : start + k] = (
-                picked.mean(axis=1) if q is None else np.percentile(picked, q * 100, axis=1)
-            )
+            b = min(_BATCH, resamples - start)
+            chosen = rng.integers(0, k, size=(b, k, 1)) if k > 1 else np.zeros((b, 1, 1), int)
+            picked = tensor[chosen, rng.integers(0, n, size=(b, k, n))].reshape(b, -1)
+            out[start : start + b] = _stat_rows(picked, q)
         return out
     for i in range(resamples):
-        values = np.concatenate([clusters[j] for j in rng.integers(0, n, size=n)])
+        drawn = rng.integers(0, k, size=k) if k > 1 else np.zeros(1, int)
+        parts = [
+            runs[j][m] for j in drawn for m in rng.integers(0, len(runs[j]), size=len(runs[j]))
+        ]
+        values = np.concatenate(parts)
         out[i] = values.mean() if q is None else np.percentile(values, q * 100)
     return out
 
@@ -142,8 +156,25 @@ def bootstrap_ratio(
     confidence: float = 0.95,
     seed: int = 0,
 ) -> Interval:
-    """Ratio m(candidate)/m(baseline) of pooled statistic ``stat`` and its percentile bootstrap
-    interval (module docstring). Undefined ratios (a baseline statistic of 0) give ``None``.
+    """:func:`bootstrap_ratio_runs` for one run per side."""
+    return bootstrap_ratio_runs(
+        [baseline], [candidate], stat, resamples=resamples, confidence=confidence, seed=seed
+    )
+
+
+def bootstrap_ratio_runs(
+    baseline_runs: Sequence[Samples],
+    candidate_runs: Sequence[Samples],
+    stat: Statistic,
+    *,
+    resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> Interval:
+    """Ratio m(candidate)/m(baseline) of pooled statistic ``stat`` (every request of every run
+    of a side) and its percentile bootstrap interval (module docstring). Each side is a list of
+    runs; runs without a value are left out. Undefined ratios (a baseline statistic of 0) give
+    ``None``.
 
     Raises:
         ValueError: a side has no values, fewer than 1,000 resamples, or a confidence outside
@@ -153,8 +184,10 @@ def bootstrap_ratio(
         raise ValueError(f"resamples must be at least 1000 (got {resamples})")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1) (got {confidence})")
-    b, c = _as_clusters(baseline), _as_clusters(candidate)
-    b_stat, c_stat = pooled_stat(flat(b), stat), pooled_stat(flat(c), stat)
+    b = [r for r in (_as_clusters(x) for x in baseline_runs) if r]
+    c = [r for r in (_as_clusters(x) for x in candidate_runs) if r]
+    b_stat = pooled_stat(np.concatenate([flat(r) for r in b]) if b else np.empty(0), stat)
+    c_stat = pooled_stat(np.concatenate([flat(r) for r in c]) if c else np.empty(0), stat)
     if b_stat == 0:
         return Interval(None, None, None)
     rng = np.random.default_rng(seed)

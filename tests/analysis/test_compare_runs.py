@@ -76,6 +76,9 @@ def test_the_same_run_twice_has_no_regression_and_exit_code_0(pair: tuple[Path, 
     assert comparison.counts["improvement"] == 0
     assert comparison.counts["missing"] == 0
     assert all(v.classification == "no change" for v in comparison.verdicts)
+    # A sampled KV peak from one run per side: equal here (0.5), yet no spread is known.
+    peaks = [m for m in comparison.metrics if m.metric == "kv_cache_usage_peak"]
+    assert {(m.change, m.classification) for m in peaks} == {(0.0, "inconclusive")}
     assert exit_code(comparison) == 0
 
 
@@ -183,6 +186,12 @@ def test_repeats_in_a_directory_are_pooled(tmp_path: Path) -> None:
         for m in comparison.metrics
         if (m.case, m.phase, m.metric) == (TEST_CASE, "warm", "prefix_cache_hit_rate")
     )
+    peak = next(
+        m
+        for m in comparison.metrics
+        if (m.case, m.phase, m.metric) == (TEST_CASE, "warm", "kv_cache_usage_peak")
+    )
+    assert (peak.low, peak.high, peak.classification) == (0.0, 0.0, "no change")
     # Both runs of each side give 384 / 432 = 0.889: zero spread, a zero difference.
     assert rate.per_run_baseline == pytest.approx([384 / 432] * 2)
     assert (rate.low, rate.high, rate.classification) == (0.0, 0.0, "no change")

@@ -8,6 +8,7 @@ import pytest
 
 from analysis.compare_stats import (
     bootstrap_ratio,
+    bootstrap_ratio_runs,
     classify,
     per_run_difference,
     pooled_stat,
@@ -151,3 +152,20 @@ def test_the_spread_comes_from_the_side_that_has_repeats() -> None:
     spread = per_run_difference([4.0], [7.0, 9.0])
     assert spread.spread == 2.0
     assert (spread.difference.low, spread.difference.high) == (2.0, 6.0)
+
+
+def test_runs_that_disagree_widen_the_interval_instead_of_making_a_regression() -> None:
+    # Two baseline runs at 100 ms; two candidate runs, one at 100 and one disturbed at 150 ms.
+    # Pooled ratio 125/100 = 1.25. Drawing runs with replacement gives the candidate runs
+    # {100, 100}, {100, 150} or {150, 150} (means 100, 125, 150) with probability 1/4, 1/2,
+    # 1/4, so the 2.5 % and 97.5 % quantiles of the ratio are 1.0 and 1.5: inconclusive.
+    base = [[100.0] * 50, [100.0] * 50]
+    cand = [[100.0] * 50, [150.0] * 50]
+    interval = bootstrap_ratio_runs(base, cand, "mean")
+    assert interval.point == 1.25
+    assert (interval.low, interval.high) == (1.0, 1.5)
+    assert classify(1.0, 1.5, neutral=1.0, tolerance=0.15, better="lower") == "inconclusive"
+    # The same requests taken as one run per side: a request bootstrap alone sees only the
+    # within-run spread (sd of the candidate mean 25 / √100 = 2.5 ms) and calls it a regression.
+    pooled = bootstrap_ratio([100.0] * 100, [100.0] * 50 + [150.0] * 50, "mean")
+    assert pooled.low is not None and pooled.low > 1.15
