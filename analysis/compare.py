@@ -27,11 +27,18 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import fmean
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from analysis.compare_metrics import REQUEST_METRICS, RUN_METRICS, RunMetric, request_samples
+from analysis.compare_metrics import (
+    MIN_PEAK_SAMPLES,
+    REQUEST_METRICS,
+    RUN_METRICS,
+    RunMetric,
+    request_samples,
+)
 from analysis.compare_stats import (
     Classification,
     Statistic,
@@ -267,6 +274,32 @@ def _value(metric: RunMetric, phase: PhaseSummary | None) -> float | None:
     return None if phase is None else metric.value(phase)
 
 
+def _too_few_samples(
+    metric: RunMetric,
+    base: Sequence[RunView],
+    cand: Sequence[RunView],
+    cases: tuple[str, str],
+    phase: str,
+) -> str | None:
+    """Why a sampled figure is too coarse to compare (fewest in-phase scrapes of any run below
+    ``MIN_PEAK_SAMPLES``), or ``None``."""
+    if metric.samples is None:
+        return None
+    counts = [
+        metric.samples(p)
+        for views, case in ((base, cases[0]), (cand, cases[1]))
+        for v in views
+        if (p := _phase_of(v, case, phase)) is not None
+    ]
+    fewest = min(counts, default=0)
+    if fewest >= MIN_PEAK_SAMPLES:
+        return None
+    return (
+        f"a sampled peak from as few as {fewest} scrapes of the phase (fewer than "
+        f"{MIN_PEAK_SAMPLES}): too coarse to compare"
+    )
+
+
 def compare_run_metric(
     metric: RunMetric,
     base: Sequence[RunView],
@@ -300,6 +333,12 @@ def compare_run_metric(
         )
     b = [float(v) for v in b_vals if v is not None]
     c = [float(v) for v in c_vals if v is not None]
+    coarse = _too_few_samples(metric, base, cand, cases, phase)
+    if coarse:
+        return MetricComparison(
+            **common, baseline=fmean(b), candidate=fmean(c), change=fmean(c) - fmean(b),
+            classification="inconclusive", note=coarse,
+        )  # fmt: skip
     spread = per_run_difference(b, c)
     if metric.needs_repeats and spread.spread is None:
         return MetricComparison(

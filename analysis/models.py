@@ -81,7 +81,7 @@ class PhaseSummary(LatencyStats):
     ``end_ns`` the run recorded). Throughput divides by ``duration_s`` = last request finished
     − first request sent (s). Counter deltas are summed over engines; gauge peaks are the
     largest sampled value of any engine (a lower bound of the true peak), per engine in
-    ``gauge_peaks_by_engine``.
+    ``gauge_peaks_by_engine``; ``gauge_samples`` counts the scrapes a peak was taken from.
 
     Attributes:
         deltas_flag: set when no successful scrape started after the phase's last request
@@ -108,6 +108,7 @@ class PhaseSummary(LatencyStats):
     counter_resets: dict[str, int] = Field(default_factory=dict)
     gauge_peaks: dict[str, float | None] = Field(default_factory=dict)
     gauge_peaks_by_engine: dict[str, dict[str, float]] = Field(default_factory=dict)
+    gauge_samples: dict[str, int] = Field(default_factory=dict)
     server_histograms: dict[str, ServerHistogram] = Field(default_factory=dict)
     deltas_flag: str | None = None
     loop_lag_max_ms: float | None = None

@@ -67,7 +67,7 @@ def phase_summary(case: CaseData, phase: dict[str, Any], frame: pd.DataFrame) ->
     start, end = int(phase["start_ns"]), int(phase["end_ns"])
     duration_s = (int(phase["last_end_ns"]) - start) / 1e9
     deltas, resets = server_side.counter_figures(case.samples, start, end)
-    peaks, per_engine = server_side.gauge_figures(case.samples, start, end)
+    peaks, per_engine, gauge_points = server_side.gauge_figures(case.samples, start, end)
     out_tokens = int(ok["output_tokens"].sum()) if not ok.empty else 0
     positive = duration_s > 0
     cached = rows["cached_tokens"] if "cached_tokens" in rows else pd.Series(dtype=float)
@@ -91,6 +91,7 @@ def phase_summary(case: CaseData, phase: dict[str, Any], frame: pd.DataFrame) ->
         counter_resets=resets,
         gauge_peaks=peaks,
         gauge_peaks_by_engine=per_engine,
+        gauge_samples=gauge_points,
         server_histograms=server_side.histogram_figures(case.samples, start, end),
         deltas_flag=server_side.deltas_flag(case, phase),
         loop_lag_max_ms=phase.get("loop_lag_max_ms"),

@@ -191,10 +191,30 @@ def test_repeats_in_a_directory_are_pooled(tmp_path: Path) -> None:
         for m in comparison.metrics
         if (m.case, m.phase, m.metric) == (TEST_CASE, "warm", "kv_cache_usage_peak")
     )
-    assert (peak.low, peak.high, peak.classification) == (0.0, 0.0, "no change")
+    # Warm's window is its start + 801 ms (last request end) + 0.5 s settle: scrapes at 0, 250,
+    # …, 1,250 ms are 6 points, too few for a peak to be compared.
+    assert (peak.change, peak.classification) == (0.0, "inconclusive")
+    assert peak.note and "as few as 6 scrapes" in peak.note
     # Both runs of each side give 384 / 432 = 0.889: zero spread, a zero difference.
     assert rate.per_run_baseline == pytest.approx([384 / 432] * 2)
     assert (rate.low, rate.high, rate.classification) == (0.0, 0.0, "no change")
+
+
+def test_a_well_sampled_peak_with_repeats_is_compared(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("analysis.compare.MIN_PEAK_SAMPLES", 6)  # the warm window's 6 scrapes
+    for side in ("base", "cand"):
+        for k in (1, 2):
+            build_run(tmp_path / side / f"run-{k}")
+    comparison = compare_paths(tmp_path / "base", tmp_path / "cand", load_gate())
+    peak = next(
+        m
+        for m in comparison.metrics
+        if (m.case, m.phase, m.metric) == (TEST_CASE, "warm", "kv_cache_usage_peak")
+    )
+    assert peak.per_run_baseline == [0.5, 0.5]
+    assert (peak.low, peak.high, peak.classification) == (0.0, 0.0, "no change")
 
 
 def test_cli_exit_codes_and_files(pair: tuple[Path, Path], tmp_path: Path) -> None:

@@ -23,9 +23,10 @@ def _engines(kv: dict[str, list[float]]) -> list[Sample]:
 
 def test_two_engines_at_0_6_and_0_7_peak_at_0_7_not_1_3() -> None:
     samples = _engines({"0": [0.1, 0.6, 0.2], "1": [0.3, 0.7, 0.1]})
-    peaks, per_engine = gauge_figures(samples, 0, 2 * S)
+    peaks, per_engine, points = gauge_figures(samples, 0, 2 * S)
     assert peaks["kv_cache_usage_perc"] == 0.7
     assert per_engine["kv_cache_usage_perc"] == {"0": 0.6, "1": 0.7}
+    assert points["kv_cache_usage_perc"] == 3  # scrapes at 0, 1 and 2 s, inclusive window
 
 
 def test_counters_are_summed_over_engines() -> None:
