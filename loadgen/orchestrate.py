@@ -2,7 +2,17 @@
 
 Flow: sizing case's server → real capacity → plan (written before any load) → for each case:
 scraper process on, phases in order (each: requests, then a settle wait so counters catch
-up), scraper off, server stopped. Failures are recorded, not raised past the case: a server
+up), scraper off, server stopped.
+
+Late-bound figures (``scenarios.late``): a phase that a plan's figure names is measured right
+after it ran (``loadgen.measure``, from the facts of its records, kept in memory for those
+phases only); a phase whose rate depends on such a measurement is resolved just before it runs
+(``PhaseSpec.resolved``), and the plan's derived figures right after their source phase. Each
+resolution is printed (``RunHooks.on_figure``) and recorded with its inputs on the phase's
+line of ``phases.jsonl`` (``measurement``, ``resolved``, ``derived``); one that cannot be
+made (its source measured nothing) fails the case before the phase sends anything.
+
+Failures are recorded, not raised past the case: a server
 that dies mid-run leaves its flushed request records (failed ones marked) and the case is
 marked failed; the run goes on to the next case and ends with status ``failed``. Failed
 requests alone do not fail a case: they are data, counted and reported.
@@ -13,8 +23,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import httpx
@@ -23,6 +34,7 @@ from loadgen.client import Target
 from loadgen.clock import Clock, MonotonicClock
 from loadgen.connections import open_session
 from loadgen.gateway_process import running_gateway_process
+from loadgen.measure import RequestFacts, measure_phase
 from loadgen.phase import run_phase
 from loadgen.records import RecordWriter, RequestRecord
 from loadgen.replicas import Replicas
@@ -40,6 +52,8 @@ from loadgen.rundir import (
 )
 from metrics.probe import read_gauge, wait_for_gauge_at_most
 from metrics.scraper import ScraperProcess
+from scenarios.arrivals import ClosedLoop
+from scenarios.late import STATISTIC_LABELS
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
 from scenarios.workloads import materialize
 from server.manager import RunningServer, StatusCallback, attach, start_server
@@ -54,14 +68,21 @@ class RunHooks:
 
     on_server_status: StatusCallback | None = None
     on_case_start: Callable[[CaseSpec, RunningServer], None] | None = None
-    on_phase_start: Callable[[str, str, int], None] | None = None
+    #: (case, phase, requests planned; ``None`` when a duration ends the sending)
+    on_phase_start: Callable[[str, str, int | None], None] | None = None
     on_request_done: Callable[[RequestRecord], None] | None = None
     on_phase_end: Callable[[str, str], None] | None = None
     on_message: Callable[[str], None] | None = None
+    #: a figure measured or resolved at run time, as one line of text
+    on_figure: Callable[[str], None] | None = None
 
     def message(self, text: str) -> None:
         if self.on_message is not None:
             self.on_message(text)
+
+    def figure(self, text: str) -> None:
+        if self.on_figure is not None:
+            self.on_figure(text)
 
 
 @dataclass
@@ -97,23 +118,79 @@ class _CaseRun:
     hooks: RunHooks
     replicas: Replicas | None
     outcome: CaseOutcome
+    #: phase → its late-binding statistics (``loadgen.measure.measure_phase``)
+    measurements: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-async def _run_one_phase(run: _CaseRun, phase: PhaseSpec, scraper: ScraperProcess) -> None:
-    """Send one phase, inject its faults, wait for a scrape that saw it all, settle, and append
-    its boundaries to phases.jsonl."""
+def _resolve(run: _CaseRun, planned: PhaseSpec) -> tuple[PhaseSpec, dict[str, Any] | None]:
+    """The concrete phase and what resolving it used; prints the resolution."""
+    phase, resolution = planned.resolved(run.measurements)
+    if resolution is not None:
+        source = resolution.get("rate_from")
+        how = (
+            f" = {source['factor']:g} × {source['phase']} {source['measured']:.3f} req/s"
+            if source
+            else ""
+        )
+        over = f" over {resolution['duration_s']:g} s" if "duration_s" in resolution else ""
+        run.hooks.figure(
+            f"{phase.name}: rate {resolution['rate_rps']:.3f} req/s{how}; "
+            f"{resolution['requests']} requests{over}"
+        )
+    return phase, resolution
+
+
+def _measure(run: _CaseRun, phase: PhaseSpec, facts: list[RequestFacts]) -> dict[str, Any]:
+    """Measure ``phase`` for the figures that name it; print and return what it gave, with the
+    plan's derived figures it resolves (``{"measurement": …, "derived": …}``)."""
+    measurement = measure_phase(phase, facts)
+    run.measurements[phase.name] = measurement
+    shown = ", ".join(
+        f"{STATISTIC_LABELS[k]} {measurement[k]:.3f}"
+        for k in STATISTIC_LABELS
+        if measurement.get(k) is not None
+    )
+    run.hooks.figure(
+        f"{phase.name} measured over {measurement['window_s'] or 0:.1f} s "
+        f"({measurement['ok_in_window']} ok requests sent in its window): {shown or 'nothing'}"
+    )
+    derived: dict[str, Any] = {}
+    for name, figure in run.plan.derived.items():
+        if figure.phase != phase.name:
+            continue
+        try:
+            derived[name] = figure.inputs(run.measurements)
+        except ValueError as exc:  # e.g. no TPOT from 1-token outputs: recorded, not fatal
+            derived[name] = {"error": str(exc)}
+            run.hooks.message(f"derived figure {name}: {exc}")
+            continue
+        run.hooks.figure(f"{name} = {figure.describe()} = {derived[name]['value']:.3f}")
+    return {"measurement": measurement, "derived": derived}
+
+
+async def _run_one_phase(run: _CaseRun, planned: PhaseSpec, scraper: ScraperProcess) -> None:
+    """Resolve the phase's late-bound figures, send it, inject its faults, wait for a scrape
+    that saw it all, settle, measure it if a figure names it, and append its line to
+    phases.jsonl."""
+    phase, resolution = _resolve(run, planned)
     requests = materialize(phase.workload, phase.name, run.plan.seed, run.plan.tokens)
     running_before = None
     if phase.settle_until_idle_s > 0:
         async with httpx.AsyncClient(timeout=5.0) as probe:
             running_before = await read_gauge(probe, run.server.url, "num_requests_running")
+    by_duration = getattr(phase.arrival, "duration_s", None) is not None
     if run.hooks.on_phase_start:
-        run.hooks.on_phase_start(run.case.name, phase.name, len(requests))
+        shown = None if by_duration and isinstance(phase.arrival, ClosedLoop) else len(requests)
+        run.hooks.on_phase_start(run.case.name, phase.name, shown)
+    # Facts for the phases a late-bound figure names: a few ints per request, dropped after.
+    facts: list[RequestFacts] | None = [] if phase.name in run.plan.measured_phases() else None
 
     def done(record: RequestRecord) -> None:
         run.outcome.requests += 1
         if record.status == "error":
             run.outcome.failed_requests += 1
+        if facts is not None:
+            facts.append(RequestFacts.of(record))
         if run.hooks.on_request_done:
             run.hooks.on_request_done(record)
 
@@ -143,7 +220,8 @@ async def _run_one_phase(run: _CaseRun, phase: PhaseSpec, scraper: ScraperProces
         append_jsonl(
             run.cdir / PHASES_FILE,
             {"phase": phase.name, "start_ns": began, "last_end_ns": now, "end_ns": now,
-             "settle_s": 0.0, "requests": len(requests), "loop_lag_max_ms": None,
+             "settle_s": 0.0, "requests": len(requests), "resolved": resolution,
+             "loop_lag_max_ms": None,
              "loop_lag_p99_ms": None, "late_sends": None, "post_scrape_start_ns": None,
              "post_scrape_waited_s": None, "interrupted": True},
         )  # fmt: skip
@@ -169,15 +247,20 @@ async def _run_one_phase(run: _CaseRun, phase: PhaseSpec, scraper: ScraperProces
             "after its last request; its counter deltas are stale"
         )
     await run.clock.sleep_until_ns(max(now, timing.last_end_ns) + int(phase.settle_s * 1e9))
+    end_ns = run.clock.now_ns()
+    late: dict[str, Any] = {"resolved": resolution} if resolution is not None else {}
+    if facts is not None:
+        late |= _measure(run, phase, facts)
     append_jsonl(
         run.cdir / PHASES_FILE,
         {
             "phase": phase.name,
             "start_ns": timing.start_ns,
             "last_end_ns": timing.last_end_ns,
-            "end_ns": run.clock.now_ns(),
+            "end_ns": end_ns,
             "settle_s": phase.settle_s,
-            "requests": len(requests),
+            "requests": timing.dispatched,
+            **late,
             "loop_lag_max_ms": timing.loop_lag_max_ms,
             "loop_lag_p99_ms": timing.loop_lag_p99_ms,
             "late_sends": timing.late_sends,

@@ -59,6 +59,8 @@ class PhaseTiming:
         warmup_opened: how many of them were newly connected (``None`` without tracing).
         warmup_failed: warm-up requests without an HTTP answer.
         warmup_ms: duration of the warm-up, ms (before ``start_ns``).
+        dispatched: requests handed to a sender (all of them, unless a closed loop's
+            ``duration_s`` ended the sending first or the phase was cut short).
     """
 
     start_ns: int
@@ -70,6 +72,7 @@ class PhaseTiming:
     warmup_opened: int | None = None
     warmup_failed: int = 0
     warmup_ms: float = 0.0
+    dispatched: int = 0
 
 
 class LoopLagMonitor:
@@ -111,7 +114,7 @@ def warmup_connections(arrival: ClosedLoop | AllAtOnce | OpenLoop, n: int) -> in
     limit = concurrency_limit(arrival, n)
     if limit is None:
         assert isinstance(arrival, OpenLoop)
-        limit = math.ceil(arrival.rate_rps * OPEN_LOOP_WARMUP_S)
+        limit = math.ceil(arrival.rate() * OPEN_LOOP_WARMUP_S)
     return max(0, min(limit, n, WARMUP_MAX_CONNECTIONS))
 
 
@@ -191,23 +194,30 @@ class _Dispatch:
         finally:
             self.finish(record)
 
-    def account_unsent(self, scheduled_ns: Callable[[int], int]) -> None:
+    def account_unsent(self, scheduled_ns: Callable[[int], int], planned: int) -> None:
         """A cut-short phase: every request never sent gets its ``not_sent`` record.
 
         Those are the requests admitted but cancelled before their task ever ran, and every
-        request after the last one admitted.
+        request after the last one admitted, up to ``planned`` (a closed loop with a duration
+        plans only the requests it sent; its workload count is just an upper bound).
         """
         for record in sorted(self.in_flight.values(), key=lambda r: r.index):
             self.finish(record, flush=False)
-        for i in range(self.dispatched, len(self.requests)):
+        for i in range(self.dispatched, planned):
             self.finish(self.record(i, scheduled_ns(i)), flush=False)
         self.writer.flush()
 
-    async def closed_loop(self, phase_start: int, workers: int) -> None:
-        """``workers`` senders, each taking the next index when its request finishes."""
+    async def closed_loop(self, phase_start: int, workers: int, stop_ns: int | None) -> None:
+        """``workers`` senders, each taking the next index when its request finishes; none
+        is taken at or after ``stop_ns`` (a closed loop's duration)."""
+
+        def more() -> bool:
+            if stop_ns is not None and self.clock.now_ns() >= stop_ns:
+                return False
+            return self.dispatched < len(self.requests)
 
         async def worker() -> None:
-            while self.dispatched < len(self.requests):
+            while more():
                 await self.send(self.admit(self.dispatched, phase_start, self.clock.now_ns()))
 
         async with asyncio.TaskGroup() as group:
@@ -266,10 +276,13 @@ async def run_phase(
     send time); a plain sequence works too. Every request's record is written as soon as it
     finishes, including failed ones. If the phase is cancelled, every request already sent
     gets its record (status ``error``, "cancelled before completion") and every request not
-    yet sent a ``not_sent`` record, so each planned request is accounted for.
+    yet sent a ``not_sent`` record, so each planned request is accounted for. A closed loop
+    with ``duration_s`` sends no request once that long has passed since the phase start;
+    the requests it never reached are not part of the phase (no record).
     """
     plan = PhaseRequests.of(requests)
     n = len(plan)
+    by_duration = isinstance(arrival, ClosedLoop) and arrival.duration_s is not None
     warm = None
     if warmup:
         warm = await warm_up(session, target.url, warmup_connections(arrival, n), clock)
@@ -287,10 +300,13 @@ async def run_phase(
             else:
                 limit = concurrency_limit(arrival, n)
                 assert limit is not None
-                await dispatch.closed_loop(phase_start, min(limit, n))
+                duration = arrival.duration_s if isinstance(arrival, ClosedLoop) else None
+                stop = None if duration is None else phase_start + int(duration * 1e9)
+                await dispatch.closed_loop(phase_start, min(limit, n), stop)
     finally:
-        if dispatch.dispatched < n:
-            dispatch.account_unsent(lambda i: phase_start + (offsets[i] if offsets else 0))
+        planned = dispatch.dispatched if by_duration else n
+        if dispatch.in_flight or dispatch.dispatched < planned:
+            dispatch.account_unsent(lambda i: phase_start + (offsets[i] if offsets else 0), planned)
     lag_max, lag_p99 = monitor.summary_ms()
     return PhaseTiming(
         start_ns=dispatch.first_sent_ns if dispatch.first_sent_ns is not None else phase_start,
@@ -302,4 +318,5 @@ async def run_phase(
         warmup_opened=warm.opened if warm else None,
         warmup_failed=warm.failed if warm else 0,
         warmup_ms=warm.duration_ms if warm else 0.0,
+        dispatched=dispatch.dispatched,
     )

@@ -1,4 +1,6 @@
-"""Terminal progress for long runs (rich): server start-up status and one bar per phase.
+"""Terminal progress for long runs (rich): server start-up status, one bar per phase (a bar
+without a total when a duration ends the sending), and the figures measured or resolved at run
+time (late-bound rates, derived SLOs) printed between phases.
 
 Rendering runs on rich's refresh thread at a low rate; the phase's loop-lag figures in the
 report show whether it disturbed the load loop.
@@ -7,6 +9,7 @@ report show whether it disturbed the load loop.
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -63,7 +66,7 @@ class RichProgress:
             f"KV capacity {cap.tokens if cap else '?'} tokens{startup}"
         )
 
-    def _phase_start(self, case: str, phase: str, n: int) -> None:
+    def _phase_start(self, case: str, phase: str, n: int | None) -> None:
         self._failed = 0
         self._progress = Progress(
             TextColumn("  {task.description:<22}"),
@@ -93,6 +96,10 @@ class RichProgress:
         self._stop_status()
         self.console.print(f"[yellow]{text}[/yellow]")
 
+    def _figure(self, text: str) -> None:
+        # Between phases (no bar is live then): a figure measured or resolved at run time.
+        self.console.print(f"  [cyan]{escape(text)}[/cyan]")
+
     def hooks(self) -> RunHooks:
         return RunHooks(
             on_server_status=self._server_status,
@@ -101,6 +108,7 @@ class RichProgress:
             on_request_done=self._request_done,
             on_phase_end=self._phase_end,
             on_message=self._message,
+            on_figure=self._figure,
         )
 
     def close(self) -> None:

@@ -1,31 +1,44 @@
 """Arrival patterns: when each request of a phase is sent.
 
 - closed-loop: a fixed number C of requests in flight; the next is sent when one finishes.
+  With ``duration_s`` the loop stops sending once that long has passed since the phase start
+  (the workload's request count is then an upper bound: whichever limit comes first ends the
+  sending, as GuideLLM's ``max_requests``/``max_seconds``).
 - all-at-once: every request sent at the phase start (closed-loop with C = all).
 - open-loop: requests sent at precomputed offsets from the phase start (rate λ), regardless
-  of completions; inter-arrival gaps are gamma-distributed with shape = ``burstiness``
-  (1.0 = Poisson), mean 1/λ, as in vLLM's ``bench serve``. An optional ``max_concurrency``
-  caps requests in flight at the client (vLLM bench's ``--max-concurrency``): an arrival that
-  finds the cap reached waits for a slot, and the record keeps that wait (``admitted_ns``).
+  of completions. Inter-arrival gaps are gamma-distributed with shape = ``burstiness``
+  (1.0 = Poisson), mean 1/λ, as in vLLM's ``bench serve``; or, with ``pattern="constant"``,
+  all equal to 1/λ. An optional ``max_concurrency`` caps requests in flight at the client
+  (vLLM bench's ``--max-concurrency``): an arrival that finds the cap reached waits for a
+  slot, and the record keeps that wait (``admitted_ns``). With ``duration_s`` the phase sends
+  exactly the arrivals of its schedule that fall in [0, duration_s) (:func:`arrivals_within`);
+  its rate may be late-bound (``scenarios.late``), resolved by the orchestrator before it runs.
 
 Offsets are a pure, seeded function; the sender sleeps until start + offset (absolute, so
-lateness does not accumulate) and the records keep the scheduled time to show lateness.
+lateness does not accumulate) and the records keep the scheduled time to show lateness. The
+offsets of n requests are a prefix of those of any larger n (numpy draws gamma variates one
+after the other), so counting arrivals within a duration and sending them agree.
 """
 
 from __future__ import annotations
 
+import bisect
+import math
 from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from scenarios.late import LateBindingError, Measured
+
 
 class ClosedLoop(BaseModel):
-    """Keep ``concurrency`` requests in flight."""
+    """Keep ``concurrency`` requests in flight (for at most ``duration_s`` seconds if given)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     kind: Literal["closed_loop"] = "closed_loop"
     concurrency: int = Field(gt=0)
+    duration_s: float | None = Field(default=None, gt=0)
 
 
 class AllAtOnce(BaseModel):
@@ -36,17 +49,40 @@ class AllAtOnce(BaseModel):
 
 
 class OpenLoop(BaseModel):
-    """Send at ``rate_rps`` requests/s on average, gamma inter-arrivals (shape = burstiness).
+    """Send at ``rate_rps`` requests/s on average.
 
-    ``max_concurrency``: at most this many requests in flight (``None``: no client cap).
+    Attributes:
+        rate_rps: the arrival rate λ (req/s), or a :class:`~scenarios.late.Measured` figure
+            the orchestrator resolves before the phase (see :meth:`rate`).
+        burstiness: shape of the gamma inter-arrival distribution (1.0 = Poisson; lower is
+            burstier); ignored by the constant pattern.
+        pattern: ``gamma`` (random gaps) or ``constant`` (every gap exactly 1/λ).
+        seed: seed of the gaps.
+        max_concurrency: at most this many requests in flight (``None``: no client cap).
+        duration_s: send the arrivals falling in [0, duration_s) (the request count follows
+            from the schedule); ``None``: send the workload's ``requests``.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
     kind: Literal["open_loop"] = "open_loop"
-    rate_rps: float = Field(gt=0)
+    rate_rps: Annotated[float, Field(gt=0)] | Measured
     burstiness: float = Field(default=1.0, gt=0)
+    pattern: Literal["gamma", "constant"] = "gamma"
     seed: int = 0
     max_concurrency: int | None = Field(default=None, gt=0)
+    duration_s: float | None = Field(default=None, gt=0)
+
+    def rate(self) -> float:
+        """λ in req/s.
+
+        Raises:
+            LateBindingError: the rate is still a late-bound figure (not resolved).
+        """
+        if isinstance(self.rate_rps, Measured):
+            raise LateBindingError(
+                f"the open-loop rate ({self.rate_rps.describe()}) is resolved at run time"
+            )
+        return self.rate_rps
 
 
 Arrival = Annotated[ClosedLoop | AllAtOnce | OpenLoop, Field(discriminator="kind")]
@@ -55,15 +91,39 @@ Arrival = Annotated[ClosedLoop | AllAtOnce | OpenLoop, Field(discriminator="kind
 def open_loop_offsets_ns(arrival: OpenLoop, n: int) -> list[int]:
     """Send offsets (ns from phase start) for ``n`` requests; the first is at 0.
 
-    Gaps ~ Gamma(shape=burstiness, scale=1/(λ·burstiness)), so the mean gap is 1/λ s.
+    Gamma: gaps ~ Gamma(shape=burstiness, scale=1/(λ·burstiness)), so the mean gap is 1/λ s.
+    Constant: gap i = exactly 1/λ s.
+
+    Raises:
+        LateBindingError: the rate is not resolved yet.
     """
     if n == 0:
         return []
+    rate = arrival.rate()
+    if arrival.pattern == "constant":
+        return [int(i * 1e9 / rate) for i in range(n)]
     rng = np.random.default_rng(arrival.seed)
     shape = arrival.burstiness
-    gaps_s = rng.gamma(shape, 1.0 / (arrival.rate_rps * shape), size=n - 1)
+    gaps_s = rng.gamma(shape, 1.0 / (rate * shape), size=n - 1)
     offsets = np.concatenate([[0.0], np.cumsum(gaps_s)])
     return [int(x * 1e9) for x in offsets]
+
+
+def arrivals_within(arrival: OpenLoop, duration_s: float) -> int:
+    """How many offsets of ``arrival``'s schedule fall in [0, ``duration_s``) (at least 1:
+    the first arrival is at 0).
+
+    Raises:
+        LateBindingError: the rate is not resolved yet.
+    """
+    limit_ns = int(duration_s * 1e9)
+    expected = arrival.rate() * duration_s
+    n = max(2, math.ceil(expected + 6 * math.sqrt(expected) + 10))
+    while True:
+        offsets = open_loop_offsets_ns(arrival, n)
+        if offsets[-1] >= limit_ns:
+            return max(1, bisect.bisect_left(offsets, limit_ns))
+        n *= 2
 
 
 def concurrency_limit(arrival: ClosedLoop | AllAtOnce | OpenLoop, n: int) -> int | None:

@@ -1,18 +1,25 @@
-"""The plan of a run: cases, phases and checks, fully resolved (written as ``plan.json``).
+"""The plan of a run: cases, phases and checks (written as ``plan.json`` before any load).
 
 A scenario turns its parameters and the sizing server's real KV capacity into a ``Plan``; the
 orchestrator executes plans without knowing which scenario made them, and ``analysis`` reads
 them back from the run directory.
+
+Everything is fixed when the plan is written, except figures that depend on what the run
+measures first (``scenarios.late``): an open-loop rate given as a :class:`~scenarios.late.
+Measured` figure (with the request count that follows from it), and the plan's named
+``derived`` figures. The plan names their sources; :meth:`PhaseSpec.resolved` turns a phase
+into a fully concrete one once its sources are measured.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from scenarios.arrivals import Arrival
+from scenarios.arrivals import Arrival, OpenLoop, arrivals_within
 from scenarios.checks import Check
+from scenarios.late import RATE_STATISTICS, Measured, Measurements
 from scenarios.workloads import TokenSpace, Workload
 from server.config import ServerConfig
 
@@ -34,6 +41,14 @@ class PhaseSpec(BaseModel):
     ``settle_until_idle_s`` > 0 first waits (up to that many seconds) until the server's
     ``num_requests_running`` is back to its value before the phase — for work the server keeps
     doing after the clients are gone (orphaned requests).
+
+    ``warmup_s``: the phase's statistics that declare a measurement window
+    (``loadgen.measure``) leave out its first ``warmup_s`` seconds; those requests are sent and
+    recorded like every other one.
+
+    A unique-prompt workload without a request count needs an open loop with ``duration_s``
+    (its count is the number of arrivals in that time); the count is filled in by
+    :meth:`resolved`.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -42,7 +57,69 @@ class PhaseSpec(BaseModel):
     arrival: Arrival
     settle_s: float = Field(default=1.0, ge=0)
     settle_until_idle_s: float = Field(default=0.0, ge=0)
+    warmup_s: float = Field(default=0.0, ge=0)
     faults: tuple[KillReplica, ...] = ()
+
+    @model_validator(mode="after")
+    def _count_and_duration(self) -> PhaseSpec:
+        by_duration = isinstance(self.arrival, OpenLoop) and self.arrival.duration_s is not None
+        count = self.workload.requests
+        if count is None and not by_duration:
+            raise ValueError(
+                f"phase {self.name}: a workload without a request count needs an open-loop "
+                "arrival with duration_s"
+            )
+        if by_duration and count is not None:
+            raise ValueError(
+                f"phase {self.name}: give either the request count or the open loop's "
+                "duration_s, not both"
+            )
+        rate = self.arrival.rate_rps if isinstance(self.arrival, OpenLoop) else None
+        if isinstance(rate, Measured) and rate.statistic not in RATE_STATISTICS:
+            raise ValueError(f"phase {self.name}: an arrival rate cannot be a {rate.statistic}")
+        duration = getattr(self.arrival, "duration_s", None)
+        if duration is not None and self.warmup_s >= duration:
+            raise ValueError(f"phase {self.name}: warmup_s must be below the duration")
+        return self
+
+    def sources(self) -> set[str]:
+        """Earlier phases whose measurements this phase's late-bound figures need."""
+        rate = self.arrival.rate_rps if isinstance(self.arrival, OpenLoop) else None
+        return {rate.phase} if isinstance(rate, Measured) else set()
+
+    def is_resolved(self) -> bool:
+        """Whether every figure of the phase is a number (it can run as it is)."""
+        return not self.sources() and self.workload.requests is not None
+
+    def resolved(self, measurements: Measurements) -> tuple[PhaseSpec, dict[str, Any] | None]:
+        """(the concrete phase, what resolving it used), ``(self, None)`` if nothing is late.
+
+        A late-bound rate becomes ``factor × measured`` req/s; a duration-driven open loop's
+        request count becomes the number of its arrivals in ``duration_s``
+        (``scenarios.arrivals.arrivals_within``). The second value (for ``phases.jsonl``)
+        holds the rate, the count, and the measured input with its source.
+
+        Raises:
+            scenarios.late.LateBindingError: a source phase was not measured or measured
+                nothing usable.
+        """
+        if self.is_resolved():
+            return self, None
+        arrival = self.arrival
+        assert isinstance(arrival, OpenLoop)  # only open loops have late-bound figures
+        record: dict[str, Any] = {}
+        if isinstance(arrival.rate_rps, Measured):
+            record["rate_from"] = arrival.rate_rps.inputs(measurements)
+            arrival = arrival.model_copy(update={"rate_rps": record["rate_from"]["value"]})
+        record["rate_rps"] = arrival.rate()
+        workload = self.workload
+        if workload.requests is None:
+            assert arrival.duration_s is not None  # guaranteed by the validator
+            count = arrivals_within(arrival, arrival.duration_s)
+            workload = workload.model_copy(update={"requests": count})
+            record["duration_s"] = arrival.duration_s
+        record["requests"] = workload.requests
+        return self.model_copy(update={"arrival": arrival, "workload": workload}), record
 
 
 class GatewaySpec(BaseModel):
@@ -96,6 +173,36 @@ class Plan(BaseModel):
     seed: int = 0
     tokens: TokenSpace = TokenSpace()
     scrape_interval_s: float = Field(default=0.25, gt=0)
+    #: Named figures resolved at run time from an earlier phase (e.g. default SLOs): printed
+    #: and recorded in ``phases.jsonl`` right after their source phase (``scenarios.late``).
+    derived: dict[str, Measured] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _sources_run_first(self) -> Plan:
+        for case in self.cases:
+            seen: list[str] = []
+            for phase in self.phases_of(case):
+                missing = phase.sources() - set(seen)
+                if missing:
+                    raise ValueError(
+                        f"case {case.name}: phase {phase.name} depends on {sorted(missing)}, "
+                        "which must run before it"
+                    )
+                seen.append(phase.name)
+            for name, figure in self.derived.items():
+                if figure.phase not in seen:
+                    raise ValueError(
+                        f"derived figure {name}: case {case.name} has no phase {figure.phase}"
+                    )
+        return self
+
+    def measured_phases(self) -> set[str]:
+        """Phases whose measurements a late-bound figure of the plan needs."""
+        named = {f.phase for f in self.derived.values()}
+        for case in self.cases:
+            for phase in self.phases_of(case):
+                named |= phase.sources()
+        return named
 
     def phases_of(self, case: CaseSpec) -> tuple[PhaseSpec, ...]:
         """The phases ``case`` runs: its own if it declares any, else the shared ones."""

@@ -69,6 +69,15 @@ class AnchoredPrompts(BaseModel):
 class UniquePrompts(BaseModel):
     """Requests whose prompts share nothing with any other request (no prefix reuse).
 
+    ``requests`` is ``None`` only in a phase whose open-loop arrival has a ``duration_s``: the
+    count is then the number of arrivals in that duration, fixed when the phase is resolved
+    (``PhaseSpec.resolved``) and known before any request of it is sent.
+
+    With ``length_spread`` s > 0, request i's prompt and output lengths are drawn uniformly
+    from the integers in [round(L·(1 − s)), round(L·(1 + s))] around ``prompt_tokens`` and
+    ``output_tokens`` (each at least 1), seeded by (seed, phase, i), so they are the same in
+    every run; s = 0 (the default) keeps every length exact.
+
     With ``disconnect_after_tokens``, a ``disconnect_fraction`` of the requests (spread evenly:
     request i disconnects when floor((i+1)·f) > floor(i·f)) close their connection after
     receiving that many tokens.
@@ -77,8 +86,9 @@ class UniquePrompts(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     kind: Literal["unique"] = "unique"
     prompt_tokens: int = Field(gt=0)
-    requests: int = Field(gt=0)
+    requests: Annotated[int, Field(gt=0)] | None
     output_tokens: int = Field(gt=0)
+    length_spread: float = Field(default=0.0, ge=0, lt=1)
     disconnect_after_tokens: int | None = Field(default=None, gt=0)
     disconnect_fraction: float = Field(default=1.0, ge=0, le=1)
 
@@ -86,6 +96,23 @@ class UniquePrompts(BaseModel):
         """Whether request ``i`` disconnects early."""
         f = self.disconnect_fraction
         return self.disconnect_after_tokens is not None and int((i + 1) * f) > int(i * f)
+
+    def length_bounds(self, tokens: int) -> tuple[int, int]:
+        """(shortest, longest) length drawn around ``tokens`` (equal when no spread)."""
+        s = self.length_spread
+        return max(1, round(tokens * (1 - s))), max(1, round(tokens * (1 + s)))
+
+    def lengths(self, seed: int, phase: str, i: int) -> tuple[int, int]:
+        """(prompt tokens, output tokens) of request ``i`` of ``phase`` (see the class doc)."""
+        if self.length_spread == 0:
+            return self.prompt_tokens, self.output_tokens
+        digest = hashlib.sha256(f"{seed}:{phase}/lengths/{i}".encode()).digest()
+        rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
+        (p_lo, p_hi), (o_lo, o_hi) = (
+            self.length_bounds(self.prompt_tokens),
+            self.length_bounds(self.output_tokens),
+        )
+        return int(rng.integers(p_lo, p_hi + 1)), int(rng.integers(o_lo, o_hi + 1))
 
 
 Workload = Annotated[AnchoredPrompts | UniquePrompts, Field(discriminator="kind")]
@@ -220,19 +247,27 @@ def _anchored(workload: AnchoredPrompts, phase: str, seed: int, space: TokenSpac
 
 
 def _unique(workload: UniquePrompts, phase: str, seed: int, space: TokenSpace) -> PhaseRequests:
+    if workload.requests is None:
+        raise ValueError(
+            f"phase {phase}: its request count is not resolved yet (a duration-driven open "
+            "loop gets it from PhaseSpec.resolved before it runs)"
+        )
+
     def header(i: int) -> RequestHeader:
+        prompt_tokens, output_tokens = workload.lengths(seed, phase, i)
         return RequestHeader(
             request_id=_request_id(phase, i),
             group=None,
-            prompt_tokens=workload.prompt_tokens,
-            max_tokens=workload.output_tokens,
+            prompt_tokens=prompt_tokens,
+            max_tokens=output_tokens,
         )
 
     def build(i: int) -> PlannedRequest:
+        prompt_tokens, output_tokens = workload.lengths(seed, phase, i)
         return PlannedRequest(
             request_id=_request_id(phase, i),
-            prompt_token_ids=_tokens(seed, f"{phase}/unique/{i}", workload.prompt_tokens, space),
-            max_tokens=workload.output_tokens,
+            prompt_token_ids=_tokens(seed, f"{phase}/unique/{i}", prompt_tokens, space),
+            max_tokens=output_tokens,
             disconnect_after_tokens=(
                 workload.disconnect_after_tokens if workload.disconnects(i) else None
             ),
