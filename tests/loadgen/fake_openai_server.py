@@ -8,6 +8,12 @@ app on 127.0.0.1, port chosen by the OS, that records every request it saw, how 
 flight at most, which TCP connections they came on, and when a client disconnected; it also
 answers ``GET /health``). Chunks have the exact shape vLLM 0.32 sends with
 ``stream_options: {include_usage: true, continuous_usage_stats: true}``. Durations are seconds.
+
+With ``max_concurrent`` N the fake serves at most N requests at a time, first come first
+served, the others waiting after their response headers (as vLLM's waiting queue): a server
+whose capacity is known, N ÷ (ttft_s + (tokens − 1) × itl_s) requests/s. It also answers
+``/v1/models``, ``/version`` and a small ``/metrics`` page (running and waiting requests,
+KV-cache facts, a success counter), enough for the orchestrator to attach to it and scrape it.
 """
 
 from __future__ import annotations
@@ -155,9 +161,18 @@ class FakeOpenAIServer:
     benchmark would otherwise hold every prompt it received).
     """
 
-    def __init__(self, script: StreamScript | None = None, keep_seen: bool = True) -> None:
+    def __init__(
+        self,
+        script: StreamScript | None = None,
+        keep_seen: bool = True,
+        max_concurrent: int | None = None,
+    ) -> None:
         self.script = script or StreamScript()
         self.keep_seen = keep_seen
+        self.max_concurrent = max_concurrent
+        self._slots = asyncio.Semaphore(max_concurrent) if max_concurrent else None
+        self.waiting = 0  # requests queued for a slot
+        self.completed = 0
         self.served = 0
         self.seen: list[Seen] = []
         self.url = ""
@@ -221,8 +236,16 @@ class FakeOpenAIServer:
             else:
                 await resp.write(line.encode() + end)
 
+        slot_held = False
         try:
             await resp.prepare(request)
+            if self._slots is not None:
+                self.waiting += 1
+                try:
+                    await self._slots.acquire()
+                finally:
+                    self.waiting -= 1
+                slot_held = True
             await asyncio.sleep(script.ttft_s)
             done = 0
             for i, tokens in enumerate(plan):
@@ -261,18 +284,51 @@ class FakeOpenAIServer:
                 await resp.write(b"".join(held))
             await resp.write_eof()
             seen.finished = True
+            self.completed += 1
         except ConnectionResetError:
             seen.client_gone_s = time.monotonic()
         finally:
             if in_flight:
                 self.active -= 1
+            if slot_held and self._slots is not None:
+                self._slots.release()
             self._notify()
         return resp
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+    async def _version(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": "fake"})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        labels = 'engine="0",model_name="m"'
+        running = self.active - self.waiting
+        page = (
+            "# TYPE vllm:num_requests_running gauge\n"
+            f"vllm:num_requests_running{{{labels}}} {float(running)}\n"
+            "# TYPE vllm:num_requests_waiting gauge\n"
+            f"vllm:num_requests_waiting{{{labels}}} {float(self.waiting)}\n"
+            "# TYPE vllm:kv_cache_usage_perc gauge\n"
+            f"vllm:kv_cache_usage_perc{{{labels}}} 0.0\n"
+            "# TYPE vllm:num_preemptions counter\n"
+            f"vllm:num_preemptions_total{{{labels}}} 0.0\n"
+            "# TYPE vllm:request_success counter\n"
+            f'vllm:request_success_total{{{labels},finished_reason="length"}} '
+            f"{float(self.completed)}\n"
+            "# TYPE vllm:cache_config_info gauge\n"
+            'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="4096",'
+            'kv_cache_memory_bytes="1073741824"} 1.0\n'
+        )
+        return web.Response(text=page, content_type="text/plain")
 
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_get("/health", self._health)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/version", self._version)
+        app.router.add_get("/metrics", self._metrics)
         return app
 
     @contextlib.asynccontextmanager

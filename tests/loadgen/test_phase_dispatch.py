@@ -330,3 +330,24 @@ async def test_a_cut_short_open_loop_keeps_the_schedule_of_the_unsent(tmp_path: 
     assert [r["status"] for r in records] == ["error"] + ["not_sent"] * 4
     start = records[0]["scheduled_ns"]
     assert [r["scheduled_ns"] - start for r in records] == offsets
+
+
+async def test_a_closed_loop_with_a_duration_stops_sending_and_plans_only_what_it_sent(
+    tmp_path: Path,
+) -> None:
+    # Up to 1,000 requests, C = 2, 50 ms each, for 0.3 s: the loop stops taking requests at
+    # 0.3 s; those it never reached are not part of the phase (no not_sent records).
+    fake = FakeOpenAIServer(StreamScript(ttft_s=0.05))
+    path = tmp_path / "r.jsonl"
+    clock = MonotonicClock()
+    async with fake.serve():
+        timing = await run(
+            fake, ClosedLoop(concurrency=2, duration_s=0.3), requests(1000, 1), path, clock
+        )
+    records = _records(path)
+    assert 2 <= timing.dispatched < 1000
+    assert len(records) == timing.dispatched == fake.served
+    assert {r["status"] for r in records} == {"ok"}
+    assert sorted(r["index"] for r in records) == list(range(timing.dispatched))
+    # A closed loop's scheduled time is the phase start: nothing was sent 0.3 s after it.
+    assert all(r["sent_ns"] < r["scheduled_ns"] + 300_000_000 for r in records)

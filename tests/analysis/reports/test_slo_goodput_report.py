@@ -1,0 +1,149 @@
+"""slo-goodput's verdicts and capacity answer, on hand-made sweep points."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from summary_builders import case, phase
+
+from analysis.checks import evaluate
+from analysis.reports.slo_goodput import (
+    REPORT,
+    CapacityAnswer,
+    SaturationFigures,
+    SLOGoodputDetails,
+    SweepPoint,
+    capacity_answer,
+)
+from scenarios.slo_goodput import (
+    ClientKeptUp,
+    LowestRateAttains,
+    MaxRateBracketed,
+    OverloadCollapse,
+    RatesOrdered,
+)
+
+Q = {"p50": 1.0, "p90": 2.0, "p99": 3.0}
+
+
+def point(phase: str, offered: float, completed: float, goodput: float, attainment: float,
+          **extra: Any) -> SweepPoint:  # fmt: skip
+    """A rate over a 35 s window; figures not given are harmless placeholders."""
+    fields: dict[str, Any] = {
+        "phase": phase, "rate_rps": offered, "rate_source": "given", "window_s": 35.0,
+        "carried_in": 0, "counted": round(offered * 35), "sent": round(offered * 35),
+        "ok": round(offered * 35), "failed": 0, "good": round(attainment * offered * 35),
+        "offered_rps": offered, "achieved_rps": offered, "completed_rps": completed,
+        "goodput_rps": goodput, "attainment": attainment, "attainment_by_slo": {},
+        "lateness_ms": Q, "lateness_max_ms": 3.5, "slot_wait_ms": None, "ttft_ms": Q,
+        "tpot_ms": Q, "itl_ms": Q, "e2el_ms": Q, "ttft_adjusted_ms": Q, "e2el_adjusted_ms": Q,
+        "waiting_mean": 0.0, "waiting_peak": 0.0, "running_peak": 1.0, "kv_peak": 0.1,
+        "preemptions": 0.0, "server_ttft_ms": None, "server_queue_ms": None,
+        "client_ttft_first_token_in_window_ms": Q,
+    }  # fmt: skip
+    return SweepPoint(**(fields | extra))
+
+
+SWEEP = [
+    point("r1", 2.25, 2.24, 2.24, 1.0),
+    point("r2", 4.5, 4.5, 4.45, 0.99),
+    point("r3", 8.1, 8.0, 7.6, 0.95),
+    point("r4", 9.0, 8.9, 3.6, 0.4),
+    point("r5", 18.0, 8.8, 0.4, 0.02, waiting_peak=310.0),
+]
+SATURATION = SaturationFigures(
+    concurrency=20, window_s=25.0, requests=200, mean_in_flight_s=2.22, closed_loop_rps=9.0,
+    window_completed_rps=9.1, ttft_p50_ms=600.0, tpot_p50_ms=50.0, running_peak=16.0,
+    waiting_peak=4.0,
+)  # fmt: skip
+
+
+def details(points: list[SweepPoint], target_rps: float | None = None) -> SLOGoodputDetails:
+    return SLOGoodputDetails(
+        case="c", slo=[], warmup_s=5.0, duration_s=40.0, unloaded=None, saturation=SATURATION,
+        points=points, answer=capacity_answer(points, 0.9, target_rps), late_figures=[],
+        top_rate_text="",
+    )  # fmt: skip
+
+
+#: The generic summary of the case (verdicts need a case that ran a phase).
+CASE = {"c": case("c", phase("r1"))}
+
+
+def verdict(check: Any, d: SLOGoodputDetails) -> Any:
+    return evaluate([check], CASE, REPORT, d)[0]
+
+
+def test_capacity_answer_brackets_interpolates_and_counts_replicas() -> None:
+    # (8.1, 95 %) and (9.0, 40 %): 8.1 + (0.95 − 0.9) / (0.95 − 0.4) × 0.9 = 8.1818 req/s;
+    # 30 req/s ÷ 8.1818 = 3.67 → 4 replicas.
+    answer: CapacityAnswer = capacity_answer(SWEEP, 0.9, 30.0)
+    assert answer.max_rate_rps == pytest.approx(8.1 + 0.05 / 0.55 * 0.9)
+    assert (answer.lower.phase, answer.upper.phase) == ("r3", "r4")  # type: ignore[union-attr]
+    assert answer.replicas == 4
+    assert "linearly" in answer.assumption
+    assert "between 8.10 req/s (95.0 %, r3) and 9.00 req/s (40.0 %, r4)" in answer.statement
+
+
+def test_every_verdict_passes_on_a_textbook_sweep() -> None:
+    d = details(SWEEP)
+    checks = [RatesOrdered(case="c"), ClientKeptUp(case="c"),
+              LowestRateAttains(case="c", target=0.9), OverloadCollapse(case="c"),
+              MaxRateBracketed(case="c", target=0.9)]  # fmt: skip
+    verdicts = evaluate(checks, CASE, REPORT, d)
+    assert [v.passed for v in verdicts] == [True] * 5, verdicts
+
+
+def test_collapse_needs_the_server_busy_as_well_as_the_goodput_gone() -> None:
+    # Goodput 0.4 of 8.8 req/s (4.5 % ≤ 25 %) and 8.8 / 9.0 = 97.8 % of saturation: a collapse.
+    assert verdict(OverloadCollapse(case="c"), details(SWEEP)).passed
+    # Completed 5.0 req/s = 55.6 % of saturation: the server was not busy, no collapse shown.
+    idle = [*SWEEP[:-1], point("r5", 18.0, 5.0, 0.4, 0.02)]
+    v = verdict(OverloadCollapse(case="c"), details(idle))
+    assert v.passed is False and "55.6 % of saturation" in v.detail
+    # Goodput 3.0 of 8.8 req/s = 34 % > 25 %: still too useful to call it a collapse.
+    useful = [*SWEEP[:-1], point("r5", 18.0, 8.8, 3.0, 0.3)]
+    assert verdict(OverloadCollapse(case="c"), details(useful)).passed is False
+
+
+def test_a_late_client_fails_its_check_and_says_the_client_limited_the_load() -> None:
+    late = [*SWEEP[:-1], point("r5", 18.0, 8.8, 0.4, 0.02,
+                               lateness_ms={"p50": 1.0, "p90": 4.0, "p99": 7.5})]  # fmt: skip
+    v = verdict(ClientKeptUp(case="c"), details(late))
+    assert v.passed is False
+    assert v.detail.startswith("the client, not the server, limited the load: r5:")
+    # A --max-concurrency cap that held arrivals back is named as the cause.
+    capped = [*SWEEP[:-1], point("r5", 18.0, 8.8, 0.4, 0.02, achieved_rps=12.0,
+                                 slot_wait_ms={"p50": 900.0, "p90": 2e3, "p99": 3e3})]  # fmt: skip
+    v = verdict(ClientKeptUp(case="c"), details(capped))
+    assert "max-concurrency cap held requests" in v.detail
+
+
+def test_completions_may_exceed_arrivals_only_by_tolerance_and_carried_in() -> None:
+    # Offered 2.25 req/s over 35 s; 5 % allows 2.3625; 2 requests carried in from the warm-up
+    # allow 2 / 35 = 0.0571 more: bound 2.4196 req/s.
+    ok = [point("r1", 2.25, 2.41, 2.41, 1.0, carried_in=2), *SWEEP[1:]]
+    assert verdict(RatesOrdered(case="c"), details(ok)).passed
+    over = [point("r1", 2.25, 2.43, 2.43, 1.0, carried_in=2), *SWEEP[1:]]
+    v = verdict(RatesOrdered(case="c"), details(over))
+    assert v.passed is False and "bound 2.42" in v.detail
+    wrong = [point("r1", 2.25, 2.0, 2.1, 1.0), *SWEEP[1:]]  # goodput above completed
+    assert verdict(RatesOrdered(case="c"), details(wrong)).passed is False
+
+
+def test_an_unbracketed_maximum_fails_and_says_which_side() -> None:
+    v = verdict(MaxRateBracketed(case="c", target=0.9), details(SWEEP[:3]))
+    assert v.passed is False and "above the sweep" in v.detail
+    low = [point("r1", 2.25, 2.2, 1.0, 0.5), *SWEEP[3:]]
+    v = verdict(MaxRateBracketed(case="c", target=0.9), details(low))
+    assert v.passed is False and "below the sweep" in v.detail
+    assert verdict(LowestRateAttains(case="c", target=0.9), details(low)).passed is False
+
+
+def test_the_markdown_states_the_answer_first_and_the_definitions() -> None:
+    text = "\n".join(REPORT.markdown(details(SWEEP, target_rps=30.0)))
+    assert text.startswith("## The capacity-planning answer")
+    assert "**4 replica(s)** = ⌈30.00 ÷ 8.18⌉" in text
+    assert "a value exactly on the limit is good" in text
+    assert "a 1-token output is judged on its other SLOs" in text
