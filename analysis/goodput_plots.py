@@ -122,7 +122,7 @@ def queue_top_rate(case: CaseData, details: SLOGoodputDetails, out: Path) -> Pat
         ("num_requests_waiting", "tab:orange"),
         ("num_requests_running", "tab:blue"),
     ):
-        pts = [(t, v) for t, v in series(case.samples, name) if t0 - 1e9 <= t <= end]
+        pts = [(t, v) for t, v in series(case.samples, name) if t0 <= t <= end]
         ax_q.step(
             [(t - t0) / 1e9 for t, _ in pts],
             [v for _, v in pts],

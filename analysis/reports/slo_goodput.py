@@ -725,7 +725,7 @@ def _saturation_lines(d: SLOGoodputDetails) -> list[str]:
         f"Closed loop at {s.concurrency} in flight: **{f(s.closed_loop_rps, 2)} req/s** = "
         f"{s.concurrency} ÷ mean time in flight {f(s.mean_in_flight_s, 3)} s over "
         f"{s.requests} requests (Little's law; window {f(s.window_s)} s after a "
-        f"{f(d.warmup_s, 0)} s warm-up). Direct count of completions in the window: "
+        f"{d.warmup_s:g} s warm-up). Direct count of completions in the window: "
         f"{f(s.window_completed_rps, 2)} req/s (off by up to one batch: completions come in "
         f"bursts). TTFT p50 {f(s.ttft_p50_ms, 0)} ms, TPOT p50 {f(s.tpot_p50_ms)} ms; running "
         f"peak {f(s.running_peak, 0)}, waiting peak {f(s.waiting_peak, 0)}.",
@@ -756,8 +756,8 @@ def _sweep_lines(d: SLOGoodputDetails) -> list[str]:
     out = [
         "## The sweep",
         "",
-        f"Rates in req/s over each rate's window ({f(d.duration_s, 0)} s of sending minus a "
-        f"{f(d.warmup_s, 0)} s warm-up); latencies in ms over successful counted requests.",
+        f"Rates in req/s over each rate's window ({d.duration_s or 0:g} s of sending minus a "
+        f"{d.warmup_s:g} s warm-up); latencies in ms over successful counted requests.",
         "",
         table(headers, rows),
         "",
@@ -861,9 +861,9 @@ class SLOGoodputReport(ScenarioReport[SLOGoodputDetails]):
 
         return [
             PhaseColumn("offered req/s", "failed", cell("offered_rps")),
-            PhaseColumn("completed req/s", "offered req/s", cell("completed_rps")),
-            PhaseColumn("goodput req/s", "completed req/s", cell("goodput_rps")),
-            PhaseColumn("attainment %", "goodput req/s", cell("attainment")),
+            PhaseColumn("completed req/s", "failed", cell("completed_rps")),
+            PhaseColumn("goodput req/s", "failed", cell("goodput_rps")),
+            PhaseColumn("attainment %", "failed", cell("attainment")),
         ]
 
     def markdown(self, details: SLOGoodputDetails | None) -> list[str]:

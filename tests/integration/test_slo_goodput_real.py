@@ -1,0 +1,74 @@
+"""A reduced slo-goodput on the real embedded vLLM: saturation found, rates resolved from it,
+the collapse past it, the maximum sustainable rate bracketed.
+
+One server of its own (256 MiB, max_num_seqs 8: a batch of 8 saturates it quickly), 64-token
+prompts and 8-token outputs; an unloaded probe, 8 s of closed-loop saturation at 10 in flight
+(1.25 × 8), then Poisson rates at 0.5 and 2 × the measured saturation for 10 s each (2 s
+warm-up). Default SLOs (3 × the unloaded TTFT and TPOT p50). About 70 s with the start.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from vllm_fixtures import loadgen, read_report, run_scenario
+
+from analysis.load import read_jsonl
+
+pytestmark = pytest.mark.vllm
+
+
+@pytest.fixture(scope="module")
+def reduced_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return run_scenario(
+        tmp_path_factory, "slo-goodput",
+        "--cache", "256MiB",
+        "--max-num-seqs", "8",
+        "--prompt-tokens", "64",
+        "--output-tokens", "8",
+        "--unloaded-requests", "8",
+        "--saturation-duration", "8s",
+        "--duration", "10s",
+        "--warmup", "2s",
+        "--rate-fractions", "0.5,2",
+        "--settle-s", "0.6",
+    )  # fmt: skip
+
+
+def test_every_verdict_passes(reduced_run: Path) -> None:
+    report = read_report(reduced_run)
+    failed = [v for v in report["verdicts"] if v["passed"] is not True]
+    assert not failed, json.dumps(failed, indent=2)
+
+
+def test_rates_were_resolved_from_the_measured_saturation(reduced_run: Path) -> None:
+    case = reduced_run / "cases" / "256MiB"
+    lines = {p["phase"]: p for p in read_jsonl(case / "phases.jsonl").rows}
+    sat = lines["saturation"]["measurement"]["closed_loop_rps"]
+    assert sat > 0
+    for name, factor in (("rate-0.50x", 0.5), ("rate-2.00x", 2.0)):
+        resolved = lines[name]["resolved"]
+        assert resolved["rate_from"]["measured"] == sat
+        assert resolved["rate_rps"] == pytest.approx(factor * sat)
+    details = read_report(reduced_run)["details"]
+    assert details["saturation"]["concurrency"] == 10
+    assert all(x["agrees"] for x in details["late_figures"])
+
+
+def test_the_top_rate_is_busy_but_useless(reduced_run: Path) -> None:
+    details = read_report(reduced_run)["details"]
+    top = details["points"][-1]
+    assert top["goodput_rps"] <= 0.25 * top["completed_rps"]
+    assert top["waiting_peak"] > 0  # the queue is vLLM's
+    assert details["answer"]["bracketed"]
+
+
+def test_validate_passes_and_the_report_rebuilds_identically(reduced_run: Path) -> None:
+    assert loadgen("validate", str(reduced_run), timeout=120).returncode == 0
+    before = (reduced_run / "report.json").read_text(), (reduced_run / "report.md").read_text()
+    proc = loadgen("report", str(reduced_run), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    after = (reduced_run / "report.json").read_text(), (reduced_run / "report.md").read_text()
+    assert after == before
