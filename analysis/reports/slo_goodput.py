@@ -312,6 +312,8 @@ def _slo(run: _Run) -> tuple[SLOLimits, list[SLOFigure]]:
             figure = run.data.plan.derived[value]
             limit = run.recompute(figure)
             source = f"derived: {figure.describe()} (recomputed from the raw records)"
+            if limit is None:  # the late_figures_agree verdict fails with it
+                source = f"could not be derived ({figure.describe()}: no data): NOT APPLIED"
         else:
             limit, source = value, "given"
         limits[f"{metric}_ms"] = limit
@@ -368,7 +370,10 @@ def sweep_point(run: _Run, phase: str, slo: SLOLimits) -> SweepPoint | None:
     lateness = counted["send_lateness_ms"].dropna().astype(float)
     waited = (counted["admitted_ns"] - counted["scheduled_ns"]).dropna() / 1e6
     capped = isinstance(spec.arrival, OpenLoop) and spec.arrival.max_concurrency is not None
-    first = pd.to_numeric(judged["chunk_ns"].map(lambda c: c[0] if c else None), errors="coerce")
+    first = pd.to_numeric(
+        judged["chunk_ns"].map(lambda c: c[0] if isinstance(c, list) and c else None),
+        errors="coerce",
+    )
     first_in = judged[judged["ok"] & (first >= window.start_ns) & (first <= window.end_ns)]
     rate, source = _rate_source(spec, run.lines[phase])
     sent = pd.to_numeric(judged["sent_ns"], errors="coerce")

@@ -93,3 +93,20 @@ def test_kv_preemption_list_errors_name_what_the_user_typed(
     assert code == 2
     assert message in out
     assert "1GiB:0" not in out or "--cases" in args  # no case the user never typed
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--slo", "ttft<200ms"), "--slo: SLO item 'ttft<200ms': expected METRIC=LIMIT"),
+        (("--rates", "2,x"), "--rates: rate 'x' is not a number"),
+        (("--duration", "5s", "--warmup", "5s"), "--warmup must be shorter than --duration"),
+        (("--arrival-pattern", "bursty"), "--arrival-pattern: Input should be 'gamma' or"),
+    ],
+)
+def test_slo_goodput_flags_are_checked_before_anything_starts(
+    args: tuple[str, ...], message: str
+) -> None:
+    code, out = _run("slo-goodput", *args)
+    assert code == 2
+    assert message in " ".join(out.split())
