@@ -12,10 +12,10 @@ resolution is printed (``RunHooks.on_figure``) and recorded with its inputs on t
 line of ``phases.jsonl`` (``measurement``, ``resolved``, ``derived``); one that cannot be
 made (its source measured nothing) fails the case before the phase sends anything.
 
-Failures are recorded, not raised past the case: a server
-that dies mid-run leaves its flushed request records (failed ones marked) and the case is
-marked failed; the run goes on to the next case and ends with status ``failed``. Failed
-requests alone do not fail a case: they are data, counted and reported.
+Failures are recorded, not raised past the case: a server that dies mid-run leaves its
+flushed request records (failed ones marked) and the case is marked failed; the run goes on
+to the next case and ends with status ``failed``. Failed requests alone do not fail a case:
+they are data, counted and reported.
 """
 
 from __future__ import annotations
@@ -221,9 +221,8 @@ async def _run_one_phase(run: _CaseRun, planned: PhaseSpec, scraper: ScraperProc
             run.cdir / PHASES_FILE,
             {"phase": phase.name, "start_ns": began, "last_end_ns": now, "end_ns": now,
              "settle_s": 0.0, "requests": len(requests), "resolved": resolution,
-             "loop_lag_max_ms": None,
-             "loop_lag_p99_ms": None, "late_sends": None, "post_scrape_start_ns": None,
-             "post_scrape_waited_s": None, "interrupted": True},
+             "loop_lag_max_ms": None, "loop_lag_p99_ms": None, "late_sends": None,
+             "post_scrape_start_ns": None, "post_scrape_waited_s": None, "interrupted": True},
         )  # fmt: skip
         raise
     if faults is not None:

@@ -26,6 +26,17 @@ Why these defaults:
   default; measured here) while TPOT stays within 3× its unloaded value (50 ms vs 23 ms), so
   an overload shows as what capacity planning is about: a waiting queue that grows without
   bound and a TTFT that grows with it. ``--max-num-seqs`` changes it.
+- **What happens past saturation.** vLLM's scheduler (V1, FCFS) admits waiting requests
+  from the head of its queue while the running batch has room (``max_num_seqs``) and the KV
+  cache has blocks for their prompts. At 16 running requests of 2 blocks each only 32 of the
+  145 usable blocks of 1 GiB are in use, so the KV cache never binds and nothing is
+  preempted; every arrival beyond the server's rate joins the waiting queue, which grows by
+  (λ − μ) requests a second (unbounded: ``--max-num-queued-reqs`` is off by default), and a
+  request's TTFT is its wait behind the queue ahead of it (queue length ÷ μ) plus its prefill.
+  At 2 × saturation the queue holds μ·t requests after t seconds, so after the 5 s warm-up
+  every counted request waits seconds, far past a TTFT SLO of a few hundred ms, while the
+  server completes μ requests a second throughout. The report shows that cause: vLLM's
+  waiting gauge over time, its peak and mean, its queue-time histogram, and TTFT per SLO.
 - **Saturation concurrency.** A closed loop at exactly the batch limit leaves a slot empty for
   one client round trip every time a request finishes (the client must read ``[DONE]`` and
   send the next); a quarter more requests wait in vLLM's queue and take a freed slot at the
