@@ -37,11 +37,14 @@ Why these defaults:
   every counted request waits seconds, far past a TTFT SLO of a few hundred ms, while the
   server completes μ requests a second throughout. The report shows that cause: vLLM's
   waiting gauge over time, its peak and mean, its queue-time histogram, and TTFT per SLO.
-- **Saturation concurrency.** A closed loop at exactly the batch limit leaves a slot empty for
-  one client round trip every time a request finishes (the client must read ``[DONE]`` and
-  send the next); a quarter more requests wait in vLLM's queue and take a freed slot at the
-  next step, so the batch stays full. Never more than the KV cache holds at full length, so
-  the extra requests cannot cause preemptions.
+- **Saturation concurrency.** Twice the batch limit. A closed loop at exactly the batch limit
+  leaves slots empty for a client round trip whenever requests finish (the client must read
+  ``[DONE]`` and send the next, which then misses the engine's next step); and with fixed
+  lengths the requests admitted together finish together, so a whole batch frees at once. A
+  whole batch more waits in vLLM's queue and refills it at the next step, as the deep queue
+  of an open-loop overload does, so the closed loop measures the throughput that overload
+  gets. Never more than the KV cache holds at full length, so the waiting requests cannot
+  cause preemptions once admitted.
 - **Durations.** Each rate sends for 40 s; its first 5 s are a warm-up: every phase starts on
   an idle server (the previous one drained), so its first requests see an empty batch and no
   queue; 5 s is more than twice the time a request spends in the server at saturation
@@ -365,7 +368,7 @@ def saturation_concurrency(
     KV limit = requests that fit at full length (prompt + output): (blocks − 1) //
     ceil(tokens / block size), one block being vLLM's reserved null block (tokens //
     (prompt + output) when the block size is unknown). Batch limit = min(max_num_seqs, KV
-    limit). Concurrency = min(ceil(1.25 × batch limit), KV limit).
+    limit). Concurrency = min(2 × batch limit, KV limit).
     """
     per_request = prompt_tokens + output_tokens
     if capacity.block_size and capacity.num_blocks:
@@ -376,12 +379,12 @@ def saturation_concurrency(
         kv_limit = capacity.tokens // per_request
     kv_limit = max(1, kv_limit)
     batch = min(max_num_seqs, kv_limit)
-    concurrency = min(math.ceil(1.25 * batch), kv_limit)
+    concurrency = min(2 * batch, kv_limit)
     binding = "max_num_seqs" if max_num_seqs <= kv_limit else "the KV cache"
     reason = (
         f"batch limit {batch} (set by {binding}: max_num_seqs {max_num_seqs}, KV cache holds "
-        f"{kv_limit} requests of {per_request} tokens); {concurrency} in flight keeps it full: "
-        "the extra requests wait in vLLM's queue and take a freed slot at the next step"
+        f"{kv_limit} requests of {per_request} tokens); {concurrency} in flight keep it full: "
+        "the requests beyond it wait in vLLM's queue and refill freed slots at the next step"
     )
     return ConcurrencyChoice(blocks, kv_limit, batch, concurrency, reason)
 

@@ -37,6 +37,7 @@ from analysis.models import CaseSummary, Verdict
 from analysis.reports import Evaluator, PhaseColumn, ScenarioReport
 from analysis.server_side import counter_figures, gauge_figures, histogram_figures
 from loadgen.measure import RequestFacts, Window, window_of
+from metrics.histograms import histogram_delta
 from metrics.samples import series
 from scenarios.arrivals import ClosedLoop, OpenLoop, arrivals_within
 from scenarios.late import Measured
@@ -331,7 +332,13 @@ def _server(case: CaseData, window: Window) -> dict[str, Any]:
 
     def q(family: str) -> Quantiles | None:
         h = hists.get(family)
-        return None if h is None else {"p50": h.p50_ms, "p90": h.p90_ms, "p99": h.p99_ms}
+        if h is None:
+            return None
+        # A quantile inside the first bucket is interpolated from 0 to its bound (queue time:
+        # 0–300 ms gives "150"); keep the bound so the report shows "≤ bound" there instead.
+        delta = histogram_delta(case.samples, family, start, end)
+        first = delta.bounds[0] * 1e3 if delta is not None and delta.bounds else None
+        return {"p50": h.p50_ms, "p90": h.p90_ms, "p99": h.p99_ms, "first_bucket_ms": first}
 
     return {
         "waiting_mean": float(np.mean(waiting)) if waiting else None,
@@ -680,9 +687,14 @@ DEFINITIONS = [
 
 
 def _q(q: Quantiles | None, key: str, digits: int = 0) -> str:
+    """One quantile of ``q``; a server histogram's quantile inside its first bucket shows as
+    "≤ bound" (the interpolation there says nothing finer)."""
     if q is None:
         return "–"
-    return f(q.get(key), digits)
+    value, first = q.get(key), q.get("first_bucket_ms")
+    if value is not None and first is not None and value <= first:
+        return f"≤{first:g}"
+    return f(value, digits)
 
 
 def _adj(q: Quantiles, key: str) -> str:
@@ -787,9 +799,10 @@ def _sweep_lines(d: SLOGoodputDetails) -> list[str]:
         "Error-adjusted latencies and the server's own view over the same windows (ms): vLLM's "
         "TTFT and queue-time histograms (bucket deltas over the window, Prometheus "
         "interpolation; their observations are the requests whose first token, or whose "
-        "scheduling, fell in the window) beside the client's TTFT of the requests whose first "
-        "token came in the window. Slot wait = time an arrival waited for a --max-concurrency "
-        "slot at the client (not server time).",
+        "scheduling, fell in the window; '≤ b' = inside the first bucket, whose bound is b) "
+        "beside the client's TTFT of the requests whose first token came in the window. "
+        "Slot wait = time an arrival waited for a --max-concurrency slot at the client (not "
+        "server time).",
         "",
         table(detail_headers, detail_rows),
         "",

@@ -2,8 +2,8 @@
 the collapse past it, the maximum sustainable rate bracketed.
 
 One server of its own (256 MiB, max_num_seqs 8: a batch of 8 saturates it quickly), 64-token
-prompts and 8-token outputs; an unloaded probe, 8 s of closed-loop saturation at 10 in flight
-(1.25 × 8), then Poisson rates at 0.5 and 2 × the measured saturation for 10 s each (2 s
+prompts and 8-token outputs; an unloaded probe, 8 s of closed-loop saturation at 16 in flight
+(2 × 8), then Poisson rates at 0.5 and 2 × the measured saturation for 10 s each (2 s
 warm-up). Default SLOs (3 × the unloaded TTFT and TPOT p50). About 70 s with the start.
 """
 
@@ -53,7 +53,7 @@ def test_rates_were_resolved_from_the_measured_saturation(reduced_run: Path) -> 
         assert resolved["rate_from"]["measured"] == sat
         assert resolved["rate_rps"] == pytest.approx(factor * sat)
     details = read_report(reduced_run)["details"]
-    assert details["saturation"]["concurrency"] == 10
+    assert details["saturation"]["concurrency"] == 16
     assert all(x["agrees"] for x in details["late_figures"])
 
 

@@ -64,7 +64,7 @@ def _report(run: Path) -> dict:
 
 def test_the_saturation_found_is_the_fake_servers_capacity(fake_run: Path) -> None:
     sat = _report(fake_run)["details"]["saturation"]
-    assert sat["concurrency"] == 5  # 1.25 × the batch limit of 4
+    assert sat["concurrency"] == 8  # 2 × the batch limit of 4
     assert sat["closed_loop_rps"] == pytest.approx(CAPACITY_RPS, rel=0.10)
 
 

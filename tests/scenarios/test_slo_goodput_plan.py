@@ -63,16 +63,16 @@ def test_bad_flags_are_rejected_before_anything_starts() -> None:
 
 def test_saturation_fills_a_batch_limited_by_max_num_seqs() -> None:
     # 128 + 32 tokens = 2 blocks of 128; (146 − 1 null block) // 2 = 72 requests fit at full
-    # length; max_num_seqs 16 binds; 1.25 × 16 = 20 in flight keep the batch full.
+    # length; max_num_seqs 16 binds; 2 × 16 = 32 in flight keep the batch full.
     choice = saturation_concurrency(CPU_1GIB, 128, 32, 16)
     assert (choice.blocks_per_request, choice.kv_limit) == (2, 72)
-    assert (choice.batch_limit, choice.concurrency) == (16, 20)
+    assert (choice.batch_limit, choice.concurrency) == (16, 32)
     assert "set by max_num_seqs" in choice.reason
 
 
 def test_saturation_never_exceeds_what_the_kv_cache_holds() -> None:
     # 1024 + 64 tokens = 9 blocks: 145 // 9 = 16 requests; vLLM's default 128 does not bind,
-    # and 1.25 × 16 = 20 would not fit at full length, so 16.
+    # and 2 × 16 = 32 would not fit at full length, so 16.
     choice = saturation_concurrency(CPU_1GIB, 1024, 64, 128)
     assert (choice.kv_limit, choice.batch_limit, choice.concurrency) == (16, 16, 16)
     assert "set by the KV cache" in choice.reason
@@ -86,7 +86,7 @@ def test_default_plan_probes_saturates_then_sweeps_late_bound_rates() -> None:
     unloaded, saturation, *sweep = plan.phases
     assert unloaded.arrival == ClosedLoop(concurrency=1)
     assert unloaded.workload.requests == 12
-    assert saturation.arrival == ClosedLoop(concurrency=20, duration_s=30.0)
+    assert saturation.arrival == ClosedLoop(concurrency=32, duration_s=30.0)
     assert saturation.warmup_s == 5.0
     top = sweep[-1]
     assert isinstance(top.arrival, OpenLoop)
