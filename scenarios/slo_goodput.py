@@ -20,12 +20,15 @@ Why these defaults:
 
 - **Batch limit.** The started server runs with ``max_num_seqs`` 16. vLLM's CPU default (128)
   lets the running batch grow until the KV cache is full (72 requests of 128 + 32 tokens at
-  1 GiB), so an overload first shows as every request decoding slower (TPOT 187 ms at 64 in
-  flight, measured here, 8× unloaded) and queueing only later. With 16 the server already
-  reaches its maximum throughput (9.0 req/s at 24 in flight, as against 9.3 at 32–64 with the
-  default; measured here) while TPOT stays within 3× its unloaded value (50 ms vs 23 ms), so
-  an overload shows as what capacity planning is about: a waiting queue that grows without
-  bound and a TTFT that grows with it. ``--max-num-seqs`` changes it.
+  1 GiB), so an overload first shows as every request decoding slower and queueing only
+  later. Measured here (closed loops, the fp32 model that ``auto`` picks on this CPU, batch =
+  requests in flight): 16 in flight give 10.0 req/s at TPOT p50 39 ms, 2.0× the unloaded
+  19 ms; 32 give 11.2 req/s at 72 ms (3.7×); with the bf16 model, 24 in flight over a batch
+  of 16 gave 9.0 req/s against 9.3 at 32–64 with the default limit, at TPOT 50 vs 187 ms.
+  So 16 already reaches about 90 % of the server's throughput while TPOT stays within the
+  default SLO (3× unloaded), and an overload shows as what capacity planning is about: a
+  waiting queue that grows without bound and a TTFT that grows with it. ``--max-num-seqs``
+  changes it (for an attached server, give its value).
 - **What happens past saturation.** vLLM's scheduler (V1, FCFS) admits waiting requests
   from the head of its queue while the running batch has room (``max_num_seqs``) and the KV
   cache has blocks for their prompts. At 16 running requests of 2 blocks each only 32 of the
@@ -48,7 +51,7 @@ Why these defaults:
 - **Durations.** Each rate sends for 40 s; its first 5 s are a warm-up: every phase starts on
   an idle server (the previous one drained), so its first requests see an empty batch and no
   queue; 5 s is more than twice the time a request spends in the server at saturation
-  (about 2 s here: 16 in flight at 9 req/s), after which the batch is as full as the rate
+  (about 1.6 s here: 16 in flight at 10 req/s), after which the batch is as full as the rate
   keeps it. The warm-up's requests are sent and recorded but left out of the statistics.
   Past saturation a phase then drains its backlog, so it lasts about rate/saturation × 40 s;
   the whole default run is about seven minutes plus the server start, on any machine (the
