@@ -577,8 +577,8 @@ def _ordered(check: RatesOrdered, _: CaseSummary, d: SLOGoodputDetails | None) -
 
 def _client(check: ClientKeptUp, _: CaseSummary, d: SLOGoodputDetails | None) -> Verdict:
     name = (
-        f"client kept up at every rate: achieved ≥ (1 − {check.max_shortfall:g}) × offered, "
-        f"send lateness p99 < {check.max_lateness_p99_ms:g} ms"
+        f"client kept up at every rate: achieved within {pct(check.max_rate_error)} % of "
+        f"offered, send lateness p99 < {check.max_lateness_p99_ms:g} ms"
     )
     points = _points(d)
     if not points:
@@ -586,8 +586,8 @@ def _client(check: ClientKeptUp, _: CaseSummary, d: SLOGoodputDetails | None) ->
     problems = []
     for p in points:
         late = p.lateness_ms["p99"]
-        short = p.achieved_rps < (1 - check.max_shortfall) * p.offered_rps
-        if short or late is None or late >= check.max_lateness_p99_ms:
+        off = abs(p.achieved_rps - p.offered_rps) > check.max_rate_error * p.offered_rps
+        if off or late is None or late >= check.max_lateness_p99_ms:
             why = f"achieved {f(p.achieved_rps, 2)} of {f(p.offered_rps, 2)} req/s, " \
                   f"lateness p99 {f(late, 2)} ms"  # fmt: skip
             if p.slot_wait_ms and (p.slot_wait_ms["p99"] or 0) >= check.max_lateness_p99_ms:
@@ -598,9 +598,10 @@ def _client(check: ClientKeptUp, _: CaseSummary, d: SLOGoodputDetails | None) ->
         detail = "the client, not the server, limited the load: " + "; ".join(problems)
     else:
         worst = max(points, key=lambda p: p.lateness_ms["p99"] or 0.0)
+        ratios = [p.achieved_rps / p.offered_rps for p in points]
         detail = (
-            f"worst lateness p99 {f(worst.lateness_ms['p99'], 2)} ms ({worst.phase}); lowest "
-            f"achieved/offered {min(p.achieved_rps / p.offered_rps for p in points):.3f}"
+            f"worst lateness p99 {f(worst.lateness_ms['p99'], 2)} ms ({worst.phase}); "
+            f"achieved/offered {min(ratios):.3f}–{max(ratios):.3f}"
         )
     return Verdict(case=check.case, check=name, passed=not problems, detail=detail)
 

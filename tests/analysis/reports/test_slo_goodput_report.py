@@ -147,3 +147,10 @@ def test_the_markdown_states_the_answer_first_and_the_definitions() -> None:
     assert "**4 replica(s)** = ⌈30.00 ÷ 8.18⌉" in text
     assert "a value exactly on the limit is good" in text
     assert "a 1-token output is judged on its other SLOs" in text
+
+
+def test_sending_more_than_offered_into_a_window_also_fails_the_client_check() -> None:
+    # Late sends from the warm-up spill into the window: achieved 9.5 of 9.0 req/s (+5.6 %).
+    spill = [*SWEEP[:3], point("r4", 9.0, 8.9, 3.6, 0.4, achieved_rps=9.5), SWEEP[4]]
+    v = verdict(ClientKeptUp(case="c"), details(spill))
+    assert v.passed is False and "r4: achieved 9.50 of 9.00 req/s" in v.detail
