@@ -278,7 +278,9 @@ def _late_figures(run: _Run, tolerance: float) -> list[LateFigure]:
                        agrees=_agrees(used, again, tolerance))
         )  # fmt: skip
     for phase in run.spec.sweep:
-        spec, line = run.specs[phase], run.lines.get(phase) or {}
+        if phase not in run.lines:
+            continue  # never ran (the case failed before it): nothing was resolved
+        spec, line = run.specs[phase], run.lines[phase]
         resolved = line.get("resolved") or {}
         rate = spec.arrival.rate_rps if isinstance(spec.arrival, OpenLoop) else None
         if isinstance(rate, Measured):
