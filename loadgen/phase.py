@@ -207,22 +207,31 @@ class _Dispatch:
             self.finish(self.record(i, scheduled_ns(i)), flush=False)
         self.writer.flush()
 
-    async def closed_loop(self, phase_start: int, workers: int, stop_ns: int | None) -> None:
-        """``workers`` senders, each taking the next index when its request finishes; none
-        is taken at or after ``stop_ns`` (a closed loop's duration)."""
+    async def closed_loop(
+        self,
+        phase_start: int,
+        workers: int,
+        stop_ns: int | None,
+        start_offset_ns: Callable[[int], int] = lambda k: 0,
+    ) -> None:
+        """``workers`` senders, each taking the next index when its request finishes; sender
+        k starts at ``phase_start + start_offset_ns(k)``; no index is taken at or after
+        ``stop_ns`` (a closed loop's duration)."""
 
         def more() -> bool:
             if stop_ns is not None and self.clock.now_ns() >= stop_ns:
                 return False
             return self.dispatched < len(self.requests)
 
-        async def worker() -> None:
+        async def worker(k: int) -> None:
+            if start_offset_ns(k):
+                await self.clock.sleep_until_ns(phase_start + start_offset_ns(k))
             while more():
                 await self.send(self.admit(self.dispatched, phase_start, self.clock.now_ns()))
 
         async with asyncio.TaskGroup() as group:
-            for _ in range(workers):
-                group.create_task(worker())
+            for k in range(workers):
+                group.create_task(worker(k))
 
     async def open_loop(self, phase_start: int, offsets: Sequence[int], cap: int | None) -> None:
         """One scheduler: sleep until start + offset (absolute), then start request i.
@@ -300,9 +309,14 @@ async def run_phase(
             else:
                 limit = concurrency_limit(arrival, n)
                 assert limit is not None
-                duration = arrival.duration_s if isinstance(arrival, ClosedLoop) else None
-                stop = None if duration is None else phase_start + int(duration * 1e9)
-                await dispatch.closed_loop(phase_start, min(limit, n), stop)
+                if isinstance(arrival, ClosedLoop):
+                    duration = arrival.duration_s
+                    stop = None if duration is None else phase_start + int(duration * 1e9)
+                    await dispatch.closed_loop(
+                        phase_start, min(limit, n), stop, arrival.start_offset_ns
+                    )
+                else:
+                    await dispatch.closed_loop(phase_start, min(limit, n), None)
     finally:
         planned = dispatch.dispatched if by_duration else n
         if dispatch.in_flight or dispatch.dispatched < planned:

@@ -3,7 +3,8 @@
 - closed-loop: a fixed number C of requests in flight; the next is sent when one finishes.
   With ``duration_s`` the loop stops sending once that long has passed since the phase start
   (the workload's request count is then an upper bound: whichever limit comes first ends the
-  sending, as GuideLLM's ``max_requests``/``max_seconds``).
+  sending, as GuideLLM's ``max_requests``/``max_seconds``). With ``ramp_s`` the C senders
+  start one after the other, evenly over that time, instead of all at once.
 - all-at-once: every request sent at the phase start (closed-loop with C = all).
 - open-loop: requests sent at precomputed offsets from the phase start (rate λ), regardless
   of completions. Inter-arrival gaps are gamma-distributed with shape = ``burstiness``
@@ -33,12 +34,23 @@ from scenarios.late import LateBindingError, Measured
 
 
 class ClosedLoop(BaseModel):
-    """Keep ``concurrency`` requests in flight (for at most ``duration_s`` seconds if given)."""
+    """Keep ``concurrency`` requests in flight (for at most ``duration_s`` seconds if given).
+
+    ``ramp_s``: sender k (0-based) sends its first request k × ramp_s / concurrency seconds
+    after the phase start. Requests that start together, with fixed lengths, also finish
+    together, and a server then runs in lockstep cohorts (one large prefill, then decodes
+    only) that an open-loop load never produces; staggered starts avoid that.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     kind: Literal["closed_loop"] = "closed_loop"
     concurrency: int = Field(gt=0)
     duration_s: float | None = Field(default=None, gt=0)
+    ramp_s: float = Field(default=0.0, ge=0)
+
+    def start_offset_ns(self, sender: int) -> int:
+        """When sender ``sender`` sends its first request, ns after the phase start."""
+        return int(sender * self.ramp_s * 1e9 / self.concurrency)
 
 
 class AllAtOnce(BaseModel):

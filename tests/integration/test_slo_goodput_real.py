@@ -1,10 +1,11 @@
 """A reduced slo-goodput on the real embedded vLLM: saturation found, rates resolved from it,
 the collapse past it, the maximum sustainable rate bracketed.
 
-One server of its own (256 MiB, max_num_seqs 8: a batch of 8 saturates it quickly), 64-token
-prompts and 8-token outputs; an unloaded probe, 8 s of closed-loop saturation at 16 in flight
-(2 × 8), then Poisson rates at 0.5 and 2 × the measured saturation for 10 s each (2 s
-warm-up). Default SLOs (3 × the unloaded TTFT and TPOT p50). About 70 s with the start.
+One server of its own (256 MiB = 36 blocks of 128 tokens, max_num_seqs 8: a batch of 8
+requests of 128 + 32 tokens, 2 blocks each); an unloaded probe of 12 requests, 8 s of
+closed-loop saturation at 16 in flight (2 × 8; 32 blocks fit), then Poisson rates at 0.5 and
+2 × the measured saturation for 10 s each (2 s warm-up), default SLOs (3 × the unloaded TTFT
+and TPOT p50). About 80 s with the server start.
 """
 
 from __future__ import annotations
@@ -26,9 +27,8 @@ def reduced_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         tmp_path_factory, "slo-goodput",
         "--cache", "256MiB",
         "--max-num-seqs", "8",
-        "--prompt-tokens", "64",
-        "--output-tokens", "8",
-        "--unloaded-requests", "8",
+        "--unloaded-requests", "12",
+        "--unloaded-warmup", "0.5s",
         "--saturation-duration", "8s",
         "--duration", "10s",
         "--warmup", "2s",

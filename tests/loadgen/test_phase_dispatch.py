@@ -351,3 +351,16 @@ async def test_a_closed_loop_with_a_duration_stops_sending_and_plans_only_what_i
     assert sorted(r["index"] for r in records) == list(range(timing.dispatched))
     # A closed loop's scheduled time is the phase start: nothing was sent 0.3 s after it.
     assert all(r["sent_ns"] < r["scheduled_ns"] + 300_000_000 for r in records)
+
+
+async def test_a_ramped_closed_loop_staggers_its_senders_first_requests(tmp_path: Path) -> None:
+    # 4 senders over a 1 s ramp: first sends at 0, 250, 500 and 750 ms after the phase start
+    # (the closed loop's scheduled time), on the virtual clock. Each request takes 0.5 s of
+    # real time, so no sender finishes (and sends again) before the last one starts.
+    clock = VirtualClock(5_000_000_000)
+    fake = FakeOpenAIServer(StreamScript(ttft_s=0.5))
+    async with fake.serve(), clock.running():
+        await run(fake, ClosedLoop(concurrency=4, ramp_s=1.0), requests(4), tmp_path / "r.jsonl",
+                  clock)  # fmt: skip
+    records = sorted(_records(tmp_path / "r.jsonl"), key=lambda r: r["sent_ns"])
+    assert [r["sent_ns"] - r["scheduled_ns"] for r in records] == [0, 250 * MS, 500 * MS, 750 * MS]

@@ -86,7 +86,7 @@ def test_default_plan_probes_saturates_then_sweeps_late_bound_rates() -> None:
     unloaded, saturation, *sweep = plan.phases
     assert unloaded.arrival == ClosedLoop(concurrency=1)
     assert unloaded.workload.requests == 12
-    assert saturation.arrival == ClosedLoop(concurrency=32, duration_s=30.0)
+    assert saturation.arrival == ClosedLoop(concurrency=32, duration_s=30.0, ramp_s=5.0)
     assert saturation.warmup_s == 5.0
     top = sweep[-1]
     assert isinstance(top.arrival, OpenLoop)
