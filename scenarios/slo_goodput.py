@@ -42,12 +42,12 @@ Why these defaults:
   waiting gauge over time, its peak and mean, its queue-time histogram, and TTFT per SLO.
 - **Saturation concurrency.** Twice the batch limit. A closed loop at exactly the batch limit
   leaves slots empty for a client round trip whenever requests finish (the client must read
-  ``[DONE]`` and send the next, which then misses the engine's next step); and with fixed
-  lengths the requests admitted together finish together, so a whole batch frees at once. A
-  whole batch more waits in vLLM's queue and refills it at the next step, as the deep queue
-  of an open-loop overload does, so the closed loop measures the throughput that overload
-  gets. Never more than the KV cache holds at full length, so the waiting requests cannot
-  cause preemptions once admitted. The senders start one after the other over the warm-up
+  ``[DONE]`` and send the next, which then misses the engine's next step). With a whole batch
+  more waiting in vLLM's queue, every freed slot is refilled at the next step, however many
+  free at once, as the deep queue of an open-loop overload does, so the closed loop measures
+  the throughput that overload gets. Never more than the KV cache holds at full length, so
+  the waiting requests cannot cause preemptions once admitted. The senders start one after
+  the other over the warm-up
   (``ramp_s``): started together, fixed-length requests finish together, and the server then
   runs in lockstep cohorts — one 2,048-token prefill step, then decode-only steps — which an
   open-loop load never produces and which were faster here (closed loop 9.6 req/s at TPOT
