@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+import gc
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,6 +123,23 @@ class _CaseRun:
     measurements: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
+@contextlib.contextmanager
+def _heap_frozen() -> Iterator[None]:
+    """Collect garbage, then keep every surviving object out of collections while the block
+    runs (``gc.freeze``), and hand them back after it (``gc.unfreeze``).
+
+    A full collection walks every tracked object: the ~130,000 a run has imported took 62 ms
+    here, a 62 ms stall of the loop that stamps sends and tokens whenever the collector chose
+    to run one mid-phase. Frozen, they are skipped; the phase's own objects are few.
+    """
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def _resolve(run: _CaseRun, planned: PhaseSpec) -> tuple[PhaseSpec, dict[str, Any] | None]:
     """The concrete phase and what resolving it used; prints the resolution."""
     phase, resolution = planned.resolved(run.measurements)
@@ -201,17 +219,18 @@ async def _run_one_phase(run: _CaseRun, planned: PhaseSpec, scraper: ScraperProc
         faults = asyncio.create_task(run.replicas.inject(phase.faults, run.clock.now_ns()))
     began = run.clock.now_ns()
     try:
-        timing = await run_phase(
-            case=run.case.name,
-            phase=phase.name,
-            requests=requests,
-            arrival=phase.arrival,
-            target=run.target,
-            session=run.session,
-            writer=run.writer,
-            clock=run.clock,
-            on_done=done,
-        )
+        with _heap_frozen():
+            timing = await run_phase(
+                case=run.case.name,
+                phase=phase.name,
+                requests=requests,
+                arrival=phase.arrival,
+                target=run.target,
+                session=run.session,
+                writer=run.writer,
+                clock=run.clock,
+                on_done=done,
+            )
     except BaseException:
         if faults is not None:
             faults.cancel()
