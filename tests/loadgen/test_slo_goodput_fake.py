@@ -1,18 +1,21 @@
 """slo-goodput end to end on a fake server whose capacity is known: the rates it finds.
 
-The fake serves at most 4 requests at a time, each for 40 ms to the first token and 10 ms
-to the second (2 output tokens): 4 ÷ 50 ms = 80 req/s. The scenario runs attached to it
-through the real orchestrator, scraper and report, with short phases: an unloaded probe, a
-closed-loop saturation phase, then constant-rate phases at 0.5, 0.95, 1.2 and 2 × the
-measured saturation, SLOs derived as 2 × the unloaded TTFT/TPOT p50 (TTFT ≈ 82 ms: 40 ms of
-queueing allowed). With constant arrivals and a fixed service time nothing queues below the
-capacity, and above it the wait grows by (rate − capacity) ÷ capacity seconds per second, so
-attainment falls off right past 80 req/s: the saturation found and the maximum sustainable
-rate must both be within 10 % of 80 req/s.
+The fake serves at most 4 requests at a time, each for 200 ms to the first token and 50 ms
+to the second (2 output tokens): 4 ÷ 250 ms = 16 req/s. Its service time is sleeps long
+enough that a busy machine's timer overshoot (a few ms) stays small beside them. The scenario
+runs attached to it through the real orchestrator, scraper and report, with short phases:
+an unloaded probe, a closed-loop saturation phase, then constant-rate phases at 0.95, 1.2
+and 2 × the measured saturation, SLOs derived as 1.5 × the unloaded TTFT/TPOT p50 (TTFT
+≈ 300 ms: 100 ms of queueing allowed). With constant arrivals and a fixed service time
+nothing queues below the capacity, and above it the wait grows by (rate − capacity) ÷
+capacity seconds per second (0.2 s/s at 1.2 ×, past the allowance after 0.5 s), so
+attainment falls off right past 16 req/s: the saturation found and the maximum sustainable
+rate must both be within 10 % of 16 req/s.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
@@ -21,41 +24,63 @@ from fake_openai_server import FakeOpenAIServer, StreamScript
 
 from analysis.load import read_jsonl
 from analysis.report import build_report
+from loadgen.orchestrate import RunHooks
+from loadgen.records import RequestRecord
 from loadgen.run import run_scenario
 from scenarios.slo_goodput import SLOGoodput, SLOGoodputParams
 
 pytestmark = [pytest.mark.timeout(120)]
 
-CAPACITY_RPS = 4 / 0.050
+CAPACITY_RPS = 4 / 0.250
 
 
 @pytest.fixture(scope="module")
 async def fake_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("slo") / "run"
     fake = FakeOpenAIServer(
-        StreamScript(ttft_s=0.040, itl_s=0.010), keep_seen=False, max_concurrent=4
+        StreamScript(ttft_s=0.200, itl_s=0.050), keep_seen=False, max_concurrent=4
     )
     async with fake.serve():
         params = SLOGoodputParams(
             url=fake.url,
             prompt_tokens=8,
             output_tokens=2,
-            unloaded_requests=8,
+            unloaded_requests=5,
             unloaded_warmup="0.1s",
-            saturation_duration="0.8s",
-            duration="0.6s",
-            warmup="0.1s",
-            rate_fractions="0.5,0.95,1.2,2",
+            saturation_duration="1.2s",
+            duration="1.5s",
+            warmup="0.3s",
+            rate_fractions="0.95,1.2,2",
             arrival_pattern="constant",
-            slo_factor=2.0,
+            slo_factor=1.5,
             max_num_seqs=4,
             settle_s=0.2,
             scrape_interval_s=0.1,
         )
-        result = await run_scenario(SLOGoodput(), params, out)
+        # How many objects the collector skips when each phase's first request finishes
+        # (once per phase: counting walks them all).
+        frozen: dict[str, int] = {}
+
+        def done(record: RequestRecord) -> None:
+            if record.phase not in frozen:
+                frozen[record.phase] = gc.get_freeze_count()
+
+        result = await run_scenario(SLOGoodput(), params, out, hooks=RunHooks(on_request_done=done))
     assert result.status == "ok", result.error
+    FROZEN["during"], FROZEN["after"] = min(frozen.values()), gc.get_freeze_count()
     build_report(out)
     return out
+
+
+FROZEN: dict[str, int] = {}
+
+
+def test_the_heap_is_frozen_while_phases_send_and_released_after(fake_run: Path) -> None:
+    # A full GC pass over everything a run imported stalls the send loop for tens of ms; the
+    # orchestrator keeps those objects out of collections during each phase, then hands them
+    # back.
+    assert FROZEN["during"] > 10_000
+    assert FROZEN["after"] == 0
 
 
 def _report(run: Path) -> dict:
@@ -80,8 +105,7 @@ def test_each_late_rate_is_resolved_from_saturation_and_recorded(fake_run: Path)
     lines = {p["phase"]: p for p in read_jsonl(fake_run / "cases/attached/phases.jsonl").rows}
     sat = lines["saturation"]["measurement"]["closed_loop_rps"]
     records = read_jsonl(fake_run / "cases/attached/requests.jsonl").rows
-    for name, factor in (("rate-0.50x", 0.5), ("rate-0.95x", 0.95), ("rate-1.20x", 1.2),
-                         ("rate-2.00x", 2.0)):  # fmt: skip
+    for name, factor in (("rate-0.95x", 0.95), ("rate-1.20x", 1.2), ("rate-2.00x", 2.0)):
         resolved = lines[name]["resolved"]
         assert resolved["rate_from"] == {"phase": "saturation", "statistic": "closed_loop_rps",
                                          "measured": sat, "factor": factor,
@@ -90,14 +114,14 @@ def test_each_late_rate_is_resolved_from_saturation_and_recorded(fake_run: Path)
         assert resolved["requests"] == sum(1 for r in records if r["phase"] == name)
     derived = lines["unloaded"]["derived"]
     assert derived["slo_ttft_ms"]["value"] == pytest.approx(
-        2 * lines["unloaded"]["measurement"]["ttft_p50_ms"]
+        1.5 * lines["unloaded"]["measurement"]["ttft_p50_ms"]
     )
 
 
 def test_the_report_recomputes_every_late_figure_and_all_verdicts_pass(fake_run: Path) -> None:
     report = _report(fake_run)
     late = report["details"]["late_figures"]
-    assert len(late) == 2 + 2 * 4  # two SLOs; a rate and a request count per sweep phase
+    assert len(late) == 2 + 2 * 3  # two SLOs; a rate and a request count per sweep phase
     assert all(x["agrees"] for x in late), late
     failed = [v for v in report["verdicts"] if v["passed"] is not True]
     # The client check depends on this machine's load (it is about the client, not about
