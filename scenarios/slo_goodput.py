@@ -21,14 +21,13 @@ Why these defaults:
 - **Batch limit.** The started server runs with ``max_num_seqs`` 16. vLLM's CPU default (128)
   lets the running batch grow until the KV cache is full (72 requests of 128 + 32 tokens at
   1 GiB), so an overload first shows as every request decoding slower and queueing only
-  later. Measured here (closed loops, the fp32 model that ``auto`` picks on this CPU, batch =
-  requests in flight): 16 in flight give 10.0 req/s at TPOT p50 39 ms, 2.0× the unloaded
-  19 ms; 32 give 11.2 req/s at 72 ms (3.7×); with the bf16 model, 24 in flight over a batch
-  of 16 gave 9.0 req/s against 9.3 at 32–64 with the default limit, at TPOT 50 vs 187 ms.
-  So 16 already reaches about 90 % of the server's throughput while TPOT stays within the
-  default SLO (3× unloaded), and an overload shows as what capacity planning is about: a
-  waiting queue that grows without bound and a TTFT that grows with it. ``--max-num-seqs``
-  changes it (for an attached server, give its value).
+  later: measured here (fp32 model, which ``auto`` picks on this CPU), 32 in flight decode at
+  TPOT 72 ms, 3.7× the unloaded 19 ms, for 11.2 req/s. A batch of 16 gives about 90 % of that
+  throughput (10.0–10.3 req/s) with TPOT at a full batch of 48–50 ms under open-loop load
+  (3.4× the unloaded 14 ms): with the default SLOs (3×) the TPOT limit binds as the batch
+  fills, a little before the queue grows, so the maximum sustainable rate is about two thirds
+  of the saturation throughput, and past saturation the waiting queue grows without bound
+  and TTFT with it. ``--max-num-seqs`` changes it (for an attached server, give its value).
 - **What happens past saturation.** vLLM's scheduler (V1, FCFS) admits waiting requests
   from the head of its queue while the running batch has room (``max_num_seqs``) and the KV
   cache has blocks for their prompts. At 16 running requests of 2 blocks each only 32 of the
