@@ -328,7 +328,7 @@ def _server(case: CaseData, window: Window) -> dict[str, Any]:
     """vLLM's gauges, counters and histograms over ``window``."""
     start, end = window.start_ns, window.end_ns
     waiting = [v for t, v in series(case.samples, "num_requests_waiting") if start <= t <= end]
-    peaks, _ = gauge_figures(case.samples, start, end)
+    peaks, _, _ = gauge_figures(case.samples, start, end)
     deltas, _ = counter_figures(case.samples, start, end)
     hists = histogram_figures(case.samples, start, end)
 
