@@ -757,7 +757,7 @@ def _sweep_lines(d: SLOGoodputDetails) -> list[str]:
     slos = [s.metric for s in d.slo]
     headers = ["phase", "rate", "offered", "achieved", "completed", "goodput", "attainment %",
                *(f"{m.upper()} att. %" for m in slos), "counted", "failed",
-               "late p50/p99/max ms", "TTFT p50/p90/p99", "TPOT p50/p90/p99", "E2EL p50/p99",
+               "late p50/p99/max ms", "TTFT p50/p90/p99", "TPOT p50/p90/p99", "E2EL p50/p90/p99",
                "waiting mean/peak", "KV peak %", "preempt."]  # fmt: skip
     rows = []
     for p in d.points:
@@ -769,7 +769,7 @@ def _sweep_lines(d: SLOGoodputDetails) -> list[str]:
             f"{f(p.lateness_max_ms, 1)}",
             f"{_q(p.ttft_ms, 'p50')}/{_q(p.ttft_ms, 'p90')}/{_q(p.ttft_ms, 'p99')}",
             f"{_q(p.tpot_ms, 'p50', 1)}/{_q(p.tpot_ms, 'p90', 1)}/{_q(p.tpot_ms, 'p99', 1)}",
-            f"{_q(p.e2el_ms, 'p50')}/{_q(p.e2el_ms, 'p99')}",
+            "/".join(_q(p.e2el_ms, k) for k in ("p50", "p90", "p99")),
             f"{f(p.waiting_mean, 1)}/{f(p.waiting_peak, 0)}", pct(p.kv_peak),
             f(p.preemptions, 0),
         ])  # fmt: skip
@@ -782,11 +782,11 @@ def _sweep_lines(d: SLOGoodputDetails) -> list[str]:
         table(headers, rows),
         "",
     ]
-    detail_headers = ["phase", "ITL p50/p99", "TTFT adj. p50/p90/p99", "E2EL adj. p50/p90/p99",
+    detail_headers = ["phase", "ITL p50/p90/p99", "TTFT adj. p50/p90/p99", "E2EL adj. p50/p90/p99",
                       "server TTFT p50/p99", "client TTFT p50/p99 (first token in window)",
                       "server queue p50/p99", "running peak", "slot wait p50/p99"]  # fmt: skip
     detail_rows = [
-        [p.phase, f"{_q(p.itl_ms, 'p50', 1)}/{_q(p.itl_ms, 'p99', 1)}",
+        [p.phase, "/".join(_q(p.itl_ms, k, 1) for k in ("p50", "p90", "p99")),
          "/".join(_adj(p.ttft_adjusted_ms, k) for k in ("p50", "p90", "p99")),
          "/".join(_adj(p.e2el_adjusted_ms, k) for k in ("p50", "p90", "p99")),
          f"{_q(p.server_ttft_ms, 'p50')}/{_q(p.server_ttft_ms, 'p99')}",
