@@ -45,9 +45,15 @@ async def fake_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
             url=fake.url,
             prompt_tokens=8,
             output_tokens=2,
-            unloaded_requests=5,
+            # A median of 9 holds against up to 4 requests stretched by a loop stall (a busy
+            # machine starved the process for 1 s here, which stretched 2 of 5 requests and
+            # made the derived TTFT SLO 870 ms instead of 300 ms).
+            unloaded_requests=9,
             unloaded_warmup="0.1s",
-            saturation_duration="1.2s",
+            # 2 s: Little's law averages the ~20 requests sent in its first 1.2 s after the
+            # warm-up (at 1.2 s it averaged 7, and one 300 ms stall of a starved process moved
+            # the rate found by 20 %).
+            saturation_duration="2s",
             duration="1.5s",
             warmup="0.3s",
             rate_fractions="0.95,1.2,2",
