@@ -24,13 +24,8 @@ from loadgen.client import PlannedRequest, Target, send_request
 from loadgen.clock import Clock
 from loadgen.connections import warm_up
 from loadgen.records import RecordWriter, RequestRecord
-from scenarios.arrivals import (
-    AllAtOnce,
-    ClosedLoop,
-    OpenLoop,
-    concurrency_limit,
-    open_loop_offsets_ns,
-)
+from scenarios.arrivals import AllAtOnce, ClosedLoop, OpenLoop, concurrency_limit
+from scenarios.partition import WorkerShare, partition_phase
 from scenarios.workloads import PhaseRequests
 
 #: An open-loop send later than this after its scheduled time counts as late.
@@ -115,12 +110,24 @@ def warmup_connections(arrival: ClosedLoop | AllAtOnce | OpenLoop, n: int) -> in
     return max(0, min(limit, n, WARMUP_MAX_CONNECTIONS))
 
 
+def share_warmup_connections(share: WorkerShare) -> int:
+    """Connections a worker opens before its share of a phase: its concurrency, or (uncapped
+    open loop) its arrivals in the first :data:`OPEN_LOOP_WARMUP_S`, at most
+    :data:`WARMUP_MAX_CONNECTIONS`."""
+    if share.concurrency is not None:
+        limit = share.concurrency
+    else:
+        limit = sum(1 for t in share.offsets_ns or () if t < OPEN_LOOP_WARMUP_S * 1e9)
+    return max(0, min(limit, len(share.indices), WARMUP_MAX_CONNECTIONS))
+
+
 class _Dispatch:
     """The shared state of one phase's dispatch: records in, timing figures out.
 
-    Requests are dispatched in index order; ``dispatched`` is how many were handed to a
-    sender and ``in_flight`` holds the records of those not finished yet, so on
-    cancellation the requests never sent are known.
+    Requests are dispatched in the order of ``order`` (request indices: every index of the
+    phase for a single process, a worker's share otherwise); ``dispatched`` is how many of
+    them were handed to a sender and ``in_flight`` holds the records of those not finished
+    yet, so on cancellation the requests never sent are known.
     """
 
     def __init__(
@@ -129,13 +136,14 @@ class _Dispatch:
         case: str,
         phase: str,
         requests: PhaseRequests,
+        order: Sequence[int],
         target: Target,
         session: aiohttp.ClientSession,
         writer: RecordWriter,
         clock: Clock,
         on_done: Callable[[RequestRecord], None] | None,
     ) -> None:
-        self.case, self.phase, self.requests = case, phase, requests
+        self.case, self.phase, self.requests, self.order = case, phase, requests, order
         self.target, self.session, self.writer, self.clock = target, session, writer, clock
         self.on_done = on_done
         self.dispatched = 0
@@ -158,12 +166,14 @@ class _Dispatch:
             scheduled_ns=scheduled_ns,
         )
 
-    def admit(self, i: int, scheduled_ns: int, admitted_ns: int) -> RequestRecord:
-        """Hand request ``i`` to a sender: its record exists (and will be written) from now."""
+    def admit(self, position: int, scheduled_ns: int, admitted_ns: int) -> RequestRecord:
+        """Hand the request at ``position`` of the order to a sender: its record exists (and
+        will be written) from now."""
+        i = self.order[position]
         record = self.record(i, scheduled_ns)
         record.admitted_ns = admitted_ns
         self.in_flight[i] = record
-        self.dispatched = i + 1
+        self.dispatched = position + 1
         return record
 
     def finish(self, record: RequestRecord, flush: bool = True) -> None:
@@ -192,22 +202,23 @@ class _Dispatch:
             self.finish(record)
 
     def account_unsent(self, scheduled_ns: Callable[[int], int]) -> None:
-        """A cut-short phase: every request never sent gets its ``not_sent`` record.
+        """A cut-short phase: every request never sent gets its ``not_sent`` record
+        (``scheduled_ns`` maps a position of the order to its scheduled time).
 
         Those are the requests admitted but cancelled before their task ever ran, and every
         request after the last one admitted.
         """
         for record in sorted(self.in_flight.values(), key=lambda r: r.index):
             self.finish(record, flush=False)
-        for i in range(self.dispatched, len(self.requests)):
-            self.finish(self.record(i, scheduled_ns(i)), flush=False)
+        for position in range(self.dispatched, len(self.order)):
+            self.finish(self.record(self.order[position], scheduled_ns(position)), flush=False)
         self.writer.flush()
 
     async def closed_loop(self, phase_start: int, workers: int) -> None:
         """``workers`` senders, each taking the next index when its request finishes."""
 
         async def worker() -> None:
-            while self.dispatched < len(self.requests):
+            while self.dispatched < len(self.order):
                 await self.send(self.admit(self.dispatched, phase_start, self.clock.now_ns()))
 
         async with asyncio.TaskGroup() as group:
@@ -231,7 +242,7 @@ class _Dispatch:
                 gate.release()
 
         async with asyncio.TaskGroup() as group:
-            for i in range(len(self.requests)):
+            for i in range(len(self.order)):
                 scheduled = phase_start + offsets[i]
                 await self.clock.sleep_until_ns(scheduled)
                 if self.clock.now_ns() - max(scheduled, held_until) > LATE_NS:
@@ -259,6 +270,8 @@ async def run_phase(
     clock: Clock,
     on_done: Callable[[RequestRecord], None] | None = None,
     warmup: bool = True,
+    share: WorkerShare | None = None,
+    start_at_ns: int | None = None,
 ) -> PhaseTiming:
     """Warm the pool, send ``requests`` with the given arrival pattern, one record each.
 
@@ -267,30 +280,38 @@ async def run_phase(
     finishes, including failed ones. If the phase is cancelled, every request already sent
     gets its record (status ``error``, "cancelled before completion") and every request not
     yet sent a ``not_sent`` record, so each planned request is accounted for.
+
+    A worker of a phase split across several (``scenarios.partition``) passes its ``share``
+    (which requests, offsets, concurrency) and ``start_at_ns``, the phase start shared by all
+    workers on ``clock``; it waits until then (after the warm-up) and schedules from it.
+    Without them the phase is sent whole and starts when the warm-up ends.
     """
     plan = PhaseRequests.of(requests)
     n = len(plan)
     warm = None
     if warmup:
-        warm = await warm_up(session, target.url, warmup_connections(arrival, n), clock)
+        count = warmup_connections(arrival, n) if share is None else share_warmup_connections(share)
+        warm = await warm_up(session, target.url, count, clock)
+    share = share if share is not None else partition_phase(arrival, n, 1)[0]
     dispatch = _Dispatch(
-        case=case, phase=phase, requests=plan, target=target, session=session,
-        writer=writer, clock=clock, on_done=on_done,
+        case=case, phase=phase, requests=plan, order=share.indices, target=target,
+        session=session, writer=writer, clock=clock, on_done=on_done,
     )  # fmt: skip
-    offsets = open_loop_offsets_ns(arrival, n) if isinstance(arrival, OpenLoop) else None
-    phase_start = clock.now_ns()
+    offsets = share.offsets_ns
+    phase_start = start_at_ns if start_at_ns is not None else clock.now_ns()
     try:
+        if start_at_ns is not None:
+            await clock.sleep_until_ns(start_at_ns)
         with LoopLagMonitor(clock) as monitor:
             if isinstance(arrival, OpenLoop):
                 assert offsets is not None
-                await dispatch.open_loop(phase_start, offsets, arrival.max_concurrency)
+                await dispatch.open_loop(phase_start, offsets, share.concurrency)
             else:
-                limit = concurrency_limit(arrival, n)
-                assert limit is not None
-                await dispatch.closed_loop(phase_start, min(limit, n))
+                assert share.concurrency is not None
+                await dispatch.closed_loop(phase_start, share.concurrency)
     finally:
-        if dispatch.dispatched < n:
-            dispatch.account_unsent(lambda i: phase_start + (offsets[i] if offsets else 0))
+        if dispatch.dispatched < len(share.indices):
+            dispatch.account_unsent(lambda p: phase_start + (offsets[p] if offsets else 0))
     lag_max, lag_p99 = monitor.summary_ms()
     return PhaseTiming(
         start_ns=dispatch.first_sent_ns if dispatch.first_sent_ns is not None else phase_start,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from loadgen.cli import main
+from loadgen.cli import main, workers_option
 
 
 def _run(*args: str) -> tuple[int, str]:
@@ -93,3 +93,22 @@ def test_kv_preemption_list_errors_name_what_the_user_typed(
     assert code == 2
     assert message in out
     assert "1GiB:0" not in out or "--cases" in args  # no case the user never typed
+
+
+def test_workers_option_counts_auto_and_rejects_nonsense() -> None:
+    import os
+
+    assert workers_option(None) is None
+    assert workers_option("3") == 3
+    assert workers_option("auto") == len(os.sched_getaffinity(0))
+    runner = CliRunner()
+    result = runner.invoke(main, ["run", "prefix-eviction", "--workers", "0"])
+    assert result.exit_code == 2 and "worker count" in result.output
+
+
+def test_breaker_refuses_several_workers_before_anything_starts(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, ["run", "breaker", "--workers", "2", "--out", str(out)])
+    assert result.exit_code == 2
+    assert "breaker runs in one process only" in result.output
+    assert not out.exists()
