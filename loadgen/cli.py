@@ -68,9 +68,6 @@ class _RunGroup(click.Group):
                          help="Load-generator worker processes, each with its own event loop "
                          "and share of every phase (default 1: this process; auto: the cores "
                          "available to it). With --ray: actors (default one per node)."),
-            click.Option(["--ray"], default=None, metavar="ADDRESS|auto",
-                         help="Place the workers as actors on this Ray cluster "
-                         "(pip install '.[ray]')."),
         ]  # fmt: skip
         return click.Command(
             name,
