@@ -64,6 +64,9 @@ class _RunGroup(click.Group):
                          help="Run directory (default: runs/<scenario>-<UTC time>)."),
             click.Option(["--strict"], is_flag=True,
                          help="Exit with code 3 when a verdict fails (for CI gates)."),
+            click.Option(["--ray"], default=None, metavar="ADDRESS|auto",
+                         help="Place the workers as actors on this Ray cluster (auto: the one "
+                         "this host belongs to); needs pip install '.[ray]'."),
             click.Option(["--workers"], default=None, metavar="N|auto",
                          help="Load-generator worker processes, each with its own event loop "
                          "and share of every phase (default 1: this process; auto: the cores "
