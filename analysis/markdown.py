@@ -271,4 +271,5 @@ def render_markdown(summary: RunSummary, report: ScenarioReport[Any], details: A
         ]
     if summary.plots:
         out += ["## Plots", ""] + [f"![{p}]({p})" for p in summary.plots] + [""]
+    out += report.closing(details)
     return "\n".join(out)

@@ -7,9 +7,11 @@ from scenarios.breaker import Breaker
 from scenarios.disconnect_abort import DisconnectAbort
 from scenarios.kv_preemption import KVPreemption
 from scenarios.prefix_eviction import PrefixEviction
+from scenarios.spec_decode import SpecDecode
 
 SCENARIOS: dict[str, Scenario] = {
-    s.name: s for s in (PrefixEviction(), KVPreemption(), DisconnectAbort(), Breaker())
+    s.name: s
+    for s in (PrefixEviction(), KVPreemption(), DisconnectAbort(), Breaker(), SpecDecode())
 }
 
 
