@@ -414,8 +414,10 @@ def answer_line(case: str, rows: Sequence[SpecRow]) -> str:
     """``case: speculation pays at concurrency 1: measured speedup ×2.56, acceptance α 0.949
     (τ 3.74), break-even α 0.000 (τ 1.00); …`` — one line per case, every phase.
 
-    Where c is 0 by assumption (n-gram), the break-even at the case's implied cost is added:
-    the model's "any acceptance pays" is not what was measured.
+    The break-even is at the c the prediction used; where that c is 0 by assumption (n-gram)
+    the break-even at the case's implied cost is added (the model's "any acceptance pays" is
+    not what was measured), and where no c was measured (no draft-random case) it is given at
+    the implied cost alone.
     """
     parts = []
     for r in rows:
@@ -427,13 +429,19 @@ def answer_line(case: str, rows: Sequence[SpecRow]) -> str:
         text = (
             f"speculation {verb[r.outcome]} at {where}: measured speedup "
             f"×{r.measured_speedup:.2f}, acceptance α {fmt(r.alpha)} (τ {fmt(r.tau, 2)}), "
-            f"break-even α {fmt(r.break_even_alpha)} (τ {fmt(r.break_even_tau, 2)})"
         )
-        if r.c == 0 and r.c_implied is not None and r.c_implied > 0:
-            text += (
-                f", {fmt(r.break_even_alpha_implied)} at its measured step cost "
-                f"(implied c {fmt(r.c_implied)})"
-            )
+        implied = (
+            f"at its measured step cost (implied c {fmt(r.c_implied)})"
+            if r.c_implied is not None
+            else ""
+        )
+        if r.break_even_tau is None and r.c_implied is not None and r.k:
+            tau = r.k * max(r.c_implied, 0.0) + 1
+            text += f"break-even α {fmt(r.break_even_alpha_implied)} (τ {tau:.2f}) {implied}"
+        else:
+            text += f"break-even α {fmt(r.break_even_alpha)} (τ {fmt(r.break_even_tau, 2)})"
+            if r.c == 0 and r.c_implied is not None and r.c_implied > 0:
+                text += f", {fmt(r.break_even_alpha_implied)} {implied}"
         parts.append(text)
     return f"{case}: " + "; ".join(parts)
 

@@ -166,6 +166,8 @@ def implied_draft_cost(
 ) -> float:
     """c = (TPOT_case × τ_case ÷ TPOT_baseline − 1) ÷ k (module docstring): the cost per
     draft step, in target steps, that makes the model's step time match the case's.
+    ``tau_case`` is the case's tokens per decode step (τ, or τ over every step where some
+    steps carried no proposal).
 
     May come out negative when speculating made each step cheaper than the baseline's (noise,
     or a model the formula does not describe); callers show it as measured.

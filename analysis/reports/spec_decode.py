@@ -266,13 +266,13 @@ def _cost_lines(details: SpecDecodeDetails) -> list[str]:
     return [
         "### Draft cost c",
         "",
-        "c = (TPOT_case × τ_case ÷ TPOT_baseline − 1) ÷ k: a step delivers τ tokens in "
-        "TPOT × τ, against TPOT_baseline for one token without speculation, and the model's "
-        "step is k draft steps + one target step. Measured on draft-random (acceptance ≈ 0, "
-        "τ ≈ 1) it is the draft's own cost and is used for every draft of that size; "
-        "'implied c' is the same formula on each case's own figures: the cost that would make "
-        "the model match its TPOT exactly (for n-gram: the verification of k + 1 tokens and "
-        "steps without proposals, which the model counts as free).",
+        "c = (TPOT_case × s ÷ TPOT_baseline − 1) ÷ k, s = the case's tokens per decode step "
+        "(τ over every step): a step delivers s tokens in TPOT × s, against TPOT_baseline for "
+        "one token without speculation, and the model's step is k draft steps + one target "
+        "step. Measured on draft-random (acceptance ≈ 0, s ≈ 1) it is the draft's own cost, "
+        "used for every draft of that size; 'implied c' is the same formula on each case's own "
+        "figures: the cost that would make the model match its TPOT exactly (for n-gram: "
+        "verifying k + 1 tokens per step, which the model counts as free).",
         "",
         table(["case", "phase", "c used", "from", "implied c"], rows),
         "",
