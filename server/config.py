@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from server.embedded_model import draft_dir
 from server.model_variant import (
     COMMON_ARCHITECTURE,
     DraftKind,
@@ -116,10 +117,9 @@ class ServerConfig(BaseModel):
     ) -> list[str]:
         """The argv that starts this server with ``python`` on ``127.0.0.1:port``.
 
-        ``draft_path`` is the built directory of ``draft`` (``server.embedded_model``).
-
-        Raises:
-            ValueError: ``draft`` is set but no ``draft_path`` was given.
+        ``draft_path`` is the built directory of ``draft``; by default the directory it is
+        built into for this server's variant (``server.embedded_model.draft_dir``), so a
+        command line can be made (and checked) before anything is built.
         """
         argv = [
             python, "-m", VLLM_MODULE,
@@ -146,7 +146,9 @@ class ServerConfig(BaseModel):
             argv += ["--speculative-config", json.dumps(self.speculative_config)]
         if self.draft is not None:
             if draft_path is None:
-                raise ValueError("a server with an embedded draft needs the draft's directory")
+                decision = self.variant_decision()
+                assert decision is not None  # a draft implies the embedded model (validated)
+                draft_path = draft_dir(self.draft.spec(), decision.variant)
             spec = {
                 "method": "draft_model",
                 "model": str(draft_path),

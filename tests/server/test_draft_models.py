@@ -44,8 +44,10 @@ def test_server_config_with_an_embedded_draft() -> None:
     argv = config.command("python", "/m", 1, "/drafts/echo")
     spec = json.loads(argv[argv.index("--speculative-config") + 1])
     assert spec == {"method": "draft_model", "model": "/drafts/echo", "num_speculative_tokens": 3}
-    with pytest.raises(ValueError, match="needs the draft's directory"):
-        config.command("python", "/m", 1)
+    # Before the draft is built: the directory it will be built into, for this variant.
+    argv = config.command("python", "/m", 1)
+    spec = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert spec["model"] == str(draft_dir(DraftSpec("echo", 2), "fp32"))
 
 
 def test_an_embedded_draft_needs_the_embedded_model_and_no_other_speculation() -> None:
