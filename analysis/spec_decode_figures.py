@@ -397,16 +397,17 @@ def _random_draft_cost(
     return implied_draft_cost(p.tpot_ms.mean, tau, base_tpot, k)
 
 
-def _cost(kind: str | None, random_c: float | None, phase: str) -> tuple[float | None, str | None]:
-    """(c, where it came from) for a case of ``kind`` in ``phase``."""
+def _cost(kind: str | None, random_c: float | None) -> tuple[float | None, str | None]:
+    """(c, where it came from) for a case of ``kind`` in a phase where draft-random's figures
+    give ``random_c`` (``None``: no such case)."""
     if kind == "ngram":
         return 0.0, "n-gram: a lookup in the request's own tokens, c ≈ 0"
     if kind in ("random", "echo", "truncated"):
         if random_c is None:
-            return None, "no draft-random case in this phase to measure c"
-        return random_c, f"draft-random in {phase} (same draft size, accepts ≈ nothing)"
+            return None, "no draft-random case in the phase to measure c"
+        return random_c, "draft-random in the same phase (same draft size, accepts ≈ nothing)"
     if random_c is not None:
-        return random_c, f"draft-random in {phase}"
+        return random_c, "draft-random in the same phase"
     return 0.0, "not measured (no draft-random case): c = 0, so the prediction is an upper bound"
 
 
@@ -525,7 +526,7 @@ def spec_decode_details(run: RunData, cases: dict[str, CaseSummary]) -> SpecDeco
         for data in run.cases:
             if data.name not in cases:
                 continue
-            cost = _cost(case_kind(data.spec), random_c, phase)
+            cost = _cost(case_kind(data.spec), random_c)
             row = _row(run, data, cases[data.name], phase, base_tpot, cost, band)
             if row is not None:
                 rows.append(row)

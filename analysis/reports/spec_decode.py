@@ -23,7 +23,7 @@ from analysis.markdown import f, pct, table
 from analysis.models import CaseSummary, Verdict
 from analysis.plots import save
 from analysis.reports import Evaluator, PhaseColumn, ScenarioReport
-from analysis.spec_decode_figures import SpecDecodeDetails, spec_decode_details
+from analysis.spec_decode_figures import SpecDecodeDetails, SpecRow, spec_decode_details
 from scenarios.spec_decode import (
     ChunkTokensMatchAcceptanceLength,
     PerPositionNonIncreasing,
@@ -107,35 +107,73 @@ def _rates(values: list[float] | list[float | None] | None) -> str:
     return " / ".join(fmt(v) for v in values) if values else "–"
 
 
+def _conc(r: SpecRow) -> str:
+    """The row's concurrency (its phase name when the plan does not say)."""
+    return str(r.concurrency) if r.concurrency is not None else r.phase
+
+
 def _main_table(details: SpecDecodeDetails) -> list[str]:
-    headers = ["case", "phase", "TPOT mean ms", "out tok/s", "α", "τ", "tokens/chunk",
-               "chunk vs τ", "c used", "E(α)", "predicted ×", "predicted from steps ×",
-               "measured ×", "measured ÷ predicted", "break-even α (τ)",
-               "break-even α, implied c"]  # fmt: skip
-    rows = []
-    for r in details.rows:
-        rows.append(
-            [r.case, r.phase, f(r.tpot_mean_ms, 2), f(r.output_tok_s), f(r.alpha, 3),
-             f(r.tau, 2), f(r.client.tokens_per_chunk, 2),
-             f"{r.chunk_vs_tau:+.1%}" if r.chunk_vs_tau is not None else "–", f(r.c, 3),
-             f(r.expected_tokens, 2), f(r.predicted_speedup, 2), f(r.predicted_from_steps, 2),
-             f(r.measured_speedup, 2), f(r.measured_over_predicted, 2),
-             f"{fmt(r.break_even_alpha)} ({fmt(r.break_even_tau, 2)})"
-             if r.break_even_tau is not None else "–", f(r.break_even_alpha_implied, 3)]
-        )  # fmt: skip
+    headers = ["case", "concurrency", "α", "τ", "per-position rate", "out tok/s",
+               "TPOT mean ms", "ITL per token mean ms", "chunk gap mean ms", "measured ×",
+               "predicted ×", "measured ÷ predicted"]  # fmt: skip
+    rows = [
+        [r.case, _conc(r), f(r.alpha, 3), f(r.tau, 2), _rates(r.per_position),
+         f(r.output_tok_s), f(r.tpot_mean_ms, 2), f(r.client.itl_token_ms.mean, 2),
+         f(r.client.chunk_gap_ms.mean, 2), f(r.measured_speedup, 2),
+         f(r.predicted_speedup, 2), f(r.measured_over_predicted, 2)]
+        for r in details.rows
+    ]  # fmt: skip
     return [
-        "## Speculative decoding: acceptance and speedup per case and concurrency",
+        "## Speculative decoding per case and concurrency",
         "",
-        "α = accepted ÷ draft tokens, τ = 1 + accepted ÷ drafts (counter deltas over the "
-        "phase); tokens/chunk = the client's tokens per decode chunk (first chunk of each "
-        "request left out); c = draft step cost in target steps (see below); E(α) = (1 − "
-        "α^(k+1)) ÷ (1 − α); predicted × = E(α) ÷ (k·c + 1) (Leviathan et al., 2023); "
-        "predicted from steps × = measured tokens per step (τ over every decode step) ÷ "
-        "(k·c + 1); measured × = baseline TPOT mean ÷ case TPOT mean in the same phase; "
-        "break-even α solves E(α) = k·c + 1 (τ = k·c + 1); the last column solves it at the "
-        "case's implied c (below).",
+        "α = accepted ÷ draft tokens, τ = 1 + accepted ÷ drafts, per-position rate = accepted "
+        "at position i ÷ drafts (counter deltas over the phase, summed over engines); ITL per "
+        "token = each chunk's gap split evenly over its tokens, chunk gap = the gap itself "
+        "(time per step); measured × = baseline TPOT mean ÷ case TPOT mean in the same phase; "
+        "predicted × = E(α) ÷ (k·c + 1) (Leviathan et al., 2023; c and the model below).",
         "",
         table(headers, rows),
+        "",
+    ]
+
+
+def _model_table(details: SpecDecodeDetails) -> list[str]:
+    spec = [r for r in details.rows if r.kind is not None]
+    headers = ["case", "concurrency", "k", "c used", "E(α)", "predicted ×",
+               "predicted from steps ×", "measured ×", "break-even α (τ)", "implied c",
+               "break-even α at implied c"]  # fmt: skip
+    rows = [
+        [r.case, _conc(r), f(r.k), f(r.c, 3), f(r.expected_tokens, 2),
+         f(r.predicted_speedup, 2), f(r.predicted_from_steps, 2), f(r.measured_speedup, 2),
+         f"{fmt(r.break_even_alpha)} ({fmt(r.break_even_tau, 2)})"
+         if r.break_even_tau is not None else "–",
+         f(r.c_implied, 3), f(r.break_even_alpha_implied, 3)]
+        for r in spec
+    ]  # fmt: skip
+    sources: dict[str, list[str]] = {}
+    for r in spec:
+        if r.c_source and r.case not in sources.setdefault(r.c_source, []):
+            sources[r.c_source].append(r.case)
+    return [
+        "### The speedup model",
+        "",
+        "E(α) = (1 − α^(k+1)) ÷ (1 − α) tokens per target step; predicted × = E(α) ÷ (k·c + "
+        "1); predicted from steps × = the measured tokens per decode step (τ over every step) "
+        "÷ (k·c + 1), which isolates the cost model from the independence assumption; "
+        "break-even α solves E(α) = k·c + 1 (τ = k·c + 1 tokens per step). c = (TPOT_case × s "
+        "÷ TPOT_baseline − 1) ÷ k with s = the case's tokens per decode step: a step delivers "
+        "s tokens in TPOT × s, against TPOT_baseline for one token without speculation, and "
+        "the model's step is k draft steps + one target step. Measured on draft-random "
+        "(acceptance ≈ 0, s ≈ 1) it is the draft's own cost, used for every draft of that "
+        "size; implied c is the same formula on each case's own figures: the cost that would "
+        "make the model match its TPOT exactly (for n-gram: verifying k + 1 tokens per step, "
+        "which the model counts as free).",
+        "",
+        table(headers, rows),
+        "",
+        "c used, from:",
+        "",
+        *(f"- {', '.join(cases)}: {source}" for source, cases in sources.items()),
         "",
     ]
 
@@ -151,11 +189,11 @@ def _position_table(details: SpecDecodeDetails) -> list[str]:
             else None
         )
         rows.append(
-            [r.case, r.phase, f(r.k), f(r.drafts, 0), f(r.draft_tokens, 0), f(r.accepted, 0),
+            [r.case, _conc(r), f(r.drafts, 0), f(r.draft_tokens, 0), f(r.accepted, 0),
              " + ".join(f(a, 0) for a in r.accepted_per_position or []) or "–",
              _rates(r.per_position), _rates(r.conditional), _rates(independent)]
         )  # fmt: skip
-    headers = ["case", "phase", "k", "drafts", "draft tokens", "accepted",
+    headers = ["case", "concurrency", "drafts", "draft tokens", "accepted",
                "accepted per position", "per-position rate (÷ drafts)",
                "conditional rate (÷ previous position)", "α^i (independence)"]  # fmt: skip
     return [
@@ -173,15 +211,15 @@ def _position_table(details: SpecDecodeDetails) -> list[str]:
 
 def _latency_table(details: SpecDecodeDetails) -> list[str]:
     rows = [
-        [r.case, r.phase, f(r.ttft_mean_ms), f(r.tpot_mean_ms, 2), f(r.tpot_p95_ms, 2),
+        [r.case, _conc(r), f(r.ttft_mean_ms), f(r.tpot_mean_ms, 2), f(r.tpot_p95_ms, 2),
          f(r.client.itl_token_ms.mean, 2), f(r.client.itl_token_ms.p50, 2),
          f(r.client.itl_token_ms.p95, 2), f(r.client.chunk_gap_ms.mean, 2),
-         f(r.client.chunk_gap_ms.p50, 2), f(r.client.chunk_gap_ms.p95, 2), f(r.output_tok_s)]
+         f(r.client.chunk_gap_ms.p50, 2), f(r.client.chunk_gap_ms.p95, 2)]
         for r in details.rows
     ]  # fmt: skip
-    headers = ["case", "phase", "TTFT mean", "TPOT mean", "TPOT p95", "ITL per token mean",
-               "ITL per token p50", "ITL per token p95", "chunk gap mean", "chunk gap p50",
-               "chunk gap p95", "out tok/s"]  # fmt: skip
+    headers = ["case", "concurrency", "TTFT mean", "TPOT mean", "TPOT p95",
+               "ITL per token mean", "ITL per token p50", "ITL per token p95",
+               "chunk gap mean", "chunk gap p50", "chunk gap p95"]  # fmt: skip
     return [
         "### Client side: ITL per token and per chunk",
         "",
@@ -196,98 +234,92 @@ def _latency_table(details: SpecDecodeDetails) -> list[str]:
 
 
 def _chunk_table(details: SpecDecodeDetails) -> list[str]:
-    rows = []
-    for r in details.rows:
-        c = r.client
-        rows.append(
-            [r.case, r.phase, f(c.chunks), f(c.tokens_per_chunk, 3), f(r.tau, 3),
-             f(r.tau_all_steps, 3),
-             f"{r.chunk_vs_tau_all_steps:+.1%}" if r.chunk_vs_tau_all_steps is not None else "–",
-             f(r.steps_without_drafts, 0), f"{c.over_step} (> {c.step_max})",
-             f"{c.over_step_scrape}/{c.over_step}" if c.over_step else "–",
-             pct(c.other_scrape_share)]
-        )  # fmt: skip
-    headers = ["case", "phase", "decode chunks", "tokens per chunk", "τ", "τ over every step",
-               "tokens per chunk vs τ over every step", "steps without proposals",
-               "merged chunks (tokens)", "merged with a scrape in the gap",
-               "other chunks with a scrape in the gap %"]  # fmt: skip
+    rows = [
+        [r.case, _conc(r), f(r.client.chunks), f(r.client.tokens_per_chunk, 3), f(r.tau, 3),
+         f"{r.chunk_vs_tau:+.1%}" if r.chunk_vs_tau is not None else "–",
+         f(r.tau_all_steps, 3),
+         f"{r.chunk_vs_tau_all_steps:+.1%}" if r.chunk_vs_tau_all_steps is not None else "–",
+         f(r.steps_without_drafts, 0)]
+        for r in details.rows
+    ]  # fmt: skip
+    headers = ["case", "concurrency", "decode chunks", "tokens per chunk", "τ",
+               "tokens per chunk vs τ", "τ over every step",
+               "tokens per chunk vs τ over every step", "steps without proposals"]  # fmt: skip
     return [
         "### Client tokens per chunk against the server's τ",
         "",
-        "τ over every step = decode tokens ÷ decode steps from the server's counters: "
-        "(Δgeneration tokens − requests) ÷ (that − Δaccepted), at least Δdrafts steps; steps "
-        "without proposals (n-gram found no match) deliver one token and are not in τ. Merged "
-        "chunks carry more tokens than one step delivers: several steps arrived in one network "
-        "read; the last two columns say how often a /metrics scrape started during their gap "
-        "and during the other chunks' gaps.",
+        "A step that accepts j proposals delivers j + 1 tokens in one chunk. τ counts only "
+        "the steps that carried proposals; τ over every step = decode tokens ÷ decode steps "
+        "from the server's counters: (Δgeneration tokens − requests) ÷ (that − Δaccepted), at "
+        "least Δdrafts steps; steps without proposals (n-gram found no match) deliver one "
+        "token. The check compares the client with τ over every step.",
         "",
         table(headers, rows),
         "",
     ]
 
 
-def _merge_lines(details: SpecDecodeDetails) -> list[str]:
-    out = []
+def _merge_section(details: SpecDecodeDetails) -> list[str]:
+    rows = [
+        [r.case, _conc(r), f(r.client.step_max), f(r.client.over_step),
+         f"{r.client.over_step_scrape}/{r.client.over_step}" if r.client.over_step else "–",
+         pct(r.client.other_scrape_share)]
+        for r in details.rows
+    ]  # fmt: skip
+    headers = [
+        "case",
+        "concurrency",
+        "most tokens per step",
+        "merged chunks",
+        "merged with a scrape in the gap",
+        "other chunks with a scrape in the gap %",
+    ]
+    lines = []
     for r in details.rows:
         c = r.client
         if r.kind is not None or c.merged_token_share is None:
             continue
         if not c.over_step:
-            out.append(
-                f"- {r.case} {r.phase}: none of the {c.chunks} decode chunks carried more than "
-                "one token."
+            lines.append(
+                f"- {r.case} at {_conc(r)}: none of the {c.chunks} decode chunks carried more "
+                "than one token."
             )
             continue
-        out.append(
-            f"- {r.case} {r.phase}: {c.over_step} of {c.chunks} decode chunks carried more than "
-            f"one token: {pct(c.merged_token_share)} % of the steps arrived in another step's "
-            f"read, and tokens per chunk read {fmt(c.tokens_per_chunk)} instead of 1.000. "
-            f"{c.over_step_scrape} of the {c.over_step} had a /metrics scrape start in their gap, "
-            f"against {pct(c.other_scrape_share)} % of the other chunks."
+        lines.append(
+            f"- {r.case} at {_conc(r)}: {c.over_step} of {c.chunks} decode chunks carried more "
+            f"than one token: {pct(c.merged_token_share)} % of the steps arrived in another "
+            f"step's read, and tokens per chunk read {fmt(c.tokens_per_chunk)} instead of "
+            f"1.000. {c.over_step_scrape} of the {c.over_step} had a /metrics scrape start in "
+            f"their gap, against {pct(c.other_scrape_share)} % of the other chunks."
         )
-    if not out:
-        return []
     return [
-        "Merged reads, measured where every step delivers exactly one token (no speculation): "
-        "a merge raises tokens per chunk above τ by the share of steps merged; a longer step "
-        "(higher concurrency, or speculation) leaves less room for it.",
+        "### Merged reads",
         "",
-        *out,
+        "The client stamps one entry per network read, so steps whose events arrive in one "
+        "read count as one chunk. A chunk carrying more tokens than one step can deliver (1 "
+        "without speculation, k + 1 with) is such a merge; the last two columns say how often "
+        "a /metrics scrape started during its gap and during the other chunks' gaps. Without "
+        "speculation every step delivers one token, so the baseline measures how much merges "
+        "raise tokens per chunk; a longer step (higher concurrency, or speculation) leaves "
+        "less room for them.",
         "",
-    ]
-
-
-def _cost_lines(details: SpecDecodeDetails) -> list[str]:
-    rows = [
-        [r.case, r.phase, f(r.c, 3), r.c_source or "–", f(r.c_implied, 3)]
-        for r in details.rows
-        if r.kind is not None
-    ]
-    return [
-        "### Draft cost c",
+        table(headers, rows),
         "",
-        "c = (TPOT_case × s ÷ TPOT_baseline − 1) ÷ k, s = the case's tokens per decode step "
-        "(τ over every step): a step delivers s tokens in TPOT × s, against TPOT_baseline for "
-        "one token without speculation, and the model's step is k draft steps + one target "
-        "step. Measured on draft-random (acceptance ≈ 0, s ≈ 1) it is the draft's own cost, "
-        "used for every draft of that size; 'implied c' is the same formula on each case's own "
-        "figures: the cost that would make the model match its TPOT exactly (for n-gram: "
-        "verifying k + 1 tokens per step, which the model counts as free).",
-        "",
-        table(["case", "phase", "c used", "from", "implied c"], rows),
-        "",
+        *lines,
+        *([""] if lines else []),
     ]
 
 
 def _hysteresis_table(details: SpecDecodeDetails) -> list[str]:
     h = details.hysteresis
     rows = [
-        [r.case, r.phase, f(r.measured_speedup, 2), r.outcome or "–", fmt(r.alpha),
+        [r.case, _conc(r), f(r.measured_speedup, 2), r.outcome or "–", fmt(r.alpha),
          fmt(r.alpha_off), fmt(r.break_even_alpha), fmt(r.alpha_on)]
         for r in details.rows
         if r.kind is not None
     ]  # fmt: skip
-    headers = ["case", "phase", "measured ×", "outcome", "α", "α_off", "break-even α", "α_on"]
+    headers = ["case", "concurrency", "measured ×", "outcome", "α", "α_off", "break-even α",
+               "α_on"]  # fmt: skip
     return [
         "### Keep or disable (hysteresis)",
         "",
@@ -302,11 +334,12 @@ def _hysteresis_table(details: SpecDecodeDetails) -> list[str]:
 
 
 def spec_markdown(details: SpecDecodeDetails) -> list[str]:
-    """The scenario's sections after the cases (see the module docstrings for definitions)."""
+    """The scenario's sections after the cases (see the module docstrings for definitions):
+    the case × concurrency table first, then the model, acceptance per position, the client's
+    latency and chunks, merged reads, capacities, the model's limits and keep/disable."""
     capacities = ", ".join(f"{n} {f(t)}" for n, t in details.capacities.items())
-    out = _main_table(details) + _position_table(details) + _latency_table(details)
-    out += _chunk_table(details)
-    out += _merge_lines(details) + _cost_lines(details)
+    out = _main_table(details) + _model_table(details) + _position_table(details)
+    out += _latency_table(details) + _chunk_table(details) + _merge_section(details)
     out += [f"KV capacity per case (tokens; a draft's layers keep their KV in the same cache): "
             f"{capacities}.", ""]  # fmt: skip
     if details.notes:
@@ -327,22 +360,31 @@ def _cases(details: SpecDecodeDetails) -> list[str]:
     return list(dict.fromkeys(r.case for r in details.rows))
 
 
+def _phase_label(details: SpecDecodeDetails, phase: str) -> str:
+    """``concurrency N`` for a phase (its name when the plan does not say)."""
+    row = next(r for r in details.rows if r.phase == phase)
+    return f"concurrency {row.concurrency}" if row.concurrency is not None else phase
+
+
 def _per_position_plot(details: SpecDecodeDetails, out: Path) -> Path:
     """Per-position acceptance per case, one panel per phase; dotted: α^i (independence)."""
     phases = _phases(details)
     fig, axes = plt.subplots(1, len(phases), figsize=(5 * len(phases), 3.8), squeeze=False)
     for ax, phase in zip(axes[0], phases, strict=True):
+        most = 1
         for r in details.rows:
             if r.phase != phase or not r.per_position:
                 continue
             x = np.arange(1, len(r.per_position) + 1)
+            most = max(most, len(x))
             (line,) = ax.plot(x, r.per_position, marker="o", label=f"{r.case} (α {fmt(r.alpha)})")
             if r.alpha is not None and 0 < r.alpha < 1:
                 ax.plot(x, [r.alpha**i for i in x], linestyle=":", color=line.get_color())
+        ax.set_xticks(np.arange(1, most + 1))
         ax.set_xlabel("proposal position")
         ax.set_ylabel("accepted ÷ drafts")
         ax.set_ylim(-0.02, 1.02)
-        ax.set_title(phase)
+        ax.set_title(_phase_label(details, phase))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle("Per-position acceptance (dotted: α^i, what independent acceptance would give)")
@@ -356,7 +398,8 @@ def _grouped(ax: Any, details: SpecDecodeDetails, value: Any, label: str) -> Non
         ys = [value(details.row(case, ph)) for ph in phases]
         xs = np.arange(len(phases)) + i * width
         ax.bar(xs, [y if y is not None else 0 for y in ys], width, label=case)
-    ax.set_xticks(np.arange(len(phases)) + width * (len(cases) - 1) / 2, phases)
+    labels = [_phase_label(details, ph) for ph in phases]
+    ax.set_xticks(np.arange(len(phases)) + width * (len(cases) - 1) / 2, labels)
     ax.set_ylabel(label)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=7)
@@ -382,7 +425,7 @@ def _speedup_plot(details: SpecDecodeDetails, out: Path) -> Path:
     ax.bar(x, from_tau, 0.27, label="predicted, measured tokens per step ÷ (kc + 1)")
     ax.bar(x + 0.27, measured, 0.27, label="measured, TPOT ratio")
     ax.axhline(1.0, color="black", linewidth=1)
-    ax.set_xticks(x, [f"{r.case}\n{r.phase}" for r in rows], fontsize=7)
+    ax.set_xticks(x, [f"{r.case}\n{_conc(r)}" for r in rows], fontsize=7)
     ax.set_ylabel("speedup over baseline (×)")
     ax.set_title("Predicted vs measured speedup")
     ax.grid(axis="y", alpha=0.3)

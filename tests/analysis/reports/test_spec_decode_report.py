@@ -193,3 +193,28 @@ def test_without_a_baseline_the_answer_says_so() -> None:
     assert answer_line("attached", [row]) == (
         "attached: no baseline at concurrency 1: speedup not measured"
     )
+
+
+def test_the_case_by_concurrency_table_leads_the_scenario_section(
+    built: tuple[Path, SpecDecodeDetails],
+) -> None:
+    run_dir, _ = built
+    text = (run_dir / "report.md").read_text()
+    section = text[text.index("## Speculative decoding per case and concurrency") :]
+    # The ngram row, by hand: α 10/12, τ 3.5, per position 4/4, 4/4, 2/4 (above); each request
+    # 9 tokens in 123 ms (50 ms TTFT + 3 × 24 ms + 1 ms), so 18 / 0.246 s = 73.2 tok/s; TPOT and
+    # ITL per token 9 ms, chunk gap 24 ms; measured 16 / 9 = 1.78; predicted E(10/12) at c = 0
+    # = 1 + a + a² + a³ = 3.106 → 3.11; measured ÷ predicted 1.778 / 3.106 = 0.57.
+    assert (
+        "| ngram | 1 | 0.833 | 3.50 | 1.000 / 1.000 / 0.500 | 73.2 | 9.00 | 9.00 | 24.00 | 1.78 "
+        "| 3.11 | 0.57 |"
+    ) in section.split("###")[0]
+    # Then the model, acceptance per position, the client's latency, chunks and merged reads.
+    headings = [line for line in section.splitlines() if line.startswith("### ")]
+    assert headings[:5] == [
+        "### The speedup model",
+        "### Acceptance per position",
+        "### Client side: ITL per token and per chunk",
+        "### Client tokens per chunk against the server's τ",
+        "### Merged reads",
+    ]
