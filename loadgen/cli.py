@@ -64,6 +64,13 @@ class _RunGroup(click.Group):
                          help="Run directory (default: runs/<scenario>-<UTC time>)."),
             click.Option(["--strict"], is_flag=True,
                          help="Exit with code 3 when a verdict fails (for CI gates)."),
+            click.Option(["--ray"], default=None, metavar="ADDRESS|auto",
+                         help="Place the workers as actors on this Ray cluster (auto: the one "
+                         "this host belongs to); needs pip install '.[ray]'."),
+            click.Option(["--workers"], default=None, metavar="N|auto",
+                         help="Load-generator worker processes, each with its own event loop "
+                         "and share of every phase (default 1: this process; auto: the cores "
+                         "available to it). With --ray: actors (default one per node)."),
         ]  # fmt: skip
         return click.Command(
             name,
@@ -166,12 +173,51 @@ async def _cancel_on_sigterm(coro: Any) -> Any:
         loop.remove_signal_handler(signal.SIGTERM)
 
 
+def workers_option(text: str | None) -> int | None:
+    """``--workers``: a count ≥ 1, ``auto`` (the cores this process may run on,
+    ``os.sched_getaffinity``), or ``None`` when not given.
+
+    Raises:
+        click.BadParameter: anything else.
+    """
+    import os
+
+    if text is None:
+        return None
+    if text == "auto":
+        return len(os.sched_getaffinity(0))
+    if not text.isdigit() or int(text) < 1:
+        raise click.BadParameter(f"{text!r} is not a worker count ≥ 1 or 'auto'",
+                                 param_hint="--workers")  # fmt: skip
+    return int(text)
+
+
+def _workers_config(scenario: Any, values: dict[str, Any]) -> Any:
+    """The run's :class:`loadgen.workers.WorkersConfig`, refused before anything starts when
+    the scenario cannot be split or Ray is asked for but not installed."""
+    from loadgen.workers import WorkersConfig
+
+    config = WorkersConfig(workers_option(values.get("workers")), values.get("ray"))
+    if config.split and scenario.single_process_reason:
+        raise click.UsageError(
+            f"{scenario.name} runs in one process only (--workers 1, no --ray): "
+            f"{scenario.single_process_reason}"
+        )
+    if config.ray is not None:
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            raise click.UsageError("--ray needs Ray: pip install '.[ray]'")
+    return config
+
+
 def _run_command(scenario: Any, values: dict[str, Any]) -> None:
     params = params_from_options(scenario.Params, values)
+    workers = _workers_config(scenario, values)
     _nominal_check(scenario, params)
     run_dir = values.get("out") or _new_run_dir(scenario.name)
     _check_out_dir(run_dir)
-    status, report = _execute_run(scenario, params, run_dir)
+    status, report = _execute_run(scenario, params, run_dir, workers)
     if status != "ok":
         sys.exit(1)
     if values.get("strict") and report and report.summary.verdict_summary.failed:
@@ -191,7 +237,9 @@ def _check_out_dir(run_dir: Path) -> None:
         raise click.UsageError(f"{run_dir} exists and is not empty; pick another --out")
 
 
-def _execute_run(scenario: Any, params: Any, run_dir: Path) -> tuple[str, Any | None]:
+def _execute_run(
+    scenario: Any, params: Any, run_dir: Path, workers: Any = None
+) -> tuple[str, Any | None]:
     """Run, build the report, write the manifest, print the summary: (status, report)."""
     from loadgen.progress import RichProgress
     from loadgen.run import run_scenario
@@ -202,7 +250,9 @@ def _execute_run(scenario: Any, params: Any, run_dir: Path) -> tuple[str, Any | 
     status, error = "interrupted", "interrupted (Ctrl-C or SIGTERM)"
     try:
         result = _asyncio_run(
-            _cancel_on_sigterm(run_scenario(scenario, params, run_dir, command, progress.hooks()))
+            _cancel_on_sigterm(
+                run_scenario(scenario, params, run_dir, command, progress.hooks(), workers)
+            )
         )
         status, error = result.status, result.error
     except (KeyboardInterrupt, asyncio.CancelledError):

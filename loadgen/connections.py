@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Protocol
@@ -90,23 +91,39 @@ def request_trace_config() -> aiohttp.TraceConfig:
 
 
 def open_session(
-    read_timeout_s: float, connect_timeout_s: float = 10.0, trace: bool = True
+    read_timeout_s: float,
+    connect_timeout_s: float = 10.0,
+    trace: bool = True,
+    pool_limit: int = 0,
 ) -> aiohttp.ClientSession:
-    """The session load is sent with: unbounded pool, :data:`KEEPALIVE_S`, request tracing.
+    """The session load is sent with: a pool of ``pool_limit`` connections, :data:`KEEPALIVE_S`,
+    request tracing.
 
-    ``read_timeout_s`` bounds the silence between two reads of a response (not its total
-    length: generations are long); ``connect_timeout_s`` bounds one TCP connect.
+    ``pool_limit`` is the most connections open at once, 0 for no limit; callers set it from
+    the requested concurrency (:func:`pool_limit`), never below it, so the pool can never
+    silently cap the load (aiohttp's default is 100: 128 requested streams would run 100 at
+    a time). ``read_timeout_s`` bounds the silence between two reads of a response (not its
+    total length: generations are long); ``connect_timeout_s`` bounds one TCP connect.
     Use as ``async with open_session(...) as session``.
     """
     timeout = aiohttp.ClientTimeout(
         total=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s
     )
-    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
+    connector = aiohttp.TCPConnector(limit=pool_limit, keepalive_timeout=KEEPALIVE_S)
     return aiohttp.ClientSession(
         timeout=timeout,
         connector=connector,
         trace_configs=[request_trace_config()] if trace else None,
     )
+
+
+def pool_limit(concurrencies: Iterable[int | None]) -> int:
+    """The connection-pool limit for phases with these requested in-flight counts: the
+    largest, or 0 (no limit) when one is unbounded (``None``: an uncapped open loop)."""
+    values = list(concurrencies)
+    if any(c is None for c in values):
+        return 0
+    return max((c for c in values if c is not None), default=0)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ import httpx
 
 from loadgen.client import Target
 from loadgen.clock import Clock, MonotonicClock
-from loadgen.connections import open_session
+from loadgen.connections import open_session, pool_limit
 from loadgen.gateway_process import running_gateway_process
 from loadgen.measure import RequestFacts, measure_phase
 from loadgen.phase import run_phase
@@ -41,6 +41,7 @@ from loadgen.records import RecordWriter, RequestRecord
 from loadgen.replicas import Replicas
 from loadgen.rundir import (
     CASE_FILE,
+    CLOCK_OFFSETS_FILE,
     GATEWAY_EVENTS_FILE,
     GATEWAY_LOG,
     PHASES_FILE,
@@ -51,9 +52,17 @@ from loadgen.rundir import (
     case_dir,
     write_json,
 )
+from loadgen.workers import (
+    ClockOffset,
+    SplitPhase,
+    WorkerPool,
+    WorkersConfig,
+    open_pool,
+    run_split_phase,
+)
 from metrics.probe import read_gauge, wait_for_gauge_at_most
 from metrics.scraper import ScraperProcess
-from scenarios.arrivals import ClosedLoop
+from scenarios.arrivals import ClosedLoop, concurrency_limit
 from scenarios.late import STATISTIC_LABELS
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
 from scenarios.workloads import materialize
@@ -72,6 +81,8 @@ class RunHooks:
     #: (case, phase, requests planned; ``None`` when a duration ends the sending)
     on_phase_start: Callable[[str, str, int | None], None] | None = None
     on_request_done: Callable[[RequestRecord], None] | None = None
+    #: With workers: records written so far in the phase, and how many failed.
+    on_requests_progress: Callable[[int, int], None] | None = None
     on_phase_end: Callable[[str, str], None] | None = None
     on_message: Callable[[str], None] | None = None
     #: a figure measured or resolved at run time, as one line of text
@@ -113,12 +124,13 @@ class _CaseRun:
     server: RunningServer
     cdir: Path
     target: Target
-    session: aiohttp.ClientSession
-    writer: RecordWriter
+    session: aiohttp.ClientSession | None
+    writer: RecordWriter | None
     clock: Clock
     hooks: RunHooks
     replicas: Replicas | None
     outcome: CaseOutcome
+    pool: WorkerPool | None = None
     #: phase → its late-binding statistics (``loadgen.measure.measure_phase``)
     measurements: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -218,19 +230,25 @@ async def _run_one_phase(run: _CaseRun, planned: PhaseSpec, scraper: ScraperProc
             raise ValueError(f"phase {phase.name}: faults need replicas")
         faults = asyncio.create_task(run.replicas.inject(phase.faults, run.clock.now_ns()))
     began = run.clock.now_ns()
+    split: SplitPhase | None = None
     try:
-        with _heap_frozen():
-            timing = await run_phase(
-                case=run.case.name,
-                phase=phase.name,
-                requests=requests,
-                arrival=phase.arrival,
-                target=run.target,
-                session=run.session,
-                writer=run.writer,
-                clock=run.clock,
-                on_done=done,
-            )
+        if run.pool is None:
+            assert run.session is not None and run.writer is not None
+            with _heap_frozen():
+                timing = await run_phase(
+                    case=run.case.name,
+                    phase=phase.name,
+                    requests=requests,
+                    arrival=phase.arrival,
+                    target=run.target,
+                    session=run.session,
+                    writer=run.writer,
+                    clock=run.clock,
+                    on_done=done,
+                )
+        else:
+            split = await _run_split(run, phase)
+            timing = split.timing
     except BaseException:
         if faults is not None:
             faults.cancel()
@@ -287,8 +305,10 @@ async def _run_one_phase(run: _CaseRun, planned: PhaseSpec, scraper: ScraperProc
             "warmup_failed": timing.warmup_failed,
             "warmup_ms": timing.warmup_ms,
             "server_idle_after": idle,
+            "requested_concurrency": concurrency_limit(phase.arrival, len(requests)),
             "post_scrape_start_ns": post_scrape,
             "post_scrape_waited_s": round((now - waited_from) / 1e9, 3),
+            **({"workers": split.workers} if split is not None else {}),
         },
     )
     if run.hooks.on_phase_end:
@@ -298,6 +318,30 @@ async def _run_one_phase(run: _CaseRun, planned: PhaseSpec, scraper: ScraperProc
         raise RuntimeError(f"vLLM exited with code {code} during phase {phase.name}")
 
 
+async def _run_split(run: _CaseRun, phase: PhaseSpec) -> SplitPhase:
+    """Send ``phase`` through the case's workers; counts go to the outcome, clock offsets to
+    ``clock_offsets.jsonl`` (before any load), records into the case directory."""
+    assert run.pool is not None
+
+    def offsets(found: list[ClockOffset]) -> None:
+        for o in found:
+            append_jsonl(run.cdir / CLOCK_OFFSETS_FILE, o.as_row(phase.name))
+
+    try:
+        split = await run_split_phase(
+            run.pool, case=run.case.name, phase=phase, seed=run.plan.seed,
+            tokens=run.plan.tokens, target=run.target, clock=run.clock,
+            on_progress=run.hooks.on_requests_progress, on_offsets=offsets,
+        )  # fmt: skip
+    finally:
+        await asyncio.shield(run.pool.gather_records(run.cdir))
+    run.outcome.requests += sum(split.statuses.values())
+    run.outcome.failed_requests += split.statuses.get("error", 0)
+    if split.errors:
+        raise RuntimeError("; ".join(split.errors))
+    return split
+
+
 async def run_case(
     plan: Plan,
     case: CaseSpec,
@@ -305,12 +349,18 @@ async def run_case(
     run_dir: Path,
     hooks: RunHooks,
     clock: Clock,
+    workers: WorkersConfig | None = None,
 ) -> CaseOutcome:
     """Run every phase of ``case`` against ``server``; records go to the case directory.
 
     The case's status is ``failed`` only when its infrastructure failed (server, scraper,
-    gateway); failed requests are data, counted in ``failed_requests`` and in the report.
+    gateway, a worker); failed requests are data, counted in ``failed_requests`` and in the
+    report. With ``workers`` that split the load, each phase is sent by worker processes or
+    Ray actors (``loadgen.workers``) writing one record file each; otherwise by this process
+    into ``requests.jsonl``. The connection pool's limit is the largest requested concurrency
+    of the case's phases (none for an uncapped open loop), so it never caps the load.
     """
+    workers = workers or WorkersConfig()
     cdir = case_dir(run_dir, case.name)
     outcome = CaseOutcome(case.name)
     write_json(
@@ -346,14 +396,27 @@ async def run_case(
             )
         # Two scrapes of baseline before the first phase starts.
         await asyncio.sleep(2 * plan.scrape_interval_s)
-        async with open_session(read_timeout_s=READ_TIMEOUT_S) as session:
-            with RecordWriter(cdir / REQUESTS_FILE) as writer:
-                run = _CaseRun(
-                    plan, case, server, cdir, target, session, writer, clock, hooks, replicas,
-                    outcome,
-                )  # fmt: skip
-                for phase in plan.phases_of(case):
-                    await _run_one_phase(run, phase, scraper)
+        phases = plan.phases_of(case)
+        # A duration-driven open loop has no request count yet; its limit does not use one.
+        limit = pool_limit(concurrency_limit(p.arrival, p.workload.requests or 0) for p in phases)
+        if workers.split:
+            pool = await stack.enter_async_context(open_pool(workers, cdir, limit, READ_TIMEOUT_S))
+            # The coordinator sends nothing itself: no session, no record file of its own.
+            run = _CaseRun(
+                plan, case, server, cdir, target, None, None, clock, hooks, replicas, outcome,
+                pool,
+            )  # fmt: skip
+            for phase in phases:
+                await _run_one_phase(run, phase, scraper)
+        else:
+            async with open_session(read_timeout_s=READ_TIMEOUT_S, pool_limit=limit) as session:
+                with RecordWriter(cdir / REQUESTS_FILE) as writer:
+                    run = _CaseRun(
+                        plan, case, server, cdir, target, session, writer, clock, hooks,
+                        replicas, outcome,
+                    )  # fmt: skip
+                    for phase in phases:
+                        await _run_one_phase(run, phase, scraper)
     except Exception as exc:  # recorded as the case's failure; the run goes on
         outcome.status = "failed"
         outcome.error = f"{type(exc).__name__}: {exc}"
@@ -383,10 +446,12 @@ async def execute_plan(
     hooks: RunHooks | None = None,
     first_server: RunningServer | None = None,
     clock: Clock | None = None,
+    workers: WorkersConfig | None = None,
 ) -> list[CaseOutcome]:
     """Run all cases of ``plan`` in order; cases with identical server configs share a start.
 
-    ``first_server`` is the already-started server of ``plan.cases[0]`` (the sizing case).
+    ``first_server`` is the already-started server of ``plan.cases[0]`` (the sizing case);
+    ``workers`` how the load is spread (default: this process alone).
     """
     hooks = hooks or RunHooks()
     clock = clock or MonotonicClock()
@@ -420,7 +485,7 @@ async def execute_plan(
                     continue
             if hooks.on_case_start:
                 hooks.on_case_start(case, server)
-            outcomes.append(await run_case(plan, case, server, run_dir, hooks, clock))
+            outcomes.append(await run_case(plan, case, server, run_dir, hooks, clock, workers))
     finally:
         if server is not None:
             await asyncio.shield(asyncio.to_thread(server.stop))

@@ -24,13 +24,8 @@ from loadgen.client import PlannedRequest, Target, send_request
 from loadgen.clock import Clock
 from loadgen.connections import warm_up
 from loadgen.records import RecordWriter, RequestRecord
-from scenarios.arrivals import (
-    AllAtOnce,
-    ClosedLoop,
-    OpenLoop,
-    concurrency_limit,
-    open_loop_offsets_ns,
-)
+from scenarios.arrivals import AllAtOnce, ClosedLoop, OpenLoop, concurrency_limit
+from scenarios.partition import WorkerShare, partition_phase
 from scenarios.workloads import PhaseRequests
 
 #: An open-loop send later than this after its scheduled time counts as late.
@@ -118,12 +113,24 @@ def warmup_connections(arrival: ClosedLoop | AllAtOnce | OpenLoop, n: int) -> in
     return max(0, min(limit, n, WARMUP_MAX_CONNECTIONS))
 
 
+def share_warmup_connections(share: WorkerShare) -> int:
+    """Connections a worker opens before its share of a phase: its concurrency, or (uncapped
+    open loop) its arrivals in the first :data:`OPEN_LOOP_WARMUP_S`, at most
+    :data:`WARMUP_MAX_CONNECTIONS`."""
+    if share.concurrency is not None:
+        limit = share.concurrency
+    else:
+        limit = sum(1 for t in share.offsets_ns or () if t < OPEN_LOOP_WARMUP_S * 1e9)
+    return max(0, min(limit, len(share.indices), WARMUP_MAX_CONNECTIONS))
+
+
 class _Dispatch:
     """The shared state of one phase's dispatch: records in, timing figures out.
 
-    Requests are dispatched in index order; ``dispatched`` is how many were handed to a
-    sender and ``in_flight`` holds the records of those not finished yet, so on
-    cancellation the requests never sent are known.
+    Requests are dispatched in the order of ``order`` (request indices: every index of the
+    phase for a single process, a worker's share otherwise); ``dispatched`` is how many of
+    them were handed to a sender and ``in_flight`` holds the records of those not finished
+    yet, so on cancellation the requests never sent are known.
     """
 
     def __init__(
@@ -132,13 +139,14 @@ class _Dispatch:
         case: str,
         phase: str,
         requests: PhaseRequests,
+        order: Sequence[int],
         target: Target,
         session: aiohttp.ClientSession,
         writer: RecordWriter,
         clock: Clock,
         on_done: Callable[[RequestRecord], None] | None,
     ) -> None:
-        self.case, self.phase, self.requests = case, phase, requests
+        self.case, self.phase, self.requests, self.order = case, phase, requests, order
         self.target, self.session, self.writer, self.clock = target, session, writer, clock
         self.on_done = on_done
         self.dispatched = 0
@@ -161,12 +169,14 @@ class _Dispatch:
             scheduled_ns=scheduled_ns,
         )
 
-    def admit(self, i: int, scheduled_ns: int, admitted_ns: int) -> RequestRecord:
-        """Hand request ``i`` to a sender: its record exists (and will be written) from now."""
+    def admit(self, position: int, scheduled_ns: int, admitted_ns: int) -> RequestRecord:
+        """Hand the request at ``position`` of the order to a sender: its record exists (and
+        will be written) from now."""
+        i = self.order[position]
         record = self.record(i, scheduled_ns)
         record.admitted_ns = admitted_ns
         self.in_flight[i] = record
-        self.dispatched = i + 1
+        self.dispatched = position + 1
         return record
 
     def finish(self, record: RequestRecord, flush: bool = True) -> None:
@@ -195,7 +205,8 @@ class _Dispatch:
             self.finish(record)
 
     def account_unsent(self, scheduled_ns: Callable[[int], int], planned: int) -> None:
-        """A cut-short phase: every request never sent gets its ``not_sent`` record.
+        """A cut-short phase: every request never sent gets its ``not_sent`` record
+        (``scheduled_ns`` maps a position of the order to its scheduled time).
 
         Those are the requests admitted but cancelled before their task ever ran, and every
         request after the last one admitted, up to ``planned`` (a closed loop with a duration
@@ -203,8 +214,8 @@ class _Dispatch:
         """
         for record in sorted(self.in_flight.values(), key=lambda r: r.index):
             self.finish(record, flush=False)
-        for i in range(self.dispatched, planned):
-            self.finish(self.record(i, scheduled_ns(i)), flush=False)
+        for position in range(self.dispatched, planned):
+            self.finish(self.record(self.order[position], scheduled_ns(position)), flush=False)
         self.writer.flush()
 
     async def closed_loop(
@@ -221,7 +232,7 @@ class _Dispatch:
         def more() -> bool:
             if stop_ns is not None and self.clock.now_ns() >= stop_ns:
                 return False
-            return self.dispatched < len(self.requests)
+            return self.dispatched < len(self.order)
 
         async def worker(k: int) -> None:
             if start_offset_ns(k):
@@ -250,7 +261,7 @@ class _Dispatch:
                 gate.release()
 
         async with asyncio.TaskGroup() as group:
-            for i in range(len(self.requests)):
+            for i in range(len(self.order)):
                 scheduled = phase_start + offsets[i]
                 await self.clock.sleep_until_ns(scheduled)
                 if self.clock.now_ns() - max(scheduled, held_until) > LATE_NS:
@@ -278,6 +289,8 @@ async def run_phase(
     clock: Clock,
     on_done: Callable[[RequestRecord], None] | None = None,
     warmup: bool = True,
+    share: WorkerShare | None = None,
+    start_at_ns: int | None = None,
 ) -> PhaseTiming:
     """Warm the pool, send ``requests`` with the given arrival pattern, one record each.
 
@@ -288,39 +301,47 @@ async def run_phase(
     yet sent a ``not_sent`` record, so each planned request is accounted for. A closed loop
     with ``duration_s`` sends no request once that long has passed since the phase start;
     the requests it never reached are not part of the phase (no record).
+
+    A worker of a phase split across several (``scenarios.partition``) passes its ``share``
+    (which requests, offsets, concurrency) and ``start_at_ns``, the phase start shared by all
+    workers on ``clock``; it waits until then (after the warm-up) and schedules from it.
+    Without them the phase is sent whole and starts when the warm-up ends.
     """
     plan = PhaseRequests.of(requests)
     n = len(plan)
     by_duration = isinstance(arrival, ClosedLoop) and arrival.duration_s is not None
     warm = None
     if warmup:
-        warm = await warm_up(session, target.url, warmup_connections(arrival, n), clock)
+        count = warmup_connections(arrival, n) if share is None else share_warmup_connections(share)
+        warm = await warm_up(session, target.url, count, clock)
+    share = share if share is not None else partition_phase(arrival, n, 1)[0]
     dispatch = _Dispatch(
-        case=case, phase=phase, requests=plan, target=target, session=session,
-        writer=writer, clock=clock, on_done=on_done,
+        case=case, phase=phase, requests=plan, order=share.indices, target=target,
+        session=session, writer=writer, clock=clock, on_done=on_done,
     )  # fmt: skip
-    offsets = open_loop_offsets_ns(arrival, n) if isinstance(arrival, OpenLoop) else None
-    phase_start = clock.now_ns()
+    offsets = share.offsets_ns
+    phase_start = start_at_ns if start_at_ns is not None else clock.now_ns()
     try:
+        if start_at_ns is not None:
+            await clock.sleep_until_ns(start_at_ns)
         with LoopLagMonitor(clock) as monitor:
             if isinstance(arrival, OpenLoop):
                 assert offsets is not None
-                await dispatch.open_loop(phase_start, offsets, arrival.max_concurrency)
+                await dispatch.open_loop(phase_start, offsets, share.concurrency)
             else:
-                limit = concurrency_limit(arrival, n)
-                assert limit is not None
+                assert share.concurrency is not None
                 if isinstance(arrival, ClosedLoop):
                     duration = arrival.duration_s
                     stop = None if duration is None else phase_start + int(duration * 1e9)
                     await dispatch.closed_loop(
-                        phase_start, min(limit, n), stop, arrival.start_offset_ns
+                        phase_start, share.concurrency, stop, arrival.start_offset_ns
                     )
                 else:
-                    await dispatch.closed_loop(phase_start, min(limit, n), None)
+                    await dispatch.closed_loop(phase_start, share.concurrency, None)
     finally:
-        planned = dispatch.dispatched if by_duration else n
+        planned = dispatch.dispatched if by_duration else len(share.indices)
         if dispatch.in_flight or dispatch.dispatched < planned:
-            dispatch.account_unsent(lambda i: phase_start + (offsets[i] if offsets else 0), planned)
+            dispatch.account_unsent(lambda p: phase_start + (offsets[p] if offsets else 0), planned)
     lag_max, lag_p99 = monitor.summary_ms()
     return PhaseTiming(
         start_ns=dispatch.first_sent_ns if dispatch.first_sent_ns is not None else phase_start,

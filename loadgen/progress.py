@@ -87,6 +87,10 @@ class RichProgress:
         if self._progress is not None and self._task is not None:
             self._progress.update(self._task, advance=1, failed=self._failed)
 
+    def _requests_progress(self, done: int, failed: int) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, completed=done, failed=failed)
+
     def _phase_end(self, case: str, phase: str) -> None:
         if self._progress is not None:
             self._progress.stop()
@@ -106,6 +110,7 @@ class RichProgress:
             on_case_start=self._case_start,
             on_phase_start=self._phase_start,
             on_request_done=self._request_done,
+            on_requests_progress=self._requests_progress,
             on_phase_end=self._phase_end,
             on_message=self._message,
             on_figure=self._figure,

@@ -19,6 +19,7 @@ from loadgen.clock import wall_anchor
 from loadgen.manifest import environment_facts
 from loadgen.orchestrate import CaseOutcome, RunHooks, execute_plan, open_server
 from loadgen.rundir import RUN_FILE, SERVER_DIR, case_dir, write_json
+from loadgen.workers import WorkersConfig
 from scenarios.base import Scenario
 
 
@@ -45,7 +46,7 @@ def new_run_dir(root: Path, scenario: str) -> Path:
 
 
 async def _plan_and_execute(
-    scenario: Scenario, params: BaseModel, run_dir: Path, hooks: RunHooks
+    scenario: Scenario, params: BaseModel, run_dir: Path, hooks: RunHooks, workers: WorkersConfig
 ) -> list[CaseOutcome]:
     """Start the sizing case's server, plan from its real capacity, run every case."""
     sizing = scenario.sizing_case(params)
@@ -57,7 +58,7 @@ async def _plan_and_execute(
     except BaseException:
         await asyncio.shield(asyncio.to_thread(server.stop))
         raise
-    return await execute_plan(plan, run_dir, hooks, first_server=server)
+    return await execute_plan(plan, run_dir, hooks, first_server=server, workers=workers)
 
 
 def model_variant_of(scenario: Scenario, params: BaseModel) -> dict[str, str] | None:
@@ -78,14 +79,17 @@ async def run_scenario(
     run_dir: Path,
     command: list[str] | None = None,
     hooks: RunHooks | None = None,
+    workers: WorkersConfig | None = None,
 ) -> RunResult:
     """Run ``scenario`` with validated ``params`` into ``run_dir`` (raw files and ``run.json``).
 
     Never raises for a failing server or request: the result's status says it. Cancellation
     (Ctrl-C) still records the run status before propagating. The caller then builds the
-    report and writes the manifest (:func:`finalize`).
+    report and writes the manifest (:func:`finalize`). ``workers`` spreads the load over
+    worker processes or Ray actors (default: this process alone).
     """
     hooks = hooks or RunHooks()
+    workers = workers or WorkersConfig()
     command = command or sys.argv
     run_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -96,12 +100,13 @@ async def run_scenario(
         "clock": wall_anchor(),
         "versions": environment_facts(),
         "model_variant": model_variant_of(scenario, params),
+        "load_generator": workers.describe(),
         "status": "running",
     }
     write_json(run_dir / RUN_FILE, run_info)
     result = RunResult(run_dir, "running")
     try:
-        result.outcomes = await _plan_and_execute(scenario, params, run_dir, hooks)
+        result.outcomes = await _plan_and_execute(scenario, params, run_dir, hooks, workers)
         failed = [o for o in result.outcomes if o.status != "ok"]
         result.status = "failed" if failed else "ok"
         if failed:

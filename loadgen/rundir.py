@@ -11,7 +11,11 @@ the readers (analysis, validate). One run = one directory; ``manifest.json`` is 
         gateway_events.jsonl   the gateway's breaker transitions, one JSON line each (t_ns
                                monotonic, event, upstream, from, to, reason; gateway.events)
         faults.jsonl           injected faults (replica killed / restarted), monotonic ns
-        requests.jsonl         one record per request (loadgen.records)
+        requests.jsonl         one record per request (loadgen.records); with several
+                               load-generator workers, one file per worker instead:
+        requests.worker-K.jsonl  worker K's records, stamped on its own clock
+        clock_offsets.jsonl    per phase and worker (Ray): the worker's clock offset to the
+                               coordinator's, its error bound; readers subtract it
         phases.jsonl           phase boundaries (monotonic ns) and loop-lag figures
         metrics/               samples.jsonl, scrapes.jsonl, raw.jsonl.gz (metrics.store)
       report.md, report.json, plots/*.png
@@ -34,6 +38,9 @@ PLOTS_DIR = "plots"
 CASES_DIR = "cases"
 CASE_FILE = "case.json"
 REQUESTS_FILE = "requests.jsonl"
+#: Records of worker K of a phase split across several (``requests.worker-0.jsonl``, …).
+WORKER_REQUESTS_PREFIX = "requests.worker-"
+CLOCK_OFFSETS_FILE = "clock_offsets.jsonl"
 PHASES_FILE = "phases.jsonl"
 SERVER_DIR = "server"
 GATEWAY_LOG = "gateway.log"
@@ -43,6 +50,21 @@ FAULTS_FILE = "faults.jsonl"
 
 def case_dir(run_dir: Path, case: str) -> Path:
     return run_dir / CASES_DIR / case
+
+
+def worker_requests_file(worker: int) -> str:
+    """The record file of load-generator worker ``worker`` in a case directory."""
+    return f"{WORKER_REQUESTS_PREFIX}{worker}.jsonl"
+
+
+def worker_request_files(cdir: Path) -> list[tuple[int, Path]]:
+    """(worker index, path) of every worker record file in case directory ``cdir``, by index."""
+    found = []
+    for path in cdir.glob(f"{WORKER_REQUESTS_PREFIX}*.jsonl"):
+        index = path.name[len(WORKER_REQUESTS_PREFIX) : -len(".jsonl")]
+        if index.isdigit():
+            found.append((int(index), path))
+    return sorted(found)
 
 
 def write_json(path: Path, obj: object) -> None:

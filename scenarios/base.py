@@ -21,6 +21,9 @@ class Scenario(ABC):
     name: ClassVar[str]
     summary: ClassVar[str]
     Params: ClassVar[type[BaseModel]]
+    #: Why the scenario's load must come from one process (``loadgen run --workers N`` with
+    #: N > 1 is refused before anything starts), or ``None`` when it can be split.
+    single_process_reason: ClassVar[str | None] = None
 
     @abstractmethod
     def sizing_case(self, params: BaseModel) -> CaseSpec:

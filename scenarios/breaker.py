@@ -67,6 +67,11 @@ class Breaker(Scenario):
         "opens, traffic moves, half-open probes, recovery; goodput through the episode."
     )
     Params: ClassVar[type[BaseModel]] = BreakerParams
+    single_process_reason: ClassVar[str | None] = (
+        "its replica kill is timed from the phase start of the one process that injects it, "
+        "and its verdicts read the gateway's breaker episode against that client's requests "
+        "in order; its open loop of a few requests per second gains nothing from splitting"
+    )
 
     def sizing_case(self, params: BaseModel) -> CaseSpec:
         p = BreakerParams.model_validate(params.model_dump())

@@ -8,10 +8,18 @@ from scenarios.disconnect_abort import DisconnectAbort
 from scenarios.kv_preemption import KVPreemption
 from scenarios.prefix_eviction import PrefixEviction
 from scenarios.slo_goodput import SLOGoodput
+from scenarios.spec_decode import SpecDecode
 
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
-    for s in (PrefixEviction(), KVPreemption(), DisconnectAbort(), Breaker(), SLOGoodput())
+    for s in (
+        PrefixEviction(),
+        KVPreemption(),
+        DisconnectAbort(),
+        Breaker(),
+        SpecDecode(),
+        SLOGoodput(),
+    )
 }
 
 

@@ -454,6 +454,11 @@ class SLOGoodput(Scenario):
         "overload collapse, and the highest rate that meets the SLOs (replicas for a load)."
     )
     Params: ClassVar[type[BaseModel]] = SLOGoodputParams
+    single_process_reason: ClassVar[str | None] = (
+        "its sweep rates and default SLOs are measured at run time from the records of its "
+        "earlier phases, which only the process that sends them holds; and its saturation "
+        "closed loop staggers its senders' starts, which a split across workers would not keep"
+    )
 
     def _case(self, p: SLOGoodputParams, phases: tuple[PhaseSpec, ...] = ()) -> CaseSpec:
         if p.url:

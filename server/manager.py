@@ -24,7 +24,7 @@ import httpx
 
 from server.capacity import KVCapacity, capacity_from_log, capacity_from_metrics
 from server.config import ServerConfig
-from server.embedded_model import ensure_embedded_model
+from server.embedded_model import ensure_draft_model, ensure_embedded_model
 from server.engine_flags import adapt_command
 from server.engines import Engine, inspect_engine
 from server.process import free_loopback_port, port_is_free, spawn_group, stop_group
@@ -249,10 +249,10 @@ async def start_server(
     ``port`` reuses a known loopback port (a restarted replica keeps its URL); by default a
     free one is picked.
 
-    The embedded model's variant (``config.model_variant``, ``auto`` resolved) is built on
-    first use. The caller owns the returned server and must call :meth:`RunningServer.stop`.
-    The log goes to ``workdir/vllm.log``; the command line to
-    ``workdir/server.json`` once healthy.
+    The embedded model's variant (``config.model_variant``, ``auto`` resolved) and its
+    draft (``config.draft``) are built on first use. The caller owns the returned server and
+    must call :meth:`RunningServer.stop`. The log goes to ``workdir/vllm.log``; the command
+    line to ``workdir/server.json`` once healthy.
 
     vLLM runs in ``config.python`` (a second engine) or this interpreter; the command line is
     adapted to that engine's release (``server.engine_flags``).
@@ -268,10 +268,14 @@ async def start_server(
         model_path = str(config.model)
     else:  # the build (first use only) blocks for seconds: keep the loop free
         model_path = str(await asyncio.to_thread(ensure_embedded_model, decision.variant))
+    draft_path = None
+    if config.draft is not None and decision is not None:  # built for the target's variant
+        draft = config.draft.spec()
+        draft_path = str(await asyncio.to_thread(ensure_draft_model, draft, decision.variant))
     port = port or free_loopback_port()
     url = f"http://127.0.0.1:{port}"
     log_path = workdir / "vllm.log"
-    launch = adapt_command(config.command(engine.python, model_path, port), engine)
+    launch = adapt_command(config.command(engine.python, model_path, port, draft_path), engine)
     argv = launch.argv
     env = {**os.environ, "HF_HUB_OFFLINE": "1", **config.env, **launch.env_set}
     for key in launch.env_unset:

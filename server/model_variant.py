@@ -10,6 +10,11 @@ They differ in speed only, and which is faster depends on the CPU: without AVX-5
 CPU backend prefills bfloat16 6.5x slower than the float32 variant, with it still 1.5x slower;
 only AMX has bfloat16-only kernels. ``auto`` picks from the CPU's flags (:func:`choose_variant`);
 the decision carries a reason that runs record.
+
+Draft models for speculative decoding (:class:`DraftSpec`) follow the variant they draft for:
+vLLM runs a draft in the target's dtype, so a draft has the variant's dtype, heads, hidden size
+and vocabulary, only fewer layers; its KV also lives in the cache (per token: its layers × the
+variant's per-layer KV bytes), which lowers the capacity (:meth:`ModelVariant.capacity_tokens`).
 """
 
 from __future__ import annotations
@@ -56,33 +61,42 @@ class ModelVariant:
     num_key_value_heads: int
 
     @property
+    def kv_bytes_per_layer_token(self) -> int:
+        """Bytes of KV cache per token and layer: KV heads × head_dim × 2 (K and V) × dtype."""
+        return self.num_key_value_heads * COMMON_ARCHITECTURE["head_dim"] * 2 * self.dtype_bytes
+
+    @property
     def kv_bytes_per_token(self) -> int:
         """Bytes of KV cache per token: layers × KV heads × head_dim × 2 (K and V) × dtype."""
-        return (
-            COMMON_ARCHITECTURE["num_hidden_layers"]
-            * self.num_key_value_heads
-            * COMMON_ARCHITECTURE["head_dim"]
-            * 2
-            * self.dtype_bytes
-        )
+        return COMMON_ARCHITECTURE["num_hidden_layers"] * self.kv_bytes_per_layer_token
 
-    def capacity_tokens(self, cache_bytes: int, block_size: int = CPU_BLOCK_SIZE) -> int:
+    def capacity_tokens(
+        self, cache_bytes: int, block_size: int = CPU_BLOCK_SIZE, draft_layers: int = 0
+    ) -> int:
         """Tokens a KV cache of ``cache_bytes`` holds: whole blocks × ``block_size``.
 
         vLLM sizes the pool as ``available_memory // bytes_per_block`` (``bytes_per_block`` =
         all layers' pages of one block, here ``block_size × kv_bytes_per_token``;
         ``vllm/v1/core/kv_cache_utils.py``) and reports ``num_gpu_blocks × block_size`` in
         ``vllm:cache_config_info``; e.g. 1 GiB → 146 blocks → 18,688 tokens, as seen there.
+        A draft model's ``draft_layers`` join the same pages (one KV group: same head
+        geometry), so each block costs their bytes too: 1 GiB with a 2-layer draft →
+        2^30 // (128 × 30 × 2,048 B) = 136 blocks → 17,408 tokens, as seen on vLLM 0.32.0.
         """
-        return cache_bytes // (block_size * self.kv_bytes_per_token) * block_size
+        per_token = self.kv_bytes_per_token + draft_layers * self.kv_bytes_per_layer_token
+        return cache_bytes // (block_size * per_token) * block_size
 
-    def architecture(self) -> dict[str, Any]:
-        """The Llama config fields of this variant (``transformers.LlamaConfig`` kwargs)."""
-        return {
+    def architecture(self, layers: int | None = None) -> dict[str, Any]:
+        """The Llama config fields of this variant (``transformers.LlamaConfig`` kwargs);
+        ``layers`` overrides the layer count (a draft's)."""
+        arch = {
             **COMMON_ARCHITECTURE,
             "num_attention_heads": self.num_attention_heads,
             "num_key_value_heads": self.num_key_value_heads,
         }
+        if layers is not None:
+            arch["num_hidden_layers"] = layers
+        return arch
 
 
 VARIANTS: dict[str, ModelVariant] = {
@@ -167,3 +181,41 @@ def choose_variant(choice: str, flags: frozenset[str] | None) -> VariantDecision
 def decide(choice: str) -> VariantDecision:
     """:func:`choose_variant` for this machine's CPU flags."""
     return choose_variant(choice, read_cpu_flags())
+
+
+#: How an embedded draft model gets its weights (``server.embedded_model.build_draft``).
+DraftKind = Literal["random", "truncated", "echo"]
+DRAFT_KINDS: tuple[str, ...] = ("random", "truncated", "echo")
+
+
+@dataclass(frozen=True)
+class DraftSpec:
+    """An embedded draft model: ``kind`` of weights, ``layers`` decoder layers.
+
+    - ``random``: seeded random weights (a seed of its own), unrelated to the target: its
+      proposals are (almost) never the target's choice; it only costs.
+    - ``truncated``: the target's first ``layers`` layers with the target's embeddings,
+      final norm and head (an early exit of the target).
+    - ``echo``: the target's embeddings, ``layers`` layers whose output projections are zero
+      (each block adds nothing to the residual stream) and a head of the unit-normalised
+      embeddings, so it always proposes the last token again. It is right wherever the
+      target repeats one token, wrong wherever it does anything else.
+
+    The three cost the same per step for a given ``layers`` (same shapes, same FLOPs), so a
+    draft cost measured with one holds for the others.
+    """
+
+    kind: str
+    layers: int
+
+    def __post_init__(self) -> None:
+        if self.kind not in DRAFT_KINDS:
+            raise ValueError(f"draft kind {self.kind!r}: expected one of {', '.join(DRAFT_KINDS)}")
+        target_layers = COMMON_ARCHITECTURE["num_hidden_layers"]
+        if not 1 <= self.layers < target_layers:
+            raise ValueError(f"draft layers {self.layers}: expected 1 to {target_layers - 1}")
+
+    @property
+    def name(self) -> str:
+        """``{kind}-{layers}l``, e.g. ``random-2l`` (directory names and labels)."""
+        return f"{self.kind}-{self.layers}l"

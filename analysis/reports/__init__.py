@@ -12,7 +12,8 @@ A ``ScenarioReport`` declares:
 - ``phase_columns(details)``: extra columns of the per-phase table (placed after a generic
   column), also printed on the console at the end of a run;
 - ``case_markdown(details, case)`` and ``markdown(details)``: its Markdown, per case and after
-  the cases;
+  the cases; ``closing(details)``: lines the report ends with (after the verdicts and plots:
+  the answer a reader came for);
 - ``plots(run, cases, details, out_dir)``: its PNG plots;
 - ``evaluators``: how each of its check kinds becomes a verdict.
 """
@@ -62,6 +63,9 @@ class ScenarioReport(Generic[D]):
         return []
 
     def markdown(self, details: D | None) -> list[str]:
+        return []
+
+    def closing(self, details: D | None) -> list[str]:
         return []
 
     def plots(

@@ -21,6 +21,8 @@ with every number chosen so that tests can compute the report by hand:
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,12 +30,14 @@ from pathlib import Path
 from loadgen.records import RecordWriter, RequestRecord
 from loadgen.rundir import (
     CASE_FILE,
+    CLOCK_OFFSETS_FILE,
     PHASES_FILE,
     PLAN_FILE,
     REQUESTS_FILE,
     RUN_FILE,
     append_jsonl,
     case_dir,
+    worker_requests_file,
     write_json,
 )
 from metrics.samples import Sample
@@ -75,11 +79,18 @@ class Options:
         case_json_failed: ``failed_requests`` written to the tested case's ``case.json``
             instead of the true count.
         nan_sample: a NaN ``kv_cache_usage_perc`` sample in the tested case's first scrape.
+        workers: write the records as that many load-generator workers would (request j of
+            a phase in ``requests.worker-{j mod workers}.jsonl``) instead of
+            ``requests.jsonl``; the same requests at the same (true) times.
+        worker_clock_ahead_ns: worker k's clock runs k × this ahead of the coordinator's: its
+            stamps are written shifted by it, and ``clock_offsets.jsonl`` says so.
     """
 
     failed_request: bool = False
     case_json_failed: int | None = None
     nan_sample: bool = False
+    workers: int = 0
+    worker_clock_ahead_ns: int = 0
 
 
 def build_plan() -> Plan:
@@ -104,7 +115,13 @@ def _write_case(run_dir: Path, plan: Plan, case_index: int, options: Options) ->
     failed = 0
     increments: list[tuple[int, dict[str, float]]] = []  # (time, counter increments)
     busy: list[tuple[int, int]] = []  # (first send, last end) per phase
-    with RecordWriter(cdir / REQUESTS_FILE) as writer:
+    paths = (
+        [cdir / worker_requests_file(w) for w in range(options.workers)]
+        if options.workers
+        else [cdir / REQUESTS_FILE]
+    )
+    with contextlib.ExitStack() as stack:
+        writers = [stack.enter_context(RecordWriter(path)) for path in paths]
         for k, phase in enumerate(plan.phases):
             start = BASE_NS + k * PHASE_SPACING_NS
             planned = materialize(phase.workload, phase.name, plan.seed, plan.tokens)
@@ -151,7 +168,15 @@ def _write_case(run_dir: Path, plan: Plan, case_index: int, options: Options) ->
                 totals["queries"] += len(p.prompt_token_ids)
                 totals["hits"] += cached
                 ends.append(rec.end_ns)
-                writer.write(rec)
+                worker = j % len(writers)
+                writers[worker].write(_ahead(rec, worker * options.worker_clock_ahead_ns))
+            if options.workers and options.worker_clock_ahead_ns:
+                for w in range(options.workers):
+                    append_jsonl(cdir / CLOCK_OFFSETS_FILE, {
+                        "phase": phase.name, "worker": w, "node": f"node-{w}",
+                        "offset_ns": w * options.worker_clock_ahead_ns,
+                        "rtt_ns": 400_000, "bound_ns": 200_000, "samples": 10,
+                    })  # fmt: skip
             last_end = max(ends)
             increments.append((last_end, totals))
             busy.append((start, last_end))
@@ -170,7 +195,7 @@ def _write_case(run_dir: Path, plan: Plan, case_index: int, options: Options) ->
                 },
             )
     _write_metrics(cdir, spec.name, increments, busy, options)
-    requests = sum(1 for _ in (cdir / REQUESTS_FILE).open())
+    requests = sum(1 for path in paths for _ in path.open())
     write_json(
         cdir / CASE_FILE,
         {
@@ -190,6 +215,19 @@ def _write_case(run_dir: Path, plan: Plan, case_index: int, options: Options) ->
             if options.case_json_failed is None
             else options.case_json_failed,
         },
+    )
+
+
+def _ahead(rec: RequestRecord, shift_ns: int) -> RequestRecord:
+    """``rec`` as a worker whose clock runs ``shift_ns`` ahead stamps it."""
+    if not shift_ns:
+        return rec
+    return dataclasses.replace(
+        rec,
+        scheduled_ns=rec.scheduled_ns + shift_ns,
+        sent_ns=None if rec.sent_ns is None else rec.sent_ns + shift_ns,
+        end_ns=None if rec.end_ns is None else rec.end_ns + shift_ns,
+        chunk_ns=[t + shift_ns for t in rec.chunk_ns],
     )
 
 

@@ -18,18 +18,33 @@ from vllm_fixtures import SharedServer, loadgen, read_report, run_scenario
 pytestmark = pytest.mark.vllm
 
 
+REDUCED = (
+    "--cache", "160MiB",
+    "--prefix-tokens", "512",
+    "--suffix-tokens", "32",
+    "--requests", "16",
+    "--pollution-requests", "1",  # let --pollution-factor (2.5× capacity) size it
+    "--output-tokens", "4",
+    "--settle-s", "0.6",
+)  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def reduced_run(server_1gib: SharedServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_scenario(
-        tmp_path_factory, "prefix-eviction",
-        "--cache", "160MiB",
-        "--control-url", server_1gib.url,
-        "--prefix-tokens", "512",
-        "--suffix-tokens", "32",
-        "--requests", "16",
-        "--pollution-requests", "1",  # let --pollution-factor (2.5× capacity) size it
-        "--output-tokens", "4",
-        "--settle-s", "0.6",
+        tmp_path_factory, "prefix-eviction", *REDUCED, "--control-url", server_1gib.url
+    )
+
+
+@pytest.fixture(scope="module")
+def two_worker_run(
+    reduced_run: Path, server_1gib: SharedServer, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """The same reduced run sent by two worker processes. Another seed: the shared control
+    server still holds the first run's anchors, and a control must start cold."""
+    return run_scenario(
+        tmp_path_factory, "prefix-eviction", *REDUCED, "--control-url", server_1gib.url,
+        "--seed", "1", "--workers", "2",
     )  # fmt: skip
 
 
@@ -78,3 +93,27 @@ def test_report_rebuilt_from_raw_files_equals_the_original(reduced_run: Path) ->
     assert (reduced_run / "report.json").read_text() == before_json
     assert (reduced_run / "report.md").read_text() == before_md
     assert loadgen("validate", str(reduced_run), timeout=120).returncode == 0
+
+
+def test_two_workers_give_the_verdicts_counts_and_cached_tokens_of_one(
+    reduced_run: Path, two_worker_run: Path
+) -> None:
+    one, two = read_report(reduced_run), read_report(two_worker_run)
+    assert [(v["case"], v["check"], v["passed"]) for v in two["verdicts"]] == [
+        (v["case"], v["check"], v["passed"]) for v in one["verdicts"]
+    ]
+    for case, c1 in one["cases"].items():
+        for phase, p1 in c1["phases"].items():
+            p2 = two["cases"][case]["phases"][phase]
+            assert (p2["requests"], p2["ok"], p2["cached_tokens"]) == (
+                p1["requests"], p1["ok"], p1["cached_tokens"]
+            ), (case, phase)  # fmt: skip
+            assert p2["workers"] == 2 and p1["workers"] is None
+            # Closed loop at 4: the server never held more than the 4 asked for.
+            assert p2["requested_concurrency"] == 4
+            assert p2["server_in_flight_peak"] is not None and p2["server_in_flight_peak"] <= 4
+    cdir = two_worker_run / "cases" / "160MiB"
+    assert sorted(p.name for p in cdir.glob("requests*.jsonl")) == [
+        "requests.worker-0.jsonl", "requests.worker-1.jsonl"
+    ]  # fmt: skip
+    assert loadgen("validate", str(two_worker_run), timeout=120).returncode == 0

@@ -58,6 +58,7 @@ class StreamScript:
         error_event_type: with ``error_after_chunks``, precede the error data with
             ``event: <type>``.
         error_payload: the data of the error event.
+        ttft_for: TTFT of each request chosen from its JSON body (replaces ``ttft_s``).
     """
 
     ttft_s: float = 0.0
@@ -77,6 +78,7 @@ class StreamScript:
     no_final_blank_line: bool = False
     error_event_type: str | None = None
     error_payload: str = ""
+    ttft_for: Callable[[dict[str, Any]], float] | None = None
 
 
 @dataclass
@@ -246,7 +248,7 @@ class FakeOpenAIServer:
                 finally:
                     self.waiting -= 1
                 slot_held = True
-            await asyncio.sleep(script.ttft_s)
+            await asyncio.sleep(script.ttft_for(body) if script.ttft_for else script.ttft_s)
             done = 0
             for i, tokens in enumerate(plan):
                 if i:

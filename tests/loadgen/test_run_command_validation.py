@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from loadgen.cli import main
+from loadgen.cli import main, workers_option
 
 
 def _run(*args: str) -> tuple[int, str]:
@@ -110,3 +110,51 @@ def test_slo_goodput_flags_are_checked_before_anything_starts(
     code, out = _run("slo-goodput", *args)
     assert code == 2
     assert message in " ".join(out.split())
+
+
+def test_workers_option_counts_auto_and_rejects_nonsense() -> None:
+    import os
+
+    assert workers_option(None) is None
+    assert workers_option("3") == 3
+    assert workers_option("auto") == len(os.sched_getaffinity(0))
+    runner = CliRunner()
+    result = runner.invoke(main, ["run", "prefix-eviction", "--workers", "0"])
+    assert result.exit_code == 2 and "worker count" in result.output
+
+
+def test_slo_goodput_refuses_several_workers_before_anything_starts(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, ["run", "slo-goodput", "--workers", "2", "--out", str(out)])
+    assert result.exit_code == 2
+    assert "slo-goodput runs in one process only" in result.output
+    assert not out.exists()
+
+
+def test_breaker_refuses_several_workers_before_anything_starts(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, ["run", "breaker", "--workers", "2", "--out", str(out)])
+    assert result.exit_code == 2
+    assert "breaker runs in one process only" in result.output
+    assert not out.exists()
+
+
+def test_spec_decode_cases_pass_the_up_front_checks_before_their_drafts_exist(
+    tmp_path: Path,
+) -> None:
+    # The draft cases' command lines are checked before any draft is built; the run then
+    # stops at the --out check, still before any server starts.
+    target = tmp_path / "afile"
+    target.write_text("x")
+    code, out = _run("spec-decode", "--out", str(target))
+    assert code == 2
+    assert "is a file, not a directory" in out
+
+
+def test_a_cache_too_small_for_the_draft_case_alone_is_rejected_up_front() -> None:
+    # 118 MiB = 123,731,968 B: 2,157 tokens of 57,344 B (the baseline starts), but only
+    # 2,013 of 57,344 + 2 × 2,048 = 61,440 B with a 2-layer draft, fewer than 2,048.
+    code, out = _run("spec-decode", "--cache", "118MiB", "--requests", "1", "--concurrency", "1")
+    assert code == 2
+    assert "case draft-random: a 118MiB KV cache holds 2013 tokens" in out
+    assert "(61,440 B each)" in out

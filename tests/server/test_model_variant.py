@@ -95,6 +95,7 @@ HAND_SCENARIOS = {
     "kv-preemption": {1 * GiB, 4 * GiB},
     "disconnect-abort": {1 * GiB},
     "breaker": {1 * GiB},
+    "spec-decode": {1 * GiB},
 }
 
 
