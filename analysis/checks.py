@@ -51,7 +51,9 @@ def evaluate(
     details: Any,
 ) -> list[Verdict]:
     """One verdict per check; a check on a case that did not run is undecided (``None``), and
-    so is one whose server lacked a metric family it needs (``CheckSpec.families``).
+    so is one whose server lacked a metric family it needs (``CheckSpec.families``). A check
+    about a phase that is incomplete (``PhaseSummary.incomplete``) keeps its outcome, and its
+    detail names the incomplete phase (the data quality list says why).
 
     Raises:
         KeyError: a check kind that neither the generic evaluators nor the scenario's
@@ -81,6 +83,18 @@ def evaluate(
             reasons = "; ".join(str(MissingFamilyError(f)) for f in lacking)
             verdict = verdict.model_copy(
                 update={"passed": None, "detail": f"cannot decide on vLLM {version}: {reasons}"}
+            )
+        partial = [
+            name
+            for name in dict.fromkeys(
+                (getattr(check, "phase", None), getattr(check, "other", None))
+            )
+            if isinstance(name, str) and name in case.phases and case.phases[name].incomplete
+        ]
+        if partial:  # decided from part of a phase: keep the outcome, say so beside it
+            names = ", ".join(partial)
+            verdict = verdict.model_copy(
+                update={"detail": f"{verdict.detail} [phase {names} incomplete: see data quality]"}
             )
         verdicts.append(verdict)
     return verdicts

@@ -14,10 +14,17 @@ failed it, MIXED otherwise, UNDECIDED when a run could not decide. PASS → FAIL
 regression whatever the tolerances, FAIL → PASS an improvement; UNDECIDED on either side is
 inconclusive.
 
+Only complete runs are compared: a run whose ``run.json`` status is not ``ok``, that has no
+``manifest.json`` (killed before it was sealed), a case whose status is not ``ok`` or a phase
+that is incomplete (``PhaseSummary.incomplete``) is refused, naming the run and why, unless
+``allow_incomplete``; then every metric and verdict comparison is marked ``incomplete`` and its
+note names the incomplete runs.
+
 Exit codes (:func:`exit_code`): 0 nothing gated regressed; 1 a gated metric or a verdict
 regressed; 3 nothing regressed, but a gated metric is *missing* (its server metric family is
-absent from a run) or, with ``strict``, inconclusive. Usage errors (not runs, workloads that
-differ) are raised as :class:`CompareError` for the CLI to turn into exit code 2.
+absent from a run) or, with ``strict``, inconclusive. Usage errors (not runs, unreadable plans,
+workloads that differ, incomplete runs) are raised as :class:`CompareError` for the CLI to turn
+into exit code 2.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import fmean
 from typing import Any
@@ -51,10 +58,10 @@ from analysis.compare_stats import (
 )
 from analysis.gate_file import GateConfig
 from analysis.latency import request_frame
-from analysis.load import load_run
+from analysis.load import RunFileError, load_run
 from analysis.models import CaseSummary, PhaseSummary
 from analysis.report import summarize_run
-from loadgen.rundir import PLAN_FILE
+from loadgen.rundir import MANIFEST_FILE, PLAN_FILE
 from metrics.names import MissingFamilyError
 from scenarios.plan import Plan
 
@@ -103,16 +110,20 @@ class MetricComparison(_Frozen):
     per_run_baseline: list[float | None] = Field(default_factory=list)
     per_run_candidate: list[float | None] = Field(default_factory=list)
     note: str = ""
+    incomplete: bool = False
 
 
 class VerdictComparison(_Frozen):
-    """A check's verdict on both sides (PASS, FAIL, MIXED, UNDECIDED) and its class."""
+    """A check's verdict on both sides (PASS, FAIL, MIXED, UNDECIDED) and its class;
+    ``incomplete`` (with ``note``) when a run it comes from did not complete."""
 
     case: str
     check: str
     baseline: str
     candidate: str
     classification: Classification
+    incomplete: bool = False
+    note: str = ""
 
 
 class SideInfo(_Frozen):
@@ -161,7 +172,8 @@ def workload_hash(plan: Plan) -> str:
 
 @dataclass
 class RunView:
-    """One run of a side: its plan, summaries, verdicts and request records per case."""
+    """One run of a side: its plan, summaries, verdicts and request records per case, and why
+    it is incomplete (empty when it completed)."""
 
     run_dir: Path
     plan: Plan
@@ -169,6 +181,7 @@ class RunView:
     cases: dict[str, CaseSummary]
     records: dict[str, list[dict[str, Any]]]
     verdicts: dict[tuple[str, str], bool | None]
+    incomplete: list[str] = field(default_factory=list)
 
 
 def run_dirs(path: Path) -> list[Path]:
@@ -185,9 +198,32 @@ def run_dirs(path: Path) -> list[Path]:
     return found
 
 
+def incompleteness(
+    run_dir: Path, run: Mapping[str, Any], cases: Mapping[str, CaseSummary]
+) -> list[str]:
+    """Why a run did not complete (module docstring); empty when it did."""
+    out = []
+    if run.get("status") != "ok":
+        out.append(f"run status {run.get('status') or 'unknown'}")
+    if not (run_dir / MANIFEST_FILE).exists():
+        out.append(f"no {MANIFEST_FILE} (the run was not sealed)")
+    for name, case in cases.items():
+        if case.status != "ok":
+            out.append(f"case {name} status {case.status}")
+        out += [f"case {name} phase {p} incomplete" for p, s in case.phases.items() if s.incomplete]
+    return out
+
+
 def load_view(run_dir: Path) -> RunView:
-    """Load and summarise one run (``analysis.report.summarize_run``)."""
-    data = load_run(run_dir)
+    """Load and summarise one run (``analysis.report.summarize_run``).
+
+    Raises:
+        CompareError: its plan is unreadable or invalid.
+    """
+    try:
+        data = load_run(run_dir)
+    except RunFileError as exc:
+        raise CompareError(str(exc)) from None
     report = summarize_run(data)
     return RunView(
         run_dir=run_dir,
@@ -196,7 +232,12 @@ def load_view(run_dir: Path) -> RunView:
         cases=report.summary.cases,
         records={c.name: c.records for c in data.cases},
         verdicts={(v.case, v.check): v.passed for v in report.summary.verdicts},
+        incomplete=incompleteness(run_dir, data.run, report.summary.cases),
     )
+
+
+def _incomplete_runs(views: Sequence[RunView], label: str) -> list[str]:
+    return [f"{label} run {v.run_dir} ({'; '.join(v.incomplete)})" for v in views if v.incomplete]
 
 
 def _side_info(label: str, views: Sequence[RunView]) -> SideInfo:
@@ -453,14 +494,23 @@ def compare_sides(
     *,
     allow_workload_mismatch: bool = False,
     pairs: Mapping[str, str] | None = None,
+    allow_incomplete: bool = False,
 ) -> Comparison:
     """Compare loaded sides (module docstring).
 
     Raises:
-        CompareError: a side has no run, the workloads differ (unless allowed), or no case pairs.
+        CompareError: a side has no run, a run is incomplete (unless allowed), the workloads
+            differ (unless allowed), or no case pairs.
     """
     if not baseline or not candidate:
         raise CompareError("each side needs at least one run")
+    partial = _incomplete_runs(baseline, "baseline") + _incomplete_runs(candidate, "candidate")
+    if partial and not allow_incomplete:
+        raise CompareError(
+            "refusing to compare runs that did not complete: "
+            + "; ".join(partial)
+            + "; pass --allow-incomplete to compare anyway (every figure is then marked)"
+        )
     b_info, c_info = _side_info("baseline", baseline), _side_info("candidate", candidate)
     match = b_info.workload_hash == c_info.workload_hash
     notes = []
@@ -500,6 +550,13 @@ def compare_sides(
                 if got is not None:
                     metrics.append(got)
     verdicts = compare_verdicts(baseline, candidate, paired)
+    if partial:
+        mark = "from an incomplete run: " + "; ".join(partial)
+        notes.append(mark + " — compared anyway (--allow-incomplete)")
+        metrics = [m.model_copy(update={"incomplete": True,
+                                        "note": f"{mark}; {m.note}" if m.note else mark})
+                   for m in metrics]  # fmt: skip
+        verdicts = [v.model_copy(update={"incomplete": True, "note": mark}) for v in verdicts]
     counts: dict[str, int] = {k: 0 for k in CLASSES}
     for m in metrics:
         counts[m.classification] += 1
@@ -527,17 +584,19 @@ def compare_paths(
     *,
     allow_workload_mismatch: bool = False,
     pairs: Mapping[str, str] | None = None,
+    allow_incomplete: bool = False,
 ) -> Comparison:
     """Load both sides (a run, or a directory of runs each) and compare them.
 
     Raises:
-        CompareError: see :func:`compare_sides` and :func:`run_dirs`.
+        CompareError: see :func:`compare_sides`, :func:`run_dirs` and :func:`load_view`.
     """
     base = [load_view(p) for p in run_dirs(baseline)]
     cand = [load_view(p) for p in run_dirs(candidate)]
     return compare_sides(
-        base, cand, gate, allow_workload_mismatch=allow_workload_mismatch, pairs=pairs
-    )
+        base, cand, gate, allow_workload_mismatch=allow_workload_mismatch, pairs=pairs,
+        allow_incomplete=allow_incomplete,
+    )  # fmt: skip
 
 
 def exit_code(comparison: Comparison, strict: bool = False) -> int:

@@ -7,7 +7,8 @@
   ``output_throughput_tok_s`` (relative, higher is better), ``goodput_req_s`` (where a phase
   reports it), ``failed_requests`` (count), ``prefix_cache_hit_rate`` = Δ``prefix_cache_hits`` /
   Δ``prefix_cache_queries`` (vLLM counters, tokens), ``cached_token_rate`` = Σ cached / Σ prompt
-  tokens of the phase's requests, ``num_preemptions`` (Δ counter) and ``kv_cache_usage_peak``
+  tokens of the phase's successful requests that reported cached tokens (``None`` when none
+  did: inconclusive, never a drop to 0), ``num_preemptions`` (Δ counter) and ``kv_cache_usage_peak``
   (largest sampled ``kv_cache_usage_perc``, a fraction).
 
 A per-run figure read from a server metric names its families: when a family is missing from
@@ -108,7 +109,7 @@ RUN_METRICS: tuple[RunMetric, ...] = (
         "cached_token_rate",
         "difference",
         "higher",
-        lambda p: _ratio(float(p.cached_tokens), float(p.prompt_tokens)),
+        lambda p: p.cached_token_rate,
     ),
     RunMetric(
         "num_preemptions",

@@ -61,6 +61,7 @@ def metric_rows(metrics: list[MetricComparison]) -> list[list[str]]:
         name = m.metric + (f" {m.stat}" if m.stat else "")
         klass = m.classification.upper() if m.classification == "regression" else m.classification
         klass += "" if m.gated else " (not gated)"
+        klass += " (incomplete run)" if m.incomplete else ""
         rows.append(
             [m.phase, name, _value(m, m.baseline), _value(m, m.candidate), change, interval, tol,
              klass, m.note]
@@ -118,7 +119,9 @@ def render_markdown(c: Comparison, strict: bool = False) -> str:
         out += [f"## Case {title}", ""]
         verdicts = [v for v in c.verdicts if v.case == b_case]
         if verdicts:
-            rows = [[v.check, v.baseline, v.candidate, v.classification] for v in verdicts]
+            rows = [[v.check, v.baseline, v.candidate,
+                     v.classification + (" (incomplete run)" if v.incomplete else "")]
+                    for v in verdicts]  # fmt: skip
             out += ["Verdicts:", "", table(["check", "baseline", "candidate", "class"], rows), ""]
         metrics = [m for m in c.metrics if m.case == b_case]
         headers = ["phase", "metric", "baseline", "candidate", "change", "interval",

@@ -3,17 +3,21 @@
 The defaults live in ``analysis/gate_defaults.toml`` (its comments document the format); a
 user's file is read the same way and overrides them key by key: top-level settings replace the
 defaults', and each ``[metrics.NAME]`` table is merged into the default table of that name.
-Unknown keys and metrics are errors, so a typo never silently keeps a default.
+Unknown keys and metrics are errors, so a typo never silently keeps a default; so are settings
+that would be ignored or could never classify: ``stats`` (or a ``metric.stat`` key) on a per-run
+figure, which has one value per run and no statistics to choose, an unknown statistic, and a
+tolerance that is not a finite number ≥ 0 (``inf`` would call every change "no change").
 """
 
 from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from analysis.compare_metrics import REQUEST_METRICS
 from analysis.compare_stats import Statistic
 
 DEFAULTS_FILE = Path(__file__).with_name("gate_defaults.toml")
@@ -34,7 +38,7 @@ class MetricRule(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    tolerance: float = Field(ge=0)
+    tolerance: float = Field(ge=0, allow_inf_nan=False)
     gate: bool = True
     stats: tuple[Statistic, ...] = ()
 
@@ -66,11 +70,34 @@ def _read(path: Path) -> dict[str, Any]:
         raise GateFileError(f"{path}: {exc}") from None
 
 
+_PER_REQUEST = tuple(m.name for m in REQUEST_METRICS)
+
+
+def _shape_problems(metrics: dict[str, Any]) -> list[str]:
+    """Keys and settings a gate file may not hold although each value is well typed."""
+    out = []
+    for name, table in metrics.items():
+        base, _, stat = name.partition(".")
+        per_run = base not in _PER_REQUEST
+        if stat and stat not in get_args(Statistic):
+            out.append(f"[metrics.\"{name}\"]: unknown statistic {stat!r}; known: "
+                       + ", ".join(get_args(Statistic)))  # fmt: skip
+        elif stat and per_run:
+            out.append(f"[metrics.\"{name}\"]: {base} is a per-run figure (one value per run) "
+                       f"with no statistics; set its tolerance in [metrics.{base}]")  # fmt: skip
+        if per_run and isinstance(table, dict) and table.get("stats"):
+            out.append(f"[metrics.{name}] stats: {base} is a per-run figure (one value per run), "
+                       "so no statistic is chosen; stats apply to the per-request metrics "
+                       + ", ".join(_PER_REQUEST))  # fmt: skip
+    return out
+
+
 def load_gate(path: Path | None = None) -> GateConfig:
     """The defaults, overridden by the gate file at ``path`` when given.
 
     Raises:
-        GateFileError: unreadable TOML, an unknown key or metric, or an invalid value.
+        GateFileError: unreadable TOML, an unknown key, metric or statistic, ``stats`` on a
+            per-run figure, or an invalid value (a tolerance below 0 or not finite).
     """
     data = _read(DEFAULTS_FILE)
     known = set(data.get("metrics", {}))
@@ -91,10 +118,13 @@ def load_gate(path: Path | None = None) -> GateConfig:
             if "." in name and "tolerance" not in merged:
                 merged["tolerance"] = data["metrics"][base_name]["tolerance"]
             data["metrics"][name] = merged
+    where = path or DEFAULTS_FILE
+    shape = _shape_problems(data.get("metrics") or {})
+    if shape:
+        raise GateFileError(f"{where}: " + "; ".join(shape))
     try:
         return GateConfig.model_validate(data)
     except ValidationError as exc:
-        where = path or DEFAULTS_FILE
         problems = "; ".join(
             f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors()
         )

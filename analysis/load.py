@@ -14,9 +14,18 @@ every request, never averaged per worker.
 
 Every JSON-lines file is read the same way (:func:`read_jsonl`): a last line cut short by a
 crash (no newline, not valid JSON) is skipped and reported as a torn tail; a complete line that
-is not a JSON object is skipped and reported by line number; everything else is kept. Metric
-samples whose value is not finite (``NaN`` from older runs) are dropped and counted, so no
-statistic ever sees them.
+is not a JSON object, or not a well-typed row of its file (a record, phase, sample, scrape,
+clock offset, fault or gateway event: ``analysis.file_shapes``), is skipped and reported by line
+number with the reason; everything else is kept. Metric samples whose value is not finite
+(``NaN`` from older runs) are dropped and counted, so no statistic ever sees them. A JSON file
+(``run.json``, ``case.json``, ``report.json``) that is unreadable, not an object or mistyped
+reads as empty with a problem saying so; only a ``plan.json`` that cannot be read stops the
+reading (:class:`RunFileError`), as nothing can be analysed without it.
+
+A phase that has records but no ``phases.jsonl`` row (the load generator was killed during
+it, so nobody wrote its boundaries) is rebuilt from its records: its window runs from the
+first request sent to the last one that finished, without settle, and the row says
+``rebuilt_from_records`` so every reader can flag the phase incomplete.
 """
 
 from __future__ import annotations
@@ -25,11 +34,15 @@ import gzip
 import json
 import math
 import re
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from analysis.file_shapes import shape_problem
 from loadgen.rundir import (
     CASE_FILE,
     CLOCK_OFFSETS_FILE,
@@ -41,7 +54,6 @@ from loadgen.rundir import (
     REQUESTS_FILE,
     RUN_FILE,
     case_dir,
-    read_json,
     worker_request_files,
 )
 from metrics.samples import Sample
@@ -52,21 +64,31 @@ from scenarios.plan import CaseSpec, Plan
 _LEGACY_PLAN_FIELDS = ("probe_phases", "compare_phases")
 
 
+class RunFileError(ValueError):
+    """A file the reading cannot do without (``plan.json``) is missing, unreadable or does not
+    validate; the message names the file and what is wrong with it."""
+
+
 @dataclass(frozen=True)
 class JsonlFile:
     """What a JSON-lines file held.
 
     Attributes:
-        rows: the JSON objects of its readable lines, in file order.
+        rows: the JSON objects of its readable, well-typed lines, in file order.
         exists: the file was there.
         torn_tail: its last line was cut short (no newline and not valid JSON): skipped.
         bad_lines: 1-based numbers of complete lines that are not JSON objects: skipped.
+        mistyped: (line number, why) of JSON objects that are not well-typed rows of the
+            file's kind (``analysis.file_shapes``): skipped.
+        kind: the row kind the lines were checked against (``None``: any object).
     """
 
     rows: list[dict[str, Any]]
     exists: bool = True
     torn_tail: bool = False
     bad_lines: tuple[int, ...] = ()
+    mistyped: tuple[tuple[int, str], ...] = ()
+    kind: str | None = None
 
     def problems(self, name: str) -> list[str]:
         """Human-readable findings about this file (empty when it read cleanly)."""
@@ -79,18 +101,26 @@ class JsonlFile:
         if self.bad_lines:
             lines = ", ".join(str(n) for n in self.bad_lines[:10])
             out.append(f"{name}: line(s) {lines} are not valid JSON objects and were skipped")
+        if self.mistyped:
+            lines = ", ".join(f"{n} ({why})" for n, why in self.mistyped[:5])
+            more = f" and {len(self.mistyped) - 5} more" if len(self.mistyped) > 5 else ""
+            out.append(f"{name}: line(s) {lines}{more} are not well-typed {self.kind} rows "
+                       "and were skipped")  # fmt: skip
         return out
 
 
-def read_jsonl(path: Path) -> JsonlFile:
-    """Read a JSON-lines file the tolerant way described in the module docstring.
+def read_jsonl(path: Path, kind: str | None = None) -> JsonlFile:
+    """Read a JSON-lines file the tolerant way described in the module docstring; with
+    ``kind`` (a key of ``analysis.file_shapes.SHAPES``) each object must be a well-typed row
+    of it.
 
     A missing file gives an empty :class:`JsonlFile` with ``exists=False``.
     """
     if not path.exists():
-        return JsonlFile([], exists=False)
+        return JsonlFile([], exists=False, kind=kind)
     rows: list[dict[str, Any]] = []
     bad: list[int] = []
+    mistyped: list[tuple[int, str]] = []
     torn = False
     with open(path, encoding="utf-8", errors="replace") as fh:
         for lineno, line in enumerate(fh, 1):
@@ -104,11 +134,49 @@ def read_jsonl(path: Path) -> JsonlFile:
                 else:
                     torn = True  # only the last line can lack its newline
                 continue
-            if isinstance(obj, dict):
-                rows.append(obj)
-            else:
+            if not isinstance(obj, dict):
                 bad.append(lineno)
-    return JsonlFile(rows, True, torn, tuple(bad))
+            elif kind is not None and (why := shape_problem(kind, obj)) is not None:
+                mistyped.append((lineno, why))
+            else:
+                rows.append(obj)
+    return JsonlFile(rows, True, torn, tuple(bad), tuple(mistyped), kind)
+
+
+@dataclass(frozen=True)
+class JsonFile:
+    """What a JSON file held: ``data`` (``{}`` when missing or unusable) and, when it was
+    there but unusable, ``problem`` saying why."""
+
+    data: dict[str, Any]
+    exists: bool
+    problem: str | None = None
+
+
+def read_json_file(path: Path, kind: str | None = None) -> JsonFile:
+    """Read a JSON object file; with ``kind`` (``run``, ``case``) it must be well typed.
+
+    Never raises for a broken file: an empty, unreadable, non-object or mistyped file gives
+    ``data == {}`` and a ``problem`` naming the file.
+    """
+    if not path.exists():
+        return JsonFile({}, False)
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        return JsonFile({}, True, f"{path.name} cannot be read ({exc}); read as empty")
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        why = "is empty" if not text.strip() else f"is not valid JSON ({exc})"
+        return JsonFile({}, True, f"{path.name} {why}; read as empty")
+    if not isinstance(obj, dict):
+        return JsonFile({}, True, f"{path.name} holds a {type(obj).__name__}, not a JSON "
+                        "object; read as empty")  # fmt: skip
+    mistyped = shape_problem(kind, obj) if kind is not None else None
+    if mistyped is not None:
+        return JsonFile({}, True, f"{path.name} is not well typed ({mistyped}); read as empty")
+    return JsonFile(obj, True)
 
 
 #: Record fields holding one monotonic stamp (ns), and the one holding a list of them.
@@ -163,17 +231,17 @@ def read_records(cdir: Path) -> RecordFiles:
     A record of worker k in phase p is shifted by the offset measured for (p, k); a worker
     and phase without one is on the coordinator's clock already (same host).
     """
-    offsets_file = read_jsonl(cdir / CLOCK_OFFSETS_FILE)
+    offsets_file = read_jsonl(cdir / CLOCK_OFFSETS_FILE, "clock offset")
     offset = {(str(o["phase"]), int(o["worker"])): int(o["offset_ns"]) for o in offsets_file.rows}
     files: dict[str, JsonlFile] = {}
     records: list[dict[str, Any]] = []
-    single = read_jsonl(cdir / REQUESTS_FILE)
+    single = read_jsonl(cdir / REQUESTS_FILE, "record")
     if single.exists:
         files[REQUESTS_FILE] = single
         records += single.rows
     workers = worker_request_files(cdir)
     for worker, path in workers:
-        part = read_jsonl(path)
+        part = read_jsonl(path, "record")
         files[path.name] = part
         for r in part.rows:
             shifted = shift_stamps(r, offset.get((str(r.get("phase")), worker), 0))
@@ -238,12 +306,14 @@ class CaseData:
 
 @dataclass
 class RunData:
-    """Raw data of a run: its plan, run facts and cases (in plan order)."""
+    """Raw data of a run: its plan, run facts and cases (in plan order); ``file_problems``
+    says what was wrong with ``run.json`` (it then reads as empty)."""
 
     run_dir: Path
     plan: Plan
     run: dict[str, Any]
     cases: list[CaseData]
+    file_problems: list[str] = field(default_factory=list)
 
 
 def load_plan(run_dir: Path) -> Plan:
@@ -251,15 +321,26 @@ def load_plan(run_dir: Path) -> Plan:
 
     Raises:
         FileNotFoundError: no ``plan.json`` (not a run directory, or it failed before planning).
-        pydantic.ValidationError: the plan does not validate.
+        RunFileError: ``plan.json`` is empty, not JSON, not an object or not a valid plan.
     """
     path = run_dir / PLAN_FILE
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: not a run directory, or no plan was made")
-    data = read_json(path)
+    found = read_json_file(path)
+    if found.problem is not None:
+        raise RunFileError(f"{path}: {found.problem.removesuffix('; read as empty')}")
+    data = dict(found.data)
     for key in _LEGACY_PLAN_FIELDS:
         data.pop(key, None)
-    return Plan.model_validate(data)
+    try:
+        return Plan.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"]) or "plan"
+        raise RunFileError(
+            f"{path} is not a valid plan ({exc.error_count()} error(s), first: {where}: "
+            f"{err['msg']})"
+        ) from None
 
 
 def read_samples(case_dir: Path) -> list[Sample]:
@@ -269,7 +350,7 @@ def read_samples(case_dir: Path) -> list[Sample]:
 
 def read_scrapes(case_dir: Path) -> list[dict[str, Any]]:
     """The scrape index of a case directory (``metrics/scrapes.jsonl``), one dict per tick."""
-    return _scrapes(read_jsonl(case_dir / SCRAPES_FILE).rows)
+    return _scrapes(read_jsonl(case_dir / SCRAPES_FILE, "scrape").rows)
 
 
 def iter_raw(case_dir: Path) -> Iterator[dict[str, Any]]:
@@ -283,15 +364,17 @@ def iter_raw(case_dir: Path) -> Iterator[dict[str, Any]]:
             for line in fh:
                 if line.strip():
                     try:
-                        yield json.loads(line)
+                        obj = json.loads(line)
                     except json.JSONDecodeError:
                         return  # only the cut-short last line can fail to parse
-        except (EOFError, gzip.BadGzipFile):
+                    if isinstance(obj, dict):
+                        yield obj
+        except (EOFError, OSError, zlib.error):  # gzip.BadGzipFile is an OSError
             return
 
 
 def _samples(path: Path) -> tuple[list[Sample], int, JsonlFile]:
-    raw = read_jsonl(path)
+    raw = read_jsonl(path, "sample")
     out: list[Sample] = []
     nonfinite = 0
     for d in raw.rows:
@@ -335,26 +418,56 @@ def _transitions(cdir: Path, events: JsonlFile) -> tuple[list[Transition], str |
     return out, "log"
 
 
+def rebuild_missing_phases(
+    phases: list[dict[str, Any]], records: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """``phases`` plus a row for every phase that has records but no row (module docstring):
+    ``start_ns`` = first ``sent_ns``, ``last_end_ns`` = ``end_ns`` = last ``end_ns`` (the
+    last chunk or the send where a record has no end), ``rebuilt_from_records`` true; rows in
+    time order. A phase none of whose requests was sent has no window and gets no row.
+    """
+    have = {str(p.get("phase")) for p in phases}
+    sent: dict[str, list[int]] = {}
+    ends: dict[str, list[int]] = {}
+    for r in records:
+        name = str(r.get("phase"))
+        if name in have or r.get("sent_ns") is None:
+            continue
+        sent.setdefault(name, []).append(int(r["sent_ns"]))
+        end = r.get("end_ns") or max(r.get("chunk_ns") or [r["sent_ns"]])
+        ends.setdefault(name, []).append(int(end))
+    rebuilt = [
+        {"phase": name, "start_ns": min(starts), "last_end_ns": max(ends[name]),
+         "end_ns": max(ends[name]), "requests": len(starts), "rebuilt_from_records": True}
+        for name, starts in sent.items()
+    ]  # fmt: skip
+    if not rebuilt:
+        return phases
+    return sorted([*phases, *rebuilt], key=lambda p: int(p["start_ns"]))
+
+
 def load_case(run_dir: Path, spec: CaseSpec) -> CaseData:
     """Everything recorded for case ``spec`` (empty lists for files it never wrote)."""
     cdir = case_dir(run_dir, spec.name)
-    info = read_json(cdir / CASE_FILE) if (cdir / CASE_FILE).exists() else {}
+    info = read_json_file(cdir / CASE_FILE, "case")
     merged = read_records(cdir)
-    files = {rel: read_jsonl(cdir / rel) for rel in (PHASES_FILE, SCRAPES_FILE)}
+    files = {PHASES_FILE: read_jsonl(cdir / PHASES_FILE, "phase"),
+             SCRAPES_FILE: read_jsonl(cdir / SCRAPES_FILE, "scrape")}  # fmt: skip
     files.update(merged.files)
     samples, nonfinite, samples_file = _samples(cdir / SAMPLES_FILE)
     files[SAMPLES_FILE] = samples_file
-    faults = read_jsonl(cdir / FAULTS_FILE)
+    faults = read_jsonl(cdir / FAULTS_FILE, "fault")
     files[FAULTS_FILE] = faults
-    events = read_jsonl(cdir / GATEWAY_EVENTS_FILE)
+    events = read_jsonl(cdir / GATEWAY_EVENTS_FILE, "gateway event")
     files[GATEWAY_EVENTS_FILE] = events
     transitions, source = _transitions(cdir, events)
-    problems = [p for rel, f in files.items() for p in f.problems(rel)]
+    problems = [info.problem] if info.problem else []
+    problems += [p for rel, f in files.items() for p in f.problems(rel)]
     return CaseData(
         name=spec.name,
-        info=info,
+        info=info.data,
         records=merged.records,
-        phases=files[PHASES_FILE].rows,
+        phases=rebuild_missing_phases(files[PHASES_FILE].rows, merged.records),
         samples=samples,
         scrapes=_scrapes(files[SCRAPES_FILE].rows),
         faults=faults.rows,
@@ -370,12 +483,15 @@ def load_case(run_dir: Path, spec: CaseSpec) -> CaseData:
 
 
 def load_run(run_dir: Path) -> RunData:
-    """Load everything analysis needs from ``run_dir``.
+    """Load everything analysis needs from ``run_dir``; broken files other than the plan are
+    read as far as they are good and reported (``file_problems`` of the run and its cases).
 
     Raises:
         FileNotFoundError: ``plan.json`` is missing (not a run directory, or it failed before
             planning).
+        RunFileError: ``plan.json`` cannot be read or is not a valid plan.
     """
     plan = load_plan(run_dir)
-    run = read_json(run_dir / RUN_FILE) if (run_dir / RUN_FILE).exists() else {}
-    return RunData(run_dir, plan, run, [load_case(run_dir, spec) for spec in plan.cases])
+    run = read_json_file(run_dir / RUN_FILE, "run")
+    cases = [load_case(run_dir, spec) for spec in plan.cases]
+    return RunData(run_dir, plan, run.data, cases, [run.problem] if run.problem else [])

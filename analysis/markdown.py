@@ -43,7 +43,7 @@ def _generic_columns() -> list[tuple[str, Any]]:
         return f(peak * 100 if peak is not None else None)
 
     return [
-        ("phase", lambda p: p.phase),
+        ("phase", lambda p: p.phase + (" (incomplete)" if p.incomplete else "")),
         ("req", lambda p: str(p.requests)),
         ("failed", lambda p: str(p.failed)),
         ("TTFT mean", lambda p: f(p.ttft_ms.mean)),
@@ -239,6 +239,8 @@ def render_markdown(summary: RunSummary, report: ScenarioReport[Any], details: A
             + (f", wall time {run.wall_s:.0f} s" if run.wall_s else ""),
             "",
         ]
+    if run.file_problems:
+        out += [f"Run file problem: {p}" for p in run.file_problems] + [""]
     if run.model_variant:
         out += [
             f"Embedded model variant: **{run.model_variant.get('variant')}** "

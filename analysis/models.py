@@ -86,6 +86,11 @@ class PhaseSummary(LatencyStats):
     Attributes:
         deltas_flag: set when no successful scrape started after the phase's last request
             ended and before the window closed: counter deltas may miss the tail.
+        prompt_tokens: prompt tokens of every request of the phase (sent or not).
+        cached_tokens: Σ cached tokens over the successful requests that reported them
+            (``None``: none did); ``cached_reported`` counts those requests,
+            ``cached_prompt_tokens`` sums their prompt tokens and ``cached_token_rate`` is
+            their ratio (``analysis.summaries``; ``None`` when undefined).
         token_timing: records by how their token stamps were obtained (usage/text/final_only).
         send_lateness_ms: sent − scheduled, over every sent request (open-loop accuracy).
         requested_concurrency: requests the phase asked to keep in flight (closed loop, all
@@ -97,6 +102,8 @@ class PhaseSummary(LatencyStats):
             to this phase's records (Ray across hosts; ``None`` when the clock is shared).
         loop_lag_max_ms / loop_lag_p99_ms / late_sends: with workers, the worst worker's lag
             and the late sends of all of them.
+        incomplete: why the phase's figures cover only part of it (the run was interrupted or
+            killed during it), ``None`` for a phase that ran to its end.
     """
 
     phase: str
@@ -110,7 +117,10 @@ class PhaseSummary(LatencyStats):
     output_throughput_tok_s: float | None
     request_throughput_req_s: float | None
     prompt_tokens: int
-    cached_tokens: int
+    cached_tokens: int | None
+    cached_reported: int = 0
+    cached_prompt_tokens: int = 0
+    cached_token_rate: float | None = None
     token_timing: dict[str, int] = Field(default_factory=dict)
     send_lateness_ms: Stats = Stats()
     counter_deltas: dict[str, float | None] = Field(default_factory=dict)
@@ -127,6 +137,7 @@ class PhaseSummary(LatencyStats):
     server_in_flight_peak: float | None = None
     workers: int | None = None
     clock_offset_bound_ms: float | None = None
+    incomplete: str | None = None
 
 
 class CaseSummary(_Frozen):
@@ -178,7 +189,7 @@ class VerdictSummary(_Frozen):
 
 
 class RunInfo(_Frozen):
-    """How the run went (from ``run.json``)."""
+    """How the run went (from ``run.json``); ``file_problems`` when it could not be read."""
 
     command: list[str] = Field(default_factory=list)
     started_at: str | None = None
@@ -186,6 +197,7 @@ class RunInfo(_Frozen):
     wall_s: float | None = None
     model_variant: dict[str, Any] | None = None
     cpu: dict[str, Any] | None = None
+    file_problems: list[str] = Field(default_factory=list)
 
 
 class RunSummary(_Frozen):

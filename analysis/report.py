@@ -37,8 +37,9 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
-def _run_info(run: dict[str, Any]) -> RunInfo:
+def _run_info(run: dict[str, Any], problems: list[str]) -> RunInfo:
     return RunInfo(
+        file_problems=problems,
         command=list(run.get("command") or []),
         started_at=run.get("started_at"),
         status=run.get("status"),
@@ -50,11 +51,14 @@ def _run_info(run: dict[str, Any]) -> RunInfo:
 
 @dataclass(frozen=True)
 class Report:
-    """A built report: the typed summary, the scenario's report parts and its details."""
+    """A built report: the typed summary, the scenario's report parts, its details, and the
+    file problems of the run it was built from."""
 
     summary: RunSummary
     parts: ScenarioReport[Any]
     details: Any
+    #: What the reader skipped or read as empty (run file, then ``case: problem``).
+    file_problems: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """The report as written to ``report.json`` (JSON-ready, no NaN)."""
@@ -88,7 +92,7 @@ def summarize_run(data: RunData) -> Report:
     summary = RunSummary(
         scenario=plan.scenario,
         description=plan.description,
-        run=_run_info(data.run),
+        run=_run_info(data.run, data.file_problems),
         params=plan.params,
         sizing=plan.sizing,
         phases=plan.phase_names(),
@@ -97,7 +101,11 @@ def summarize_run(data: RunData) -> Report:
         verdicts=verdicts,
         verdict_summary=checks.summary(verdicts),
     )
-    return Report(summary, parts, details)
+    problems = [
+        *data.file_problems,
+        *(f"{c.name}: {p}" for c in data.cases for p in c.file_problems),
+    ]
+    return Report(summary, parts, details, tuple(problems))
 
 
 def summarize(run_dir: Path, data: RunData | None = None) -> dict[str, Any]:
@@ -123,7 +131,7 @@ def build_report(run_dir: Path) -> Report:
     summary = summary.model_copy(
         update={"plots": [p.relative_to(run_dir).as_posix() for p in written]}
     )
-    built = Report(summary, built.parts, built.details)
+    built = Report(summary, built.parts, built.details, built.file_problems)
     (run_dir / REPORT_JSON).write_text(json.dumps(built.as_dict(), indent=2) + "\n")
     (run_dir / REPORT_MD).write_text(render_markdown(summary, built.parts, built.details))
     return built

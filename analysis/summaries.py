@@ -6,6 +6,13 @@ last request finished + settle wait (the ``end_ns`` the run recorded). Throughpu
 tokens (of successful requests) / duration and successful requests / duration, where the
 duration is last request finished − first request sent, in s. Latency statistics are over
 successful requests only; failures and aborts are counted beside them.
+
+Cached-token rate (the client-side prefix-cache hit rate) = Σ cached tokens / Σ prompt tokens
+over the successful requests that reported cached tokens
+(``usage.prompt_tokens_details.cached_tokens``; vLLM reports it only with
+``--enable-prompt-tokens-details``): numerator and denominator from the same requests, so a
+failed request or a server that does not report counts neither as a miss nor as a hit; with
+no such request the rate is ``None``, never 0.
 """
 
 from __future__ import annotations
@@ -59,6 +66,22 @@ def _timing_counts(rows: pd.DataFrame) -> dict[str, int]:
     return dict(sorted(Counter(t for t in rows["timing"] if isinstance(t, str)).items()))
 
 
+def _cached_figures(ok: pd.DataFrame) -> dict[str, Any]:
+    """Cached-token figures of the successful requests ``ok`` (module docstring)."""
+    if ok.empty or "cached_tokens" not in ok:
+        return {"cached_tokens": None, "cached_reported": 0, "cached_prompt_tokens": 0,
+                "cached_token_rate": None}  # fmt: skip
+    reported = ok[ok["cached_tokens"].notna()]
+    prompt = int(reported["prompt_tokens_sent"].sum()) if not reported.empty else 0
+    cached = int(reported["cached_tokens"].sum()) if not reported.empty else None
+    return {
+        "cached_tokens": cached,
+        "cached_reported": len(reported),
+        "cached_prompt_tokens": prompt,
+        "cached_token_rate": cached / prompt if cached is not None and prompt > 0 else None,
+    }
+
+
 def phase_summary(case: CaseData, phase: dict[str, Any], frame: pd.DataFrame) -> PhaseSummary:
     """Summary of one phase of one case (see the module docstring for definitions)."""
     name = str(phase["phase"])
@@ -70,7 +93,6 @@ def phase_summary(case: CaseData, phase: dict[str, Any], frame: pd.DataFrame) ->
     peaks, per_engine, gauge_points = server_side.gauge_figures(case.samples, start, end)
     out_tokens = int(ok["output_tokens"].sum()) if not ok.empty else 0
     positive = duration_s > 0
-    cached = rows["cached_tokens"] if "cached_tokens" in rows else pd.Series(dtype=float)
     return PhaseSummary(
         **dict(latency_stats(ok)),
         phase=name,
@@ -84,7 +106,7 @@ def phase_summary(case: CaseData, phase: dict[str, Any], frame: pd.DataFrame) ->
         output_throughput_tok_s=out_tokens / duration_s if positive else None,
         request_throughput_req_s=len(ok) / duration_s if positive else None,
         prompt_tokens=int(rows["prompt_tokens_sent"].sum()) if not rows.empty else 0,
-        cached_tokens=int(cached.fillna(0).sum()),
+        **_cached_figures(ok),
         token_timing=_timing_counts(rows),
         send_lateness_ms=stats(rows["send_lateness_ms"]) if not rows.empty else Stats(),
         counter_deltas=deltas,
@@ -101,7 +123,25 @@ def phase_summary(case: CaseData, phase: dict[str, Any], frame: pd.DataFrame) ->
         server_in_flight_peak=server_side.in_flight_peak(case.samples, start, end),
         workers=len(phase["workers"]) if phase.get("workers") else None,
         clock_offset_bound_ms=_offset_bound_ms(case, name),
+        incomplete=incomplete_reason(phase),
     )
+
+
+#: Why a phase row marks its phase incomplete (``analysis.load`` / ``loadgen.orchestrate``).
+REBUILT = (
+    "the run ended during it (killed: no phases.jsonl row); its window was rebuilt from its "
+    "records, first send → last end, without settle, and requests unfinished then are absent"
+)
+INTERRUPTED = "interrupted (Ctrl-C or SIGTERM) while it ran: its figures cover the part before"
+
+
+def incomplete_reason(phase: dict[str, Any]) -> str | None:
+    """Why a phase row's figures cover only part of its phase, or ``None``."""
+    if phase.get("rebuilt_from_records"):
+        return REBUILT
+    if phase.get("interrupted"):
+        return INTERRUPTED
+    return None
 
 
 def _offset_bound_ms(case: CaseData, phase: str) -> float | None:
@@ -141,6 +181,8 @@ def data_quality(case: CaseData, phases: dict[str, PhaseSummary]) -> list[str]:
     if case.nonfinite_samples:
         out.append(f"{case.nonfinite_samples} non-finite metric samples dropped")
     for name, p in phases.items():
+        if p.incomplete:
+            out.append(f"phase {name} is incomplete: {p.incomplete}")
         if p.deltas_flag:
             out.append(f"phase {name}: {p.deltas_flag}")
         final_only = p.token_timing.get("final_only", 0)

@@ -3,8 +3,10 @@
 Problems (the run is invalid): the manifest is missing or a file's size or sha256 differs; a
 file a case needs is missing; scrape ticks are not accounted for exactly once each; a record's
 stamps are out of order or its values impossible; failure counts disagree between the
-records, ``case.json`` and ``report.json``; a JSON-lines file has a line cut short by a crash
-or a corrupt line; ``report.json`` holds a non-finite value.
+records, ``case.json`` and ``report.json``; a JSON-lines file has a line cut short by a crash,
+a corrupt line or a line that is not a well-typed row of its file (``analysis.file_shapes``); a
+JSON file is empty, corrupt, not an object or mistyped; ``plan.json`` is not a valid plan;
+``report.json`` holds a non-finite value. Validation never raises for a broken run.
 
 Warnings (the run is valid, but some figures need care; the report shows the same findings):
 non-finite metric samples that were dropped, phases whose counter deltas rest on a scrape older
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis.load import load_case, load_plan
+from analysis.load import RunFileError, load_case, load_plan, read_json_file
 from analysis.summaries import case_summary
 from loadgen.manifest import verify_manifest
 from loadgen.rundir import (
@@ -31,11 +33,11 @@ from loadgen.rundir import (
     REQUESTS_FILE,
     RUN_FILE,
     case_dir,
-    read_json,
     worker_request_files,
 )
 from metrics.store import SAMPLES_FILE, SCRAPES_FILE
 from metrics.ticks import tick_problems
+from scenarios.plan import CaseSpec, Plan
 
 
 @dataclass
@@ -89,14 +91,21 @@ def validate_run(run_dir: Path) -> ValidationResult:
             result.problems.append(f"{name} missing")
     if not (run_dir / PLAN_FILE).exists():
         return result
-    plan = load_plan(run_dir)
-    report = read_json(run_dir / REPORT_JSON) if (run_dir / REPORT_JSON).exists() else {}
+    try:
+        plan = load_plan(run_dir)
+    except RunFileError as exc:
+        result.problems.append(str(exc))
+        return result
+    run_file = read_json_file(run_dir / RUN_FILE, "run")
+    report_file = read_json_file(run_dir / REPORT_JSON)
+    result.problems += [p for p in (run_file.problem, report_file.problem) if p]
+    report = report_file.data
     for spec in plan.cases:
         cdir = case_dir(run_dir, spec.name)
         if not (cdir / CASE_FILE).exists():
             result.problems.append(f"{spec.name}: {CASE_FILE} missing (case never started)")
             continue
-        info = read_json(cdir / CASE_FILE)
+        info = read_json_file(cdir / CASE_FILE, "case").data  # a broken one: load_case says so
         has_records = (cdir / REQUESTS_FILE).exists() or bool(worker_request_files(cdir))
         if info.get("status") == "failed" and not has_records:
             result.facts[spec.name] = {"status": "failed", "error": info.get("error")}
@@ -108,41 +117,57 @@ def validate_run(run_dir: Path) -> ValidationResult:
         for rel in (PHASES_FILE, SAMPLES_FILE, SCRAPES_FILE):
             if not (cdir / rel).exists():
                 result.problems.append(f"{spec.name}: {rel} missing")
-        case = load_case(run_dir, spec)
-        result.problems += [f"{spec.name}: {p}" for p in case.file_problems]
-        if case.legacy_scrape_index:
-            result.warnings.append(
-                f"{spec.name}: the scrape index predates per-tick accounting (ticks skipped "
-                "while a scrape ran are not listed)"
-            )
-        else:
-            result.problems += [f"{spec.name}: {p}" for p in tick_problems(case.scrapes)]
-        for rec in case.records:
-            result.problems += _check_record(rec, f"{spec.name}/{rec.get('request_id')}")
-        summary = case_summary(case, spec.label, [p.name for p in plan.phases_of(spec)])
-        result.warnings += [f"{spec.name}: {w}" for w in summary.data_quality
-                            if w not in case.file_problems]  # fmt: skip
-        failed = summary.requests_failed
-        if info.get("failed_requests") is not None and info["failed_requests"] != failed:
+        try:
+            _validate_case(result, run_dir, spec, plan, info, report)
+        except Exception as exc:  # a run this broken is a finding, never a crash of validate
             result.problems.append(
-                f"{spec.name}: case.json says {info['failed_requests']} failed, "
-                f"records say {failed}"
+                f"{spec.name}: cannot be summarised ({type(exc).__name__}: {exc})"
             )
-        reported = (report.get("cases") or {}).get(spec.name, {}).get("requests_failed")  # type: ignore[union-attr]
-        if reported is not None and reported != failed:
-            result.problems.append(
-                f"{spec.name}: report says {reported} failed, records say {failed}"
-            )
-        result.facts[spec.name] = {
-            "status": info.get("status"),
-            "requests": len(case.records),
-            "failed": failed,
-            **({"workers": case.workers} if case.workers else {}),
-        }
-    if (run_dir / REPORT_JSON).exists():
+    if report_file.exists and report_file.problem is None:
         text = (run_dir / REPORT_JSON).read_text()
         try:
             json.loads(text, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
         except ValueError as exc:
             result.problems.append(f"{REPORT_JSON}: non-finite value ({exc})")
     return result
+
+
+def _validate_case(
+    result: ValidationResult,
+    run_dir: Path,
+    spec: CaseSpec,
+    plan: Plan,
+    info: dict[str, Any],
+    report: dict[str, Any],
+) -> None:
+    """The checks of one case that ran (module docstring), added to ``result``."""
+    case = load_case(run_dir, spec)
+    result.problems += [f"{spec.name}: {p}" for p in case.file_problems]
+    if case.legacy_scrape_index:
+        result.warnings.append(
+            f"{spec.name}: the scrape index predates per-tick accounting (ticks skipped "
+            "while a scrape ran are not listed)"
+        )
+    else:
+        result.problems += [f"{spec.name}: {p}" for p in tick_problems(case.scrapes)]
+    for rec in case.records:
+        result.problems += _check_record(rec, f"{spec.name}/{rec.get('request_id')}")
+    summary = case_summary(case, spec.label, [p.name for p in plan.phases_of(spec)])
+    result.warnings += [f"{spec.name}: {w}" for w in summary.data_quality
+                        if w not in case.file_problems]  # fmt: skip
+    failed = summary.requests_failed
+    if info.get("failed_requests") is not None and info["failed_requests"] != failed:
+        result.problems.append(
+            f"{spec.name}: case.json says {info['failed_requests']} failed, records say {failed}"
+        )
+    cases = report.get("cases")
+    entry = cases.get(spec.name) if isinstance(cases, dict) else None
+    reported = entry.get("requests_failed") if isinstance(entry, dict) else None
+    if reported is not None and reported != failed:
+        result.problems.append(f"{spec.name}: report says {reported} failed, records say {failed}")
+    result.facts[spec.name] = {
+        "status": info.get("status"),
+        "requests": len(case.records),
+        "failed": failed,
+        **({"workers": case.workers} if case.workers else {}),
+    }

@@ -317,10 +317,11 @@ def report(run_dir: Path) -> None:
     Refuses when raw files changed since the run sealed them (the report would not be
     re-derivable from what the run wrote), and re-seals only after a successful rebuild.
     """
+    from analysis.load import read_json_file
     from analysis.report import build_report
     from loadgen.manifest import verify_manifest, write_manifest
     from loadgen.progress import make_console
-    from loadgen.rundir import MANIFEST_FILE, PLAN_FILE, RUN_FILE, read_json
+    from loadgen.rundir import MANIFEST_FILE, PLAN_FILE, RUN_FILE
 
     if not (run_dir / PLAN_FILE).exists():
         raise click.ClickException(f"{run_dir} has no {PLAN_FILE}: not a run directory")
@@ -331,14 +332,16 @@ def report(run_dir: Path) -> None:
                 "raw files differ from the run's manifest, so a rebuilt report would not "
                 "be re-derivable from what the run wrote:\n  " + "\n  ".join(changed)
             )
-    info = read_json(run_dir / RUN_FILE) if (run_dir / RUN_FILE).exists() else {}
+    info = read_json_file(run_dir / RUN_FILE, "run").data
     console = make_console()
     try:
         result = build_report(run_dir)
     except Exception as exc:
         raise click.ClickException(f"report failed: {type(exc).__name__}: {exc}") from None
-    write_manifest(run_dir, str(info.get("status", "unknown")), list(info.get("command", [])))
+    write_manifest(run_dir, str(info.get("status", "unknown")), list(info.get("command") or []))
     _print_summary(result, console)
+    for problem in result.file_problems:  # what was skipped: the report rests on the rest
+        console.print(f"[yellow]skipped: {problem}[/yellow]")
     click.echo(str(run_dir / "report.md"))
 
 
@@ -402,6 +405,7 @@ def _compare_and_report(
     strict: bool,
     allow_workload_mismatch: bool = False,
     pairs: dict[str, str] | None = None,
+    allow_incomplete: bool = False,
 ) -> int:
     """Compare, write compare.md/.json/plots into ``out``, print the findings; the exit code."""
     from rich.table import Table
@@ -414,8 +418,9 @@ def _compare_and_report(
     try:
         gate = load_gate(gate_file)
         comparison = compare_paths(
-            baseline, candidate, gate, allow_workload_mismatch=allow_workload_mismatch, pairs=pairs
-        )
+            baseline, candidate, gate, allow_workload_mismatch=allow_workload_mismatch,
+            pairs=pairs, allow_incomplete=allow_incomplete,
+        )  # fmt: skip
     except (CompareError, GateFileError) as exc:
         raise click.UsageError(str(exc)) from None
     path = write_comparison(comparison, out, strict)
@@ -480,6 +485,11 @@ def _compare_and_report(
     metavar="BASE=CAND",
     help="Pair differently named cases (repeatable).",
 )
+@click.option(
+    "--allow-incomplete",
+    is_flag=True,
+    help="Compare runs that did not complete (every figure from them is marked).",
+)
 def compare(
     baseline: Path,
     candidate: Path,
@@ -488,18 +498,20 @@ def compare(
     out: Path | None,
     allow_workload_mismatch: bool,
     pairs: tuple[str, ...],
+    allow_incomplete: bool,
 ) -> None:
     """Compare CANDIDATE against BASELINE (each a run directory, or a directory of runs that
     are pooled) and classify every metric: regression, improvement, no change, inconclusive.
 
     Exit code 0 when no gated metric or verdict regressed, 1 on a regression, 2 on usage
-    errors (including runs whose workloads differ), 3 when a gated metric is missing from a
-    run (or, with --strict, inconclusive).
+    errors (including runs whose workloads differ and runs that did not complete: status not
+    ok, a case not ok, no manifest, an incomplete phase; --allow-incomplete compares them
+    anyway), 3 when a gated metric is missing from a run (or, with --strict, inconclusive).
     """
     out = out or _new_run_dir("compare")
     sys.exit(
         _compare_and_report(baseline, candidate, out, gate_file, strict, allow_workload_mismatch,
-                            _parse_pairs(pairs))
+                            _parse_pairs(pairs), allow_incomplete)
     )  # fmt: skip
 
 

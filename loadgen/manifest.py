@@ -91,15 +91,24 @@ def write_manifest(run_dir: Path, status: str, command: list[str]) -> Path:
 def verify_manifest(run_dir: Path) -> list[str]:
     """Problems found re-checking the manifest: missing, changed or unlisted files.
 
-    Returns an empty list when every listed file exists with the recorded size and hash.
+    Returns an empty list when every listed file exists with the recorded size and hash; a
+    manifest that cannot be read is itself the one problem (never an exception).
     """
     path = run_dir / MANIFEST_FILE
     if not path.exists():
         return [f"{MANIFEST_FILE} missing: the run is incomplete"]
-    manifest = read_json(path)
+    try:
+        manifest = read_json(path)
+    except ValueError as exc:  # not JSON (json.JSONDecodeError) or not an object
+        return [f"{MANIFEST_FILE} cannot be read ({exc}): no file can be checked against it"]
+    entries = manifest.get("files")
+    if not isinstance(entries, list) or not all(
+        isinstance(e, dict) and isinstance(e.get("path"), str) for e in entries
+    ):
+        return [f"{MANIFEST_FILE} has no well-formed file list: no file can be checked"]
     problems: list[str] = []
     listed = {}
-    for entry in manifest.get("files", []):  # type: ignore[union-attr]
+    for entry in entries:
         rel = str(entry["path"])
         listed[rel] = entry
         file = run_dir / rel

@@ -2,13 +2,16 @@
 
 - **Prefix-cache hit rate (counters)** = Δ``prefix_cache_hits`` / Δ``prefix_cache_queries``
   over the phase window (both in tokens; vLLM ``vllm:prefix_cache_{hits,queries}_total``).
-- **Hit rate (requests)** = Σ cached tokens / Σ prompt tokens over the phase's requests
-  (``usage.prompt_tokens_details.cached_tokens``), the client-side twin.
+- **Hit rate (requests)** = Σ cached tokens / Σ prompt tokens over the phase's successful
+  requests that reported cached tokens (``usage.prompt_tokens_details.cached_tokens``), the
+  client-side twin (``PhaseSummary.cached_token_rate``); "–" when none reported.
 - **Lifetime hit rate** = the lifetime counters' hits / queries at a time: the number people
   usually watch, shown to contrast with phase deltas (it moves little while probes regress).
 - **Probe** = the first request (by index) of each prefix group in a phase: within a phase only
   a probe can miss (it re-caches the prefix for the requests behind it), so probes carry the
-  eviction signal.
+  eviction signal. A probe decides its check only when it succeeded and reported its cached
+  tokens: one that failed, or a server that does not report them (vLLM without
+  ``--enable-prompt-tokens-details``), leaves the check undecided and says why, never failed.
 """
 
 from __future__ import annotations
@@ -131,7 +134,7 @@ def _case(data: CaseData, summary: CaseSummary, probe_phases: tuple[str, ...]) -
                 p.counter_deltas.get("prefix_cache_hits"),
                 p.counter_deltas.get("prefix_cache_queries"),
             ),
-            hit_rate_requests=_ratio(p.cached_tokens, p.prompt_tokens),
+            hit_rate_requests=p.cached_token_rate,
             lifetime_hit_rate_at_end=_lifetime(data, int(phase["end_ns"])),
         )
     ratios = [
@@ -153,7 +156,30 @@ def _case(data: CaseData, summary: CaseSummary, probe_phases: tuple[str, ...]) -
     )
 
 
+#: Why a successful request has no cached-token count, and the fix.
+NOT_REPORTED_HINT = (
+    "the server did not report usage.prompt_tokens_details.cached_tokens (vLLM reports it "
+    "only when started with --enable-prompt-tokens-details)"
+)
+
+
+def _undecided_probes(probes: list[Probe]) -> list[str]:
+    """Why each probe that cannot decide a check cannot (failed, or no cached-token count)."""
+    failed = [f"{p.request_id} ({p.status})" for p in probes if p.status != "ok"]
+    silent = [p.request_id for p in probes if p.status == "ok" and p.cached_tokens is None]
+    out = []
+    if failed:
+        out.append(f"probe(s) that did not succeed: {', '.join(failed)}")
+    if silent:
+        out.append(f"probe(s) without a cached-token count: {', '.join(silent)}; "
+                   + NOT_REPORTED_HINT)  # fmt: skip
+    return out
+
+
 def _probe_verdict(check: ProbeCache, case: CaseSummary, details: PrefixEvictionDetails) -> Verdict:
+    """PASS when every probe succeeded, reported its cached tokens and meets the rule; FAIL
+    when one that did breaks it (evidence, whatever the others did); otherwise UNDECIDED,
+    naming the probes that failed or did not report."""
     probes = [p for p in details.cases[case.name].probes if p.phase == check.phase]
     name = f"{check.phase} probes {check.expect}"
     if not probes:
@@ -164,16 +190,29 @@ def _probe_verdict(check: ProbeCache, case: CaseSummary, details: PrefixEviction
             detail=f"no probe requests recorded in {check.phase}",
         )
     cached = [p.cached_tokens for p in probes]
+    decided = [c for p, c in zip(probes, cached, strict=True) if p.status == "ok" and c is not None]
     if check.expect == "hit":
-        good = [c is not None and c >= check.min_cached_tokens for c in cached]
+        good = [c >= check.min_cached_tokens for c in decided]
         rule = f"cached tokens ≥ {check.min_cached_tokens}"
     else:
-        good = [c is not None and c <= check.max_cached_tokens for c in cached]
+        good = [c <= check.max_cached_tokens for c in decided]
         rule = f"cached tokens ≤ {check.max_cached_tokens}"
-    detail = f"{sum(good)}/{len(good)} probes {check.expect} ({rule}); cached tokens: {cached}"
-    if not all(good) and check.why:
-        detail += f" — {check.why}"
-    return Verdict(case=check.case, check=name, passed=all(good), detail=detail)
+    undecided = len(probes) - len(decided)
+    detail = (
+        f"{sum(good)}/{len(probes)} probes {check.expect} ({rule})"
+        + (f", {undecided} cannot tell" if undecided else "")
+        + f"; cached tokens: {cached}"
+    )
+    if not all(good):
+        passed: bool | None = False
+        if check.why:
+            detail += f" — {check.why}"
+    elif undecided:
+        passed = None
+        detail += " — cannot decide: " + "; ".join(_undecided_probes(probes))
+    else:
+        passed = True
+    return Verdict(case=check.case, check=name, passed=passed, detail=detail)
 
 
 def _hit_rate_verdict(
@@ -255,9 +294,13 @@ class PrefixEvictionReport(ScenarioReport[PrefixEvictionDetails]):
         c = details.cases[case]
         out = [
             "Hit rate (counters) = Δprefix_cache_hits / Δprefix_cache_queries over the phase "
-            "window; hit rate (requests) = Σ cached tokens / Σ prompt tokens.",
+            "window; hit rate (requests) = Σ cached tokens / Σ prompt tokens over the "
+            "successful requests that reported cached tokens ('–' when none did).",
             "",
         ]
+        answered = [p for p in c.probes if p.status == "ok"]
+        if answered and all(p.cached_tokens is None for p in answered):
+            out += [f"No successful request reported cached tokens: {NOT_REPORTED_HINT}.", ""]
         if c.probes:
             rows = [
                 [p.phase, p.group, p.request_id, f(p.cached_tokens), str(p.prompt_tokens),

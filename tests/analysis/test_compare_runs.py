@@ -13,17 +13,25 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from synthetic_run import TEST_CASE, build_run
+from synthetic_run import TEST_CASE
+from synthetic_run import build_run as build_unsealed_run
 
 from analysis.compare import CompareError, compare_paths, exit_code, workload_hash
 from analysis.gate_file import GateFileError, load_gate
 from analysis.load import load_plan, load_run
 from analysis.report import summarize_run
 from loadgen.cli import main
+from loadgen.manifest import write_manifest
 from metrics.store import SAMPLES_FILE, SCRAPES_FILE
 
 #: Few enough values for the synthetic run's 6 requests per phase to be compared.
 SMALL_GATE = "min_samples = 4\nmin_tail_samples = 1\n"
+
+
+def build_run(run_dir: Path) -> None:
+    """The synthetic run, sealed as a complete run is (compare refuses unsealed ones)."""
+    build_unsealed_run(run_dir)
+    write_manifest(run_dir, "ok", ["loadgen", "run", "prefix-eviction"])
 
 
 def _rewrite_jsonl(path: Path, change: object) -> None:

@@ -59,7 +59,8 @@ def _write(tmp: Path, events: str | None = None) -> tuple[CaseData, dict]:
         sent = 100 * S + i * S
         down = 110 * S <= sent < 113 * S and i % 2 == 0  # 2 failures before the breaker opened
         records.append({
-            "request_id": f"r{i}", "phase": "episode", "sent_ns": sent,
+            "request_id": f"r{i}", "phase": "episode", "index": i, "sent_ns": sent,
+            "prompt_tokens_sent": 8, "max_tokens": 4,
             "status": "error" if down else "ok",
             "upstream": None if down else (A if (i % 2 or 110 * S <= sent < 131 * S) else B),
         })  # fmt: skip
