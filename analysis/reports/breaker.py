@@ -4,7 +4,10 @@ Transitions come from the gateway's events file (``t_ns`` on the monotonic clock
 uses), faults from ``faults.jsonl``, requests from the records (``upstream`` = the gateway's
 ``X-Gateway-Upstream`` header). Every time in the report is seconds from the phase start.
 **Goodput** here = requests that completed successfully per second of the episode (no latency
-SLO applied).
+SLO applied). The **success ratio** is over the requests that were sent: one never sent (the
+run was cut short) is neither a success nor a failure. The verdict is undecided, saying why,
+when nothing was sent or no breaker transition could be recorded (no gateway events file and
+no gateway log), never failed for want of data.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ class Episode(_Frozen):
     ok: int
     failed: int
     success_ratio: float | None
+    not_sent: int = 0
     goodput_req_s: float | None
     last_send_s: float | None
     ok_by_upstream: dict[str, int]
@@ -100,6 +104,7 @@ def episode(case: CaseData, phase: dict[str, Any]) -> Episode:
         return (int(t_ns) - start) / 1e9
 
     ok_total = sum(1 for r in records if r.get("status") == "ok")
+    sent = [r for r in records if r.get("status") != "not_sent"]
     by_upstream: dict[str, int] = {}
     for r in records:
         if r.get("status") == "ok" and r.get("upstream"):
@@ -116,10 +121,11 @@ def episode(case: CaseData, phase: dict[str, Any]) -> Episode:
     return Episode(
         case=case.name,
         phase=str(phase["phase"]),
-        requests=len(records),
+        requests=len(sent),
         ok=ok_total,
-        failed=len(records) - ok_total,
-        success_ratio=ok_total / len(records) if records else None,
+        failed=len(sent) - ok_total,
+        success_ratio=ok_total / len(sent) if sent else None,
+        not_sent=len(records) - len(sent),
         goodput_req_s=ok_total / duration_s if duration_s > 0 else None,
         last_send_s=max((rel(r["sent_ns"]) for r in records if r.get("sent_ns")), default=None),
         ok_by_upstream=by_upstream,
@@ -155,6 +161,12 @@ def _verdict(check: BreakerEpisode, case: CaseSummary, details: BreakerDetails) 
     if kill is None or kill.killed_s is None:
         detail = "the fault was not injected"
         return Verdict(case=check.case, check=name, passed=None, detail=detail)
+    if ep.success_ratio is None:
+        return Verdict(case=check.case, check=name, passed=None,
+                       detail="no request was sent in the episode")  # fmt: skip
+    if ep.transitions_source is None:
+        detail = "no breaker transitions recorded (no gateway events file, no gateway log)"
+        return Verdict(case=check.case, check=name, passed=None, detail=detail)
     killed_s = kill.killed_s
     seq = [t for t in ep.transitions if t.upstream == kill.url and t.t_s >= killed_s]
     opened = next((t for t in seq if t.to_state == "open"), None)
@@ -167,7 +179,7 @@ def _verdict(check: BreakerEpisode, case: CaseSummary, details: BreakerDetails) 
     closed = None
     if back is not None and opened is not None:
         closed = next((t for t in seq if t.to_state == "closed" and t.t_s > opened.t_s), None)
-    ratio = ep.success_ratio or 0.0
+    ratio = ep.success_ratio
     recovered = closed is not None or back is None
     ok = opened is not None and probed is not None and recovered
     ok = ok and ratio >= check.min_success_ratio
@@ -221,7 +233,10 @@ def episode_plot(ep: Episode, out: Path) -> Path:
 
 def _episode_lines(ep: Episode) -> list[str]:
     out = [
-        f"Phase {ep.phase}: {ep.ok}/{ep.requests} requests ok ({pct(ep.success_ratio)} %), "
+        f"Phase {ep.phase}: {ep.ok}/{ep.requests} requests sent were ok "
+        f"({pct(ep.success_ratio)} %"
+        + (f"; {ep.not_sent} never sent" if ep.not_sent else "")
+        + "), "
         f"goodput {f(ep.goodput_req_s, 2)} req/s; successful requests by upstream: "
         + ", ".join(f"{u} {n}" for u, n in sorted(ep.ok_by_upstream.items())),
         "",

@@ -16,6 +16,11 @@ From the request records (send, disconnect and end stamps) and the 250 ms sample
 - **KV release** = first scrape after the last disconnect where ``kv_cache_usage_perc``
   (largest over engines) is back to its value before the phase (+0.005), minus the last
   disconnect, in s.
+
+A check fails only on evidence (a scrape that shows the server still busy, a wasted fraction
+over its limit); when a figure it needs is undefined — no ``num_requests_running`` sample after
+the last disconnect, no ``generation_tokens`` delta, no orphan budget — it is undecided and
+says which.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ class DisconnectRow(BaseModel):
     received_tokens_at_disconnect: list[int]
     last_disconnect_ns: int
     running_after_last_disconnect: float | None
+    running_samples_after: int = 0
     time_to_free_s: float | None
     generation_tokens: float | None
     received_tokens: int
@@ -118,6 +124,7 @@ def disconnect_row(case: CaseData, phase: dict[str, Any]) -> DisconnectRow | Non
         received_tokens_at_disconnect=sorted({sum(r.get("chunk_tokens") or []) for r in cut}),
         last_disconnect_ns=last,
         running_after_last_disconnect=_first_at_or_after(running, last),
+        running_samples_after=sum(1 for t, _ in running if last <= t <= end),
         time_to_free_s=time_to_free,
         generation_tokens=generated,
         received_tokens=received,
@@ -135,33 +142,61 @@ def _row(details: DisconnectDetails, case: str, phase: str) -> DisconnectRow | N
     return next((r for r in details.rows if r.case == case and r.phase == phase), None)
 
 
+def _undefined(row: DisconnectRow, need_running: bool) -> list[str]:
+    """Which figures a check needs are undefined for ``row`` (module docstring)."""
+    out = []
+    if need_running and row.running_samples_after == 0:
+        out.append("no num_requests_running sample between the last disconnect and the "
+                   "phase's end")  # fmt: skip
+    if row.generation_tokens is None:
+        out.append("no generation_tokens delta over the phase")
+    elif row.orphan_budget_tokens == 0:
+        out.append("the disconnected requests had no tokens left to generate (no orphan budget)")
+    return out
+
+
 def _frees(check: DisconnectFreesServer, case: CaseSummary, details: DisconnectDetails) -> Verdict:
     row = _row(details, case.name, check.phase)
     name = f"server freed within {check.within_s} s of the last disconnect"
-    if row is None or row.time_to_free_s is None or row.wasted_fraction is None:
-        detail = "no disconnect recorded" if row is None else "server never seen free"
-        return Verdict(
-            case=check.case, check=name, passed=None if row is None else False, detail=detail
-        )
-    ok = row.time_to_free_s <= check.within_s and row.wasted_fraction <= check.max_wasted_fraction
+    if row is None:
+        return Verdict(case=check.case, check=name, passed=None, detail="no disconnect recorded")
+    seen_busy = row.time_to_free_s is None and row.running_samples_after > 0
+    late = seen_busy or (row.time_to_free_s is not None and row.time_to_free_s > check.within_s)
+    wasteful = row.wasted_fraction is not None and row.wasted_fraction > check.max_wasted_fraction
+    if seen_busy:
+        free = "server never seen free"
+    elif row.time_to_free_s is None:
+        free = "server not sampled after the last disconnect"
+    else:
+        free = f"running back after {row.time_to_free_s:.2f} s (sampled)"
     detail = (
-        f"running back after {row.time_to_free_s:.2f} s (sampled); wasted "
-        f"{row.wasted_tokens:.0f} of a {row.orphan_budget_tokens} token orphan budget "
-        f"({row.wasted_fraction:.1%}, limit {check.max_wasted_fraction:.0%})"
+        f"{free}; wasted {f(row.wasted_tokens, 0)} of a {row.orphan_budget_tokens} token "
+        f"orphan budget ({pct(row.wasted_fraction)} %, limit {check.max_wasted_fraction:.0%})"
     )
-    return Verdict(case=check.case, check=name, passed=ok, detail=detail)
+    undefined = _undefined(row, need_running=True)
+    if late or wasteful:
+        passed: bool | None = False
+    elif undefined:
+        passed, detail = None, f"{detail}; cannot decide: {'; '.join(undefined)}"
+    else:
+        passed = True
+    return Verdict(case=check.case, check=name, passed=passed, detail=detail)
 
 
 def _orphans(check: OrphansRunOn, case: CaseSummary, details: DisconnectDetails) -> Verdict:
     row = _row(details, case.name, check.phase)
     name = "orphaned requests run on after the disconnect"
-    if row is None or row.wasted_fraction is None:
+    if row is None:
         return Verdict(case=check.case, check=name, passed=None, detail="no disconnect recorded")
     detail = (
-        f"wasted {row.wasted_tokens:.0f} of a {row.orphan_budget_tokens} token orphan "
-        f"budget ({row.wasted_fraction:.1%}, expected ≥ {check.min_wasted_fraction:.0%}); "
+        f"wasted {f(row.wasted_tokens, 0)} of a {row.orphan_budget_tokens} token orphan "
+        f"budget ({pct(row.wasted_fraction)} %, expected ≥ {check.min_wasted_fraction:.0%}); "
         f"zombie time {row.zombie_s:.1f} s"
     )
+    if row.wasted_fraction is None:
+        undefined = "; ".join(_undefined(row, need_running=False))
+        return Verdict(case=check.case, check=name, passed=None,
+                       detail=f"{detail}; cannot decide: {undefined}")  # fmt: skip
     passed = row.wasted_fraction >= check.min_wasted_fraction
     return Verdict(case=check.case, check=name, passed=passed, detail=detail)
 

@@ -12,6 +12,10 @@ Hand calculation (SCENARIOS.md §5), from a case's real capacity of N blocks of 
   ``kv_cache_usage_perc`` = used / (N − 1) (vLLM ``BlockPool.get_usage``);
 - prediction: preemption iff the final working set in blocks exceeds N − 1; the expected
   KV-usage peak is min(1, final blocks / (N − 1)).
+
+The prediction is about C requests that all run to their end: when fewer than C succeeded
+(failed, aborted or never sent), the load was not the one predicted and both checks are
+undecided, saying so, never failed.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from pydantic import BaseModel, ConfigDict
 
 from analysis.load import RunData
 from analysis.markdown import f, table
-from analysis.models import CaseSummary, Verdict
+from analysis.models import CaseSummary, PhaseSummary, Verdict
 from analysis.reports import Evaluator, ScenarioReport
 from scenarios.kv_preemption import KVPeakMatchesWorkingSet, PreemptionAsPredicted
 
@@ -147,11 +151,25 @@ def _calc(check: Any, case: CaseSummary) -> HandCalculation | None:
     return hand_calculation(capacity, check.concurrency, check.prompt_tokens, check.output_tokens)
 
 
+def load_differs(concurrency: int, phase: PhaseSummary | None) -> str | None:
+    """Why ``phase`` did not carry the predicted load of ``concurrency`` requests run to their
+    end (fewer succeeded), or ``None`` when it did (module docstring)."""
+    if phase is None or phase.ok >= concurrency:
+        return None
+    return (
+        f"cannot decide: {phase.ok} of the {concurrency} requests the prediction assumes "
+        f"succeeded ({phase.failed} failed, {phase.aborted} aborted, {phase.not_sent} not sent), "
+        "so the load was not the one predicted"
+    )
+
+
 def _preemption(check: PreemptionAsPredicted, case: CaseSummary, _: Any) -> Verdict:
     calc = _calc(check, case)
     phase = case.phases.get(check.phase)
     delta = phase.counter_deltas.get("num_preemptions") if phase else None
     name = f"preemptions as predicted in {check.phase}"
+    if (why := load_differs(check.concurrency, phase)) is not None:
+        return Verdict(case=check.case, check=name, passed=None, detail=why)
     if calc is None or delta is None:
         return Verdict(
             case=check.case, check=name, passed=None,
@@ -171,6 +189,8 @@ def _kv_peak(check: KVPeakMatchesWorkingSet, case: CaseSummary, _: Any) -> Verdi
     phase = case.phases.get(check.phase)
     peak = phase.gauge_peaks.get("kv_cache_usage_perc") if phase else None
     name = f"KV peak matches the working set in {check.phase}"
+    if (why := load_differs(check.concurrency, phase)) is not None:
+        return Verdict(case=check.case, check=name, passed=None, detail=why)
     if calc is None or peak is None:
         return Verdict(
             case=check.case, check=name, passed=None, detail="capacity or KV-usage samples missing"

@@ -278,3 +278,76 @@ def test_a_check_that_needs_a_missing_family_is_undecided_and_names_it(tmp_path:
     # Checks that do not read the family are still decided.
     probes = next(v for v in verdicts if v.case == TEST_CASE and v.check == "revisit probes miss")
     assert probes.passed is True
+
+
+def test_a_phase_where_every_request_failed_has_no_cached_token_rate_not_a_drop_to_0(
+    pair: tuple[Path, Path],
+) -> None:
+    # Every candidate warm request failed (429 before any token): it reported no cached
+    # tokens, so warm's cached-token rate is undefined there (baseline: 6 × 64 / (6 × 72) =
+    # 0.889), inconclusive, never the regression 0.889 → 0 a count of failures as misses gave.
+    def fail(r: dict) -> dict:
+        if r["phase"] == "warm":
+            r |= {"status": "error", "error": "HTTP 429", "chunk_ns": [], "chunk_tokens": [],
+                  "cached_tokens": None, "http_status": 429}  # fmt: skip
+        return r
+
+    _rewrite_jsonl(pair[1] / "cases" / TEST_CASE / "requests.jsonl", fail)
+    comparison = compare_paths(*pair, load_gate())
+    rate = next(
+        m
+        for m in comparison.metrics
+        if (m.case, m.phase, m.metric) == (TEST_CASE, "warm", "cached_token_rate")
+    )
+    assert rate.per_run_baseline == pytest.approx([384 / 432])
+    assert rate.per_run_candidate == [None]
+    assert (rate.classification, rate.note) == ("inconclusive", "undefined in a run (no data)")
+
+
+def test_an_incomplete_run_is_refused_unless_allowed_and_then_every_figure_is_marked(
+    tmp_path: Path,
+) -> None:
+    build_run(tmp_path / "base")
+    build_unsealed_run(tmp_path / "cand")  # killed: never sealed, run.json still "running"
+    run_json = tmp_path / "cand" / "run.json"
+    run_json.write_text(json.dumps(json.loads(run_json.read_text()) | {"status": "running"}))
+    why = f"candidate run {tmp_path / 'cand'} (run status running; no manifest.json"
+    with pytest.raises(CompareError, match="refusing to compare runs that did not complete"):
+        compare_paths(tmp_path / "base", tmp_path / "cand", load_gate())
+    refused = CliRunner().invoke(
+        main, ["compare", str(tmp_path / "base"), str(tmp_path / "cand"), "--out",
+               str(tmp_path / "o")],
+    )  # fmt: skip
+    assert refused.exit_code == 2 and "--allow-incomplete" in refused.output
+    allowed = compare_paths(tmp_path / "base", tmp_path / "cand", load_gate(),
+                            allow_incomplete=True)  # fmt: skip
+    assert all(m.incomplete and m.note.startswith("from an incomplete run: " + why)
+               for m in allowed.metrics)  # fmt: skip
+    assert all(v.incomplete for v in allowed.verdicts)
+    assert any("compared anyway (--allow-incomplete)" in n for n in allowed.notes)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[metrics.num_preemptions]\nstats = ["p95"]\n',
+         "[metrics.num_preemptions] stats: num_preemptions is a per-run figure"),
+        ('[metrics."num_preemptions.p95"]\ntolerance = 1\n',
+         'num_preemptions is a per-run figure (one value per run) with no statistics'),
+        ('[metrics."ttft_ms.p42"]\ntolerance = 0.2\n', "unknown statistic 'p42'"),
+        ("[metrics.ttft_ms]\ntolerance = inf\n",
+         "metrics.ttft_ms.tolerance: Input should be a finite number"),
+        ("[metrics.failed_requests]\ntolerance = nan\n", "Input should be a finite number"),
+    ],
+)  # fmt: skip
+def test_gate_settings_that_would_be_ignored_or_never_classify_are_refused(
+    tmp_path: Path, pair: tuple[Path, Path], text: str, message: str
+) -> None:
+    gate = _gate_file(tmp_path, text)
+    with pytest.raises(GateFileError) as info:
+        load_gate(gate)
+    assert message in str(info.value)
+    cli = CliRunner().invoke(
+        main, ["compare", *map(str, pair), "--gate", str(gate), "--out", str(tmp_path / "o")]
+    )
+    assert cli.exit_code == 2 and message in cli.output

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from synthetic_run import TEST_CASE, build_run
 
-from analysis.load import load_run, read_jsonl
+from analysis.load import load_run, read_jsonl, rebuild_missing_phases
 from analysis.report import build_report
 from analysis.validate import validate_run
 from loadgen.manifest import write_manifest
@@ -125,3 +125,44 @@ def test_a_plan_with_fields_of_older_runs_still_loads(clean_run: Path, tmp_path:
     plan["compare_phases"] = [["revisit", "warm"]]
     (run_dir / "plan.json").write_text(json.dumps(plan))
     assert load_run(run_dir).plan.scenario == "prefix-eviction"
+
+
+def test_a_phase_killed_before_its_row_was_written_is_rebuilt_from_its_records_and_flagged(
+    clean_run: Path, tmp_path: Path
+) -> None:
+    # kill -9 during rewarm (phase 4) after its first 4 requests finished: no phases.jsonl row.
+    run_dir = tmp_path / "run"
+    shutil.copytree(clean_run, run_dir)
+    cdir = case_dir(run_dir, TEST_CASE)
+    phases = cdir / "phases.jsonl"
+    phases.write_text("".join(phases.read_text().splitlines(keepends=True)[:4]))
+    records = cdir / "requests.jsonl"
+    kept = [line for line in records.read_text().splitlines(keepends=True)
+            if not ('"phase":"rewarm"' in line and json.loads(line)["index"] >= 4)]  # fmt: skip
+    records.write_text("".join(kept))
+    case = load_run(run_dir).cases[0]
+    rewarm = case.phases[-1]
+    # synthetic_run: rewarm starts at BASE + 4 × 2 s, request j is sent 150 ms × j later, all
+    # hit (first token after 20 ms), 4 tokens 10 ms apart, end 1 ms after the last: request 3
+    # ends at 450 + 20 + 30 + 1 = 501 ms. No settle: end = last end.
+    start = 1_000 * 10**9 + 8 * 10**9
+    assert rewarm == {"phase": "rewarm", "start_ns": start, "last_end_ns": start + 501 * 10**6,
+                      "end_ns": start + 501 * 10**6, "requests": 4,
+                      "rebuilt_from_records": True}  # fmt: skip
+    report = build_report(run_dir)
+    summary = report.summary.cases[TEST_CASE]
+    assert summary.phases["rewarm"].requests == 4
+    assert summary.phases["rewarm"].incomplete is not None
+    assert any(q.startswith("phase rewarm is incomplete: the run ended during it")
+               for q in summary.data_quality)  # fmt: skip
+    probes = next(v for v in report.summary.verdicts
+                  if v.case == TEST_CASE and v.check == "rewarm probes hit")  # fmt: skip
+    assert probes.passed is True  # its 2 probes (indices 0, 1) ran: decided, and marked
+    assert probes.detail.endswith("[phase rewarm incomplete: see data quality]")
+    md = (run_dir / "report.md").read_text()
+    assert "| rewarm (incomplete) | 4 |" in md
+
+
+def test_a_phase_none_of_whose_requests_was_sent_gets_no_rebuilt_row() -> None:
+    unsent = {"phase": "warm", "status": "not_sent", "sent_ns": None}
+    assert rebuild_missing_phases([], [unsent]) == []

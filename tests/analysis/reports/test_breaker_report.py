@@ -141,3 +141,30 @@ def test_a_probe_that_closes_just_before_the_restart_is_stamped_healthy_still_co
     passed, detail = _verdict(tmp_path, events)
     assert passed is True
     assert "closed 29.50 s" in detail
+
+
+def test_requests_never_sent_are_not_failures_and_no_events_leave_the_verdict_undecided(
+    tmp_path: Path,
+) -> None:
+    cdir = _case_dir(tmp_path)
+    case_data, phase_row = _write(cdir, _events(EVENTS))
+    # The run was cut short: 4 more planned requests got not_sent records (no send stamp).
+    with open(cdir / "requests.jsonl", "a") as fh:
+        for i in range(40, 44):
+            fh.write(json.dumps({"request_id": f"r{i}", "phase": "episode", "index": i,
+                                 "prompt_tokens_sent": 8, "max_tokens": 4,
+                                 "status": "not_sent"}) + "\n")  # fmt: skip
+    case_data = load_case(tmp_path, CaseSpec(name="episode"))
+    ep = episode(case_data, phase_row)
+    # Still 38 ok of the 40 sent (success ratio 0.95), the 4 unsent beside them.
+    assert (ep.requests, ep.ok, ep.failed, ep.not_sent) == (40, 38, 2, 0 + 4)
+    assert ep.success_ratio == 38 / 40
+    # Without an events file and a gateway log nothing says what the breaker did.
+    (cdir / "gateway_events.jsonl").unlink()
+    blind = episode(load_case(tmp_path, CaseSpec(name="episode")), phase_row)
+    check = BreakerEpisode(case="episode", phase="episode", replica=1)
+    (verdict,) = evaluate((check,), {"episode": case("episode", phase("episode"))}, REPORT,
+                          BreakerDetails(episodes=[blind]))  # fmt: skip
+    assert (verdict.passed, verdict.detail) == (
+        None, "no breaker transitions recorded (no gateway events file, no gateway log)"
+    )  # fmt: skip

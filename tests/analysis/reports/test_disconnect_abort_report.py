@@ -4,10 +4,13 @@ records and samples."""
 from __future__ import annotations
 
 import pytest
+from summary_builders import case, phase
 
+from analysis.checks import evaluate
 from analysis.load import CaseData
-from analysis.reports.disconnect_abort import disconnect_row
+from analysis.reports.disconnect_abort import REPORT, DisconnectDetails, disconnect_row
 from metrics.samples import Sample
+from scenarios.disconnect_abort import DisconnectFreesServer, OrphansRunOn
 
 S = 1_000_000_000  # ns per s
 M = (("model_name", "m"),)
@@ -106,3 +109,50 @@ def test_kv_usage_of_two_engines_is_judged_by_the_larger_not_the_sum() -> None:
     assert row.kv_release_s == pytest.approx(0.9)
     assert row.running_after_last_disconnect == 2.0  # running is a count: summed over engines
     assert row.time_to_free_s == pytest.approx(0.9)
+
+
+def _verdicts(row_case: CaseData) -> list[tuple[bool | None, str]]:
+    row = disconnect_row(row_case, PHASE)
+    assert row is not None
+    checks = (DisconnectFreesServer(case="c", phase="abort", within_s=1.0),
+              OrphansRunOn(case="c", phase="abort"))  # fmt: skip
+    found = evaluate(
+        checks, {"c": case("c", phase("abort"))}, REPORT, DisconnectDetails(rows=[row])
+    )
+    return [(v.passed, v.detail) for v in found]
+
+
+def test_no_running_sample_after_the_last_disconnect_is_undecided_not_never_free() -> None:
+    # Scrapes stop at 1.5 s (the scraper died): nothing after the 1.6 s disconnect shows
+    # whether the server freed. Δgenerated over [1 s, 6 s] = 10 − 0, all received: wasted 0.
+    records = [_record(i, 1 * S, 5, 100, 16 * S // 10) for i in range(2)]
+    frees, _ = _verdicts(_case([0, 0, 0, 2], [0, 0, 0, 10], records))
+    assert frees == (
+        None,
+        "server not sampled after the last disconnect; wasted 0 of a 190 token orphan budget "
+        "(0.0 %, limit 10%); "
+        "cannot decide: no num_requests_running sample between the last disconnect and the "
+        "phase's end",
+    )
+
+
+def test_a_server_seen_busy_after_the_disconnect_fails_on_that_evidence() -> None:
+    # Running stays 2 at every scrape from 1.5 s to 6 s: seen busy, so FAIL.
+    records = [_record(i, 1 * S, 5, 100, 16 * S // 10) for i in range(2)]
+    running = [0, 0, 0] + [2] * 10
+    frees, _ = _verdicts(_case(running, [0, 0, 0] + [10] * 10, records))
+    assert frees[0] is False and frees[1].startswith("server never seen free")
+
+
+def test_without_a_generation_counter_the_wasted_fraction_decides_nothing() -> None:
+    # The server exposes no generation_tokens samples: wasted tokens are unknown, not 0.
+    records = [_record(i, 1 * S, 5, 100, 16 * S // 10) for i in range(2)]
+    full = _case([0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0], [0] * 13, records)
+    full.samples = [s for s in full.samples if s.name != "generation_tokens"]
+    frees, orphans = _verdicts(full)
+    assert frees[0] is None and frees[1].endswith("no generation_tokens delta over the phase")
+    assert orphans == (
+        None,
+        "wasted – of a 190 token orphan budget (– %, expected ≥ 80%); zombie time 0.0 s; "
+        "cannot decide: no generation_tokens delta over the phase",
+    )

@@ -53,9 +53,14 @@ def test_block_rounding_counts_a_partial_last_block_in_full() -> None:
     assert calc.predicted_preemption is True
 
 
-def _case(preemptions: float, kv_peak: float, capacity: dict[str, int]) -> CaseSummary:
+def _case(
+    preemptions: float, kv_peak: float, capacity: dict[str, int], ok: int = 16
+) -> CaseSummary:
     c16 = phase(
         "c16",
+        requests=16,
+        ok=ok,
+        failed=16 - ok,
         counter_deltas={"num_preemptions": preemptions},
         gauge_peaks={"kv_cache_usage_perc": kv_peak},
     )
@@ -88,6 +93,19 @@ def test_verdicts_for_a_case_that_fits() -> None:
     assert low_peak[1].passed is False
     surprise = evaluate(_checks("big"), {"big": _case(3, 0.33, CPU_4GIB)}, REPORT, None)
     assert surprise[0].passed is False
+
+
+def test_checks_on_a_phase_where_requests_failed_are_undecided_and_say_why() -> None:
+    # 13 of the 16 requests succeeded. Each needs ceil(1536 / 128) = 12 blocks; the 3 that
+    # failed held KV for an unknown part of their decode, so the working set lay somewhere
+    # between 13 × 12 = 156 and 16 × 12 = 192 blocks, not the predicted 192: 0 preemptions
+    # and a 0.7 peak cannot be judged against it.
+    verdicts = evaluate(_checks("small"), {"small": _case(0, 0.7, CPU_1GIB, ok=13)}, REPORT, None)
+    assert [v.passed for v in verdicts] == [None, None]
+    assert verdicts[0].detail == (
+        "cannot decide: 13 of the 16 requests the prediction assumes succeeded (3 failed, "
+        "0 aborted, 0 not sent), so the load was not the one predicted"
+    )
 
 
 def _row(name: str, calc: HandCalculation, **figures: float) -> PreemptionRow:

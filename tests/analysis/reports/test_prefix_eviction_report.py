@@ -186,3 +186,32 @@ def test_hit_rate_with_a_missing_rate_is_undecided() -> None:
     d = details({"warm": 0.970, "revisit": None}, [])
     v = one(HitRateCompare(case="a", phase="revisit", other="warm", relation="below"), d)
     assert (v.passed, v.detail) == (None, "revisit n/a vs warm 0.970 (tolerance 0.02)")
+
+
+def test_probes_without_cached_token_counts_are_undecided_and_name_the_flag() -> None:
+    # vLLM without --enable-prompt-tokens-details: every probe succeeded, none has a count.
+    check = ProbeCache(case="a", phase="cold", expect="miss", why="the cold phase must start cold")
+    v = one(check, details({"cold": 0.5}, probes("cold", [None, None])))
+    assert v.passed is None
+    assert v.detail == (
+        "0/2 probes miss (cached tokens ≤ 0), 2 cannot tell; cached tokens: [None, None] — "
+        "cannot decide: probe(s) without a cached-token count: cold-0, cold-1; the server did "
+        "not report usage.prompt_tokens_details.cached_tokens (vLLM reports it only when "
+        "started with --enable-prompt-tokens-details)"
+    )  # no "must start cold" advice: nothing says the server held these prefixes
+
+
+def test_a_failed_probe_leaves_a_check_the_others_pass_undecided() -> None:
+    good, failed = probes("warm", [1024, None])
+    failed = failed.model_copy(update={"status": "error"})
+    v = one(ProbeCache(case="a", phase="warm", expect="hit", min_cached_tokens=512),
+            details({"warm": 0.97}, [good, failed]))  # fmt: skip
+    assert (v.passed, v.detail) == (
+        None,
+        "1/2 probes hit (cached tokens ≥ 512), 1 cannot tell; cached tokens: [1024, None] — "
+        "cannot decide: probe(s) that did not succeed: warm-1 (error)",
+    )
+    # A decided probe that breaks the rule fails the check whatever the failed one did.
+    short = good.model_copy(update={"cached_tokens": 100})
+    assert one(ProbeCache(case="a", phase="warm", expect="hit", min_cached_tokens=512),
+               details({"warm": 0.97}, [short, failed])).passed is False  # fmt: skip
