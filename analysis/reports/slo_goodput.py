@@ -656,13 +656,20 @@ def _late(check: LateFiguresAgree, _: CaseSummary, d: SLOGoodputDetails | None) 
     name = "figures resolved at run time agree with their recomputation from the raw files"
     if d is None or not d.late_figures:
         return Verdict(case=check.case, check=name, passed=True, detail="none to check")
-    bad = [x for x in d.late_figures if x.agrees is not True]
-    shown = bad or d.late_figures[:3]
+    # Disagreement is evidence; a figure the run did not record or the raw files cannot give
+    # again (agrees is None) decides nothing, so it leaves the check undecided, not failed.
+    bad = [x for x in d.late_figures if x.agrees is False]
+    unknown = [x for x in d.late_figures if x.agrees is None]
+    shown = bad or unknown or d.late_figures[:3]
     detail = "; ".join(f"{x.name}: used {f(x.used, 4)}, recomputed {f(x.recomputed, 4)}"
                        for x in shown)  # fmt: skip
-    if not bad:
-        detail = f"all {len(d.late_figures)} agree, e.g. {detail}"
-    return Verdict(case=check.case, check=name, passed=not bad, detail=detail)
+    if bad:
+        return Verdict(case=check.case, check=name, passed=False, detail=detail)
+    if unknown:
+        detail = f"cannot decide: {len(unknown)} figure(s) without both values: {detail}"
+        return Verdict(case=check.case, check=name, passed=None, detail=detail)
+    detail = f"all {len(d.late_figures)} agree, e.g. {detail}"
+    return Verdict(case=check.case, check=name, passed=True, detail=detail)
 
 
 # --- Markdown -----------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from analysis.checks import evaluate
 from analysis.reports.slo_goodput import (
     REPORT,
     CapacityAnswer,
+    LateFigure,
     SaturationFigures,
     SLOGoodputDetails,
     SweepPoint,
@@ -18,6 +19,7 @@ from analysis.reports.slo_goodput import (
 )
 from scenarios.slo_goodput import (
     ClientKeptUp,
+    LateFiguresAgree,
     LowestRateAttains,
     MaxRateBracketed,
     OverloadCollapse,
@@ -154,3 +156,24 @@ def test_sending_more_than_offered_into_a_window_also_fails_the_client_check() -
     spill = [*SWEEP[:3], point("r4", 9.0, 8.9, 3.6, 0.4, achieved_rps=9.5), SWEEP[4]]
     v = verdict(ClientKeptUp(case="c"), details(spill))
     assert v.passed is False and "r4: achieved 9.50 of 9.00 req/s" in v.detail
+
+
+def test_a_late_figure_that_cannot_be_recomputed_leaves_the_check_undecided() -> None:
+    def late(used: float | None, again: float | None, agrees: bool | None) -> LateFigure:
+        return LateFigure(name="r1 rate (req/s)", used=used, recomputed=again, inputs="x",
+                          agrees=agrees)  # fmt: skip
+
+    def judge(*figures: LateFigure) -> Any:
+        d = details(SWEEP).model_copy(update={"late_figures": list(figures)})
+        return verdict(LateFiguresAgree(case="c"), d)
+
+    agree = late(2.25, 2.25, True)
+    # The run recorded 2.25 req/s, the raw files give nothing to recompute it from: unknown.
+    unknown = judge(agree, late(2.25, None, None))
+    assert (unknown.passed, unknown.detail) == (
+        None, "cannot decide: 1 figure(s) without both values: r1 rate (req/s): used 2.2500, "
+        "recomputed –",
+    )  # fmt: skip
+    # 2.25 against 2.70 is a disagreement: evidence, so FAIL whatever else is unknown.
+    assert judge(late(2.25, 2.70, False), late(2.25, None, None)).passed is False
+    assert judge(agree).passed is True
