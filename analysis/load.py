@@ -328,7 +328,8 @@ def load_plan(run_dir: Path) -> Plan:
         raise FileNotFoundError(f"{path} not found: not a run directory, or no plan was made")
     found = read_json_file(path)
     if found.problem is not None:
-        raise RunFileError(f"{path}: {found.problem.removesuffix('; read as empty')}")
+        why = found.problem.removeprefix(f"{PLAN_FILE} ").removesuffix("; read as empty")
+        raise RunFileError(f"{path} {why}")
     data = dict(found.data)
     for key in _LEGACY_PLAN_FIELDS:
         data.pop(key, None)
