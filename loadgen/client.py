@@ -17,7 +17,7 @@ import aiohttp
 from loadgen.clock import Clock
 from loadgen.connections import RecordTrace
 from loadgen.records import RequestRecord, Status
-from loadgen.sse import DONE, SSEDecoder, SSEEvent, parse_event
+from loadgen.sse import DONE, CompletionChunk, SSEDecoder, SSEEvent, parse_chunk, parse_event
 from loadgen.token_timing import TokenTally
 from scenarios.workloads import PlannedRequest
 
@@ -84,16 +84,29 @@ class _Stream:
         self.disconnect_after = disconnect_after
         self.clock = clock
         self.stopped_by: Status | None = None
+        self.applied = False
 
     async def read(self, response: aiohttp.ClientResponse) -> Status | None:
         """Consume the body; ``None`` when it ended (``[DONE]`` or EOF), else the status
-        that stopped it early (``error`` event, or ``aborted`` by a planned disconnect)."""
+        that stopped it early (``error`` event, or ``aborted`` by a planned disconnect).
+
+        Per read: one stamp, then the events it completed; reads of plain ``data:`` events
+        (every vLLM chunk) take the decoder's fast path and skip building event objects.
+        """
         decoder = SSEDecoder()
-        now = self.clock.now_ns()
+        now_ns = self.clock.now_ns
+        account = self._account
+        now = now_ns()
         async for raw in response.content.iter_any():
-            now = self.clock.now_ns()  # one stamp per read: what arrived together
-            for event in decoder.feed(raw):
-                if self._consume(event, now, response):
+            now = now_ns()  # one stamp per read: what arrived together
+            plain = decoder.feed_plain(raw)
+            if plain is None:
+                for event in decoder.feed(raw):
+                    if self._consume(event, now, response):
+                        return self.stopped_by
+                continue
+            for data in plain:
+                if data == DONE or account(parse_chunk(data), now, response):
                     return self.stopped_by
         last = decoder.flush()  # a last event whose blank line never came
         if last is not None:
@@ -104,7 +117,10 @@ class _Stream:
         """Account for one event; True when the stream must not be read further."""
         if event.data == DONE and event.event == "message":
             return True
-        chunk = parse_event(event)
+        return self._account(parse_event(event), now, response)
+
+    def _account(self, chunk: CompletionChunk, now: int, response: aiohttp.ClientResponse) -> bool:
+        """Account for one parsed chunk; True when the stream must not be read further."""
         record = self.record
         if chunk.error is not None:
             record.status = self.stopped_by = "error"
@@ -128,7 +144,10 @@ class _Stream:
         return False
 
     def apply(self) -> None:
-        """Copy the token stamps into the record."""
+        """Copy the token stamps into the record (once)."""
+        if self.applied:
+            return
+        self.applied = True
         stamps = self.tally.result()
         self.record.chunk_ns = stamps.chunk_ns
         self.record.chunk_tokens = stamps.chunk_tokens

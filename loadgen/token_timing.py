@@ -98,19 +98,23 @@ class TokenTally:
 
     def add(self, chunk: CompletionChunk, now_ns: int) -> None:
         """Account for one chunk that arrived (in a read) at ``now_ns``."""
-        if chunk.completion_tokens is not None:
-            self.final_tokens = chunk.completion_tokens
+        completion = chunk.completion_tokens
+        if completion is not None:
+            self.final_tokens = completion
             self._last_usage_ns = now_ns
         if not chunk.has_choice:
             return  # a usage-only chunk (the trailer) carries no token of its own
         if self.running_usage is None:
-            self.running_usage = chunk.completion_tokens is not None
+            self.running_usage = completion is not None
         if self.running_usage:
-            new = (chunk.completion_tokens or 0) - self.running_tokens
+            new = (completion or 0) - self.running_tokens
             if new > 0:
-                self._usage_ns.append(now_ns)
-                self._usage_tokens.append(new)
                 self.running_tokens += new
+                if self._usage_ns and self._usage_ns[-1] == now_ns:
+                    self._usage_tokens[-1] += new  # same read: one entry (see _merged)
+                else:
+                    self._usage_ns.append(now_ns)
+                    self._usage_tokens.append(new)
         else:
             self._choice_ns.append(now_ns)
             self._text.append(chunk.has_text)

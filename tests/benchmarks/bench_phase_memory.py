@@ -1,10 +1,10 @@
-"""Benchmark: does the load generator's memory grow with the length of a phase?
+"""Benchmark 6: the load generator's peak memory for 10,000 and 100,000 requests in one phase.
 
 Issue 10: every prompt of a phase was built up front (a 1,024-token prompt as Python ints is
 ≈ 37 KB, so 100,000 of them ≈ 3.7 GB) and every request was a coroutine created at once.
-This runs one open-loop phase of each size (default 10,000 and 100,000 requests, 1,024-token
-prompts, 4 output tokens) against the zero-delay fake vLLM (``tests/loadgen``) served by its
-own process, each phase in a fresh load-generator process, and prints per size:
+This runs one open-loop phase of each size (1,024-token prompts, 4 output tokens, 1,000
+req/s) against the zero-delay fake (``sse_server.py``, own process, own core), each phase in a
+fresh load-generator process, and records per size:
 
 - baseline RSS: the load generator's RSS just before the phase (imports, session, plan);
 - peak RSS: its high-water mark (``VmHWM``) after the phase, and peak / baseline;
@@ -13,24 +13,30 @@ own process, each phase in a fresh load-generator process, and prints per size:
 
 With ``--eager``, the smallest size runs a second time with the whole plan built up front (a
 list of every request, as before the fix), to show in the same run what laziness saves.
-Target: peak under 500 MB for 100,000 requests.
-Run: ``.venv/bin/python tests/benchmarks/bench_phase_memory.py [--sizes 10000,100000]
-[--rate 1000] [--prompt-tokens 1024] [--eager]`` (takes about N / rate seconds per size).
+No anchor: vLLM's benchmark builds every request up front by design. Target: peak under
+500 MB for 100,000 requests.
+Run: ``python tests/benchmarks/bench_phase_memory.py [--tiny] [--out DIR] [--eager]``
+(takes about N / 1,000 seconds per size).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
+import harness as h
+
+NAME = "phase_memory"
 HERE = Path(__file__).resolve()
-sys.path.insert(0, str(HERE.parents[1] / "loadgen"))  # fake_openai_server
+RATE = 1000.0
+PROMPT_TOKENS = 1024
+TARGET_PEAK_MB = 500.0
 
 
 def _status_kib(field: str) -> int:
@@ -38,23 +44,6 @@ def _status_kib(field: str) -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1])
     raise KeyError(field)
-
-
-def _cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
-
-
-async def _serve() -> None:
-    """The fake vLLM until stdin closes; prints its URL first."""
-    from fake_openai_server import FakeOpenAIServer, StreamScript
-
-    fake = FakeOpenAIServer(StreamScript(), keep_seen=False)
-    async with fake.serve():
-        print(fake.url, flush=True)
-        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
 
 
 def _max_in_flight(path: Path) -> int:
@@ -73,118 +62,123 @@ def _max_in_flight(path: Path) -> int:
     return peak
 
 
-async def _phase(url: str, n: int, rate: float, prompt_tokens: int, eager: bool) -> dict:
+async def _phase(url: str, n: int, eager: bool) -> dict[str, Any]:
     """One open-loop phase of ``n`` requests; memory figures in MiB."""
     from loadgen.client import Target
     from loadgen.clock import MonotonicClock
     from loadgen.connections import open_session
     from loadgen.phase import run_phase
-    from loadgen.records import RecordWriter
+    from loadgen.records import RecordWriter, RequestRecord
     from scenarios.arrivals import OpenLoop
     from scenarios.workloads import TokenSpace, UniquePrompts, materialize
 
-    workload = UniquePrompts(prompt_tokens=prompt_tokens, requests=n, output_tokens=4)
+    workload = UniquePrompts(prompt_tokens=PROMPT_TOKENS, requests=n, output_tokens=4)
     plan = materialize(workload, "flood", 0, TokenSpace())
     requests = list(plan) if eager else plan
     path = Path(tempfile.mkdtemp()) / "requests.jsonl"
     statuses: dict[str, int] = {}
 
-    def done(record: object) -> None:
-        status = getattr(record, "status", "?")
-        statuses[status] = statuses.get(status, 0) + 1
+    def done(record: RequestRecord) -> None:
+        statuses[record.status] = statuses.get(record.status, 0) + 1
 
     async with open_session(read_timeout_s=60) as session:
         with RecordWriter(path) as writer:
             baseline_kib = _status_kib("VmRSS")
             began = time.monotonic()
             timing = await run_phase(
-                case="bench", phase="flood", requests=requests,
-                arrival=OpenLoop(rate_rps=rate, seed=0), target=Target(url, "m"),
-                session=session, writer=writer, clock=MonotonicClock(), on_done=done,
-            )  # fmt: skip
+                case="bench",
+                phase="flood",
+                requests=requests,
+                arrival=OpenLoop(rate_rps=RATE, seed=0),
+                target=Target(url, h.MODEL),
+                session=session,
+                writer=writer,
+                clock=MonotonicClock(),
+                on_done=done,
+            )
             wall_s = time.monotonic() - began
             peak_kib = _status_kib("VmHWM")
     return {
         "requests": n,
         "eager": eager,
-        "baseline_mib": baseline_kib / 1024,
-        "peak_mib": peak_kib / 1024,
-        "wall_s": wall_s,
+        "baseline_mib": round(baseline_kib / 1024, 1),
+        "peak_mib": round(peak_kib / 1024, 1),
+        "growth_mib": round((peak_kib - baseline_kib) / 1024, 1),
+        "wall_s": round(wall_s, 1),
         "statuses": statuses,
         "late_sends": timing.late_sends,
         "max_in_flight": _max_in_flight(path),
     }
 
 
-def _child(args: argparse.Namespace) -> None:
-    import uvloop
-
-    result = uvloop.run(_phase(args.url, args.child, args.rate, args.prompt_tokens, args.eager))
-    print(json.dumps(result), flush=True)
-
-
-def _run_child(url: str, n: int, args: argparse.Namespace, eager: bool) -> dict:
-    cmd = [sys.executable, str(HERE), "--child", str(n), "--url", url, "--rate", str(args.rate),
-           "--prompt-tokens", str(args.prompt_tokens)]  # fmt: skip
+def _run_child(url: str, n: int, eager: bool) -> dict[str, Any]:
+    cmd = [sys.executable, str(HERE), "--child", str(n), "--url", url]
     if eager:
         cmd.append("--eager")
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def measure(sizes: list[int], eager: bool) -> dict[str, Any]:
+    """Each size in its own load-generator process; rows for the results table."""
+    with h.FakeServer() as server:
+        runs = [_run_child(server.url, n, eager=False) for n in sizes]
+        if eager:
+            runs.append(_run_child(server.url, sizes[0], eager=True))
+    lazy = [r for r in runs if not r["eager"]]
+    rows = []
+    for r in lazy:
+        is_target = r is lazy[-1]
+        peak_mb = round(r["peak_mib"] * 2**20 / 1e6, 1)
+        rows.append(
+            h.row(
+                f"peak RSS, {r['requests']:,} requests in one phase",
+                peak_mb,
+                None,
+                f"< {TARGET_PEAK_MB:g} MB" if is_target else "",
+                peak_mb < TARGET_PEAK_MB if is_target else None,
+                "MB",
+            )
+        )
+    growth_ratio = None
+    if len(lazy) >= 2:
+        growth_ratio = round(lazy[-1]["growth_mib"] / max(lazy[0]["growth_mib"], 1e-9), 2)
+    return {
+        "config": {
+            "sizes": sizes,
+            "rate_rps": RATE,
+            "prompt_tokens": PROMPT_TOKENS,
+            "output_tokens": 4,
+        },
+        "rows": rows,
+        "runs": runs,
+        "growth_ratio_largest_to_smallest": growth_ratio,
+    }
+
+
+def run(tiny: bool) -> dict[str, Any]:
+    return measure([200, 400] if tiny else [10_000, 100_000], eager=False)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="10000,100000")
-    parser.add_argument("--rate", type=float, default=1000.0)
-    parser.add_argument("--prompt-tokens", type=int, default=1024)
+    parser.add_argument("--tiny", action="store_true")
+    parser.add_argument("--out", type=Path, default=h.DEFAULT_OUT)
     parser.add_argument("--eager", action="store_true")
-    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve:
-        import uvloop
-
-        uvloop.run(_serve())
-        return
     if args.child is not None:
-        _child(args)
+        h.pin_self()
+        print(json.dumps(h.run_loop(_phase(args.url, args.child, args.eager))), flush=True)
         return
-
-    server = subprocess.Popen(
-        [sys.executable, str(HERE), "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    try:
-        assert server.stdout is not None
-        url = server.stdout.readline().strip()
-        sizes = [int(x) for x in args.sizes.split(",")]
-        runs = [_run_child(url, n, args, eager=False) for n in sizes]
-        if args.eager:
-            runs.append(_run_child(url, sizes[0], args, eager=True))
-    finally:
-        assert server.stdin is not None
-        server.stdin.close()
-        server.wait(timeout=30)
-
-    print(f"CPU: {_cpu_model()}; open loop {args.rate:g} req/s, {args.prompt_tokens}-token "
-          "prompts, 4 output tokens, fake vLLM in its own process")  # fmt: skip
-    print(f"{'requests':>9} {'plan':>5} {'baseline MiB':>12} {'peak MiB':>9} {'peak/base':>9} "
-          f"{'growth MiB':>10} {'in flight':>9} {'wall s':>7}  statuses")  # fmt: skip
-    for r in runs:
-        growth = r["peak_mib"] - r["baseline_mib"]
-        print(f"{r['requests']:>9} {'eager' if r['eager'] else 'lazy':>5} "
-              f"{r['baseline_mib']:>12.1f} {r['peak_mib']:>9.1f} "
-              f"{r['peak_mib'] / r['baseline_mib']:>9.2f} {growth:>10.1f} "
-              f"{r['max_in_flight']:>9} {r['wall_s']:>7.1f}  {r['statuses']}")  # fmt: skip
-    lazy = [r for r in runs if not r["eager"]]
-    if len(lazy) >= 2:
-        small, large = lazy[0], lazy[-1]
-        ratio = (large["peak_mib"] - large["baseline_mib"]) / max(
-            small["peak_mib"] - small["baseline_mib"], 1e-9
-        )
-        print(f"growth ratio {large['requests']} / {small['requests']} requests: {ratio:.2f} "
-              f"(phase {large['requests'] / small['requests']:.0f}× longer)")  # fmt: skip
+    sys.argv = [sys.argv[0], *(["--tiny"] if args.tiny else []), "--out", str(args.out)]
+    if args.eager:
+        sizes = [200, 400] if args.tiny else [10_000, 100_000]
+        h.bench_main(NAME, lambda _tiny: measure(sizes, eager=True))
+    else:
+        h.bench_main(NAME, run)
 
 
 if __name__ == "__main__":

@@ -1,99 +1,42 @@
-"""Benchmark: does scraping /metrics disturb the load generator's event loop?
+"""Benchmark 4: the scraper's cadence, and what it does to the load loop, under load.
 
-Serves the recorded real vLLM page (tests/fixtures) on loopback and measures the event-loop
-lag (how late a 5 ms sleep wakes up) of a loop that stands in for the load generator, for
-10 s per variant, all in this run:
+Benchmark 1's load (our client, 2,048 × 256 chunks at 64 in flight; zero-delay fake on its
+own core, which also serves the recorded ~47 KB vLLM 0.32 ``/metrics`` page) runs with and
+without the project's ``ScraperProcess`` scraping that page every 250 ms, alternating for
+3 rounds. The scraper runs in its own process, placed on the other core than the load
+generator (where the OS puts it when the load generator's core is busy).
 
-- baseline: no scraping;
-- in-loop full parse: fetch + prometheus-client parse of the whole page on the loop every
-  250 ms (the naive design SCENARIOS.md §3 warns about);
-- in-loop filtered parse: fetch + parse of only the recorded families, on the loop;
-- scraper process: the project's ``ScraperProcess`` (what runs do).
+- cadence: intervals between successive scrape starts (ms, p50/p99; target 250 ± 5 ms at
+  p99) and the scraper's late and skipped ticks, from its ``scrapes.jsonl``;
+- the load loop's lag: how late a 5 ms sleep wakes up on the loop that stamps tokens
+  (p50/p99/max), with scraping vs without (target: p99 ≤ 1.2× the no-scraping baseline).
 
-Prints p50/p99/max lag per variant and each one's p99 and max as a ratio to the baseline.
-Then the scraper's own cost, which sets how much of each 250 ms interval a scrape uses: parse
-time per real page for the whole page, for what the scraper parses (gauges, counters and the
-latency histograms), and for the gauges and counters alone (what it parsed before histograms
-were recorded), with ratios to the last.
-Run: ``.venv/bin/python tests/benchmarks/bench_scraper_loop_lag.py [seconds]``.
+Also the parse cost per page (whole page with prometheus-client, and what the scraper parses),
+which is why the scraper has its own process: on the load loop it would stall it that long.
+Run: ``python tests/benchmarks/bench_scraper_loop_lag.py [--tiny] [--out DIR]``.
 """
 
 from __future__ import annotations
 
-import asyncio
+import itertools
+import json
+import os
 import statistics
-import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
-import httpx
-from prometheus_client.parser import text_string_to_metric_families
+import harness as h
 
-from loadgen.clock import MonotonicClock
-from loadgen.phase import LoopLagMonitor
-from metrics.names import SAMPLE_NAMES
-from metrics.parse import parse_page, parse_samples
-from metrics.scraper import ScraperProcess
-
-PAGE = (
-    Path(__file__).resolve().parents[1] / "fixtures" / "vllm_0.32.0_cpu_1GiB_metrics.txt"
-).read_bytes()
+NAME = "scraper"
+INTERVAL_MS = 250.0
+TARGET_INTERVAL_MS = 5.0
+TARGET_LAG_RATIO = 1.2
 
 
-class _Handler(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(PAGE)))
-        self.end_headers()
-        self.wfile.write(PAGE)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-async def _in_loop(url: str, full: bool, stop: asyncio.Event) -> None:
-    async with httpx.AsyncClient() as client:
-        while not stop.is_set():
-            text = (await client.get(f"{url}/metrics")).text
-            if full:
-                for _ in text_string_to_metric_families(text):
-                    pass
-            else:
-                parse_samples(text, 0)
-            await asyncio.sleep(0.25)
-
-
-async def _measure(variant: str, url: str, seconds: float) -> list[int]:
-    stop = asyncio.Event()
-    task = None
-    scraper = None
-    if variant.startswith("in-loop"):
-        task = asyncio.create_task(_in_loop(url, variant == "in-loop full parse", stop))
-    elif variant == "scraper process":
-        scraper = ScraperProcess(url, Path(tempfile.mkdtemp()), 0.25)
-        scraper.start()
-        await asyncio.to_thread(scraper.wait_first_scrape)
-    with LoopLagMonitor(MonotonicClock(), interval_ms=5.0) as monitor:
-        await asyncio.sleep(seconds)
-    stop.set()
-    if task is not None:
-        await task
-    if scraper is not None:
-        await asyncio.to_thread(scraper.stop)
-    return monitor.lags_ns
-
-
-def _pct(values: list[int], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] / 1e6
-
-
-def _median_ms(work: Callable[[], object], repeats: int = 300) -> float:
+def _median_ms(work: Callable[[], object], repeats: int) -> float:
     times = []
     for _ in range(repeats):
         began = time.perf_counter()
@@ -102,54 +45,123 @@ def _median_ms(work: Callable[[], object], repeats: int = 300) -> float:
     return statistics.median(times) * 1e3
 
 
-def _gauges_and_counters_only(text: str) -> None:
-    kept = [
-        line
-        for line in text.splitlines()
-        if not line.startswith("#")
-        and (name := line.split("{", 1)[0].split(" ", 1)[0]) in SAMPLE_NAMES
-        and not name.endswith(("_bucket", "_sum", "_count"))
-    ]
-    for family in text_string_to_metric_families("\n".join(kept) + "\n"):
-        list(family.samples)
+def parse_costs(repeats: int) -> dict[str, float]:
+    """Median parse time per real page (ms): the whole page, and what the scraper parses."""
+    from prometheus_client.parser import text_string_to_metric_families
 
+    from metrics.parse import parse_page
 
-def parse_costs() -> None:
-    """Median parse time per real page, three ways, with ratios (same run)."""
-    text = PAGE.decode()
-    variants = {
-        "whole page (prometheus-client)": lambda: [
-            list(f.samples) for f in text_string_to_metric_families(text)
-        ],
-        "scraper: parse_page": lambda: parse_page(text, 0),
-        "gauges + counters only": lambda: _gauges_and_counters_only(text),
+    text = h.METRICS_PAGE.read_text()
+    return {
+        "whole_page_ms": round(
+            _median_ms(
+                lambda: [list(f.samples) for f in text_string_to_metric_families(text)], repeats
+            ),
+            3,
+        ),
+        "scraper_parse_page_ms": round(_median_ms(lambda: parse_page(text, 0), repeats), 3),
     }
-    results = {name: _median_ms(work) for name, work in variants.items()}
-    base = results["gauges + counters only"]
-    print(f"parse time per page ({len(parse_page(text, 0).samples)} samples recorded)")
-    for name, ms in results.items():
-        print(f"{name:<32}{ms:>9.3f} ms{ms / base:>8.1f}×")
 
 
-def main() -> None:
-    seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 10.0
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    variants = ["baseline", "in-loop full parse", "in-loop filtered parse", "scraper process"]
-    results = {v: asyncio.run(_measure(v, url, seconds)) for v in variants}
-    server.shutdown()
-    base_p99, base_max = _pct(results["baseline"], 0.99), _pct(results["baseline"], 1.0)
-    print(f"event-loop lag over {seconds:.0f} s per variant, page {len(PAGE)} B, every 250 ms")
-    print(f"{'variant':<24}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'p99/base':>10}{'max/base':>10}")
-    for variant, lags in results.items():
-        p50, p99, mx = _pct(lags, 0.5), _pct(lags, 0.99), _pct(lags, 1.0)
-        print(
-            f"{variant:<24}{p50:>9.3f}{p99:>9.3f}{mx:>9.3f}"
-            f"{p99 / max(base_p99, 1e-3):>10.2f}{mx / max(base_max, 1e-3):>10.2f}"
-        )
+def _cadence(case_dir: Path) -> dict[str, Any]:
+    ticks = [
+        json.loads(line)
+        for line in (case_dir / "metrics" / "scrapes.jsonl").read_text().splitlines()
+    ]
+    starts = [t["start_ns"] for t in ticks if t["outcome"] in ("ok", "failed")]
+    return {
+        "intervals_ms": [(b - a) / 1e6 for a, b in itertools.pairwise(starts)],
+        "ok": sum(t["outcome"] == "ok" for t in ticks),
+        "failed": sum(t["outcome"] == "failed" for t in ticks),
+        "skipped": sum(t["outcome"] == "skipped" for t in ticks),
+        "late": sum(bool(t.get("late")) for t in ticks),
+    }
+
+
+def run(tiny: bool) -> dict[str, Any]:
+    from loadgen.clock import MonotonicClock
+    from loadgen.phase import LoopLagMonitor
+    from metrics.scraper import ScraperProcess
+
+    n, tokens = (64, 16) if tiny else (2048, 256)
+    rounds = 1 if tiny else 3
+    lags: dict[str, list[int]] = {"no scraping": [], "scraping": []}
+    cadence: list[dict[str, Any]] = []
+    walls: dict[str, list[float]] = {"no scraping": [], "scraping": []}
+    with h.FakeServer() as server, tempfile.TemporaryDirectory() as tmp:
+        server.configure(0, 0)
+
+        async def load(variant: str) -> None:
+            with LoopLagMonitor(MonotonicClock(), interval_ms=5.0) as monitor:
+                out = await h.ours(server.url, n, concurrency=64, max_tokens=tokens)
+            assert out.failed == 0
+            lags[variant].extend(monitor.lags_ns)
+            walls[variant].append(out.wall_s)
+
+        for i in range(rounds):
+            h.run_loop(load("no scraping"))
+            case_dir = Path(tmp) / f"round{i}"
+            # The scraper's process inherits this process's core at its start: start it from
+            # the other core, then come back.
+            if h.can_pin():
+                os.sched_setaffinity(0, {h.SERVER_CPU})
+            scraper = ScraperProcess(server.url, case_dir, INTERVAL_MS / 1e3)
+            scraper.start()
+            h.pin_self()
+            try:
+                scraper.wait_first_scrape()
+                h.run_loop(load("scraping"))
+            finally:
+                scraper.stop()
+            cadence.append(_cadence(case_dir))
+    costs = parse_costs(20 if tiny else 200)
+    intervals = [x for c in cadence for x in c["intervals_ms"]]
+    lag_ms = {k: [x / 1e6 for x in v] for k, v in lags.items()}
+    lag = {k: h.dist(v) for k, v in lag_ms.items()}
+    interval = h.dist(intervals)
+    p99 = interval["p99"]
+    p99_off = None if p99 is None else round(abs(p99 - INTERVAL_MS), 3)
+    base, with_scraping = lag["no scraping"]["p99"], lag["scraping"]["p99"]
+    lag_ratio = h.ratio(with_scraping, base)
+    rows = [
+        h.row("scrape interval p50", interval["p50"], None, "", None, "ms"),
+        h.row(
+            "scrape interval p99",
+            p99,
+            None,
+            f"250 ± {TARGET_INTERVAL_MS:g} ms",
+            None if p99_off is None else p99_off <= TARGET_INTERVAL_MS,
+            "ms",
+        ),
+        # The "anchor" of the loop-lag line is the same run without scraping.
+        h.row(
+            "load-loop lag p99, scraping vs none",
+            with_scraping,
+            base,
+            f"≤ {TARGET_LAG_RATIO:g}× no scraping",
+            None if lag_ratio is None else lag_ratio <= TARGET_LAG_RATIO,
+            "ms",
+        ),
+    ]
+    return {
+        "config": {
+            "requests": n,
+            "chunks_per_request": tokens,
+            "in_flight": 64,
+            "rounds": rounds,
+            "interval_ms": INTERVAL_MS,
+            "page_bytes": h.METRICS_PAGE.stat().st_size,
+        },
+        "rows": rows,
+        "cadence": {
+            "interval_ms": interval,
+            **{k: sum(c[k] for c in cadence) for k in ("ok", "failed", "skipped", "late")},
+        },
+        "loop_lag_ms": lag,
+        "load_wall_s": {k: [round(x, 3) for x in v] for k, v in walls.items()},
+        "parse_costs": costs,
+    }
 
 
 if __name__ == "__main__":
-    main()
-    parse_costs()
+    h.bench_main(NAME, run)

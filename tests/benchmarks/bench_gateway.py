@@ -1,0 +1,227 @@
+"""Benchmark 5: what the gateway adds, against direct and against nginx, same run, same server.
+
+The fake server (TTFT 50 ms, 10 ms between tokens, 16 tokens) is reached three ways: directly,
+through the project's gateway (``python -m gateway.cli``), and through nginx (a streaming
+reverse proxy: ``proxy_buffering off``, keep-alive upstream; see ``anchors.nginx_config``).
+Each proxy is one process pinned alone to core 1; our client and the fake server share core 0
+(the server then waits on timers, not spinning: its ~1 ms timer grain is the same for all
+three ways). At 1 and 64 concurrent streams, direct → gateway → nginx, 2 rounds.
+
+- added TTFT and E2EL, p50 and p99 (ms): a proxy's figure minus direct's in the same round.
+- capacity: streams/s through one proxy process on one core, zero-delay server, 16-token
+  streams, 64 in flight, with the proxy's CPU share (at ~100 % the proxy is the limit; below,
+  the client and server on the other core are, and the figure is a lower bound).
+Targets: the gateway's added p50 (TTFT and E2EL) ≤ 1 ms and ≤ 1.5× nginx's.
+When nginx is not installed the anchor is recorded as unavailable (``make bench`` installs it).
+Run: ``python tests/benchmarks/bench_gateway.py [--tiny] [--out DIR]``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import harness as h
+from anchors import nginx_binary, nginx_config
+
+NAME = "gateway"
+PROXY_CPU = 1
+TTFT_MS, ITL_MS, TOKENS = 50.0, 10.0, 16
+TARGET_ADDED_MS = 1.0
+TARGET_VS_NGINX = 1.5
+
+
+def _wait_health(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"proxy exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"{url} not healthy in {timeout_s:.0f} s")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextmanager
+def gateway(upstream: str, workdir: Path) -> Iterator[tuple[str, int]]:
+    """The project's gateway in its own process on :data:`PROXY_CPU`: (url, pid)."""
+    port = _free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "gateway.cli",
+        "--upstream",
+        upstream,
+        "--port",
+        str(port),
+        "--log-level",
+        "WARNING",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(h.REPO)}
+    log = open(workdir / "gateway.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        h.pinned(argv, PROXY_CPU), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=h.REPO
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_health(url, proc)
+        yield url, proc.pid
+    finally:
+        _stop(proc)
+        log.close()
+
+
+@contextmanager
+def nginx(upstream: str, workdir: Path) -> Iterator[tuple[str, int]]:
+    """nginx (one process, no master) on :data:`PROXY_CPU`: (url, pid)."""
+    binary = nginx_binary()
+    assert binary is not None
+    port = _free_port()
+    conf = nginx_config(workdir, port, upstream)
+    argv = [binary, "-p", str(workdir), "-e", str(workdir / "error.log"), "-c", str(conf)]
+    proc = subprocess.Popen(
+        h.pinned(argv, PROXY_CPU), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_health(url, proc)
+        yield url, proc.pid
+    finally:
+        _stop(proc)
+
+
+def run(tiny: bool) -> dict[str, Any]:
+    levels = {1: 2, 4: 8} if tiny else {1: 10, 64: 128}  # streams: requests per run
+    rounds = 1 if tiny else 2
+    capacity_n = 64 if tiny else 2048
+    tokens = 4 if tiny else TOKENS
+    have_nginx = nginx_binary() is not None
+    lat: dict[str, dict[str, dict[str, list[float]]]] = {}
+    capacity: dict[str, dict[str, float]] = {}
+    with ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        server = stack.enter_context(h.FakeServer(cpu=h.CLIENT_CPU))
+        proxies = {"direct": (server.url, None)}
+        proxies["gateway"] = stack.enter_context(gateway(server.url, tmp))
+        if have_nginx:
+            (tmp / "nginx").mkdir()
+            proxies["nginx"] = stack.enter_context(nginx(server.url, tmp / "nginx"))
+
+        async def measure() -> None:
+            server.configure(TTFT_MS, ITL_MS, spin=False)
+            for c, n in levels.items():
+                per = lat.setdefault(str(c), {})
+                for _ in range(rounds):
+                    for name, (url, _pid) in proxies.items():
+                        out = await h.ours(url, n, concurrency=c, max_tokens=tokens)
+                        assert out.failed == 0, f"{name}: {out.failed} failed"
+                        got = per.setdefault(name, {"ttft_ms": [], "e2el_ms": []})
+                        got["ttft_ms"].extend(out.ttft_ms)
+                        got["e2el_ms"].extend(out.e2el_ms)
+            server.configure(0, 0)
+            for name, (url, pid) in proxies.items():
+                if pid is None:
+                    continue
+                cpu0 = h.process_cpu_s(pid)
+                out = await h.ours(url, capacity_n, concurrency=64, max_tokens=tokens)
+                assert out.failed == 0, f"{name}: {out.failed} failed"
+                capacity[name] = {
+                    "streams_per_s": round(capacity_n / out.wall_s, 1),
+                    "proxy_cpu_share": round((h.process_cpu_s(pid) - cpu0) / out.wall_s, 3),
+                    "client_cpu_share": round(out.cpu_s / out.wall_s, 3),
+                }
+                h.progress(f"  capacity {name}: {capacity[name]}")
+
+        h.run_loop(measure())
+    summary: dict[str, Any] = {}
+    rows = []
+    for c, per in lat.items():
+        summary[c] = {name: {k: h.dist(v) for k, v in m.items()} for name, m in per.items()}
+        direct = summary[c]["direct"]
+        for name in per:
+            if name == "direct":
+                continue
+            summary[c][name]["added"] = {
+                f"{k}_{q}": round(summary[c][name][k][q] - direct[k][q], 3)
+                for k in ("ttft_ms", "e2el_ms")
+                for q in ("p50", "p99")
+            }
+        for k, label in (("ttft_ms", "TTFT"), ("e2el_ms", "E2EL")):
+            for q in ("p50", "p99"):
+                ours_v = summary[c]["gateway"]["added"][f"{k}_{q}"]
+                nginx_v = summary[c]["nginx"]["added"][f"{k}_{q}"] if have_nginx else None
+                target = q == "p50"
+                met = None
+                if target:
+                    met = ours_v <= TARGET_ADDED_MS and (
+                        nginx_v is None or ours_v <= TARGET_VS_NGINX * max(nginx_v, 0.0)
+                    )
+                rows.append(
+                    h.row(
+                        f"added {label} {q}, {c} streams",
+                        ours_v,
+                        nginx_v,
+                        f"≤ {TARGET_ADDED_MS:g} ms and ≤ {TARGET_VS_NGINX:g}× nginx"
+                        if target
+                        else "",
+                        met,
+                        "ms",
+                    )
+                )
+    rows.append(
+        h.row(
+            "streams/s through one proxy process",
+            capacity["gateway"]["streams_per_s"],
+            capacity["nginx"]["streams_per_s"] if have_nginx else None,
+            "",
+            None,
+            "streams/s",
+        )
+    )
+    return {
+        "config": {
+            "ttft_ms": TTFT_MS,
+            "itl_ms": ITL_MS,
+            "tokens": tokens,
+            "requests": {str(c): n for c, n in levels.items()},
+            "rounds": rounds,
+            "capacity_requests": capacity_n,
+        },
+        "anchor_available": have_nginx,
+        "rows": rows,
+        "summary": summary,
+        "capacity": capacity,
+    }
+
+
+if __name__ == "__main__":
+    h.bench_main(NAME, run)

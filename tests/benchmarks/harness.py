@@ -1,0 +1,500 @@
+"""What every benchmark shares: core pinning, the fake server process, the two clients' drivers,
+statistics, the machine's description and the JSON result file.
+
+Placement on a 2-core machine: the load generator (this process) on core 0, the fake server
+(``sse_server.py``) on core 1, each alone where it matters, so neither steals the other's CPU.
+Both clients run on the same event loop (uvloop, what ``loadgen`` runs on), against the same
+server, pinned the same way, alternating A B A B within one run: what differs is only the
+request path. Ours is the project's real path (``loadgen.phase.run_phase``: warm-up, records
+written to a JSONL file); the anchor is driven the way ``vllm bench serve`` drives it (one task
+per request, an ``asyncio.Semaphore`` for the concurrency, its session settings), with its pool
+warmed the same way so neither pays for connects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+# Measure the checkout these files are in, whatever the virtualenv's editable install points at.
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+METRICS_PAGE = REPO / "tests" / "fixtures" / "vllm_0.32.0_cpu_1GiB_metrics.txt"
+CLIENT_CPU = 0
+SERVER_CPU = 1
+MODEL = "m"
+
+
+# -- placement ---------------------------------------------------------------------------------
+
+
+# Decided once, before this process pins itself: two or more usable cores and ``taskset``.
+_PINNABLE = len(os.sched_getaffinity(0)) >= 2 and shutil.which("taskset") is not None
+
+
+_pinning = True
+
+
+def can_pin() -> bool:
+    """Whether client and server get a core each (2+ cores, ``taskset``, not switched off)."""
+    return _PINNABLE and _pinning
+
+
+def no_pinning() -> None:
+    """Switch pinning off for this process and the servers it starts (smoke runs, which may
+    run side by side)."""
+    global _pinning
+    _pinning = False
+
+
+def pin_self(cpu: int = CLIENT_CPU) -> bool:
+    """Pin this process to ``cpu`` (as ``taskset -c cpu`` would); False when not possible."""
+    if not can_pin():
+        return False
+    os.sched_setaffinity(0, {cpu})
+    return True
+
+
+def pinned(argv: list[str], cpu: int) -> list[str]:
+    """``argv`` run under ``taskset -c cpu`` (unchanged when pinning is not possible)."""
+    return ["taskset", "-c", str(cpu), *argv] if can_pin() else argv
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+# -- the fake server ---------------------------------------------------------------------------
+
+
+class FakeServer:
+    """``sse_server.py`` in its own process on :data:`SERVER_CPU`; stopped on exit."""
+
+    def __init__(self, cpu: int = SERVER_CPU) -> None:
+        argv = [sys.executable, str(HERE / "sse_server.py"), "--metrics-page", str(METRICS_PAGE)]
+        self.proc = subprocess.Popen(
+            pinned(argv, cpu), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert self.proc.stdout is not None
+        self.url = self.proc.stdout.readline().strip()
+        if not self.url.startswith("http://"):
+            self.close()
+            raise RuntimeError("the fake server did not start")
+
+    def _get(self, path: str) -> Any:
+        with urllib.request.urlopen(f"{self.url}{path}", timeout=30) as response:
+            return json.loads(response.read())
+
+    def configure(self, ttft_ms: float = 0.0, itl_ms: float = 0.0, spin: bool = True) -> None:
+        """Set the delays of the responses that follow (0, 0: write each response at once);
+        ``spin=False`` when the server shares a core (its deadlines are then ~1 ms coarse)."""
+        self._get(f"/_config?ttft_ms={ttft_ms}&itl_ms={itl_ms}&spin={int(spin)}")
+
+    def take_log(self) -> list[dict[str, int]]:
+        """The server's timing log since the last call (see ``sse_server.py``), cleared."""
+        log: list[dict[str, int]] = self._get("/_log")
+        return log
+
+    def cpu_s(self) -> float:
+        """CPU seconds the server process has used so far."""
+        return float(self._get("/_stats")["cpu_s"])
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self) -> FakeServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# -- statistics --------------------------------------------------------------------------------
+
+
+def pct(values: Sequence[float], q: float) -> float | None:
+    """The ``q``-quantile (0–1, linear interpolation as numpy); ``None`` for no value."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def dist(values: Sequence[float], digits: int = 3) -> dict[str, float | int | None]:
+    """count, p50, p99, max of ``values`` (rounded to ``digits``)."""
+
+    def r(x: float | None) -> float | None:
+        return None if x is None else round(x, digits)
+
+    return {
+        "count": len(values),
+        "p50": r(pct(values, 0.5)),
+        "p99": r(pct(values, 0.99)),
+        "max": r(max(values) if values else None),
+    }
+
+
+def spread(values: Sequence[float], digits: int = 1) -> dict[str, float | None]:
+    """Median, min and max of per-round figures (the spread of a same-run comparison)."""
+    if not values:
+        return {"median": None, "min": None, "max": None}
+    return {
+        "median": round(statistics.median(values), digits),
+        "min": round(min(values), digits),
+        "max": round(max(values), digits),
+    }
+
+
+def ratio(a: float | None, b: float | None, digits: int = 2) -> float | None:
+    """a / b rounded, ``None`` when either is missing or b is 0."""
+    if a is None or b is None or b == 0:
+        return None
+    return round(a / b, digits)
+
+
+# -- machine and results -----------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    """CPU model, the AVX-512/AMX flags, cores, load average, versions, date (UTC)."""
+    model = "unknown"
+    flags: list[str] = []
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name") and model == "unknown":
+            model = line.split(":", 1)[1].strip()
+        if line.startswith("flags") and not flags:
+            flags = line.split(":", 1)[1].split()
+    import aiohttp
+    from anchors import vllm_version
+
+    return {
+        "date_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu_model": model,
+        "cpu_flags": sorted(f for f in flags if f.startswith(("avx512", "amx"))),
+        "avx2": "avx2" in flags,
+        "cores": os.cpu_count(),
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "pinned": can_pin(),
+        "python": platform.python_version(),
+        "aiohttp": aiohttp.__version__,
+        "vllm": vllm_version(),
+    }
+
+
+def write_result(out_dir: Path, name: str, result: dict[str, Any]) -> Path:
+    """Write ``out_dir/NAME.json`` (the benchmark's result, machine description added)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{name}.json"
+    payload = {"benchmark": name, "machine": machine(), **result}
+    path.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def run_loop(coro: Any) -> Any:
+    """Run ``coro`` on uvloop (the loop ``loadgen`` runs on)."""
+    try:
+        import uvloop
+
+        return uvloop.run(coro)
+    except ImportError:  # pragma: no cover - uvloop is a dependency
+        return asyncio.run(coro)
+
+
+# -- the two clients ---------------------------------------------------------------------------
+
+
+def prompt_ids(i: int, prompt_tokens: int) -> list[int]:
+    """Request ``i``'s prompt: its index first (the server keys its log by it), then filler."""
+    return [i, *range(100, 100 + prompt_tokens - 1)]
+
+
+@dataclass
+class Outcome:
+    """One client's run of ``n`` requests: wall and CPU seconds, per-request figures (ms).
+
+    ``ttft_ms``/``itl_ms``/``e2el_ms``: as each client records them; ``sent_s``: each
+    request's send moment (monotonic s); ``failed``: requests that did not succeed.
+    ``records``: ours, its request records (JSON lines as dicts; ``request_id`` is ``r`` +
+    the request's key); the anchor, per successful request its key, start and TTFT (s).
+    """
+
+    wall_s: float
+    cpu_s: float
+    ttft_ms: list[float]
+    itl_ms: list[float]
+    e2el_ms: list[float]
+    sent_s: list[float]
+    failed: int
+    chunks: int
+    records: list[dict[str, Any]]
+
+
+async def ours(
+    url: str,
+    n: int,
+    *,
+    concurrency: int | None = None,
+    rate_rps: float | None = None,
+    seed: int = 0,
+    max_tokens: int,
+    prompt_tokens: int = 32,
+    first_index: int = 0,
+) -> Outcome:
+    """Send ``n`` requests with the project's client: a closed loop of ``concurrency``
+    streams, or an open loop at ``rate_rps`` (Poisson)."""
+    from analysis.latency import itl_per_token_ms, request_frame
+    from loadgen.client import Target
+    from loadgen.clock import MonotonicClock
+    from loadgen.connections import open_session
+    from loadgen.phase import run_phase
+    from loadgen.records import RecordWriter
+    from scenarios.arrivals import ClosedLoop, OpenLoop
+    from scenarios.workloads import PhaseRequests, PlannedRequest, RequestHeader
+
+    def build(i: int) -> PlannedRequest:
+        ids = tuple(prompt_ids(first_index + i, prompt_tokens))
+        return PlannedRequest(f"r{first_index + i}", ids, max_tokens)
+
+    plan = PhaseRequests(
+        n, build, lambda i: RequestHeader(f"r{first_index + i}", None, prompt_tokens, max_tokens)
+    )
+    arrival: ClosedLoop | OpenLoop
+    if rate_rps is not None:
+        arrival = OpenLoop(rate_rps=rate_rps, seed=seed)
+    else:
+        assert concurrency is not None
+        arrival = ClosedLoop(concurrency=concurrency)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "requests.jsonl"
+        async with open_session(read_timeout_s=120) as session:
+            with RecordWriter(path) as writer:
+                cpu0, wall0 = time.process_time(), time.perf_counter()
+                timing = await run_phase(
+                    case="bench",
+                    phase="bench",
+                    requests=plan,
+                    arrival=arrival,
+                    target=_target(Target, url),
+                    session=session,
+                    writer=writer,
+                    clock=MonotonicClock(),
+                )
+                wall = time.perf_counter() - wall0
+                cpu = time.process_time() - cpu0
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+    del timing
+    ok = [r for r in records if r["status"] == "ok"]
+    frame = request_frame(ok)
+    ends = [r["end_ns"] for r in records if r["end_ns"] is not None]
+    sends = [r["sent_ns"] for r in records if r["sent_ns"] is not None]
+    if ends and sends:
+        wall = (max(ends) - min(sends)) / 1e9  # first send to last end, as the anchor's
+    return Outcome(
+        wall_s=wall,
+        cpu_s=cpu,
+        ttft_ms=[float(x) for x in frame["ttft_ms"]] if ok else [],
+        itl_ms=[float(x) for x in itl_per_token_ms(ok)],
+        e2el_ms=[float(x) for x in frame["e2el_ms"]] if ok else [],
+        sent_s=[r["sent_ns"] / 1e9 for r in records if r["sent_ns"] is not None],
+        failed=len(records) - len(ok),
+        chunks=sum(r["usage_completion_tokens"] or 0 for r in ok),
+        records=records,
+    )
+
+
+def _target(cls: Callable[[str, str], Any], url: str) -> Any:
+    return cls(url, MODEL)
+
+
+def anchor_session(concurrency: int | None) -> Any:
+    """The session ``vllm bench serve`` opens (``serve.py``: connector and timeout)."""
+    import aiohttp
+
+    connector = aiohttp.TCPConnector(
+        limit=concurrency or 0,
+        limit_per_host=concurrency or 0,
+        ttl_dns_cache=300,
+        use_dns_cache=True,
+        keepalive_timeout=60,
+        enable_cleanup_closed=True,
+        force_close=False,
+        ssl=False,
+    )
+    return aiohttp.ClientSession(
+        connector=connector, trust_env=True, timeout=aiohttp.ClientTimeout(total=6 * 60 * 60)
+    )
+
+
+async def anchor(
+    url: str,
+    n: int,
+    *,
+    concurrency: int | None = None,
+    rate_rps: float | None = None,
+    seed: int = 0,
+    max_tokens: int,
+    prompt_tokens: int = 32,
+    first_index: int = 0,
+    warm: int | None = None,
+) -> Outcome:
+    """Send ``n`` requests with vLLM's request function, driven as ``vllm bench serve``
+    drives it: ``get_request`` (``rate_rps``; ``inf`` when ``None``), one task per request,
+    a semaphore of ``concurrency``. The pool is warmed with ``warm`` connections first
+    (default: ``concurrency``), as ours is."""
+    import numpy as np
+    from anchors import vllm_client, vllm_get_request
+
+    from loadgen.clock import MonotonicClock
+    from loadgen.connections import warm_up
+
+    client = vllm_client()
+    get_request = vllm_get_request()
+    assert client is not None and get_request is not None, "vLLM is not installed"
+    inputs = [
+        client.input_type(
+            prompt=prompt_ids(first_index + i, prompt_tokens),
+            api_url=f"{url}/v1/completions",
+            prompt_len=prompt_tokens,
+            output_len=max_tokens,
+            model=MODEL,
+            ignore_eos=True,
+        )
+        for i in range(n)
+    ]
+    semaphore = asyncio.Semaphore(concurrency) if concurrency else None
+    np.random.seed(seed)
+    async with anchor_session(concurrency) as session:
+        warm_n = warm if warm is not None else (concurrency or 0)
+        await warm_up(session, url, min(warm_n, 256), MonotonicClock())
+
+        async def limited(item: Any) -> Any:
+            if semaphore is None:
+                return await client.request_func(request_func_input=item, session=session)
+            async with semaphore:
+                return await client.request_func(request_func_input=item, session=session)
+
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        tasks = []
+        async for item, _rate in get_request(inputs, rate_rps or float("inf"), 1.0):
+            tasks.append(asyncio.create_task(limited(item)))
+        outputs = await asyncio.gather(*tasks)
+        wall = time.perf_counter() - wall0
+        cpu = time.process_time() - cpu0
+    ok = [o for o in outputs if o.success]
+    if ok:  # first send to last token, as ours (its stream end is not recorded)
+        wall = max(o.start_time + o.latency for o in ok) - min(o.start_time for o in outputs)
+    return Outcome(
+        wall_s=wall,
+        cpu_s=cpu,
+        ttft_ms=[o.ttft * 1e3 for o in ok],
+        itl_ms=[x * 1e3 for o in ok for x in o.itl],
+        e2el_ms=[o.latency * 1e3 for o in ok],
+        sent_s=[o.start_time for o in outputs],
+        failed=len(outputs) - len(ok),
+        chunks=sum(o.output_tokens or 0 for o in ok),
+        records=[
+            {"key": first_index + i, "start_s": o.start_time, "ttft_s": o.ttft}
+            for i, o in enumerate(outputs)
+            if o.success
+        ],
+    )
+
+
+@contextmanager
+def timed(label: str, log: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Print how long a block took (progress on stderr)."""
+    began = time.perf_counter()
+    yield
+    (log or _stderr)(f"  {label}: {time.perf_counter() - began:.1f} s")
+
+
+def _stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+progress = _stderr
+
+
+# -- one benchmark as a command ----------------------------------------------------------------
+
+DEFAULT_OUT = HERE / "results"
+
+
+def row(
+    metric: str,
+    ours_value: float | None,
+    anchor_value: float | None,
+    target: str,
+    met: bool | None,
+    unit: str = "",
+    ratio_value: float | None = None,
+) -> dict[str, Any]:
+    """One line of the results table: a figure of ours, of the anchor, their ratio, the target
+    and whether it is met (``None``: no target for this line, or the anchor was unavailable)."""
+    return {
+        "metric": metric,
+        "unit": unit,
+        "ours": ours_value,
+        "anchor": anchor_value,
+        "ratio": ratio_value if ratio_value is not None else ratio(ours_value, anchor_value),
+        "target": target,
+        "met": met,
+    }
+
+
+def bench_main(name: str, run: Callable[[bool], dict[str, Any]]) -> None:
+    """Command line of one benchmark: ``[--tiny] [--out DIR]``; pins this process to the
+    client core, runs ``run(tiny)`` and writes ``DIR/NAME.json``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=f"benchmark {name}")
+    parser.add_argument("--tiny", action="store_true", help="a seconds-long smoke run")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args()
+    if args.tiny:
+        no_pinning()
+    pin_self()
+    began = time.perf_counter()
+    result = run(args.tiny)
+    result = {
+        "size": "tiny" if args.tiny else "full",
+        "duration_s": round(time.perf_counter() - began, 1),
+        **result,
+    }
+    path = write_result(args.out, name, result)
+    for line in result.get("rows", []):
+        progress(
+            f"  {line['metric']}: ours {line['ours']} anchor {line['anchor']} "
+            f"ratio {line['ratio']} target {line['target']} met {line['met']}"
+        )
+    progress(f"{name}: {path} ({result['duration_s']} s)")

@@ -1,0 +1,228 @@
+"""``RESULTS.md`` from the benchmarks' JSON files (pure: dicts in, Markdown out)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+TITLES = {
+    "client_throughput": "1. Client throughput",
+    "client_timing": "2. Client timing error",
+    "open_loop": "3. Open-loop send accuracy",
+    "scraper": "4. Scraper cadence and load-loop lag",
+    "gateway": "5. Gateway overhead",
+    "phase_memory": "6. Load-generator memory",
+}
+
+ANCHORS = {
+    "client_throughput": "vLLM's `async_request_openai_completions`",
+    "client_timing": "vLLM's `async_request_openai_completions`",
+    "open_loop": "vLLM's `get_request`",
+    "scraper": "same load, no scraping",
+    "gateway": "nginx (added ms; streams/s)",
+    "phase_memory": "none",
+}
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "**no**"
+    if isinstance(value, float):
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
+        return f"{value:.3g}" if abs(value) < 10 else f"{value:.1f}"
+    return str(value)
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_fmt(c) for c in r) + " |" for r in rows]
+    return lines
+
+
+def summary_table(results: list[dict[str, Any]]) -> list[str]:
+    """Every benchmark's rows: metric, ours, anchor, ratio (ours / anchor), target, met."""
+    rows = []
+    for result in results:
+        name = result["benchmark"]
+        if result.get("failed"):
+            rows.append([TITLES.get(name, name), "failed", "", "", "", "", "", "**no**"])
+            continue
+        for r in result["rows"]:
+            anchor = ANCHORS.get(name, "") if r["anchor"] is not None else "unavailable"
+            if name == "phase_memory":
+                anchor = "none"
+            met = r["met"]
+            rows.append([
+                TITLES.get(name, name), r["metric"], r["unit"], r["ours"],
+                f"{_fmt(r['anchor'])} ({anchor})" if r["anchor"] is not None else anchor,
+                r["ratio"], r["target"] or "", "–" if met is None else met,
+            ])  # fmt: skip
+    header = ["benchmark", "figure", "unit", "ours", "anchor", "ratio", "target", "met"]
+    return _table(header, rows)
+
+
+def _details_throughput(r: dict[str, Any]) -> list[str]:
+    rows = []
+    for c, per in r["summary"].items():
+        for name, s in per.items():
+            rows.append([
+                c, name, s["chunks_per_s"]["median"],
+                f"{_fmt(s['chunks_per_s']['min'])}–{_fmt(s['chunks_per_s']['max'])}",
+                s["requests_per_s"]["median"], s["chunks_per_cpu_s"]["median"],
+                s["server_cpu_share"]["median"],
+            ])  # fmt: skip
+    return _table(
+        ["in flight", "client", "chunks/s (median)", "spread", "requests/s",
+         "chunks per client CPU-s", "server CPU share"],
+        rows,
+    )  # fmt: skip
+
+
+def _details_timing(r: dict[str, Any]) -> list[str]:
+    parts = ["ttft_error_ms", "to_server", "server", "to_client", "connection_ready",
+             "request_written", "headers", "itl_error_ms"]  # fmt: skip
+    rows = []
+    for c, per in r["summary"].items():
+        for name, s in per.items():
+            rows.append([c, name] + [
+                f"{_fmt(s[p]['p50'])} / {_fmt(s[p]['p99'])}" if p in s else "–" for p in parts
+            ])  # fmt: skip
+    lines = [
+        "p50 / p99 in ms. `to_server` = server read − client send stamp; `server` = the "
+        "server's own TTFT (first write − read); `to_client` = client first-token stamp − "
+        "server first write; `connection_ready`, `request_written`, `headers` = our traced "
+        "stamps after the send stamp.",
+        "",
+    ]
+    return lines + _table(["streams", "client", "TTFT − 50", *parts[1:-1], "ITL − 10"], rows)
+
+
+def _details_open_loop(r: dict[str, Any]) -> list[str]:
+    rows = []
+    for rate, per in r["summary"].items():
+        for name, s in per.items():
+            rows.append([
+                rate, name, ", ".join(_fmt(x) for x in s["achieved_rps"]),
+                ", ".join(_fmt(x) for x in s["scheduled_rps"]),
+                ", ".join(f"{x * 100:+.2f} %" for x in s["achieved_vs_nominal"]),
+                s["lateness_ms"]["p50"], s["lateness_ms"]["p99"], s["lateness_ms"]["max"],
+            ])  # fmt: skip
+    return _table(
+        ["req/s", "client", "achieved (per round)", "schedule's rate", "achieved vs nominal",
+         "lateness p50 ms", "p99", "max"],
+        rows,
+    )  # fmt: skip
+
+
+def _details_scraper(r: dict[str, Any]) -> list[str]:
+    cad = r["cadence"]
+    lag = r["loop_lag_ms"]
+    lines = [
+        f"Scrapes: {cad['ok']} ok, {cad['failed']} failed, {cad['skipped']} skipped, "
+        f"{cad['late']} late; interval p50 {_fmt(cad['interval_ms']['p50'])} ms, p99 "
+        f"{_fmt(cad['interval_ms']['p99'])} ms, max {_fmt(cad['interval_ms']['max'])} ms.",
+        f"Parse time per page: whole page {r['parse_costs']['whole_page_ms']} ms, what the "
+        f"scraper parses {r['parse_costs']['scraper_parse_page_ms']} ms.",
+        "",
+    ]
+    rows = [[k, v["p50"], v["p99"], v["max"], v["count"]] for k, v in lag.items()]
+    return lines + _table(["load loop", "lag p50 ms", "p99", "max", "samples"], rows)
+
+
+def _details_gateway(r: dict[str, Any]) -> list[str]:
+    rows = []
+    for c, per in r["summary"].items():
+        for name, s in per.items():
+            added = s.get("added", {})
+            rows.append([
+                c, name, s["ttft_ms"]["p50"], s["ttft_ms"]["p99"], s["e2el_ms"]["p50"],
+                s["e2el_ms"]["p99"], added.get("ttft_ms_p50"), added.get("e2el_ms_p50"),
+            ])  # fmt: skip
+    lines = _table(
+        ["streams", "path", "TTFT p50 ms", "p99", "E2EL p50 ms", "p99", "added TTFT p50",
+         "added E2EL p50"],
+        rows,
+    )  # fmt: skip
+    cap = [[k, v["streams_per_s"], v["proxy_cpu_share"], v["client_cpu_share"]]
+           for k, v in r["capacity"].items()]  # fmt: skip
+    return [*lines, "", *_table(["proxy", "streams/s", "proxy CPU share",
+                                  "client + server core share"], cap)]  # fmt: skip
+
+
+def _details_memory(r: dict[str, Any]) -> list[str]:
+    rows = [[x["requests"], "eager" if x["eager"] else "lazy", x["baseline_mib"], x["peak_mib"],
+             x["growth_mib"], x["max_in_flight"], x["wall_s"], x["statuses"]]
+            for x in r["runs"]]  # fmt: skip
+    return _table(["requests", "plan", "baseline MiB", "peak MiB", "growth MiB", "max in flight",
+                   "wall s", "statuses"], rows)  # fmt: skip
+
+
+DETAILS = {
+    "client_throughput": _details_throughput,
+    "client_timing": _details_timing,
+    "open_loop": _details_open_loop,
+    "scraper": _details_scraper,
+    "gateway": _details_gateway,
+    "phase_memory": _details_memory,
+}
+
+
+def _placement(pinned: bool) -> str:
+    if pinned:
+        return "load generator on core 0, fake server (or proxy) on core 1 (taskset)"
+    return "not pinned (fewer than 2 cores, no taskset, or a smoke run)"
+
+
+def render(
+    results: list[dict[str, Any]], machine: dict[str, Any], total_s: float, tiny: bool, lock: bool
+) -> str:
+    """The whole ``RESULTS.md``."""
+    flags = ", ".join(machine["cpu_flags"]) or "none"
+    amx = [f for f in machine["cpu_flags"] if f.startswith("amx")]
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Generated by `make bench` (`tests/benchmarks/run_all.py`) on {machine['date_utc']}"
+        f"{' — TINY smoke sizes, not figures' if tiny else ''}; all six took {total_s:.0f} s.",
+        "",
+        f"- Machine: {machine['cpu_model']}, {machine['cores']} cores; AVX-512 flags: {flags}; "
+        f"AMX: {'yes' if amx else 'none'}; AVX2: {'yes' if machine['avx2'] else 'no'}.",
+        f"- Software: Python {machine['python']}, aiohttp {machine['aiohttp']}, "
+        f"vLLM {machine['vllm'] or 'not installed'} (the anchors' code is loaded from it).",
+        f"- Placement: {_placement(machine['pinned'])}; both clients on uvloop.",
+        f"- Load average (1 min) before the run: {machine['load_average_1m']}; the machine lock "
+        f"(`/tmp/serving-testbed-vllm.lock`) was {'held' if lock else 'NOT held'} for the run. "
+        "Figures from a loaded machine (other processes on these cores) are not comparable "
+        "with these: rerun on an idle machine.",
+        "- Same-run ratios: ours and the anchor alternate (A B A B) within one run, against "
+        "the same fake server, pinned the same way. Ratio = ours / anchor (for errors and "
+        "added latency, lower is better).",
+        "",
+        "## Summary",
+        "",
+        *summary_table(results),
+        "",
+    ]
+    for result in results:
+        name = result["benchmark"]
+        lines += [f"## {TITLES.get(name, name)}", ""]
+        if result.get("failed"):
+            lines += ["Failed:", "", "```", result["error"].strip()[-1500:], "```", ""]
+            continue
+        lines += [f"Config: `{result.get('config')}`; took {result.get('duration_s')} s.", ""]
+        if result.get("anchor_available") is False:
+            lines += ["The anchor was unavailable on this machine.", ""]
+        lines += [*DETAILS[name](result), ""]
+    lines += [
+        "## Rerun",
+        "",
+        "```",
+        "make bench            # all six (installs nginx with apt-get when missing)",
+        ".venv/bin/python tests/benchmarks/run_all.py --only client_throughput,gateway",
+        ".venv/bin/python tests/benchmarks/bench_client_timing.py   # one, JSON to results/",
+        "```",
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,88 @@
+"""The one benchmark command: runs the six benchmarks, writes their JSON and ``RESULTS.md``.
+
+Each benchmark runs in a fresh process (``bench_*.py --out DIR``), one after the other; one
+that fails is recorded as failed and the others still run. Then ``RESULTS.md`` is generated
+from the JSON files: the machine (CPU model, AVX-512/AMX flags, cores, load), the date, one
+table of every benchmark's figures (ours, anchor, ratio, target, met) and per-benchmark details.
+``make bench`` runs this under the machine lock; ``--tiny`` runs seconds-long sizes (what the
+test suite checks).
+Run: ``python tests/benchmarks/run_all.py [--tiny] [--out DIR] [--results FILE] [--only a,b]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import harness as h
+from report import render
+
+#: (JSON name, script), in the order of issue 13.
+BENCHMARKS = (
+    ("client_throughput", "bench_client_throughput.py"),
+    ("client_timing", "bench_client_timing.py"),
+    ("open_loop", "bench_open_loop.py"),
+    ("scraper", "bench_scraper_loop_lag.py"),
+    ("gateway", "bench_gateway.py"),
+    ("phase_memory", "bench_phase_memory.py"),
+)
+
+
+def run_one(name: str, script: str, out_dir: Path, tiny: bool) -> dict[str, Any]:
+    """Run one benchmark's script; its JSON, or a failure record if it wrote none."""
+    path = out_dir / f"{name}.json"
+    path.unlink(missing_ok=True)
+    argv = [sys.executable, str(h.HERE / script), "--out", str(out_dir)]
+    if tiny:
+        argv.append("--tiny")
+    h.progress(f"benchmark {name} ...")
+    began = time.perf_counter()
+    proc = subprocess.run(argv, stderr=subprocess.PIPE, text=True, cwd=h.REPO)
+    sys.stderr.write(proc.stderr)
+    if proc.returncode == 0 and path.exists():
+        result: dict[str, Any] = json.loads(path.read_text())
+        return result
+    failure = {
+        "benchmark": name,
+        "failed": True,
+        "error": proc.stderr[-3000:],
+        "duration_s": round(time.perf_counter() - began, 1),
+        "rows": [],
+    }
+    path.write_text(json.dumps(failure, indent=1) + "\n")
+    return failure
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tiny", action="store_true")
+    parser.add_argument("--out", type=Path, default=h.DEFAULT_OUT)
+    parser.add_argument("--results", type=Path, default=h.HERE / "RESULTS.md")
+    parser.add_argument("--only", help="comma-separated benchmark names")
+    args = parser.parse_args()
+    chosen = set(args.only.split(",")) if args.only else None
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.tiny:
+        h.no_pinning()
+    machine = h.machine()  # before anything runs: the load average says how busy it was
+    began = time.perf_counter()
+    results = [
+        run_one(name, script, args.out, args.tiny)
+        for name, script in BENCHMARKS
+        if chosen is None or name in chosen
+    ]
+    total_s = round(time.perf_counter() - began, 1)
+    lock = os.environ.get("BENCH_LOCK_HELD") == "1"
+    args.results.write_text(render(results, machine, total_s, args.tiny, lock), encoding="utf-8")
+    h.progress(f"all benchmarks: {total_s} s; {args.results}")
+    return 1 if any(r.get("failed") for r in results) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
