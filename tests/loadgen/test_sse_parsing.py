@@ -213,3 +213,93 @@ def test_non_object_json_raises_value_error(payload: str) -> None:
 def test_invalid_json_raises_value_error() -> None:
     with pytest.raises(ValueError):
         parse_chunk("{not json")
+
+
+# -- the fast path (issue 13: the client spent most of its CPU decoding chunks) -------------
+
+# Plain events, then one of every kind the fast path declines: CRLF, an event type, a
+# comment, multi-line data, "data:" without a space; then plain events again.
+MIXED = (
+    f"data: {TOKEN_CHUNK}\n\ndata: {SPEC_CHUNK}\n\n"
+    "data: a\r\n\r\n"
+    "event: error\ndata: boom\n\n"
+    ": ping\n\ndata: b\n\n"
+    "data: c1\ndata: c2\n\n"
+    "data:d\n\n"
+    f"data: {USAGE_TRAILER}\n\ndata: [DONE]\n\n"
+).encode()
+# Written out by hand from MIXED, event by event.
+MIXED_EVENTS = [
+    SSEEvent(TOKEN_CHUNK),
+    SSEEvent(SPEC_CHUNK),
+    SSEEvent("a"),
+    SSEEvent("boom", "error"),
+    SSEEvent("b"),
+    SSEEvent("c1\nc2"),
+    SSEEvent("d"),
+    SSEEvent(USAGE_TRAILER),
+    SSEEvent(DONE),
+]
+
+
+def decode_like_the_client(reads: list[bytes]) -> list[SSEEvent]:
+    """What loadgen.client does per read: the fast path, else the general one."""
+    decoder = SSEDecoder()
+    out: list[SSEEvent] = []
+    for raw in reads:
+        plain = decoder.feed_plain(raw)
+        out += decoder.feed(raw) if plain is None else [SSEEvent(d) for d in plain]
+    if (last := decoder.flush()) is not None:
+        out.append(last)
+    return out
+
+
+def test_fast_path_gives_the_same_events_for_any_split() -> None:
+    assert decode_like_the_client([MIXED]) == MIXED_EVENTS
+    assert decode_like_the_client([MIXED[i : i + 1] for i in range(len(MIXED))]) == MIXED_EVENTS
+    for cut in range(0, len(MIXED), 7):  # every 7th byte as a cut, also inside "\r\n"
+        assert decode_like_the_client([MIXED[:cut], MIXED[cut:]]) == MIXED_EVENTS, cut
+
+
+def test_fast_path_takes_plain_events_and_keeps_an_unfinished_one() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed_plain(b"data: x\n\ndata: y\n\ndata: z") == ["x", "y"]
+    assert decoder.feed_plain(b"z\n\n") == ["zz"]
+
+
+def test_fast_path_declines_without_consuming_and_the_general_path_takes_over() -> None:
+    decoder = SSEDecoder()
+    read = b"data: x\n\nevent: error\ndata: boom\n\n"
+    assert decoder.feed_plain(read) is None
+    assert decoder.feed(read) == [SSEEvent("x"), SSEEvent("boom", "error")]
+
+
+CHUNK_SHAPES = [
+    TOKEN_CHUNK,
+    SPEC_CHUNK,
+    LAST_TOKEN_CHUNK,
+    USAGE_TRAILER,
+    ERROR_EVENT,
+    '{"error":null}',
+    '{"object":"error","message":"engine dead"}',
+    '{"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}',
+    '{"choices":[{"index":0,"delta":{"reasoning_content":"r"}}]}',
+    '{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}',
+    '{"choices":[1,{"text":"a","finish_reason":"stop"}]}',  # a non-object choice is skipped
+    '{"choices":[{"text":""},{"text":"b","finish_reason":"length"}]}',
+    '{"choices":[{"text":7}]}',  # text of another type: the generic path decides
+    '{"choices":[{"delta":"odd"}]}',
+    '{"choices":[],"usage":{"completion_tokens":3.0}}',
+    '{"usage":null,"choices":null}',
+    '{"usage":{"prompt_tokens_details":null,"completion_tokens":2}}',
+    '{"choices":[{"text":"é"}],"usage":{"completion_tokens":1,"prompt_tokens":4,'
+    '"prompt_tokens_details":{"cached_tokens":2}}}',
+]
+
+
+@pytest.mark.parametrize("data", CHUNK_SHAPES)
+def test_typed_decoding_means_what_generic_json_decoding_means(data: str) -> None:
+    from loadgen.sse import _parse_generic
+
+    assert parse_chunk(data) == _parse_generic(data)
+    assert parse_chunk(data.encode()) == _parse_generic(data)
