@@ -40,6 +40,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import aiohttp
+import msgspec
 from aiohttp import web
 
 from gateway.admission import AdmissionRejected
@@ -116,15 +117,23 @@ async def _within(
         raise
 
 
+class _StreamFlag(msgspec.Struct):
+    stream: Any = None
+
+
+# Reads only the "stream" member (the prompt, often thousands of token IDs, is skipped
+# without building it): a fraction of json.loads's cost per request.
+_decode_stream_flag = msgspec.json.Decoder(_StreamFlag).decode
+
+
 def _wants_stream(body: bytes) -> bool:
     """Whether a JSON request body asks for ``"stream": true`` (non-JSON bodies: no)."""
     if not body:
         return False
     try:
-        parsed = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        return _decode_stream_flag(body).stream is True
+    except msgspec.DecodeError:  # not JSON, or not an object (ValidationError)
         return False
-    return isinstance(parsed, dict) and parsed.get("stream") is True
 
 
 def _close_call(call: asyncio.Task[aiohttp.ClientResponse] | None) -> None:
@@ -421,7 +430,7 @@ class _Exchange:
             await self.client_resp.write(data)
         except ConnectionError as exc:
             raise _ClientGone from exc
-        self.tail = (self.tail + data)[-2:]
+        self.tail = (self.tail + data[-2:])[-2:]  # the last two bytes, without copying data
 
     async def _client_eof(self) -> None:
         assert self.client_resp is not None

@@ -62,6 +62,10 @@ class EventStreamScanner:
                 return []
             self._started = True
             buffer = buffer.removeprefix(_BOM)
+        elif not self._data and not self._event:
+            plain = self._feed_plain(buffer)
+            if plain is not None:
+                return plain
         events: list[SseEvent] = []
         start = 0
         for match in _LINE_END.finditer(buffer):
@@ -75,6 +79,31 @@ class EventStreamScanner:
         if len(self._pending) > self._max_bytes:
             raise EventTooLarge(f"an event-stream line exceeds {self._max_bytes} bytes")
         return events
+
+    def _feed_plain(self, buffer: bytes) -> list[SseEvent] | None:
+        """The common case in a few C-level operations: ``buffer`` starts at an event
+        boundary, has LF line ends only, and every event it completes is one ``data: `` line
+        (every vLLM chunk). Then those events, keeping the rest whole in ``_pending`` (it
+        starts at a boundary, so the line-by-line path can take it up later); otherwise
+        ``None`` and nothing consumed. Sizes past ``max_bytes`` go line by line, which raises.
+        """
+        body, sep, rest = buffer.rpartition(b"\n\n")
+        if not sep:
+            if len(buffer) > self._max_bytes or b"\r" in buffer:
+                return None
+            self._pending = buffer  # no event complete yet
+            return []
+        if (
+            len(body) > self._max_bytes
+            or len(rest) > self._max_bytes
+            or not body.startswith(b"data: ")
+            or b"\r" in buffer
+            or body.count(b"\n") != 2 * body.count(b"\n\ndata: ")
+        ):
+            return None
+        self._pending = rest
+        datas = body[6:].decode("utf-8", errors="replace").split("\n\ndata: ")
+        return [SseEvent("message", data) for data in datas]
 
     def _line(self, raw: bytes) -> SseEvent | None:
         if not raw:

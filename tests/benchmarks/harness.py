@@ -246,6 +246,9 @@ class Outcome:
     request's send moment (monotonic s); ``failed``: requests that did not succeed.
     ``records``: ours, its request records (JSON lines as dicts; ``request_id`` is ``r`` +
     the request's key); the anchor, per successful request its key, start and TTFT (s).
+    ``per_request``: per successful request, in both clients' terms: ``index`` (position in
+    the run), ``key``, ``ttft_ms``, ``e2el_ms``, ``itl_ms`` (list), ``sent_ns``,
+    ``first_token_ns``.
     """
 
     wall_s: float
@@ -257,6 +260,15 @@ class Outcome:
     failed: int
     chunks: int
     records: list[dict[str, Any]]
+    per_request: list[dict[str, Any]]
+
+
+Tokens = int | Callable[[int], int]
+
+
+def _tokens_of(tokens: Tokens) -> Callable[[int], int]:
+    """Output tokens of request ``i`` of a run: a constant, or a function of ``i``."""
+    return tokens if callable(tokens) else (lambda _i: tokens)
 
 
 async def ours(
@@ -266,12 +278,13 @@ async def ours(
     concurrency: int | None = None,
     rate_rps: float | None = None,
     seed: int = 0,
-    max_tokens: int,
+    max_tokens: Tokens,
     prompt_tokens: int = 32,
     first_index: int = 0,
 ) -> Outcome:
     """Send ``n`` requests with the project's client: a closed loop of ``concurrency``
-    streams, or an open loop at ``rate_rps`` (Poisson)."""
+    streams, or an open loop at ``rate_rps`` (Poisson). ``max_tokens`` of request ``i``: a
+    constant or a function of ``i``."""
     from analysis.latency import itl_per_token_ms, request_frame
     from loadgen.client import Target
     from loadgen.clock import MonotonicClock
@@ -281,12 +294,16 @@ async def ours(
     from scenarios.arrivals import ClosedLoop, OpenLoop
     from scenarios.workloads import PhaseRequests, PlannedRequest, RequestHeader
 
+    tokens_of = _tokens_of(max_tokens)
+
     def build(i: int) -> PlannedRequest:
         ids = tuple(prompt_ids(first_index + i, prompt_tokens))
-        return PlannedRequest(f"r{first_index + i}", ids, max_tokens)
+        return PlannedRequest(f"r{first_index + i}", ids, tokens_of(i))
 
     plan = PhaseRequests(
-        n, build, lambda i: RequestHeader(f"r{first_index + i}", None, prompt_tokens, max_tokens)
+        n,
+        build,
+        lambda i: RequestHeader(f"r{first_index + i}", None, prompt_tokens, tokens_of(i)),
     )
     arrival: ClosedLoop | OpenLoop
     if rate_rps is not None:
@@ -319,9 +336,24 @@ async def ours(
     sends = [r["sent_ns"] for r in records if r["sent_ns"] is not None]
     if ends and sends:
         wall = (max(ends) - min(sends)) / 1e9  # first send to last end, as the anchor's
+    per_request = [
+        {
+            "index": r["index"],
+            "key": first_index + r["index"],
+            "ttft_ms": float(ttft),
+            "e2el_ms": float(e2el),
+            "itl_ms": [float(x) for x in itl_per_token_ms([r])],
+            "sent_ns": r["sent_ns"],
+            "first_token_ns": r["chunk_ns"][0],
+        }
+        for r, ttft, e2el in zip(
+            ok, frame["ttft_ms"] if ok else [], frame["e2el_ms"] if ok else [], strict=True
+        )
+    ]
     return Outcome(
         wall_s=wall,
         cpu_s=cpu,
+        per_request=per_request,
         ttft_ms=[float(x) for x in frame["ttft_ms"]] if ok else [],
         itl_ms=[float(x) for x in itl_per_token_ms(ok)],
         e2el_ms=[float(x) for x in frame["e2el_ms"]] if ok else [],
@@ -362,7 +394,7 @@ async def anchor(
     concurrency: int | None = None,
     rate_rps: float | None = None,
     seed: int = 0,
-    max_tokens: int,
+    max_tokens: Tokens,
     prompt_tokens: int = 32,
     first_index: int = 0,
     warm: int | None = None,
@@ -379,13 +411,14 @@ async def anchor(
 
     client = vllm_client()
     get_request = vllm_get_request()
+    tokens_of = _tokens_of(max_tokens)
     assert client is not None and get_request is not None, "vLLM is not installed"
     inputs = [
         client.input_type(
             prompt=prompt_ids(first_index + i, prompt_tokens),
             api_url=f"{url}/v1/completions",
             prompt_len=prompt_tokens,
-            output_len=max_tokens,
+            output_len=tokens_of(i),
             model=MODEL,
             ignore_eos=True,
         )
@@ -413,9 +446,23 @@ async def anchor(
     ok = [o for o in outputs if o.success]
     if ok:  # first send to last token, as ours (its stream end is not recorded)
         wall = max(o.start_time + o.latency for o in ok) - min(o.start_time for o in outputs)
+    per_request = [
+        {
+            "index": i,
+            "key": first_index + i,
+            "ttft_ms": o.ttft * 1e3,
+            "e2el_ms": o.latency * 1e3,
+            "itl_ms": [x * 1e3 for x in o.itl],
+            "sent_ns": o.start_time * 1e9,
+            "first_token_ns": (o.start_time + o.ttft) * 1e9,
+        }
+        for i, o in enumerate(outputs)
+        if o.success
+    ]
     return Outcome(
         wall_s=wall,
         cpu_s=cpu,
+        per_request=per_request,
         ttft_ms=[o.ttft * 1e3 for o in ok],
         itl_ms=[x * 1e3 for o in ok for x in o.itl],
         e2el_ms=[o.latency * 1e3 for o in ok],

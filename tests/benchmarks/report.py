@@ -85,18 +85,24 @@ def _details_timing(r: dict[str, Any]) -> list[str]:
              "request_written", "headers", "itl_error_ms"]  # fmt: skip
     rows = []
     for c, per in r["summary"].items():
-        for name, s in per.items():
-            rows.append([c, name] + [
-                f"{_fmt(s[p]['p50'])} / {_fmt(s[p]['p99'])}" if p in s else "–" for p in parts
-            ])  # fmt: skip
+        for name, waves in per.items():
+            for wave, s in waves.items():
+                if not s:
+                    continue
+                rows.append([c, name, wave] + [
+                    f"{_fmt(s[p]['p50'])} / {_fmt(s[p]['p99'])}" if p in s else "–"
+                    for p in parts
+                ])  # fmt: skip
     lines = [
-        "p50 / p99 in ms. `to_server` = server read − client send stamp; `server` = the "
-        "server's own TTFT (first write − read); `to_client` = client first-token stamp − "
-        "server first write; `connection_ready`, `request_written`, `headers` = our traced "
-        "stamps after the send stamp.",
+        "p50 / p99 in ms. `first`: the requests sent at once when a run starts; `steady`: "
+        "the rest (output lengths vary, so streams desynchronize). `to_server` = server read "
+        "− client send stamp; `server` = the server's own TTFT (first write − read); "
+        "`to_client` = client first-token stamp − server first write; `connection_ready`, "
+        "`request_written`, `headers` = our traced stamps after the send stamp.",
         "",
     ]
-    return lines + _table(["streams", "client", "TTFT − 50", *parts[1:-1], "ITL − 10"], rows)
+    header = ["streams", "client", "wave", "TTFT − 50", *parts[1:-1], "ITL − 10"]
+    return lines + _table(header, rows)
 
 
 def _details_open_loop(r: dict[str, Any]) -> list[str]:
@@ -145,10 +151,17 @@ def _details_gateway(r: dict[str, Any]) -> list[str]:
          "added E2EL p50"],
         rows,
     )  # fmt: skip
+    first = [[c, name, s["ttft_ms"]["p50"], s["ttft_ms"]["p99"], s["e2el_ms"]["p50"]]
+             for c, per in r.get("first_wave", {}).items() for name, s in per.items()]  # fmt: skip
     cap = [[k, v["streams_per_s"], v["proxy_cpu_share"], v["client_cpu_share"]]
            for k, v in r["capacity"].items()]  # fmt: skip
-    return [*lines, "", *_table(["proxy", "streams/s", "proxy CPU share",
-                                  "client + server core share"], cap)]  # fmt: skip
+    return [
+        "After the first wave (the figures above and in the summary):", "", *lines, "",
+        "First wave (C requests sent at once):", "",
+        *_table(["streams", "path", "TTFT p50 ms", "p99", "E2EL p50 ms"], first), "",
+        "Capacity (zero-delay server, 16-token streams, 64 in flight):", "",
+        *_table(["proxy", "streams/s", "proxy CPU share", "client + server core share"], cap),
+    ]  # fmt: skip
 
 
 def _details_memory(r: dict[str, Any]) -> list[str]:

@@ -72,3 +72,35 @@ def test_is_error_event(event: SseEvent, error: bool) -> None:
 def test_is_done() -> None:
     assert is_done(SseEvent("message", "[DONE]"))
     assert not is_done(SseEvent("message", '{"text": "[DONE]"}'))
+
+
+# The fast path (issue 13): plain one-line "data: " events, LF only, cut without a line loop.
+PLAIN_THEN_MIXED = (
+    b"data: 1\n\ndata: 2\n\n"
+    b"event: error\ndata: e\n\n"
+    b"data: 3\n\ndata: a\r\n\r\n"
+    b"data: [DONE]\n\n"
+)
+PLAIN_THEN_MIXED_EVENTS = [
+    SseEvent("message", "1"),
+    SseEvent("message", "2"),
+    SseEvent("error", "e"),
+    SseEvent("message", "3"),
+    SseEvent("message", "a"),
+    SseEvent("message", "[DONE]"),
+]
+
+
+def test_plain_and_other_events_come_out_the_same_for_every_split() -> None:
+    for cut in range(len(PLAIN_THEN_MIXED) + 1):
+        chunks = [PLAIN_THEN_MIXED[:cut], PLAIN_THEN_MIXED[cut:]]
+        assert scan(chunks) == PLAIN_THEN_MIXED_EVENTS, cut
+    assert scan([bytes([b]) for b in PLAIN_THEN_MIXED]) == PLAIN_THEN_MIXED_EVENTS
+
+
+def test_the_fast_path_keeps_the_size_limit() -> None:
+    # An unfinished event of plain data lines longer than the limit raises as before.
+    scanner = EventStreamScanner(16)
+    assert scanner.feed(b"data: ok\n\n") == [SseEvent("message", "ok")]
+    with pytest.raises(EventTooLarge):
+        scanner.feed(b"data: " + b"x" * 32)
