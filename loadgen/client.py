@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import aiohttp
@@ -23,38 +22,6 @@ from loadgen.token_timing import TokenTally
 from scenarios.workloads import PlannedRequest
 
 _JSON = {"Content-Type": "application/json"}
-
-
-class SendGate:
-    """Lets one request at a time go from its send stamp to the write of its body.
-
-    Why: aiohttp (on Python < 3.12) writes a request body in a task of its own that runs only
-    on the event loop's next pass, so when C requests start at once, each stamped ``sent_ns``
-    before any of them is written and the last waited for all the others' sending: tens of
-    ms of client work counted as TTFT at 256 streams (tests/benchmarks: client timing). With
-    the gate a request is stamped when its turn comes, and the wait before that is where it
-    belongs: ``admitted_ns`` → ``sent_ns`` (closed loop) or send lateness (open loop).
-    A request that must open a new connection hands the gate on when it starts connecting
-    (connects overlap). Needs request tracing (its signals release the gate); without it, no
-    gating.
-    """
-
-    def __init__(self) -> None:
-        self._lock = asyncio.Lock()
-
-    async def enter(self) -> Callable[[], None]:
-        """Wait for the turn; return the release (idempotent: the body write and the
-        request's end both call it)."""
-        await self._lock.acquire()
-        released = False
-
-        def release() -> None:
-            nonlocal released
-            if not released:
-                released = True
-                self._lock.release()
-
-        return release
 
 
 @dataclass(frozen=True)
@@ -193,7 +160,6 @@ async def send_request(
     planned: PlannedRequest,
     record: RequestRecord,
     clock: Clock,
-    gate: SendGate | None = None,
 ) -> RequestRecord:
     """Send ``planned``, stream the response, and fill ``record`` in place (also returned).
 
@@ -201,26 +167,20 @@ async def send_request(
     (``record.chunk_ns`` / ``chunk_tokens``, counted as ``record.token_timing`` says); the
     final usage-only chunk adds no stamp. ``sent_ns`` is stamped after the body is encoded;
     with a session from :func:`loadgen.connections.open_session` the connection and write
-    stamps are filled too. With a ``gate`` (and a traced session), ``sent_ns`` is stamped when
-    no other request of the gate is between its stamp and its write (:class:`SendGate`);
-    cancelled while waiting for it, the record stays ``not_sent``. The status is ``ok`` only
-    if the final usage matches what was asked (prompt length, ``max_tokens``) and what was
-    streamed.
+    stamps are filled too. The status is ``ok`` only if the final usage matches what was
+    asked (prompt length, ``max_tokens``) and what was streamed.
     """
     body = json.dumps(completion_body(planned, target.model), separators=(",", ":")).encode()
     stream = _Stream(record, planned.disconnect_after_tokens, clock)
     del planned  # the prompt is not needed any more: keep only the encoded body
-    release = await gate.enter() if gate is not None and session.trace_configs else None
     record.sent_ns = clock.now_ns()
     try:
         async with session.post(
             f"{target.url}/v1/completions",
             data=body,
             headers=_JSON,
-            trace_request_ctx=RecordTrace(record, clock, on_handover=release),
+            trace_request_ctx=RecordTrace(record, clock),
         ) as response:
-            if release is not None:
-                release()  # had the body no write signal, it went out all the same
             record.headers_ns = clock.now_ns()
             record.http_status = response.status
             record.upstream = response.headers.get("X-Gateway-Upstream")
@@ -243,8 +203,6 @@ async def send_request(
         record.status = "error"
         record.error = f"{type(exc).__name__}: {exc}"
     finally:
-        if release is not None:
-            release()
         stream.apply()
         record.end_ns = clock.now_ns()
     return record

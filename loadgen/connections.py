@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Protocol
@@ -35,25 +35,15 @@ class TraceSink(Protocol):
 
     def request_written(self) -> None: ...
 
-    def handover(self) -> None: ...
-
 
 class RecordTrace:
-    """Writes a request's connection and write stamps into its :class:`RequestRecord`.
+    """Writes a request's connection and write stamps into its :class:`RequestRecord`."""
 
-    ``on_handover`` is called when the request stops needing the client's attention to go
-    out: its body is about to be written, or it starts opening a new connection (connects of
-    several requests overlap; the connect time is in its ``connection_ready_ns``).
-    """
+    __slots__ = ("clock", "record")
 
-    __slots__ = ("clock", "on_handover", "record")
-
-    def __init__(
-        self, record: RequestRecord, clock: Clock, on_handover: Callable[[], None] | None = None
-    ) -> None:
+    def __init__(self, record: RequestRecord, clock: Clock) -> None:
         self.record = record
         self.clock = clock
-        self.on_handover = on_handover
 
     def connection_ready(self, new: bool) -> None:
         self.record.connection_ready_ns = self.clock.now_ns()
@@ -64,19 +54,10 @@ class RecordTrace:
         # headers with the first chunk); the last call is the last write of the request.
         self.record.request_sent_ns = self.clock.now_ns()
 
-    def handover(self) -> None:
-        if self.on_handover is not None:
-            self.on_handover()
-
 
 def _sink(ctx: SimpleNamespace) -> TraceSink | None:
     sink = getattr(ctx, "trace_request_ctx", None)
     return sink if hasattr(sink, "connection_ready") else None
-
-
-async def _on_connection_start(_s: object, ctx: SimpleNamespace, _p: object) -> None:
-    if (sink := _sink(ctx)) is not None:
-        sink.handover()
 
 
 async def _on_new_connection(_s: object, ctx: SimpleNamespace, _p: object) -> None:
@@ -89,17 +70,9 @@ async def _on_reused_connection(_s: object, ctx: SimpleNamespace, _p: object) ->
         sink.connection_ready(False)
 
 
-async def _on_headers_written(_s: object, ctx: SimpleNamespace, _p: object) -> None:
+async def _on_written(_s: object, ctx: SimpleNamespace, _p: object) -> None:
     if (sink := _sink(ctx)) is not None:
         sink.request_written()
-
-
-async def _on_chunk_written(_s: object, ctx: SimpleNamespace, _p: object) -> None:
-    # aiohttp fires this just before it writes a body chunk (headers coalesced with the
-    # first): the moment the request leaves for the socket.
-    if (sink := _sink(ctx)) is not None:
-        sink.request_written()
-        sink.handover()
 
 
 def request_trace_config() -> aiohttp.TraceConfig:
@@ -107,16 +80,13 @@ def request_trace_config() -> aiohttp.TraceConfig:
 
     Signals used (aiohttp ``TraceConfig``): ``on_connection_create_end`` (new connection),
     ``on_connection_reuseconn`` (pooled one), ``on_request_headers_sent`` and
-    ``on_request_chunk_sent`` (the request written); ``on_connection_create_start`` and
-    ``on_request_chunk_sent`` also hand the request over (:class:`RecordTrace`). None fires
-    per response chunk.
+    ``on_request_chunk_sent`` (the request written). None fires per response chunk.
     """
     config = aiohttp.TraceConfig()
-    config.on_connection_create_start.append(_on_connection_start)
     config.on_connection_create_end.append(_on_new_connection)
     config.on_connection_reuseconn.append(_on_reused_connection)
-    config.on_request_headers_sent.append(_on_headers_written)
-    config.on_request_chunk_sent.append(_on_chunk_written)
+    config.on_request_headers_sent.append(_on_written)
+    config.on_request_chunk_sent.append(_on_written)
     return config
 
 
@@ -186,9 +156,6 @@ class _WarmupTrace:
             self.reused += 1
 
     def request_written(self) -> None:
-        pass
-
-    def handover(self) -> None:
         pass
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from loadgen.client import PlannedRequest, SendGate, Target, send_request
+from loadgen.client import PlannedRequest, Target, send_request
 from loadgen.clock import Clock
 from loadgen.connections import warm_up
 from loadgen.records import RecordWriter, RequestRecord
@@ -149,7 +149,6 @@ class _Dispatch:
         self.case, self.phase, self.requests, self.order = case, phase, requests, order
         self.target, self.session, self.writer, self.clock = target, session, writer, clock
         self.on_done = on_done
-        self.gate = SendGate()  # send stamps next to the writes (see SendGate)
         self.dispatched = 0
         self.in_flight: dict[int, RequestRecord] = {}
         self.late = 0
@@ -200,12 +199,7 @@ class _Dispatch:
         try:
             # No local name for the built request: send_request drops it once encoded.
             await send_request(
-                self.session,
-                self.target,
-                self.requests[record.index],
-                record,
-                self.clock,
-                self.gate,
+                self.session, self.target, self.requests[record.index], record, self.clock
             )
         finally:
             self.finish(record)

@@ -74,7 +74,14 @@ def per_request(
 
 
 def _stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    keys = ["ttft_error_ms", "itl_error_ms", "to_server", "server", "to_client", *TRACED]
+    keys = [
+        "ttft_error_ms",
+        "itl_error_ms",
+        "to_server",
+        "server",
+        "to_client",
+        *TRACED,
+    ]
     out = {}
     for key in keys:
         values = [
@@ -91,6 +98,7 @@ def run(tiny: bool) -> dict[str, Any]:
     have_anchor = vllm_client() is not None
     clients = {"ours": h.ours, **({"anchor": h.anchor} if have_anchor else {})}
     pooled: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    cpu: dict[str, dict[str, list[dict[str, float]]]] = {}
     with h.FakeServer() as server:
         server.configure(TTFT_MS, ITL_MS)
 
@@ -102,12 +110,23 @@ def run(tiny: bool) -> dict[str, Any]:
                     for name, client in clients.items():
                         server.take_log()
                         out = await client(
-                            server.url, n, concurrency=c, max_tokens=tokens_of, first_index=first
+                            server.url,
+                            n,
+                            concurrency=c,
+                            max_tokens=tokens_of,
+                            first_index=first,
                         )
                         log = {e["key"]: e for e in server.take_log()}
                         assert out.failed == 0, f"{name}: {out.failed} requests failed"
                         rows = per_request(name, out, log, c)
                         per.setdefault(name, []).extend(rows)
+                        cpu.setdefault(str(c), {}).setdefault(name, []).append(
+                            {
+                                "cpu_share": out.cpu_s / out.wall_s,
+                                "cpu_us_per_request": out.cpu_s / n * 1e6,
+                                "cpu_us_per_chunk": out.cpu_s / max(out.chunks, 1) * 1e6,
+                            }
+                        )
                         first += n
                         steady = [r["ttft_error_ms"] for r in rows if r["wave"] == "steady"]
                         h.progress(
@@ -173,6 +192,15 @@ def run(tiny: bool) -> dict[str, Any]:
         "anchor_available": have_anchor,
         "rows": rows,
         "summary": summary,
+        # The client's CPU per run (its share of its core, and per request / per chunk, all
+        # of the client's work included): how busy the loop that stamps the tokens was.
+        "client_cpu": {
+            c: {
+                name: {k: h.spread([r[k] for r in runs], 3) for k in runs[0]}
+                for name, runs in per.items()
+            }
+            for c, per in cpu.items()
+        },
     }
 
 

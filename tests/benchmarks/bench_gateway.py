@@ -82,14 +82,52 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
+# The gateway's command under cProfile with a CPU-time clock (waiting is not cost).
+_PROFILED = """
+import cProfile, sys, time
+out = sys.argv.pop(1)
+profiler = cProfile.Profile(time.process_time)
+profiler.enable()
+try:
+    from gateway.cli import main
+    main(sys.argv[1:])
+finally:
+    profiler.disable()
+    profiler.dump_stats(out)
+"""
+
+
+def profile_top(path: Path, top: int = 12) -> list[dict[str, Any]]:
+    """The functions that used the most CPU in their own code, with their share (0–1)."""
+    import pstats
+
+    stats = pstats.Stats(str(path)).stats  # type: ignore[attr-defined]
+    total = sum(v[2] for v in stats.values()) or 1.0
+    rows = sorted(stats.items(), key=lambda kv: kv[1][2], reverse=True)[:top]
+    out = []
+    for (file, line, func), (_cc, calls, own_s, _cum_s, _callers) in rows:
+        where = file.split("site-packages/")[-1].split(str(h.REPO) + "/")[-1]
+        out.append(
+            {
+                "function": f"{where}:{line}({func})",
+                "calls": calls,
+                "own_cpu_share": round(own_s / total, 3),
+            }
+        )
+    return out
+
+
 @contextmanager
-def gateway(upstream: str, workdir: Path) -> Iterator[tuple[str, int]]:
-    """The project's gateway in its own process on :data:`PROXY_CPU`: (url, pid)."""
+def gateway(
+    upstream: str, workdir: Path, profile_to: Path | None = None
+) -> Iterator[tuple[str, int]]:
+    """The project's gateway in its own process on :data:`PROXY_CPU`: (url, pid); with
+    ``profile_to``, under cProfile counting CPU time, its stats written there at exit."""
     port = _free_port()
+    start = ["-c", _PROFILED, str(profile_to)] if profile_to else ["-m", "gateway.cli"]
     argv = [
         sys.executable,
-        "-m",
-        "gateway.cli",
+        *start,
         "--upstream",
         upstream,
         "--port",
@@ -100,7 +138,11 @@ def gateway(upstream: str, workdir: Path) -> Iterator[tuple[str, int]]:
     env = {**os.environ, "PYTHONPATH": str(h.REPO)}
     log = open(workdir / "gateway.log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
-        h.pinned(argv, PROXY_CPU), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=h.REPO
+        h.pinned(argv, PROXY_CPU),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=h.REPO,
     )
     try:
         url = f"http://127.0.0.1:{port}"
@@ -118,7 +160,15 @@ def nginx(upstream: str, workdir: Path) -> Iterator[tuple[str, int]]:
     assert binary is not None
     port = _free_port()
     conf = nginx_config(workdir, port, upstream)
-    argv = [binary, "-p", str(workdir), "-e", str(workdir / "error.log"), "-c", str(conf)]
+    argv = [
+        binary,
+        "-p",
+        str(workdir),
+        "-e",
+        str(workdir / "error.log"),
+        "-c",
+        str(conf),
+    ]
     proc = subprocess.Popen(
         h.pinned(argv, PROXY_CPU), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -136,6 +186,7 @@ def run(tiny: bool) -> dict[str, Any]:
     capacity_n = 64 if tiny else 2048
     tokens = 4 if tiny else TOKENS
     have_nginx = nginx_binary() is not None
+    profile: list[dict[str, Any]] = []
     lat: dict[str, dict[str, dict[str, list[float]]]] = {}
     first_wave: dict[str, dict[str, dict[str, list[float]]]] = {}
     capacity: dict[str, dict[str, float]] = {}
@@ -178,6 +229,13 @@ def run(tiny: bool) -> dict[str, Any]:
                 h.progress(f"  capacity {name}: {capacity[name]}")
 
         h.run_loop(measure())
+        if not tiny:  # where the gateway's CPU goes under the capacity load
+            with gateway(server.url, tmp, profile_to=tmp / "gateway.prof") as (
+                url,
+                _pid,
+            ):
+                h.run_loop(h.ours(url, capacity_n, concurrency=64, max_tokens=TOKENS))
+            profile = profile_top(tmp / "gateway.prof")
     summary: dict[str, Any] = {}
     rows = []
     for c, per in lat.items():
@@ -240,6 +298,7 @@ def run(tiny: bool) -> dict[str, Any]:
             for c, per in first_wave.items()
         },
         "capacity": capacity,
+        "gateway_cpu_profile": profile,
     }
 
 

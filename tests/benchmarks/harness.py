@@ -24,8 +24,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -475,14 +474,6 @@ async def anchor(
             if o.success
         ],
     )
-
-
-@contextmanager
-def timed(label: str, log: Callable[[str], None] | None = None) -> Iterator[None]:
-    """Print how long a block took (progress on stderr)."""
-    began = time.perf_counter()
-    yield
-    (log or _stderr)(f"  {label}: {time.perf_counter() - began:.1f} s")
 
 
 def _stderr(text: str) -> None:

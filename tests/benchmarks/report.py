@@ -102,7 +102,18 @@ def _details_timing(r: dict[str, Any]) -> list[str]:
         "",
     ]
     header = ["streams", "client", "wave", "TTFT − 50", *parts[1:-1], "ITL − 10"]
-    return lines + _table(header, rows)
+    cpu = [
+        [c, name, s["cpu_share"]["median"], s["cpu_us_per_request"]["median"],
+         s["cpu_us_per_chunk"]["median"]]
+        for c, per in r.get("client_cpu", {}).items() for name, s in per.items()
+    ]  # fmt: skip
+    return [
+        *lines, *_table(header, rows), "",
+        "The client's CPU during the runs (median of rounds; per request and per chunk: all "
+        "of its work divided by requests or chunks):", "",
+        *_table(["streams", "client", "CPU share of its core", "µs per request",
+                 "µs per chunk"], cpu),
+    ]  # fmt: skip
 
 
 def _details_open_loop(r: dict[str, Any]) -> list[str]:
@@ -161,6 +172,10 @@ def _details_gateway(r: dict[str, Any]) -> list[str]:
         *_table(["streams", "path", "TTFT p50 ms", "p99", "E2EL p50 ms"], first), "",
         "Capacity (zero-delay server, 16-token streams, 64 in flight):", "",
         *_table(["proxy", "streams/s", "proxy CPU share", "client + server core share"], cap),
+        "", "Where the gateway's CPU goes under that load (cProfile, CPU time, own time):", "",
+        *_table(["function", "calls", "share of the gateway's CPU"],
+                [[p["function"], p["calls"], p["own_cpu_share"]]
+                 for p in r.get("gateway_cpu_profile", [])]),
     ]  # fmt: skip
 
 
@@ -189,7 +204,11 @@ def _placement(pinned: bool) -> str:
 
 
 def render(
-    results: list[dict[str, Any]], machine: dict[str, Any], total_s: float, tiny: bool, lock: bool
+    results: list[dict[str, Any]],
+    machine: dict[str, Any],
+    total_s: float,
+    tiny: bool,
+    lock: bool,
 ) -> str:
     """The whole ``RESULTS.md``."""
     flags = ", ".join(machine["cpu_flags"]) or "none"
@@ -224,7 +243,10 @@ def render(
         if result.get("failed"):
             lines += ["Failed:", "", "```", result["error"].strip()[-1500:], "```", ""]
             continue
-        lines += [f"Config: `{result.get('config')}`; took {result.get('duration_s')} s.", ""]
+        lines += [
+            f"Config: `{result.get('config')}`; took {result.get('duration_s')} s.",
+            "",
+        ]
         if result.get("anchor_available") is False:
             lines += ["The anchor was unavailable on this machine.", ""]
         lines += [*DETAILS[name](result), ""]
