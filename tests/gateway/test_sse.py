@@ -76,10 +76,7 @@ def test_is_done() -> None:
 
 # The fast path (issue 13): plain one-line "data: " events, LF only, cut without a line loop.
 PLAIN_THEN_MIXED = (
-    b"data: 1\n\ndata: 2\n\n"
-    b"event: error\ndata: e\n\n"
-    b"data: 3\n\ndata: a\r\n\r\n"
-    b"data: [DONE]\n\n"
+    b"data: 1\n\ndata: 2\n\nevent: error\ndata: e\n\ndata: 3\n\ndata: a\r\n\r\ndata: [DONE]\n\n"
 )
 PLAIN_THEN_MIXED_EVENTS = [
     SseEvent("message", "1"),
