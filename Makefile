@@ -67,7 +67,7 @@ test: $(STAMP) $(RAY_STAMP)
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
-# The six benchmarks of tests/benchmarks (about 8 minutes on 2 cores), under the machine lock
+# The six benchmarks of tests/benchmarks (about 6 minutes on 2 cores), under the machine lock
 # that real-vLLM runs take, so no other run disturbs the timings; writes
 # tests/benchmarks/results/*.json and tests/benchmarks/RESULTS.md. nginx is the gateway's
 # anchor: installed from Debian's packages when missing (run as our own process, never as

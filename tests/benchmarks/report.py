@@ -187,6 +187,97 @@ def _details_memory(r: dict[str, Any]) -> list[str]:
                    "wall s", "statuses"], rows)  # fmt: skip
 
 
+def _q(stats: dict[str, Any], part: str, q: str) -> str:
+    return _fmt(stats.get(part, {}).get(q))
+
+
+def _why_timing(r: dict[str, Any]) -> str:
+    top = max(r["summary"], key=int)
+    ours = r["summary"][top]["ours"]
+    steady, first = ours["steady"], ours["first"]
+    cpu = r.get("client_cpu", {}).get(top, {}).get("ours", {})
+    share = _fmt(cpu.get("cpu_share", {}).get("median"))
+    return (
+        f"At {top} streams our loop stamps every chunk of {top} streams on one core (its CPU "
+        f"share in these runs: {share}). After the first wave a TTFT's error is the time the "
+        f"first chunk waits for the loop (`to_client` p50/p99 {_q(steady, 'to_client', 'p50')}"
+        f"/{_q(steady, 'to_client', 'p99')} ms) plus the send path (`to_server` "
+        f"{_q(steady, 'to_server', 'p50')}/{_q(steady, 'to_server', 'p99')} ms, of which "
+        f"request written {_q(steady, 'request_written', 'p50')}/"
+        f"{_q(steady, 'request_written', 'p99')} ms); the server's own part is 50 ms + "
+        f"its lateness (p99 {_q(steady, 'server', 'p99')} ms). aiohttp on Python 3.11 writes "
+        "a request body in a task of its own that runs on the loop's next pass, so a send "
+        "waits for every read and send queued before it; in the first wave (all requests at "
+        f"once) that is the whole burst: request written p50 {_q(first, 'request_written', 'p50')}"
+        " ms. A gate letting one request at a time from its stamp to its write (commit "
+        "9dbab2c) cut the first wave's error to a few ms but allowed one send per loop pass: "
+        "our chunks/s fell from 1.72× the anchor's to 1.42–1.53× and open-loop lateness p99 at "
+        "500 req/s rose from 1.4 to 4.7 ms, so it was reverted. Python ≥ 3.12 (aiohttp then "
+        "writes the body at once) removes the pass. The anchor has the same limit, larger."
+    )
+
+
+def _why_gateway(r: dict[str, Any]) -> str:
+    cap = r["capacity"]
+    gw = cap.get("gateway", {})
+    per_stream_ms = 1e3 * gw.get("proxy_cpu_share", 0) / max(gw.get("streams_per_s", 1), 1)
+    top = ", ".join(
+        f"{p['function'].rsplit('/', 1)[-1]} {p['own_cpu_share']:.0%}"
+        for p in r.get("gateway_cpu_profile", [])[:5]
+    )
+    text = (
+        f"One gateway process relays {_fmt(gw.get('streams_per_s'))} streams/s at "
+        f"{_fmt(gw.get('proxy_cpu_share'))} of its core: ≈ {per_stream_ms:.2f} ms of CPU per "
+        "16-token stream (request parsed and re-sent, every chunk read, watched and re-written, "
+        "two event-loop wake-ups per chunk, on aiohttp and uvloop)."
+    )
+    if "nginx" in cap:
+        text += (
+            f" nginx relays {_fmt(cap['nginx']['streams_per_s'])} streams/s at "
+            f"{_fmt(cap['nginx']['proxy_cpu_share'])} of its core (there the client and server "
+            "core is the limit, so its figure is a lower bound)."
+        )
+    if top:
+        text += f" The gateway's CPU, by own time: {top}."
+    return text + (
+        " A Python proxy on aiohttp does not come within 1.5× of nginx's added latency; "
+        "what is left above 1 ms is per-request and per-chunk interpreter work."
+    )
+
+
+def _why_scraper(r: dict[str, Any]) -> str:
+    lag = r["loop_lag_ms"]
+    return (
+        "Benchmark 1's load saturates the load generator's core (a throughput test), so the "
+        "loop's lag is the load's own: p99 "
+        f"{_fmt(lag['no scraping']['p99'])} ms without scraping, "
+        f"{_fmt(lag['scraping']['p99'])} ms with; its rounds spread widely "
+        f"(load wall times {r['load_wall_s']}). The scraper runs on the other core, beside the "
+        "fake server, and never on the load loop; what it parses per page: "
+        f"{r['parse_costs']['scraper_parse_page_ms']} ms."
+    )
+
+
+WHY = {"client_timing": _why_timing, "gateway": _why_gateway, "scraper": _why_scraper}
+
+
+def misses(results: list[dict[str, Any]]) -> list[str]:
+    """Every target not met, by how much, and why (from the run's own figures)."""
+    lines: list[str] = []
+    for result in results:
+        name = result["benchmark"]
+        missed = [r for r in result.get("rows", []) if r["met"] is False]
+        if not missed:
+            continue
+        lines.append(f"- **{TITLES.get(name, name)}**: " + "; ".join(
+            f"{r['metric']}: ours {_fmt(r['ours'])} {r['unit']}, target {r['target']}"
+            for r in missed
+        ) + ".")  # fmt: skip
+        if name in WHY:
+            lines += ["", "  " + WHY[name](result), ""]
+    return lines or ["Every target was met."]
+
+
 DETAILS = {
     "client_throughput": _details_throughput,
     "client_timing": _details_timing,
@@ -235,6 +326,10 @@ def render(
         "## Summary",
         "",
         *summary_table(results),
+        "",
+        "## Targets missed, and why",
+        "",
+        *misses(results),
         "",
     ]
     for result in results:

@@ -6,7 +6,8 @@ from the JSON files: the machine (CPU model, AVX-512/AMX flags, cores, load), th
 table of every benchmark's figures (ours, anchor, ratio, target, met) and per-benchmark details.
 ``make bench`` runs this under the machine lock; ``--tiny`` runs seconds-long sizes (what the
 test suite checks).
-Run: ``python tests/benchmarks/run_all.py [--tiny] [--out DIR] [--results FILE] [--only a,b]``.
+Run: ``python tests/benchmarks/run_all.py [--tiny] [--out DIR] [--results FILE] [--only a,b]``;
+``--render-only`` rewrites ``RESULTS.md`` from a run's files (``run.json`` and the JSON).
 """
 
 from __future__ import annotations
@@ -59,13 +60,33 @@ def run_one(name: str, script: str, out_dir: Path, tiny: bool) -> dict[str, Any]
     return failure
 
 
+def render_only(out_dir: Path, results_md: Path) -> int:
+    """Rewrite ``results_md`` from the JSON files of a run (its own run.json says the rest)."""
+    run = json.loads((out_dir / "run.json").read_text())
+    results = [
+        json.loads((out_dir / f"{name}.json").read_text())
+        for name, _ in BENCHMARKS
+        if (out_dir / f"{name}.json").exists()
+    ]
+    text = render(results, run["machine"], run["total_s"], run["tiny"], run["lock_held"])
+    results_md.write_text(text, encoding="utf-8")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--out", type=Path, default=h.DEFAULT_OUT)
     parser.add_argument("--results", type=Path, default=h.HERE / "RESULTS.md")
     parser.add_argument("--only", help="comma-separated benchmark names")
+    parser.add_argument(
+        "--render-only",
+        action="store_true",
+        help="only rewrite RESULTS.md from the JSON files in --out (machine: the first file's)",
+    )
     args = parser.parse_args()
+    if args.render_only:
+        return render_only(args.out, args.results)
     chosen = set(args.only.split(",")) if args.only else None
     args.out.mkdir(parents=True, exist_ok=True)
     if args.tiny:
@@ -79,6 +100,8 @@ def main() -> int:
     ]
     total_s = round(time.perf_counter() - began, 1)
     lock = os.environ.get("BENCH_LOCK_HELD") == "1"
+    run = {"machine": machine, "total_s": total_s, "tiny": args.tiny, "lock_held": lock}
+    (args.out / "run.json").write_text(json.dumps(run, indent=1) + "\n", encoding="utf-8")
     args.results.write_text(render(results, machine, total_s, args.tiny, lock), encoding="utf-8")
     h.progress(f"all benchmarks: {total_s} s; {args.results}")
     return 1 if any(r.get("failed") for r in results) else 0
