@@ -62,7 +62,7 @@ class EventStreamScanner:
                 return []
             self._started = True
             buffer = buffer.removeprefix(_BOM)
-        elif not self._data and not self._event:
+        if not self._data and not self._event:
             plain = self._feed_plain(buffer)
             if plain is not None:
                 return plain

@@ -8,7 +8,9 @@ Each proxy is one process pinned alone to core 1; our client and the fake server
 (the server then waits on timers, not spinning: its ~1 ms timer grain is the same for all
 three ways). At 1 and 64 concurrent streams, direct → gateway → nginx, 2 rounds.
 
-- added TTFT and E2EL, p50 and p99 (ms): a proxy's figure minus direct's, pooled over the
+- added TTFT and E2EL, p50 and p99 (ms), and where the added TTFT goes: the legs client send
+  → server read and server first write → client first token (the server logs its own
+  stamps), each minus direct's. Figures are a proxy's minus direct's, pooled over the
   rounds, after each run's first wave (its first C requests, sent at once: at 64 streams a
   burst that a proxy forwards one request after the other; reported apart).
 - capacity: streams/s through one proxy process on one core, zero-delay server, 16-token
@@ -39,6 +41,11 @@ from anchors import nginx_binary, nginx_config
 NAME = "gateway"
 PROXY_CPU = 1
 TTFT_MS, ITL_MS, TOKENS = 50.0, 10.0, 16
+
+
+#: Per request: TTFT, E2EL, and the two legs a proxy sits on (the server logs its own read
+#: and first write): client send → server read, server first write → client first token.
+LEGS = ("ttft_ms", "e2el_ms", "to_server_ms", "to_client_ms")
 
 
 def tokens_of(i: int) -> int:
@@ -201,19 +208,32 @@ def run(tiny: bool) -> dict[str, Any]:
 
         async def measure() -> None:
             server.configure(TTFT_MS, ITL_MS, spin=False)
+            first = 0
             for c, n in levels.items():
                 per = lat.setdefault(str(c), {})
                 for _ in range(rounds):
                     for name, (url, _pid) in proxies.items():
+                        server.take_log()
                         out = await h.ours(
-                            url, n, concurrency=c, max_tokens=4 if tiny else tokens_of
+                            url,
+                            n,
+                            concurrency=c,
+                            max_tokens=4 if tiny else tokens_of,
+                            first_index=first,
                         )
+                        log = {e["key"]: e for e in server.take_log()}
+                        first += n
                         assert out.failed == 0, f"{name}: {out.failed} failed"
                         for p in out.per_request:
                             into = per if p["index"] >= c else first_wave.setdefault(str(c), {})
-                            got = into.setdefault(name, {"ttft_ms": [], "e2el_ms": []})
+                            got = into.setdefault(name, {k: [] for k in LEGS})
                             got["ttft_ms"].append(p["ttft_ms"])
                             got["e2el_ms"].append(p["e2el_ms"])
+                            if (e := log.get(p["key"])) is not None:
+                                got["to_server_ms"].append((e["read_ns"] - p["sent_ns"]) / 1e6)
+                                got["to_client_ms"].append(
+                                    (p["first_token_ns"] - e["first_write_ns"]) / 1e6
+                                )
             server.configure(0, 0)
             for name, (url, pid) in proxies.items():
                 if pid is None:
@@ -246,8 +266,9 @@ def run(tiny: bool) -> dict[str, Any]:
                 continue
             summary[c][name]["added"] = {
                 f"{k}_{q}": round(summary[c][name][k][q] - direct[k][q], 3)
-                for k in ("ttft_ms", "e2el_ms")
+                for k in LEGS
                 for q in ("p50", "p99")
+                if summary[c][name][k][q] is not None and direct[k][q] is not None
             }
         for k, label in (("ttft_ms", "TTFT"), ("e2el_ms", "E2EL")):
             for q in ("p50", "p99"):

@@ -156,10 +156,11 @@ def _details_gateway(r: dict[str, Any]) -> list[str]:
             rows.append([
                 c, name, s["ttft_ms"]["p50"], s["ttft_ms"]["p99"], s["e2el_ms"]["p50"],
                 s["e2el_ms"]["p99"], added.get("ttft_ms_p50"), added.get("e2el_ms_p50"),
+                added.get("to_server_ms_p50"), added.get("to_client_ms_p50"),
             ])  # fmt: skip
     lines = _table(
         ["streams", "path", "TTFT p50 ms", "p99", "E2EL p50 ms", "p99", "added TTFT p50",
-         "added E2EL p50"],
+         "added E2EL p50", "added send → server read p50", "added server write → client p50"],
         rows,
     )  # fmt: skip
     first = [[c, name, s["ttft_ms"]["p50"], s["ttft_ms"]["p99"], s["e2el_ms"]["p50"]]
