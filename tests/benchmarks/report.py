@@ -301,8 +301,9 @@ def render(
     total_s: float,
     tiny: bool,
     lock: bool,
+    reruns: list[dict[str, Any]] | None = None,
 ) -> str:
-    """The whole ``RESULTS.md``."""
+    """The whole ``RESULTS.md``; ``reruns``: benchmarks run again after the full run."""
     flags = ", ".join(machine["cpu_flags"]) or "none"
     amx = [f for f in machine["cpu_flags"] if f.startswith("amx")]
     lines = [
@@ -320,6 +321,12 @@ def render(
         f"(`/tmp/serving-testbed-vllm.lock`) was {'held' if lock else 'NOT held'} for the run. "
         "Figures from a loaded machine (other processes on these cores) are not comparable "
         "with these: rerun on an idle machine.",
+        *[
+            f"- Rerun on {x['date_utc']} (load average {x['load_average_1m']}, lock "
+            f"{'held' if x['lock_held'] else 'NOT held'}): {', '.join(x['benchmarks'])}; "
+            "their sections below give their own date and load."
+            for x in reruns or []
+        ],
         "- Same-run ratios: ours and the anchor alternate (A B A B) within one run, against "
         "the same fake server, pinned the same way. Ratio = ours / anchor (for errors and "
         "added latency, lower is better).",

@@ -68,9 +68,16 @@ def render_only(out_dir: Path, results_md: Path) -> int:
         for name, _ in BENCHMARKS
         if (out_dir / f"{name}.json").exists()
     ]
-    text = render(results, run["machine"], run["total_s"], run["tiny"], run["lock_held"])
-    results_md.write_text(text, encoding="utf-8")
+    results_md.write_text(render_run(results, run), encoding="utf-8")
     return 0
+
+
+def render_run(results: list[dict[str, Any]], run: dict[str, Any]) -> str:
+    """``RESULTS.md`` for a run (and the reruns listed in its ``run.json``)."""
+    return render(
+        results, run["machine"], run["total_s"], run["tiny"], run["lock_held"],
+        run.get("reruns", []),
+    )  # fmt: skip
 
 
 def main() -> int:
@@ -100,9 +107,23 @@ def main() -> int:
     ]
     total_s = round(time.perf_counter() - began, 1)
     lock = os.environ.get("BENCH_LOCK_HELD") == "1"
+    run_file = args.out / "run.json"
     run = {"machine": machine, "total_s": total_s, "tiny": args.tiny, "lock_held": lock}
-    (args.out / "run.json").write_text(json.dumps(run, indent=1) + "\n", encoding="utf-8")
-    args.results.write_text(render(results, machine, total_s, args.tiny, lock), encoding="utf-8")
+    if chosen is not None and run_file.exists():
+        # A rerun of some benchmarks: the full run's header stays, the rerun is listed, and
+        # every benchmark's JSON present is rendered (each says its own date and load).
+        run = json.loads(run_file.read_text())
+        run.setdefault("reruns", []).append(
+            {"benchmarks": sorted(chosen), "date_utc": machine["date_utc"],
+             "load_average_1m": machine["load_average_1m"], "lock_held": lock}
+        )  # fmt: skip
+        results = [
+            json.loads((args.out / f"{name}.json").read_text())
+            for name, _ in BENCHMARKS
+            if (args.out / f"{name}.json").exists()
+        ]
+    run_file.write_text(json.dumps(run, indent=1) + "\n", encoding="utf-8")
+    args.results.write_text(render_run(results, run), encoding="utf-8")
     h.progress(f"all benchmarks: {total_s} s; {args.results}")
     return 1 if any(r.get("failed") for r in results) else 0
 
