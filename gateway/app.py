@@ -47,6 +47,9 @@ async def _client_session_ctx(app: web.Application) -> AsyncIterator[None]:
         timeout=client_timeout(state.config),
         auto_decompress=False,
         trust_env=False,
+        # A proxy keeps no cookies: a jar would replay one client's upstream Set-Cookie on
+        # every client's later requests (and filtering it costs time on every request).
+        cookie_jar=aiohttp.DummyCookieJar(),
     )
     try:
         yield

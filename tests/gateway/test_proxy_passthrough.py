@@ -106,3 +106,26 @@ async def test_health_checks_the_upstream_and_reports_it() -> None:
             }
         ],
     }
+
+
+async def test_upstream_cookies_are_not_replayed_to_later_requests() -> None:
+    # The upstream sets a cookie on a host-named URL (aiohttp's jar ignores cookies from bare
+    # IP addresses, so "localhost" is what would expose a jar). A proxy serving many clients
+    # must not keep it: the second request reaches the upstream with no Cookie header, while
+    # a cookie the client sends itself passes through unchanged.
+    fake = FakeUpstream(Behaviour(extra_headers={"Set-Cookie": "session=abc; Path=/"}))
+    async with serve_upstream(fake):
+        upstream = fake.url.replace("127.0.0.1", "localhost")
+        async with (
+            running_gateway(gateway_config(upstream)) as url,
+            aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as client,
+        ):
+            payload = {"model": "m", "prompt": [1], "max_tokens": 1}
+            for headers in ({}, {}, {"Cookie": "mine=1"}):
+                async with client.post(
+                    url + "/v1/completions", json=payload, headers=headers
+                ) as resp:
+                    assert resp.status == 200
+                    assert resp.headers["Set-Cookie"] == "session=abc; Path=/"
+    assert [seen.headers.get("cookie") for seen in fake.seen] == [None, None, "mine=1"]
+
