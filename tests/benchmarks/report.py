@@ -210,8 +210,9 @@ def _why_timing(r: dict[str, Any]) -> str:
         "a request body in a task of its own that runs on the loop's next pass, so a send "
         "waits for every read and send queued before it; in the first wave (all requests at "
         f"once) that is the whole burst: request written p50 {_q(first, 'request_written', 'p50')}"
-        " ms. A gate letting one request at a time from its stamp to its write (commit "
-        "9dbab2c) cut the first wave's error to a few ms but allowed one send per loop pass: "
+        " ms. A gate letting one request at a time from its stamp to its write (the "
+        'SendGate commit, then "Drop the send gate") cut the first wave\'s error to a '
+        "few ms but allowed one send per loop pass: "
         "our chunks/s fell from 1.72× the anchor's to 1.42–1.53× and open-loop lateness p99 at "
         "500 req/s rose from 1.4 to 4.7 ms, so it was reverted. Python ≥ 3.12 (aiohttp then "
         "writes the body at once) removes the pass. The anchor has the same limit, larger."
@@ -226,7 +227,17 @@ def _why_gateway(r: dict[str, Any]) -> str:
         f"{p['function'].rsplit('/', 1)[-1]} {p['own_cpu_share']:.0%}"
         for p in r.get("gateway_cpu_profile", [])[:5]
     )
+    legs = "; ".join(
+        f"at {c} streams {_fmt(added.get('ttft_ms_p50'))} ms (send → server read "
+        f"+{_fmt(added.get('to_server_ms_p50'))}, server write → client "
+        f"+{_fmt(added.get('to_client_ms_p50'))})"
+        for c, per in r["summary"].items()
+        if (added := per.get("gateway", {}).get("added"))
+    )
     text = (
+        f"Where the added TTFT p50 goes (each leg's p50 minus direct's): {legs}. Each leg of a "
+        "request crosses the gateway's Python once: the request is parsed, routed and re-sent "
+        "through aiohttp's client, the first chunk read, watched and re-written. "
         f"One gateway process relays {_fmt(gw.get('streams_per_s'))} streams/s at "
         f"{_fmt(gw.get('proxy_cpu_share'))} of its core: ≈ {per_stream_ms:.2f} ms of CPU per "
         "16-token stream (request parsed and re-sent, every chunk read, watched and re-written, "
@@ -246,9 +257,61 @@ def _why_gateway(r: dict[str, Any]) -> str:
     )
 
 
+def _why_throughput(r: dict[str, Any]) -> str:
+    parts = []
+    for c, per in r["summary"].items():
+        ours, anchor = per["ours"], per.get("anchor")
+        if anchor is None:
+            continue
+        wall = ours["chunks_per_s"]["median"] / anchor["chunks_per_s"]["median"]
+        if wall >= 1.5:
+            continue
+        cpu = ours["chunks_per_cpu_s"]["median"] / anchor["chunks_per_cpu_s"]["median"]
+        parts.append(
+            f"At {c} in flight our rounds spread {_fmt(ours['chunks_per_s']['min'])}–"
+            f"{_fmt(ours['chunks_per_s']['max'])} chunks/s (the anchor's "
+            f"{_fmt(anchor['chunks_per_s']['min'])}–{_fmt(anchor['chunks_per_s']['max'])}); "
+            f"per client CPU-second, which does not count time spent waiting for the core, ours "
+            f"is {cpu:.2f}× the anchor's ({_fmt(ours['chunks_per_cpu_s']['median'])} vs "
+            f"{_fmt(anchor['chunks_per_cpu_s']['median'])}) against {wall:.2f}× by the wall "
+            "clock: the gap is time our process did not get its core, not work it did."
+        )
+    load = r.get("machine", {}).get("load_average_1m")
+    return " ".join(parts) + f" Load average at the benchmark's start: {load}."
+
+
+def _why_open_loop(r: dict[str, Any]) -> str:
+    parts = []
+    for rate, per in r["summary"].items():
+        ours, anchor = per["ours"]["lateness_ms"], per.get("anchor", {}).get("lateness_ms", {})
+        if rate != "500" or ours["p99"] is None or ours["p99"] < 2.0:
+            continue
+        parts.append(
+            f"At {rate} req/s our send lateness is p50 {_fmt(ours['p50'])} ms but p99 "
+            f"{_fmt(ours['p99'])} ms, max {_fmt(ours['max'])} ms (the anchor's p99 "
+            f"{_fmt(anchor.get('p99'))} ms, max {_fmt(anchor.get('max'))} ms). A send falls due "
+            "while the one loop is reading and stamping the other requests' chunks; the tail is "
+            "the longest such stretch, plus any time the process waits for its core (load "
+            f"average at the start: {r.get('machine', {}).get('load_average_1m')})."
+        )
+    return " ".join(parts)
+
+
 def _why_scraper(r: dict[str, Any]) -> str:
     lag = r["loop_lag_ms"]
-    return (
+    interval = r["cadence"]["interval_ms"]
+    outside = interval.get("outside_target")
+    cadence = ""
+    if outside is not None:
+        cadence = (
+            f"Scrape intervals outside 250 ± 5 ms: {len(outside)} of {interval['count']} "
+            f"({', '.join(_fmt(x) for x in outside) or 'none'} ms). With this few intervals "
+            "p99 is the largest but at most one, so "
+            + ("one scrape that started late decides it" if len(outside) <= 2 else
+               "several late starts decide it")
+            + " (the scraper process shares the other core with the fake server). "
+        )  # fmt: skip
+    return cadence + (
         "Benchmark 1's load saturates the load generator's core (a throughput test), so the "
         "loop's lag is the load's own: p99 "
         f"{_fmt(lag['no scraping']['p99'])} ms without scraping, "
@@ -259,7 +322,36 @@ def _why_scraper(r: dict[str, Any]) -> str:
     )
 
 
-WHY = {"client_timing": _why_timing, "gateway": _why_gateway, "scraper": _why_scraper}
+WHY = {
+    "client_throughput": _why_throughput,
+    "client_timing": _why_timing,
+    "open_loop": _why_open_loop,
+    "gateway": _why_gateway,
+    "scraper": _why_scraper,
+}
+
+
+def headline(results: list[dict[str, Any]], machine: dict[str, Any]) -> list[str]:
+    """The figures that have a target, one line each (what the README quotes)."""
+    lines = [
+        f"Measured {machine['date_utc']} on {machine['cpu_model']}, {machine['cores']} cores "
+        f"(AVX-512{', AMX' if any(f.startswith('amx') for f in machine['cpu_flags']) else ''}"
+        f"), Python {machine['python']}; ratio = ours / anchor:",
+        "",
+    ]
+    for result in results:
+        name = result["benchmark"]
+        for r in result.get("rows", []):
+            if not r["target"]:
+                continue
+            anchor = "" if r["anchor"] is None else f" vs {_fmt(r['anchor'])}"
+            ratio = "" if r["ratio"] is None else f" ({_fmt(r['ratio'])}×)"
+            met = "met" if r["met"] else "**missed**"
+            lines.append(
+                f"- {TITLES.get(name, name)}, {r['metric']}: {_fmt(r['ours'])}{anchor} "
+                f"{r['unit']}{ratio}; target {r['target']}: {met}"
+            )
+    return lines
 
 
 def misses(results: list[dict[str, Any]]) -> list[str]:
@@ -330,6 +422,10 @@ def render(
         "- Same-run ratios: ours and the anchor alternate (A B A B) within one run, against "
         "the same fake server, pinned the same way. Ratio = ours / anchor (for errors and "
         "added latency, lower is better).",
+        "",
+        "## Headline",
+        "",
+        *headline(results, machine),
         "",
         "## Summary",
         "",

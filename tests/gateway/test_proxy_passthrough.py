@@ -128,4 +128,3 @@ async def test_upstream_cookies_are_not_replayed_to_later_requests() -> None:
                     assert resp.status == 200
                     assert resp.headers["Set-Cookie"] == "session=abc; Path=/"
     assert [seen.headers.get("cookie") for seen in fake.seen] == [None, None, "mine=1"]
-
