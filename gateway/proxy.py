@@ -136,6 +136,14 @@ def _wants_stream(body: bytes) -> bool:
         return False
 
 
+class _RelayedStream(web.StreamResponse):
+    """A relayed event stream whose status line and headers leave with its first chunk, in one
+    write, instead of alone at ``prepare`` (aiohttp's ``web.Response`` does the same for its
+    body): the client wakes once for its first token, not twice (headers, then chunk)."""
+
+    _send_headers_immediately = False
+
+
 def _close_call(call: asyncio.Task[aiohttp.ClientResponse] | None) -> None:
     """Cancel an upstream request task, closing its response if it already produced one."""
     if call is None:
@@ -339,7 +347,7 @@ class _Exchange:
             self._judge()
         self._first_token(now_s)  # then the slow-first-token rule, before any [DONE] success
         self._judge()
-        self.client_resp = web.StreamResponse(
+        self.client_resp = _RelayedStream(
             status=resp.status, reason=resp.reason, headers=self._response_headers(resp)
         )
         self.outcome.status = resp.status
