@@ -137,7 +137,8 @@ def measure(sizes: list[int], eager: bool) -> dict[str, Any]:
                 peak_mb,
                 None,
                 f"< {TARGET_PEAK_MB:g} MB" if is_target else "",
-                peak_mb < TARGET_PEAK_MB if is_target else None,
+                # A run with failed requests measured a backlog, not the phase: not met.
+                peak_mb < TARGET_PEAK_MB and set(r["statuses"]) == {"ok"} if is_target else None,
                 "MB",
             )
         )

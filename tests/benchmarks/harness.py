@@ -17,6 +17,7 @@ import asyncio
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -203,6 +204,8 @@ def machine() -> dict[str, Any]:
         "avx2": "avx2" in flags,
         "cores": os.cpu_count(),
         "load_average_1m": round(os.getloadavg()[0], 2),
+        "niceness": os.nice(0),
+        "open_files_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
         "pinned": can_pin(),
         "python": platform.python_version(),
         "aiohttp": aiohttp.__version__,

@@ -322,7 +322,27 @@ def _why_scraper(r: dict[str, Any]) -> str:
     )
 
 
+def _why_memory(r: dict[str, Any]) -> str:
+    parts = []
+    for run in r.get("runs", []):
+        failed = sum(n for status, n in run["statuses"].items() if status != "ok")
+        parts.append(
+            f"{run['requests']:,} requests: peak {_fmt(run['peak_mib'])} MiB, at most "
+            f"{run['max_in_flight']:,} in flight, {run.get('late_sends', 0):,} sends late, "
+            f"{failed:,} failed"
+        )
+    return (
+        "; ".join(parts) + ". The memory a phase needs grows with the requests in flight "
+        "(each holds its record, its connection and its buffers), not with the plan: when the "
+        "load generator's core is taken, sends and responses fall behind, the in-flight count "
+        "grows, and past the open-file limit (here "
+        f"{r.get('machine', {}).get('open_files_limit', 'unknown')}) connections fail; such a "
+        "run measures that backlog."
+    )
+
+
 WHY = {
+    "phase_memory": _why_memory,
     "client_throughput": _why_throughput,
     "client_timing": _why_timing,
     "open_loop": _why_open_loop,
@@ -409,6 +429,9 @@ def render(
         f"- Software: Python {machine['python']}, aiohttp {machine['aiohttp']}, "
         f"vLLM {machine['vllm'] or 'not installed'} (the anchors' code is loaded from it).",
         f"- Placement: {_placement(machine['pinned'])}; both clients on uvloop.",
+        f"- Priority: nice {machine.get('niceness', 0)} (`make bench` asks for -10 so that "
+        "work outside the machine lock takes less of the benchmarks' cores; without root it "
+        "stays 0).",
         f"- Load average (1 min) before the run: {machine['load_average_1m']}; the machine lock "
         f"(`/tmp/serving-testbed-vllm.lock`) was {'held' if lock else 'NOT held'} for the run. "
         "Figures from a loaded machine (other processes on these cores) are not comparable "
