@@ -64,6 +64,7 @@ class RichProgress:
         self.console.print(
             f"[bold]case {case.name}[/bold]: {server.url}, vLLM {server.version}, "
             f"KV capacity {cap.tokens if cap else '?'} tokens{startup}"
+            + (f" ({server.capacity_error})" if server.capacity_error else "")
         )
 
     def _phase_start(self, case: str, phase: str, n: int | None) -> None:

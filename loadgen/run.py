@@ -53,7 +53,9 @@ async def _plan_and_execute(
     server = await open_server(sizing, case_dir(run_dir, sizing.name) / SERVER_DIR, hooks)
     try:
         if server.capacity is None:
-            raise RuntimeError(f"could not read the KV capacity of {server.url}")
+            raise RuntimeError(
+                f"could not read the KV capacity of {server.url}: {server.capacity_error}"
+            )
         plan = scenario.plan(params, server.capacity)
     except BaseException:
         await asyncio.shield(asyncio.to_thread(server.stop))

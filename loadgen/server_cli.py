@@ -166,6 +166,7 @@ def start(
         "startup_s": running.startup_s,
         "model_variant": running.model_variant,
         "engine_python": engine.python,
+        **({"kv_capacity_error": running.capacity_error} if running.capacity_error else {}),
     }
     (_state_dir() / f"{running.port}.json").write_text(json.dumps(state, indent=2))
     running.detach()  # it outlives this command
@@ -178,6 +179,7 @@ def start(
             f"vLLM {state['version']} healthy at {state['url']} (pid {state['pid']}) in "
             f"{state['startup_s']} s; {model}; KV capacity {state['kv_capacity_tokens']} "
             f"tokens, block size {state['block_size']}; log {state['log']}"
+            + (f" (unknown: {running.capacity_error})" if running.capacity_error else "")
         )
 
 

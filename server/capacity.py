@@ -63,6 +63,18 @@ def capacity_from_metrics(text: str) -> KVCapacity | None:
     return None
 
 
+def cache_config_problem(text: str) -> str | None:
+    """Why ``capacity_from_metrics(text)`` finds no capacity, or ``None`` when it does."""
+    if capacity_from_metrics(text) is not None:
+        return None
+    if not any(CACHE_CONFIG_FAMILY in line for line in text.splitlines()):
+        return f"the page has no {CACHE_CONFIG_FAMILY} family"
+    return (
+        f"{CACHE_CONFIG_FAMILY} has no num_gpu_blocks or block_size value (vLLM fills "
+        "num_gpu_blocks only after profiling the KV cache)"
+    )
+
+
 def capacity_from_log(text: str) -> KVCapacity | None:
     """Parse the engine's ``... KV cache size: N tokens`` log line (the last one wins)."""
     found = _LOG_RE.findall(text)

@@ -22,7 +22,12 @@ from pathlib import Path
 
 import httpx
 
-from server.capacity import KVCapacity, capacity_from_log, capacity_from_metrics
+from server.capacity import (
+    KVCapacity,
+    cache_config_problem,
+    capacity_from_log,
+    capacity_from_metrics,
+)
 from server.config import ServerConfig
 from server.embedded_model import ensure_draft_model, ensure_embedded_model
 from server.engine_flags import adapt_command
@@ -56,7 +61,8 @@ class RunningServer:
     Attributes:
         url: base URL, e.g. ``http://127.0.0.1:41234`` (no trailing slash).
         model_name: the served model name to put in requests.
-        capacity: KV capacity read back from the server.
+        capacity: KV capacity read back from the server; ``None`` when it could not be read,
+            and then ``capacity_error`` says why (status, redirect target, missing family).
         version: vLLM version string reported by ``/version``.
         pid: the API server's pid (the process-group leader) or ``None`` when attached.
         log_path: the server log, or ``None`` when attached.
@@ -79,6 +85,7 @@ class RunningServer:
     startup_s: float | None = None
     model_variant: dict[str, str] | None = None
     engine: Engine | None = None
+    capacity_error: str | None = None
     _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -95,6 +102,7 @@ class RunningServer:
             "argv": self.argv,
             "startup_s": self.startup_s,
             "capacity": asdict(self.capacity) if self.capacity else None,
+            **({"capacity_error": self.capacity_error} if self.capacity_error else {}),
             "model_variant": self.model_variant,
             "engine": self.engine.as_dict() if self.engine else None,
             "env": {k: os.environ[k] for k in _ENV_TO_RECORD if k in os.environ},
@@ -175,21 +183,63 @@ async def _get_json(client: httpx.AsyncClient, url: str) -> object | None:
     return response.json() if response.status_code == 200 else None
 
 
-async def read_capacity(
-    client: httpx.AsyncClient, url: str, log_path: Path | None
-) -> KVCapacity | None:
-    """KV capacity from ``/metrics`` (``vllm:cache_config_info``), else from the log line."""
+class CapacityUnknownError(RuntimeError):
+    """The KV capacity could be read neither from ``/metrics`` nor from the log; the message
+    says why for each source (HTTP status, redirect target, missing family, …)."""
+
+
+def _metrics_problem(url: str, response: httpx.Response) -> str | None:
+    """Why ``response`` (to ``GET url/metrics``) carries no KV capacity; ``None`` if it does."""
+    if response.is_redirect:
+        target = response.headers.get("location", "?")
+        return (
+            f"GET {url}/metrics answered HTTP {response.status_code} redirecting to {target} "
+            "(not followed: metrics are read where the server is)"
+        )
+    if response.status_code != 200:
+        return f"GET {url}/metrics answered HTTP {response.status_code}"
+    try:
+        problem = cache_config_problem(response.text)
+    except ValueError as exc:  # not exposition format (an HTML page, another app)
+        problem = f"the page is not Prometheus exposition text ({exc})"
+    if problem is None:
+        return None
+    kind = response.headers.get("content-type", "no content-type")
+    return f"GET {url}/metrics ({kind}, {len(response.content)} bytes): {problem}"
+
+
+async def read_capacity(client: httpx.AsyncClient, url: str, log_path: Path | None) -> KVCapacity:
+    """KV capacity from ``/metrics`` (``vllm:cache_config_info``), else from the log line.
+
+    Raises:
+        CapacityUnknownError: neither gives it; the message says why for each.
+    """
     try:
         response = await client.get(f"{url}/metrics")
-        if response.status_code == 200:
+    except httpx.HTTPError as exc:
+        why = f"GET {url}/metrics failed: {type(exc).__name__}: {exc}"
+    else:
+        problem = _metrics_problem(url, response)
+        if problem is None:
             found = capacity_from_metrics(response.text)
-            if found is not None:
-                return found
-    except httpx.HTTPError:
-        pass
+            assert found is not None
+            return found
+        why = problem
     if log_path is not None and log_path.exists():
-        return capacity_from_log(log_path.read_text(errors="replace"))
-    return None
+        found = capacity_from_log(log_path.read_text(errors="replace"))
+        if found is not None:
+            return found
+        why += f"; and {log_path} has no 'KV cache size: N tokens' line"
+    raise CapacityUnknownError(why)
+
+
+async def _capacity_or_why(
+    client: httpx.AsyncClient, url: str, log_path: Path | None
+) -> tuple[KVCapacity | None, str | None]:
+    try:
+        return await read_capacity(client, url, log_path), None
+    except CapacityUnknownError as exc:
+        return None, str(exc)
 
 
 #: Seconds between ``/health`` polls while a server starts. The start is noticed at most this
@@ -298,7 +348,7 @@ async def start_server(
         await _wait_healthy(proc, url, log_path, start_timeout_s, on_status)
         server.startup_s = round(time.monotonic() - started, 2)
         async with httpx.AsyncClient(timeout=10.0) as client:
-            server.capacity = await read_capacity(client, url, log_path)
+            server.capacity, server.capacity_error = await _capacity_or_why(client, url, log_path)
             version = await _get_json(client, f"{url}/version")
         server.version = str(version.get("version", "")) if isinstance(version, dict) else ""
     except BaseException as exc:
@@ -328,8 +378,12 @@ async def attach(url: str) -> RunningServer:
         if not isinstance(models, dict) or not models.get("data"):
             raise ServerStartError(f"{url}/v1/models lists no model")
         name = str(models["data"][0]["id"])
-        capacity = await read_capacity(client, url, None)
+        capacity, capacity_error = await _capacity_or_why(client, url, None)
         version = await _get_json(client, f"{url}/version")
     return RunningServer(
-        url, name, capacity, str(version.get("version", "")) if isinstance(version, dict) else ""
+        url,
+        name,
+        capacity,
+        str(version.get("version", "")) if isinstance(version, dict) else "",
+        capacity_error=capacity_error,
     )
