@@ -9,7 +9,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -218,8 +218,8 @@ def _run_command(scenario: Any, values: dict[str, Any]) -> None:
     run_dir = values.get("out") or _new_run_dir(scenario.name)
     _check_out_dir(run_dir)
     status, report = _execute_run(scenario, params, run_dir, workers)
-    if status != "ok":
-        sys.exit(1)
+    if status != "ok" or report is None:
+        sys.exit(1)  # a run whose report failed is not ok, whatever its records say
     if values.get("strict") and report and report.summary.verdict_summary.failed:
         sys.exit(3)
 
@@ -259,31 +259,41 @@ def _execute_run(
         progress.console.print("[red]interrupted: writing what was recorded[/red]")
     finally:
         progress.close()
-        report = _finalize(run_dir, status, command, progress.console)
+        report, report_error = _finalize(run_dir, status, command)
     if report is not None:
         _print_summary(report, progress.console)
     if error:
         progress.console.print(f"[red]run {status}: {error}[/red]")
-    progress.console.print(f"run directory: [bold]{run_dir}[/bold] (status {status})")
+    shown = status
+    if report_error is not None:
+        shown = f"{status}, report failed"
+        progress.console.print(
+            f"[red]report failed: {report_error}[/red]\n"
+            "The records are intact; rebuild the report with "
+            f"`loadgen report {run_dir}` once the cause is fixed."
+        )
+    progress.console.print(f"run directory: [bold]{run_dir}[/bold] (status {shown})")
     if status == "interrupted":
         sys.exit(1)
     return status, report
 
 
-def _finalize(run_dir: Path, status: str, command: list[str], console: Any) -> Any | None:
-    """Build the report from the raw files, then write the manifest (always, and last)."""
+def _finalize(run_dir: Path, status: str, command: list[str]) -> tuple[Any | None, str | None]:
+    """Build the report from the raw files, then write the manifest (always, and last):
+    (the report or ``None``, why building it failed or ``None``). A run that never made a
+    plan has no report and no report error (its status says why)."""
     from loadgen.manifest import write_manifest
 
-    report = None
+    report, error = None, None
     if (run_dir / "plan.json").exists():
         try:
             from analysis.report import build_report
 
             report = build_report(run_dir)
         except Exception as exc:  # raw data stays; `loadgen report` can retry
-            console.print(f"[red]report failed: {type(exc).__name__}: {exc}[/red]")
+            error = f"{type(exc).__name__}: {exc}"
     write_manifest(run_dir, status, command)
-    return report
+    return report, error
 
 
 def _print_summary(report: Any, console: Any) -> None:
@@ -355,9 +365,14 @@ def validate(run_dir: Path, as_json: bool, strict: bool) -> None:
     Exit code 0 when valid (warnings are printed: figures that need care), 1 when invalid
     (or, with --strict, when there are warnings).
     """
-    from analysis.validate import validate_run
+    from analysis.validate import ValidationResult, validate_run
 
-    result = validate_run(run_dir)
+    try:
+        result = validate_run(run_dir)
+    except Exception as exc:  # a bug or a file nobody foresaw: invalid, said in one line
+        result = ValidationResult(
+            problems=[f"validation could not finish: {type(exc).__name__}: {exc}"]
+        )
     if as_json:
         click.echo(
             json.dumps(
@@ -395,6 +410,29 @@ def _parse_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
             )
         out[base] = cand
     return out
+
+
+#: Exit code of ``loadgen compare``/``gate`` when they cannot compare (README "Exit codes"):
+#: the usage-error code, never 1, which CI reads as a regression.
+COMPARE_ERROR_EXIT = 2
+
+
+def _fail_compare(why: str) -> NoReturn:
+    """Say in one line why the comparison could not be made; exit ``COMPARE_ERROR_EXIT``."""
+    click.echo(f"error: could not compare: {why}", err=True)
+    sys.exit(COMPARE_ERROR_EXIT)
+
+
+def _compare_exit_code(*args: Any, **kwargs: Any) -> int:
+    """``_compare_and_report``'s exit code; an unexpected error (a bug, a file nobody
+    foresaw) becomes one line and ``COMPARE_ERROR_EXIT``, never a traceback whose exit code 1
+    CI would read as a regression."""
+    try:
+        return _compare_and_report(*args, **kwargs)
+    except click.ClickException:
+        raise  # usage errors: click prints them and exits 2
+    except Exception as exc:
+        _fail_compare(f"{type(exc).__name__}: {exc}")
 
 
 def _compare_and_report(
@@ -506,12 +544,13 @@ def compare(
     Exit code 0 when no gated metric or verdict regressed, 1 on a regression, 2 on usage
     errors (including runs whose workloads differ and runs that did not complete: status not
     ok, a case not ok, no manifest, an incomplete phase; --allow-incomplete compares them
-    anyway), 3 when a gated metric is missing from a run (or, with --strict, inconclusive).
+    anyway) and when the runs cannot be compared at all (one line says why), 3 when a gated
+    metric is missing from a run (or, with --strict, inconclusive).
     """
     out = out or _new_run_dir("compare")
     sys.exit(
-        _compare_and_report(baseline, candidate, out, gate_file, strict, allow_workload_mismatch,
-                            _parse_pairs(pairs), allow_incomplete)
+        _compare_exit_code(baseline, candidate, out, gate_file, strict, allow_workload_mismatch,
+                           _parse_pairs(pairs), allow_incomplete)
     )  # fmt: skip
 
 
@@ -560,13 +599,15 @@ def _gate_command(scenario: Any, values: dict[str, Any]) -> None:
     for side in sequence:
         seen[side] += 1
         run_dir = out / side / f"run-{seen[side]}"
-        status, _ = _execute_run(scenario, sides[side], run_dir)
+        status, report = _execute_run(scenario, sides[side], run_dir)
         if status != "ok":
             console.print(f"[red]{side} run {run_dir} ended {status}: the gate stops[/red]")
             sys.exit(4)
+        if report is None:  # complete records, but the analysis cannot read them
+            _fail_compare(f"the report of {side} run {run_dir} failed (said above)")
     sys.exit(
-        _compare_and_report(out / "baseline", out / "candidate", out, values.get("gate_file"),
-                            bool(values.get("strict")))
+        _compare_exit_code(out / "baseline", out / "candidate", out, values.get("gate_file"),
+                           bool(values.get("strict")))
     )  # fmt: skip
 
 

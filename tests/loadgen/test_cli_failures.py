@@ -1,0 +1,76 @@
+"""The CLI never lets an analysis failure pass for a result: a run whose report failed does not
+exit 0 or say "status ok"; compare and gate exit with their error code (2), never 1 (a
+regression to CI), and say why in one line; validate never shows a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import analysis.compare
+import analysis.report
+import analysis.validate
+import loadgen.run
+from loadgen.cli import COMPARE_ERROR_EXIT, main
+from loadgen.run import RunResult
+
+
+def _broken_report(run_dir: Path) -> None:
+    raise ValueError("histogram ttft_seconds: no +Inf bucket")
+
+
+def test_a_run_whose_report_failed_exits_1_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir = tmp_path / "run"
+
+    async def recorded(scenario, params, run_dir, command, hooks, workers) -> RunResult:  # type: ignore[no-untyped-def]
+        run_dir.mkdir(parents=True)
+        (run_dir / "plan.json").write_text("{}")  # planned and recorded: a report is due
+        return RunResult(run_dir, "ok")
+
+    monkeypatch.setattr(loadgen.run, "run_scenario", recorded)
+    monkeypatch.setattr(analysis.report, "build_report", _broken_report)
+    result = CliRunner().invoke(
+        main, ["run", "kv-preemption", "--url", "http://127.0.0.1:9", "--out", str(run_dir)]
+    )
+    assert result.exit_code == 1
+    assert "report failed: ValueError: histogram ttft_seconds: no +Inf bucket" in result.output
+    assert "(status ok, report failed)" in result.output
+    assert "(status ok)" not in result.output
+    assert (run_dir / "manifest.json").exists()  # the records are sealed all the same
+
+
+def test_an_unexpected_compare_error_exits_2_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def crash(*args: object, **kwargs: object) -> None:
+        raise KeyError("le")
+
+    monkeypatch.setattr(analysis.compare, "compare_paths", crash)
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    result = CliRunner().invoke(main, ["compare", str(a), str(b), "--out", str(tmp_path / "c")])
+    assert result.exit_code == COMPARE_ERROR_EXIT == 2
+    assert result.output == "error: could not compare: KeyError: 'le'\n"
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_validate_turns_an_unexpected_error_into_a_problem(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def crash(run_dir: Path) -> None:
+        raise ValueError("histogram ttft_seconds: no +Inf bucket")
+
+    monkeypatch.setattr(analysis.validate, "validate_run", crash)
+    result = CliRunner().invoke(main, ["validate", str(tmp_path)])
+    assert result.exit_code == 1
+    assert (
+        "problem: validation could not finish: ValueError: histogram ttft_seconds: no +Inf "
+        "bucket" in result.output
+    )
+    assert "INVALID: 1 problem(s)" in result.output
+    assert isinstance(result.exception, SystemExit)
