@@ -281,6 +281,8 @@ class CaseData:
         transitions_source: ``events``, ``log`` (a run that predates the events file: read
             from the gateway's log lines) or ``None`` (no gateway).
         nonfinite_samples: samples dropped because their value was not finite.
+        duplicate_samples: samples dropped because their series (name, labels) was already
+            read at the same scrape (runs from before the scraper dropped repeats).
         legacy_scrape_index: the run predates per-tick accounting (skipped ticks unlisted).
         file_problems: torn tails and unreadable lines, per file (for ``validate``/report).
         workers: load-generator workers whose record files were merged (0: one process).
@@ -297,6 +299,7 @@ class CaseData:
     transitions: list[Transition] = field(default_factory=list)
     transitions_source: str | None = None
     nonfinite_samples: int = 0
+    duplicate_samples: int = 0
     file_problems: list[str] = field(default_factory=list)
     spec: CaseSpec | None = None
     legacy_scrape_index: bool = False
@@ -374,18 +377,27 @@ def iter_raw(case_dir: Path) -> Iterator[dict[str, Any]]:
             return
 
 
-def _samples(path: Path) -> tuple[list[Sample], int, JsonlFile]:
+def _samples(path: Path) -> tuple[list[Sample], int, JsonlFile, int]:
+    """(finite samples, non-finite dropped, the file, duplicates dropped). A series repeated
+    at one scrape (older scrapers kept every line of a page that repeated it) is read once,
+    its first line, as ``metrics.parse`` does now: summed, it would double a counter."""
     raw = read_jsonl(path, "sample")
     out: list[Sample] = []
-    nonfinite = 0
+    nonfinite = duplicates = 0
+    seen: set[tuple[int, str, tuple[tuple[str, str], ...]]] = set()
     for d in raw.rows:
+        labels = tuple(sorted((str(k), str(v)) for k, v in (d.get("labels") or {}).items()))
+        key = (int(d["t_ns"]), str(d["name"]), labels)
+        if key in seen:
+            duplicates += 1
+            continue
+        seen.add(key)
         value = float(d["value"])
         if not math.isfinite(value):
             nonfinite += 1
             continue
-        labels = tuple(sorted((str(k), str(v)) for k, v in (d.get("labels") or {}).items()))
-        out.append(Sample(int(d["t_ns"]), str(d["name"]), labels, value))
-    return out, nonfinite, raw
+        out.append(Sample(*key, value))
+    return out, nonfinite, raw, duplicates
 
 
 def _scrapes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -455,7 +467,7 @@ def load_case(run_dir: Path, spec: CaseSpec) -> CaseData:
     files = {PHASES_FILE: read_jsonl(cdir / PHASES_FILE, "phase"),
              SCRAPES_FILE: read_jsonl(cdir / SCRAPES_FILE, "scrape")}  # fmt: skip
     files.update(merged.files)
-    samples, nonfinite, samples_file = _samples(cdir / SAMPLES_FILE)
+    samples, nonfinite, samples_file, duplicates = _samples(cdir / SAMPLES_FILE)
     files[SAMPLES_FILE] = samples_file
     faults = read_jsonl(cdir / FAULTS_FILE, "fault")
     files[FAULTS_FILE] = faults
@@ -475,6 +487,7 @@ def load_case(run_dir: Path, spec: CaseSpec) -> CaseData:
         transitions=transitions,
         transitions_source=source,
         nonfinite_samples=nonfinite,
+        duplicate_samples=duplicates,
         file_problems=problems,
         spec=spec,
         legacy_scrape_index=any("outcome" not in r for r in files[SCRAPES_FILE].rows),

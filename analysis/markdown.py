@@ -180,6 +180,11 @@ def _case_lines(
         f"failed {case.requests_failed}; scrapes {scrapes.ticks} "
         f"(late {scrapes.late}, failed {scrapes.failed}, skipped {scrapes.skipped}"
         + (f", {scrapes.nan_dropped} NaN samples dropped" if scrapes.nan_dropped else "")
+        + (
+            f", {scrapes.duplicates_dropped} duplicate samples dropped"
+            if scrapes.duplicates_dropped
+            else ""
+        )
         + ").",
         "",
     ]

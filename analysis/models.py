@@ -64,7 +64,8 @@ class ServerHistogram(_Frozen):
 
 class ScrapeAccounting(_Frozen):
     """Every scrape tick of a case: ok, failed, skipped (the previous scrape still ran), late
-    (started more than half an interval after its deadline), and NaN samples dropped."""
+    (started more than half an interval after its deadline), NaN samples dropped, and samples
+    dropped because the page repeated their series (name and label set)."""
 
     ticks: int = 0
     ok: int = 0
@@ -72,6 +73,7 @@ class ScrapeAccounting(_Frozen):
     skipped: int = 0
     late: int = 0
     nan_dropped: int = 0
+    duplicates_dropped: int = 0
 
 
 class PhaseSummary(LatencyStats):
@@ -150,6 +152,8 @@ class CaseSummary(_Frozen):
         all_phases: latency over every successful request of the case.
         metric_aliases: canonical metric family → the exposition name the server used.
         missing_families: recorded families the server did not expose at all.
+        unusable_histograms: server histogram families left out because they break the
+            histogram rules (no ``+Inf`` bucket, not cumulative, …): family → why.
         data_quality: findings a reader must know (torn files, dropped samples, flagged
             phases, records whose token stamps cannot give a TTFT).
     """
@@ -170,6 +174,7 @@ class CaseSummary(_Frozen):
     scrapes: ScrapeAccounting = ScrapeAccounting()
     metric_aliases: dict[str, str] = Field(default_factory=dict)
     missing_families: list[str] = Field(default_factory=list)
+    unusable_histograms: dict[str, str] = Field(default_factory=dict)
     data_quality: list[str] = Field(default_factory=list)
 
 

@@ -13,19 +13,27 @@
   summed over engines (every request the server holds); its peak over the phase sits in the
   report beside the concurrency the client asked for, so a cap anywhere between them (a
   connection pool, a proxy) shows as a peak below the request. Sampled: a lower bound.
-- **Deltas flag**: a phase's deltas rest on the last scrape inside its window; if no
-  successful scrape *started* after the last request finished, tokens counted at the very end
-  may be missing, and the phase is flagged.
+- **Deltas flag**: a phase's deltas rest on the last scrape inside its window and start from
+  the last one before it; the phase is flagged when no scrape ended inside the window (deltas
+  unknown), when none *started* after the last request finished (the tail may be missing), or
+  when the starting scrape predates an earlier phase's last request (its tail counted here).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from analysis.load import CaseData
 from analysis.models import ServerHistogram
-from metrics.histograms import histogram_delta, histogram_quantile, mean_s, quantile_in_overflow
+from metrics.histograms import (
+    MalformedHistogramError,
+    histogram_delta,
+    histogram_problem,
+    histogram_quantile,
+    mean_s,
+    quantile_in_overflow,
+)
 from metrics.names import FAMILIES, MissingFamilyError
 from metrics.samples import (
     Point,
@@ -36,7 +44,7 @@ from metrics.samples import (
     series,
     series_by,
 )
-from metrics.ticks import deltas_are_stale
+from metrics.ticks import base_scrape_start_ns, deltas_are_stale, ok_scrape_ended_in
 
 COUNTERS: tuple[str, ...] = tuple(n for n, f in FAMILIES.items() if f.type == "counter")
 GAUGES: tuple[str, ...] = tuple(n for n, f in FAMILIES.items() if f.type == "gauge")
@@ -103,16 +111,33 @@ def in_flight_peak(samples: Sequence[Sample], start_ns: int, end_ns: int) -> flo
     return gauge_peak(sorted(total.items()), start_ns, end_ns)
 
 
+def unusable_histograms(samples: Sequence[Sample]) -> dict[str, str]:
+    """Server histogram families that break the histogram rules anywhere in the case
+    (``metrics.histograms.histogram_problem``): family → why. Their quantiles are left out
+    of every phase; the rest of the report is built as usual."""
+    out: dict[str, str] = {}
+    for family, _ in HISTOGRAMS:
+        names = {family + suffix for suffix in ("_bucket", "_sum", "_count")}
+        problem = histogram_problem((s for s in samples if s.name in names), family)
+        if problem is not None:
+            out[family] = problem
+    return out
+
+
 def histogram_figures(
-    samples: Sequence[Sample], start_ns: int, end_ns: int
+    samples: Sequence[Sample], start_ns: int, end_ns: int, unusable: Collection[str] = ()
 ) -> dict[str, ServerHistogram]:
     """Per-phase quantiles (ms) of every server histogram recorded in the window; a family the
-    server does not expose is left out (the case's metric aliases list what was missing)."""
+    server does not expose is left out (the case's metric aliases list what was missing), and
+    so is one in ``unusable`` or that turns out malformed here (the case's data quality says
+    why, from ``unusable_histograms``)."""
     out: dict[str, ServerHistogram] = {}
     for family, _ in HISTOGRAMS:
+        if family in unusable:
+            continue
         try:
             delta = histogram_delta(samples, family, start_ns, end_ns)
-        except MissingFamilyError:
+        except (MissingFamilyError, MalformedHistogramError):
             continue
         if delta is None or not delta.count:
             continue
@@ -138,14 +163,50 @@ def histogram_figures(
 
 
 def deltas_flag(case: CaseData, phase: dict[str, Any]) -> str | None:
-    """Why a phase's counter deltas may be incomplete, or ``None`` when a successful scrape
-    started after its last request finished and ended inside its window."""
-    if not deltas_are_stale(case.scrapes, int(phase["last_end_ns"]), int(phase["end_ns"])):
-        return None
-    return (
-        "no successful scrape started after the last request finished: counter deltas may "
-        "miss the phase's tail"
-    )
+    """Why a phase's counter deltas are unknown or may be wrong, or ``None`` when they rest on
+    readings that bracket exactly its work:
+
+    - **no reading in the window** (said alone): no successful scrape ended inside
+      [start, end], so every delta is ``None`` (never a made-up 0) and checks that need one
+      are undecided;
+
+    otherwise either or both of these, joined with "; ":
+
+    - **tail**: no successful scrape started after the last request finished and ended in the
+      window, so tokens counted at the very end may be missing;
+    - **head**: the scrape the deltas start from (the last successful one ending at or before
+      the start) began before an earlier phase's last request ended (scrapes failed in
+      between), so that phase's late increments are counted in this one; or there is no such
+      scrape and the deltas start from the first one inside the window (an undercount). A base
+      that is merely old harms nothing when no earlier work falls after it.
+    """
+    start, last_end, end = int(phase["start_ns"]), int(phase["last_end_ns"]), int(phase["end_ns"])
+    if not ok_scrape_ended_in(case.scrapes, start, end):
+        return (  # nothing measured: where a delta would have started no longer matters
+            "no successful scrape ended inside the phase window: its counter deltas are "
+            "unknown (–) and checks that need them are undecided"
+        )
+    reasons = []
+    if deltas_are_stale(case.scrapes, last_end, end):
+        reasons.append(
+            "no successful scrape started after the last request finished: counter deltas "
+            "may miss the phase's tail"
+        )
+    base = base_scrape_start_ns(case.scrapes, start)
+    earlier = [int(p["last_end_ns"]) for p in case.phases if int(p["start_ns"]) < start]
+    if base is None:
+        reasons.append(
+            "no successful scrape ended before the phase started: counter deltas start from "
+            "its first scrape and may miss the phase's head"
+        )
+    elif earlier and base < max(earlier):
+        age_s = (start - base) / 1e9
+        reasons.append(
+            f"the last successful scrape before the phase started began {age_s:.1f} s before "
+            "it, before an earlier phase's last request ended: counter deltas may include "
+            "that phase's late increments"
+        )
+    return "; ".join(reasons) or None
 
 
 def max_over_engines(samples: Sequence[Sample], name: str) -> list[Point]:

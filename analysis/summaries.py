@@ -18,6 +18,7 @@ no such request the rate is ``None``, never 0.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import pandas as pd
@@ -82,8 +83,11 @@ def _cached_figures(ok: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-def phase_summary(case: CaseData, phase: dict[str, Any], frame: pd.DataFrame) -> PhaseSummary:
-    """Summary of one phase of one case (see the module docstring for definitions)."""
+def phase_summary(
+    case: CaseData, phase: dict[str, Any], frame: pd.DataFrame, unusable: Collection[str] = ()
+) -> PhaseSummary:
+    """Summary of one phase of one case (see the module docstring for definitions); server
+    histograms in ``unusable`` (``server_side.unusable_histograms``) are left out."""
     name = str(phase["phase"])
     rows = frame[frame["phase"] == name] if not frame.empty else frame
     ok = rows[rows["status"] == "ok"] if not rows.empty else rows
@@ -114,7 +118,7 @@ def phase_summary(case: CaseData, phase: dict[str, Any], frame: pd.DataFrame) ->
         gauge_peaks=peaks,
         gauge_peaks_by_engine=per_engine,
         gauge_samples=gauge_points,
-        server_histograms=server_side.histogram_figures(case.samples, start, end),
+        server_histograms=server_side.histogram_figures(case.samples, start, end, unusable),
         deltas_flag=server_side.deltas_flag(case, phase),
         loop_lag_max_ms=phase.get("loop_lag_max_ms"),
         loop_lag_p99_ms=phase.get("loop_lag_p99_ms"),
@@ -160,6 +164,7 @@ def scrape_accounting(case: CaseData) -> ScrapeAccounting:
         skipped=counts.skipped,
         late=counts.late,
         nan_dropped=counts.nan_dropped + case.nonfinite_samples,
+        duplicates_dropped=counts.duplicates_dropped + case.duplicate_samples,
     )
 
 
@@ -175,16 +180,40 @@ def metric_aliases(case: CaseData) -> tuple[dict[str, str], list[str]]:
     return dict(sorted(aliases.items())), sorted(missing)
 
 
-def data_quality(case: CaseData, phases: dict[str, PhaseSummary]) -> list[str]:
-    """What a reader of this case's figures must know (empty when nothing is off)."""
+def data_quality(
+    case: CaseData, phases: dict[str, PhaseSummary], unusable: Mapping[str, str] | None = None
+) -> list[str]:
+    """What a reader of this case's figures must know (empty when nothing is off);
+    ``unusable``: malformed server histograms and why (``server_side.unusable_histograms``)."""
     out = list(case.file_problems)
+    for family, why in (unusable or {}).items():
+        out.append(f"server histogram {family} unusable ({why}): its quantiles are left out")
+    ticks = count_ticks(case.scrapes)
     if case.nonfinite_samples:
         out.append(f"{case.nonfinite_samples} non-finite metric samples dropped")
+    if ticks.nan_dropped:
+        out.append(
+            f"{ticks.nan_dropped} NaN/±Inf metric sample(s) dropped by the scraper: a gauge "
+            "peak or a counter read at those scrapes comes from the other scrapes"
+        )
+    duplicates = ticks.duplicates_dropped + case.duplicate_samples
+    if duplicates:
+        out.append(
+            f"{duplicates} duplicate series sample(s) dropped (a /metrics page repeated a name "
+            "and label set; the first kept, as Prometheus does)"
+        )
+    sampled = {s.name for s in case.samples}  # a family never sampled is "missing" instead
     for name, p in phases.items():
         if p.incomplete:
             out.append(f"phase {name} is incomplete: {p.incomplete}")
         if p.deltas_flag:
             out.append(f"phase {name}: {p.deltas_flag}")
+        unknown = [c for c, v in p.counter_deltas.items() if v is None and c in sampled]
+        if unknown and not (p.deltas_flag and "no successful scrape ended inside" in p.deltas_flag):
+            out.append(
+                f"phase {name}: counter(s) {', '.join(unknown)} not read inside the phase "
+                "window: their deltas are unknown (–)"
+            )
         final_only = p.token_timing.get("final_only", 0)
         if final_only:
             out.append(
@@ -204,7 +233,8 @@ def data_quality(case: CaseData, phases: dict[str, PhaseSummary]) -> list[str]:
 def case_summary(case: CaseData, label: str = "", planned: list[str] | None = None) -> CaseSummary:
     """All generic summaries of one case."""
     frame = request_frame(case.records)
-    phases = {str(p["phase"]): phase_summary(case, p, frame) for p in case.phases}
+    unusable = server_side.unusable_histograms(case.samples)
+    phases = {str(p["phase"]): phase_summary(case, p, frame, unusable) for p in case.phases}
     ok = frame[frame["status"] == "ok"] if not frame.empty else frame
     aliases, missing = metric_aliases(case)
     return CaseSummary(
@@ -224,5 +254,6 @@ def case_summary(case: CaseData, label: str = "", planned: list[str] | None = No
         scrapes=scrape_accounting(case),
         metric_aliases=aliases,
         missing_families=missing,
-        data_quality=data_quality(case, phases),
+        unusable_histograms=unusable,
+        data_quality=data_quality(case, phases, unusable),
     )

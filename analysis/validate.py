@@ -9,9 +9,11 @@ JSON file is empty, corrupt, not an object or mistyped; ``plan.json`` is not a v
 ``report.json`` holds a non-finite value. Validation never raises for a broken run.
 
 Warnings (the run is valid, but some figures need care; the report shows the same findings):
-non-finite metric samples that were dropped, phases whose counter deltas rest on a scrape older
-than their last request, requests whose tokens all arrived in one chunk, counter resets, a
-scrape index from before per-tick accounting.
+every finding of the case summaries' data quality (``analysis.summaries.data_quality``):
+non-finite or repeated metric samples that were dropped, phases without a scrape in their
+window or whose counter deltas rest on a scrape older than their last request (or start on one
+older than an earlier phase's), malformed server histograms, requests whose tokens all arrived
+in one chunk, counter resets; and a scrape index from before per-tick accounting.
 """
 
 from __future__ import annotations

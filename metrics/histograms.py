@@ -5,11 +5,20 @@ Prometheus histograms: cumulative bucket counters ``NAME_bucket{le=…}`` plus `
 ``NAME_count`` (canonical names in ``metrics.names``). A window's histogram is the counter
 delta of each of them (``metrics.samples.counter_delta``, so resets are survived), summed over
 engines; its quantiles follow Prometheus' ``histogram_quantile`` (promql/quantile.go).
+
+A histogram is usable only as the exposition format defines it (prometheus.io/docs/concepts/
+metric_types, "Histogram"): at every scrape and for every series, ``le`` bounds that are
+numbers, a ``+Inf`` bucket, cumulative counts that never fall as ``le`` grows, ``_sum`` and
+``_count`` beside the buckets, and the same bounds at every scrape and in every series (a
+bucket that appears or vanishes mid-run makes its deltas meaningless, and series are summed
+over engines bucket by bucket). ``histogram_problem`` says what is wrong with
+one that is not; ``histogram_delta`` refuses it with ``MalformedHistogramError``.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -35,8 +44,86 @@ class HistogramDelta:
     count: float
 
 
+class MalformedHistogramError(ValueError):
+    """A histogram family breaks the exposition format's histogram rules (module docstring);
+    ``reason`` says which rule and where. Its figures cannot be computed."""
+
+    def __init__(self, family: str, reason: str) -> None:
+        super().__init__(f"histogram {family}: {reason}")
+        self.family = family
+        self.reason = reason
+
+
 def _le(value: str) -> float:
-    return math.inf if value in ("+Inf", "Inf", "inf") else float(value)
+    """A bucket's upper bound from its ``le`` text (``+Inf`` → inf).
+
+    Raises:
+        ValueError: not a number (NaN included).
+    """
+    bound = float(value)  # accepts "+Inf", "Inf", "inf"
+    if math.isnan(bound):
+        raise ValueError(f"le={value!r} is not a number")
+    return bound
+
+
+Labels = tuple[tuple[str, str], ...]
+
+
+def histogram_problem(samples: Iterable[Sample], family: str) -> str | None:
+    """What makes canonical histogram ``family`` unusable (the rules of the module docstring),
+    checked at every scrape for every series (label set without ``le``); ``None`` when it is
+    well-formed or absent (absence is ``require_family``'s concern)."""
+    buckets: dict[tuple[int, Labels], list[tuple[str, float]]] = {}
+    sums: set[tuple[int, Labels]] = set()
+    counts: set[tuple[int, Labels]] = set()
+    for s in samples:
+        if s.name == family + "_bucket":
+            others = dict(s.labels)
+            le = others.pop("le", None)
+            if le is None:
+                return "a _bucket sample has no le label"
+            buckets.setdefault((s.t_ns, tuple(sorted(others.items()))), []).append((le, s.value))
+        elif s.name == family + "_sum":
+            sums.add((s.t_ns, s.labels))
+        elif s.name == family + "_count":
+            counts.add((s.t_ns, s.labels))
+    if not buckets:
+        return "_sum/_count without any _bucket sample" if sums or counts else None
+    bounds_of: dict[Labels, list[str]] = {}
+    for (t_ns, labels), items in sorted(buckets.items()):
+        try:
+            ordered = sorted((_le(le), le, value) for le, value in items)
+        except ValueError as exc:
+            return f"a bucket bound is unparsable ({exc})"
+        if ordered[-1][0] != math.inf:
+            return 'no +Inf bucket (le="+Inf"), so its observation count is unknown'
+        for (b0, le0, v0), (b1, le1, v1) in itertools.pairwise(ordered):
+            if b1 == b0:
+                return f"two buckets share the bound {b0:g} (le={le0!r}, le={le1!r})"
+            if v1 < v0:
+                return (
+                    f"buckets are not cumulative: le={le1} holds {v1:g}, less than "
+                    f"le={le0} ({v0:g}) at one scrape"
+                )
+        if (t_ns, labels) not in counts or (t_ns, labels) not in sums:
+            missing = " and ".join(
+                n for n, have in (("_sum", sums), ("_count", counts)) if (t_ns, labels) not in have
+            )
+            return f"no {missing} beside its buckets"
+        les = [le for _, le, _ in ordered]
+        first = bounds_of.setdefault(labels, les)
+        if les != first:
+            return f"its bucket bounds changed between scrapes ({first} → {les})"
+    # Windows sum buckets over series (engines): that needs the same bounds in each.
+    series_bounds = list(bounds_of.items())
+    labels_a, les_a = series_bounds[0]
+    for labels_b, les_b in series_bounds[1:]:
+        if les_b != les_a:
+            return (
+                f"its series have different bucket bounds ({dict(labels_a)}: {les_a}; "
+                f"{dict(labels_b)}: {les_b}), so they cannot be summed"
+            )
+    return None
 
 
 def histogram_delta(
@@ -48,9 +135,13 @@ def histogram_delta(
     over every label set matching ``labels`` (engines included) per scrape. Returns ``None``
     when no scrape lies at or before ``end_ns`` (nothing known about the window).
 
+    The window's samples are not checked against every rule here (that is
+    ``histogram_problem``'s job, run once per case); only what the arithmetic needs.
+
     Raises:
         MissingFamilyError: the family has no sample at all (never a silent 0).
-        ValueError: the family has no ``+Inf`` bucket (not valid exposition).
+        MalformedHistogramError: no ``+Inf`` bucket or an unparsable ``le`` (not valid
+            exposition).
     """
     samples = list(samples)
     require_family(samples, family)
@@ -68,9 +159,12 @@ def histogram_delta(
             continue
         points = by_le.setdefault(le, {})
         points[s.t_ns] = points.get(s.t_ns, 0.0) + s.value
-    ordered = sorted(by_le, key=_le)
+    try:
+        ordered = sorted(by_le, key=_le)
+    except ValueError as exc:
+        raise MalformedHistogramError(family, f"a bucket bound is unparsable ({exc})") from None
     if not ordered or _le(ordered[-1]) != math.inf:
-        raise ValueError(f"histogram {family}: no +Inf bucket")
+        raise MalformedHistogramError(family, 'no +Inf bucket (le="+Inf")')
     cumulative = []
     for le in ordered:
         delta = counter_delta(sorted(by_le[le].items()), start_ns, end_ns)

@@ -93,11 +93,16 @@ def _index_at_or_before(points: Sequence[Point], t_ns: int) -> int:
 
 
 def _increment_range(points: Sequence[Point], start_ns: int, end_ns: int) -> range | None:
-    """Indices i whose step points[i-1] → points[i] lies in the window; None if none known."""
+    """Indices i whose step points[i-1] → points[i] lies in the window; ``None`` when no
+    point after the base lies at or before ``end_ns`` (nothing was read inside the window).
+
+    The base is the last point at or before ``start_ns``, or the first point when none
+    precedes the window.
+    """
     last = _index_at_or_before(points, end_ns)
-    if last < 0:
-        return None
     first = max(_index_at_or_before(points, start_ns), 0)
+    if last <= first:
+        return None
     return range(first + 1, last + 1)
 
 
@@ -110,9 +115,11 @@ def counter_delta(points: Sequence[Point], start_ns: int, end_ns: int) -> float 
     increments on both sides of a reset are kept, never dropped (Prometheus ``increase()``
     does the same). ``counter_resets`` lists those decreases.
 
-    Returns ``None`` when no point lies at or before ``end_ns``. When no point precedes
-    ``start_ns`` the first point in the window is the base (the earlier part is unknown).
-    Non-finite points are ignored.
+    Returns ``None`` when the counter was not read inside the window: no point lies in
+    (base, ``end_ns``], so the end would be read from the same point as the start and the
+    delta would be a made-up 0 (scrapes that failed all through the phase). When no point
+    precedes ``start_ns`` the first point in the window is the base (the earlier part is
+    unknown), so a single point in the window is ``None`` too. Non-finite points are ignored.
     """
     points = _finite(points)
     steps = _increment_range(points, start_ns, end_ns)

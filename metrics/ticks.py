@@ -22,6 +22,8 @@ class TickCounts(NamedTuple):
         skipped: deadlines that passed while the scraper was busy (not run).
         late: run ticks that started more than half an interval after their deadline.
         nan_dropped: NaN/±Inf sample values dropped over all ok scrapes.
+        duplicates_dropped: samples dropped over all ok scrapes because the page repeated
+            their series (``metrics.parse``).
     """
 
     ticks: int
@@ -30,12 +32,13 @@ class TickCounts(NamedTuple):
     skipped: int
     late: int
     nan_dropped: int
+    duplicates_dropped: int = 0
 
 
 def count_ticks(entries: Iterable[Mapping[str, Any]]) -> TickCounts:
     """Counts over a scrape index (see ``TickCounts``)."""
     by = dict.fromkeys(OUTCOMES, 0)
-    late = nan = total = 0
+    late = nan = dup = total = 0
     for e in entries:
         total += 1
         outcome = e.get("outcome")
@@ -43,7 +46,8 @@ def count_ticks(entries: Iterable[Mapping[str, Any]]) -> TickCounts:
             by[outcome] += 1
         late += bool(e.get("late"))
         nan += int(e.get("nan_dropped") or 0)
-    return TickCounts(total, by["ok"], by["failed"], by["skipped"], late, nan)
+        dup += int(e.get("duplicates_dropped") or 0)
+    return TickCounts(total, by["ok"], by["failed"], by["skipped"], late, nan, dup)
 
 
 def tick_problems(entries: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -92,3 +96,25 @@ def deltas_are_stale(entries: Iterable[Mapping[str, Any]], last_end_ns: int, end
         and int(e.get("end_ns") or end_ns + 1) <= end_ns
         for e in entries
     )
+
+
+def ok_scrape_ended_in(entries: Iterable[Mapping[str, Any]], start_ns: int, end_ns: int) -> bool:
+    """Whether a successful scrape ended in (``start_ns``, ``end_ns``]: the window has a
+    reading of its own (``counter_delta`` is ``None`` without one)."""
+    return any(
+        e.get("outcome") == "ok"
+        and e.get("end_ns") is not None
+        and start_ns < int(e["end_ns"]) <= end_ns
+        for e in entries
+    )
+
+
+def base_scrape_start_ns(entries: Iterable[Mapping[str, Any]], start_ns: int) -> int | None:
+    """Start (monotonic ns) of the scrape a window's counter deltas start from: the last
+    successful scrape that ended at or before ``start_ns``; ``None`` when there is none."""
+    base = [
+        (int(e["end_ns"]), int(e.get("start_ns", e["end_ns"])))
+        for e in entries
+        if e.get("outcome") == "ok" and e.get("end_ns") is not None and int(e["end_ns"]) <= start_ns
+    ]
+    return max(base)[1] if base else None

@@ -171,10 +171,11 @@ def _preemption(check: PreemptionAsPredicted, case: CaseSummary, _: Any) -> Verd
     if (why := load_differs(check.concurrency, phase)) is not None:
         return Verdict(case=check.case, check=name, passed=None, detail=why)
     if calc is None or delta is None:
-        return Verdict(
-            case=check.case, check=name, passed=None,
-            detail="capacity or preemption counter missing",
+        why = "KV capacity unknown" if calc is None else (
+            f"Δnum_preemptions unknown in {check.phase}: the counter was not read inside "
+            "its window (see data quality)"
         )  # fmt: skip
+        return Verdict(case=check.case, check=name, passed=None, detail=why)
     predicted = calc.predicted_preemption
     detail = (
         f"final working set {calc.final_working_set_blocks} blocks vs "

@@ -35,6 +35,8 @@ from metrics.samples import series, value_at
 from scenarios.prefix_eviction import HitRateCompare, ProbeCache
 from scenarios.workloads import AnchoredPrompts
 
+#: The counters the hit rate (counters) is made of.
+_HIT_COUNTERS = ("prefix_cache_hits", "prefix_cache_queries")
 #: (phase, baseline) pairs whose TTFT mean and p95 ratios the report shows.
 TTFT_RATIOS = (("revisit", "warm"), ("revisit", "rewarm"))
 
@@ -228,6 +230,20 @@ def _hit_rate_verdict(
         name = f"{check.phase} hit rate close to {check.other}"
         passed = None if a is None or b is None else abs(a - b) <= check.tolerance
     detail = f"{check.phase} {fmt(a)} vs {check.other} {fmt(b)} (tolerance {check.tolerance})"
+    unread = [
+        phase
+        for phase in (check.phase, check.other)
+        if phase in case.phases
+        and any(
+            c in (deltas := case.phases[phase].counter_deltas) and deltas[c] is None
+            for c in _HIT_COUNTERS
+        )
+    ]
+    if unread:
+        detail += (
+            f"; prefix-cache counters not read inside the window of {', '.join(unread)} "
+            "(see data quality)"
+        )
     return Verdict(case=check.case, check=name, passed=passed, detail=detail)
 
 

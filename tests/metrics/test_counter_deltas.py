@@ -39,8 +39,21 @@ def test_window_uses_last_points_at_or_before_its_bounds() -> None:
     # start 2.5 s → base is the t=2 point (15); end 4.5 s → last is the t=4 point (3):
     # 15→20 (+5), restart → 3 (+3) = 8.
     assert counter_delta(RESET, int(2.5 * S), int(4.5 * S)) == 8.0
-    # A window between two scrapes sees no increment.
-    assert counter_delta(RESET, int(1.2 * S), int(1.8 * S)) == 0.0
+
+
+def test_a_window_with_no_reading_of_its_own_is_unknown_not_zero() -> None:
+    # Between the scrapes at 1 s and 2 s: the last point at or before the end (t=1) is the
+    # base itself, so the counter was never read in the window; 0 would be made up.
+    assert counter_delta(RESET, int(1.2 * S), int(1.8 * S)) is None
+    # Scrapes failed from 2 s to 5 s (no point there): a window [2.5 s, 4.9 s] read nothing
+    # after its base (t=2, value 15) — not 0, though the counter rose meanwhile.
+    failed = [(1 * S, 10.0), (2 * S, 15.0), (5 * S, 40.0)]
+    assert counter_delta(failed, int(2.5 * S), int(4.9 * S)) is None
+    assert counter_resets(failed, int(2.5 * S), int(4.9 * S)) == []
+    # Once a reading lands in the window the delta is known: 15 → 40 = 25.
+    assert counter_delta(failed, int(2.5 * S), 5 * S) == 25.0
+    # No point before the window and a single one inside: no increment can be measured.
+    assert counter_delta(RESET, 0, int(1.5 * S)) is None
 
 
 def test_window_starting_before_the_first_point_uses_it_as_base() -> None:

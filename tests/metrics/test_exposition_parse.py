@@ -251,7 +251,24 @@ def test_nan_and_infinite_values_are_dropped_and_counted() -> None:
 
 def test_a_page_without_recorded_families_parses_to_nothing() -> None:
     for text in ("<html><body>Not Found</body></html>\n", "", "other_app_requests_total 3\n"):
-        assert parse_page(text, 1) == ([], {}, 0)
+        assert parse_page(text, 1) == ([], {}, 0, 0)
+
+
+def test_a_repeated_series_is_read_once_and_the_repeat_counted() -> None:
+    # The m_dup page: generation_tokens of engine 0 twice (48 each), engine 1 once (7), and a
+    # NaN repeat of the running gauge. Summed per scrape the counter would read 48 + 48 + 7 =
+    # 103; the first line of each series is kept: 48 + 7 = 55, two repeats dropped.
+    text = (
+        'vllm:generation_tokens_total{engine="0",model_name="m"} 48\n'
+        'vllm:generation_tokens_total{engine="1",model_name="m"} 7\n'
+        'vllm:num_requests_running{engine="0",model_name="m"} 2\n'
+        'vllm:generation_tokens_total{model_name="m",engine="0"} 48\n'
+        'vllm:num_requests_running{engine="0",model_name="m"} NaN\n'
+    )
+    page = parse_page(text, 3)
+    assert page.duplicates_dropped == 2 and page.nan_dropped == 0
+    assert series(page.samples, "generation_tokens") == [(3, 55.0)]
+    assert series(page.samples, "num_requests_running") == [(3, 2.0)]  # the first, not NaN
 
 
 def test_counter_values_are_read_as_floats() -> None:

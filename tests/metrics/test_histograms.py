@@ -8,7 +8,9 @@ import pytest
 
 from metrics.histograms import (
     HistogramDelta,
+    MalformedHistogramError,
     histogram_delta,
+    histogram_problem,
     histogram_quantile,
     mean_s,
     quantile_in_overflow,
@@ -119,3 +121,64 @@ def test_non_monotonic_buckets_are_made_monotonic_as_prometheus_does() -> None:
     delta = HistogramDelta((0.1, 1.0, math.inf), (2.0, 6.0, 5.0), 3.0, 6.0)
     # rank 0.5 × 6 = 3: 1 of 4 into (0.1, 1.0]: 0.1 + 0.9 × 1/4 = 0.325.
     assert histogram_quantile(0.5, delta) == pytest.approx(0.325)
+
+
+def _without(samples: list[Sample], name: str, le: str | None = None) -> list[Sample]:
+    return [s for s in samples if not (s.name == name and (le is None or ("le", le) in s.labels))]
+
+
+def test_a_well_formed_histogram_has_no_problem() -> None:
+    assert histogram_problem(EXAMPLE, "ttft_seconds") is None
+    assert histogram_problem(EXAMPLE, "itl_seconds") is None  # absent: not this check's concern
+
+
+def test_a_histogram_without_inf_bucket_is_refused_with_the_reason() -> None:
+    # The m_noinf page: le=0.05 and 0.5 only; the observation count in the window is unknown.
+    no_inf = _without(EXAMPLE, "ttft_seconds_bucket", "+Inf")
+    assert histogram_problem(no_inf, "ttft_seconds") == (
+        'no +Inf bucket (le="+Inf"), so its observation count is unknown'
+    )
+    with pytest.raises(MalformedHistogramError, match=r"ttft_seconds: no \+Inf bucket"):
+        histogram_delta(no_inf, "ttft_seconds", 1 * S, 2 * S)
+
+
+def test_every_broken_histogram_rule_is_named() -> None:
+    # Not cumulative at one scrape: le=0.5 holds 3 < le=0.05's 4.
+    falling = [*scrape(1 * S, {"0.05": 4, "0.5": 3, "+Inf": 6}, 1.0, 6)]
+    assert histogram_problem(falling, "ttft_seconds") == (
+        "buckets are not cumulative: le=0.5 holds 3, less than le=0.05 (4) at one scrape"
+    )
+    assert histogram_problem(_without(EXAMPLE, "ttft_seconds_count"), "ttft_seconds") == (
+        "no _count beside its buckets"
+    )
+    no_sum_count = _without(_without(EXAMPLE, "ttft_seconds_count"), "ttft_seconds_sum")
+    no_both = histogram_problem(no_sum_count, "ttft_seconds")
+    assert no_both == "no _sum and _count beside its buckets"
+    bad_le = [*scrape(1 * S, {"fast": 1, "+Inf": 6}, 1.0, 6)]
+    assert histogram_problem(bad_le, "ttft_seconds") == (
+        "a bucket bound is unparsable (could not convert string to float: 'fast')"
+    )
+    with pytest.raises(MalformedHistogramError, match="unparsable"):
+        histogram_delta(bad_le, "ttft_seconds", 0, 2 * S)
+    nan_le = [*scrape(1 * S, {"NaN": 1, "+Inf": 6}, 1.0, 6)]
+    assert histogram_problem(nan_le, "ttft_seconds") == (
+        "a bucket bound is unparsable (le='NaN' is not a number)"
+    )
+    # A bucket appears at the second scrape: 0.05/+Inf, then 0.05/0.5/+Inf.
+    changed = [
+        *scrape(1 * S, {"0.05": 1, "+Inf": 6}, 1.0, 6),
+        *scrape(2 * S, {"0.05": 4, "0.5": 10, "+Inf": 14}, 3.0, 14),
+    ]
+    assert histogram_problem(changed, "ttft_seconds") == (
+        "its bucket bounds changed between scrapes (['0.05', '+Inf'] → ['0.05', '0.5', '+Inf'])"
+    )
+    # Two engines with different bounds: summing them bucket by bucket would be meaningless.
+    two = [*scrape(1 * S, {"0.05": 1, "+Inf": 2}, 1.0, 2, engine="0"),
+           *scrape(1 * S, {"0.5": 1, "+Inf": 2}, 1.0, 2, engine="1")]  # fmt: skip
+    assert histogram_problem(two, "ttft_seconds") == (
+        "its series have different bucket bounds ({'engine': '0', 'model_name': 'm'}: "
+        "['0.05', '+Inf']; {'engine': '1', 'model_name': 'm'}: ['0.5', '+Inf']), so they "
+        "cannot be summed"
+    )
+    only_count = [s for s in EXAMPLE if s.name == "ttft_seconds_count"]
+    assert histogram_problem(only_count, "ttft_seconds") == "_sum/_count without any _bucket sample"
