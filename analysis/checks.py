@@ -35,7 +35,11 @@ def _capacity(check: CapacityAtLeast, case: CaseSummary, _: Any) -> Verdict:
     capacity = (case.server.get("capacity") or {}).get("tokens")
     name = f"KV capacity ≥ {check.tokens} tokens"
     passed = None if capacity is None else capacity >= check.tokens
-    detail = f"capacity {capacity} tokens; {check.why}".strip("; ")
+    if capacity is None:  # the server's facts keep why it could not be read
+        why_unknown = case.server.get("capacity_error") or "not recorded"
+        detail = f"capacity unknown ({why_unknown}); {check.why}".strip("; ")
+    else:
+        detail = f"capacity {capacity} tokens; {check.why}".strip("; ")
     return Verdict(case=check.case, check=name, passed=passed, detail=detail)
 
 

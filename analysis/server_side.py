@@ -115,10 +115,19 @@ def unusable_histograms(samples: Sequence[Sample]) -> dict[str, str]:
     """Server histogram families that break the histogram rules anywhere in the case
     (``metrics.histograms.histogram_problem``): family → why. Their quantiles are left out
     of every phase; the rest of the report is built as usual."""
+    family_of = {
+        family + suffix: family
+        for family, _ in HISTOGRAMS
+        for suffix in ("_bucket", "_sum", "_count")
+    }
+    by_family: dict[str, list[Sample]] = {}
+    for s in samples:  # one pass: a long run holds hundreds of thousands of samples
+        family = family_of.get(s.name)
+        if family is not None:
+            by_family.setdefault(family, []).append(s)
     out: dict[str, str] = {}
     for family, _ in HISTOGRAMS:
-        names = {family + suffix for suffix in ("_bucket", "_sum", "_count")}
-        problem = histogram_problem((s for s in samples if s.name in names), family)
+        problem = histogram_problem(by_family.get(family, []), family)
         if problem is not None:
             out[family] = problem
     return out

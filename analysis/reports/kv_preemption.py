@@ -171,10 +171,13 @@ def _preemption(check: PreemptionAsPredicted, case: CaseSummary, _: Any) -> Verd
     if (why := load_differs(check.concurrency, phase)) is not None:
         return Verdict(case=check.case, check=name, passed=None, detail=why)
     if calc is None or delta is None:
-        why = "KV capacity unknown" if calc is None else (
-            f"Δnum_preemptions unknown in {check.phase}: the counter was not read inside "
-            "its window (see data quality)"
-        )  # fmt: skip
+        if calc is None:
+            why = f"KV capacity unknown ({case.server.get('capacity_error') or 'not recorded'})"
+        else:
+            why = (
+                f"Δnum_preemptions unknown in {check.phase}: the counter was not read inside "
+                "its window (see data quality)"
+            )
         return Verdict(case=check.case, check=name, passed=None, detail=why)
     predicted = calc.predicted_preemption
     detail = (

@@ -51,6 +51,10 @@ def test_capacity_needs_no_phase_to_be_decided() -> None:
     )  # fmt: skip
     assert one(check, {"c": small}).passed is False
     assert one(check, {"c": case("c")}).passed is None  # capacity unknown
+    # An attached control whose /metrics redirected: the verdict carries the reason.
+    why = "GET http://127.0.0.1:9/metrics answered HTTP 302 redirecting to http://x/metrics"
+    unknown = one(check, {"c": case("c", server={"capacity_error": why})})
+    assert (unknown.passed, unknown.detail) == (None, f"capacity unknown ({why}); must hold all")
 
 
 def test_check_on_a_case_that_did_not_run_is_undecided() -> None:
