@@ -92,6 +92,7 @@ class ScrapeShape(TypedDict):
     ok: NotRequired[bool]
     late: NotRequired[bool]
     nan_dropped: NotRequired[int]
+    duplicates_dropped: NotRequired[int]
     start_ns: NotRequired[Stamp]
     end_ns: NotRequired[Stamp]
     aliases: NotRequired[dict[str, str] | None]

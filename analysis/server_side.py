@@ -134,12 +134,17 @@ def unusable_histograms(samples: Sequence[Sample]) -> dict[str, str]:
 
 
 def histogram_figures(
-    samples: Sequence[Sample], start_ns: int, end_ns: int, unusable: Collection[str] = ()
+    samples: Sequence[Sample],
+    start_ns: int,
+    end_ns: int,
+    unusable: Collection[str] | None = None,
 ) -> dict[str, ServerHistogram]:
     """Per-phase quantiles (ms) of every server histogram recorded in the window; a family the
     server does not expose is left out (the case's metric aliases list what was missing), and
-    so is one in ``unusable`` or that turns out malformed here (the case's data quality says
-    why, from ``unusable_histograms``)."""
+    so is a malformed one: those in ``unusable`` (``unusable_histograms`` of the case, found
+    here when not given; the case's data quality says why)."""
+    if unusable is None:
+        unusable = unusable_histograms(samples)
     out: dict[str, ServerHistogram] = {}
     for family, _ in HISTOGRAMS:
         if family in unusable:

@@ -84,10 +84,14 @@ def _cached_figures(ok: pd.DataFrame) -> dict[str, Any]:
 
 
 def phase_summary(
-    case: CaseData, phase: dict[str, Any], frame: pd.DataFrame, unusable: Collection[str] = ()
+    case: CaseData,
+    phase: dict[str, Any],
+    frame: pd.DataFrame,
+    unusable: Collection[str] | None = None,
 ) -> PhaseSummary:
-    """Summary of one phase of one case (see the module docstring for definitions); server
-    histograms in ``unusable`` (``server_side.unusable_histograms``) are left out."""
+    """Summary of one phase of one case (see the module docstring for definitions); malformed
+    server histograms (``unusable``, or ``server_side.unusable_histograms`` of the case when
+    not given) are left out."""
     name = str(phase["phase"])
     rows = frame[frame["phase"] == name] if not frame.empty else frame
     ok = rows[rows["status"] == "ok"] if not rows.empty else rows

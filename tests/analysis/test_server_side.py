@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from analysis.latency import request_frame
 from analysis.load import CaseData
-from analysis.server_side import counter_figures, deltas_flag, gauge_figures
+from analysis.server_side import (
+    counter_figures,
+    deltas_flag,
+    gauge_figures,
+    histogram_figures,
+    unusable_histograms,
+)
 from analysis.summaries import case_summary, phase_summary
 from metrics.samples import Sample
 
@@ -138,3 +144,30 @@ def test_itl_is_over_successful_requests_and_a_buffered_stream_is_flagged() -> N
         "phase p: 1 request(s) received all their tokens in one chunk (the server or a proxy "
         "buffered the stream): their TTFT equals their E2EL"
     ]
+
+
+def test_histogram_figures_leave_out_a_malformed_family_whoever_calls_them() -> None:
+    # queue_time at 1 s and 2 s with buckets 0.1/+Inf; its le=+Inf holds 1 < le=0.1's 2 at
+    # 2 s: not cumulative. TTFT beside it is fine: 2 observations ≤ 0.1 s in [1 s, 2 s].
+    def hist(family: str, t: int, low: float, inf: float) -> list[Sample]:
+        return [
+            Sample(t, f"{family}_bucket", (("le", "0.1"),), low),
+            Sample(t, f"{family}_bucket", (("le", "+Inf"),), inf),
+            Sample(t, f"{family}_sum", (), inf * 0.05),
+            Sample(t, f"{family}_count", (), inf),
+        ]
+
+    samples = [
+        *hist("ttft_seconds", S, 0, 0),
+        *hist("ttft_seconds", 2 * S, 2, 2),
+        *hist("queue_time_seconds", S, 0, 0),
+        *hist("queue_time_seconds", 2 * S, 2, 1),
+    ]
+    figures = histogram_figures(samples, S, 2 * S)  # no list given: found here
+    assert set(figures) == {"ttft_seconds"}
+    # p50: rank 1 of 2, both in (0, 0.1 s]: 0.1 × 1/2 = 50 ms.
+    assert figures["ttft_seconds"].p50_ms == 50.0
+    assert unusable_histograms(samples) == {
+        "queue_time_seconds": "buckets are not cumulative: le=+Inf holds 1, less than le=0.1 "
+        "(2) at one scrape"
+    }
