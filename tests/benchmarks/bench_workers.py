@@ -251,8 +251,6 @@ def _cpu() -> dict[str, Any]:
 
 
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
-    from scenarios.arrivals import ClosedLoop, OpenLoop
-
     server = subprocess.Popen(
         [sys.executable, str(HERE), "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         text=True,
@@ -260,6 +258,21 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     assert server.stdout is not None
     url = server.stdout.readline().strip()
     result: dict[str, Any] = {"cpu": _cpu(), "url": url}
+    try:
+        if "chunks" in args.parts:
+            result["chunks"] = await _chunks(args, url)
+        if "open" in args.parts:
+            result["open_loop"] = await _open_loop(args, url)
+    finally:
+        assert server.stdin is not None
+        server.stdin.close()
+        server.wait(timeout=10)
+    return result
+
+
+async def _chunks(args: argparse.Namespace, url: str) -> dict[str, Any]:
+    from scenarios.arrivals import ClosedLoop
+
     cluster = None
     try:
         chunk = _phase("chunks", int(CHUNK_REQUESTS * args.scale), CHUNK_TOKENS,
@@ -285,49 +298,59 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
         base = runs["1 worker (this process)"]["chunks_per_s"]
         for r in runs.values():
             r["ratio_to_1_worker"] = round(r["chunks_per_s"] / base, 3)
-        result["chunks"] = {"tokens_per_request": CHUNK_TOKENS,
-                            "concurrency": CHUNK_CONCURRENCY, "runs": runs}  # fmt: skip
-
-        capacity_phase = _phase(
-            "capacity", int(4000 * args.scale), OPEN_TOKENS, ClosedLoop(concurrency=64)
-        )
-        capacity = (await _one_process(url, capacity_phase, None))["requests_per_s"]
-        rate = args.overload * capacity
-        n = int(rate * OPEN_SECONDS * args.scale)
-        open_phase = _phase("open", n, OPEN_TOKENS, OpenLoop(rate_rps=rate, seed=0))
-        result["open_loop"] = {
-            "tokens_per_request": OPEN_TOKENS,
-            "one_worker_capacity_req_s": capacity,
-            "overload": args.overload,
-            "runs": {
-                "1 worker (this process)": await _one_process(url, open_phase, rate),
-                "2 worker processes": await _processes(2, url, open_phase, rate),
-            },
-        }
+        return {"tokens_per_request": CHUNK_TOKENS, "concurrency": CHUNK_CONCURRENCY,
+                "runs": runs}  # fmt: skip
     finally:
         if cluster is not None:
             import ray
 
             ray.shutdown()
             cluster.shutdown()
-        assert server.stdin is not None
-        server.stdin.close()
-        server.wait(timeout=10)
-    return result
+
+
+async def _open_loop(args: argparse.Namespace, url: str) -> dict[str, Any]:
+    from scenarios.arrivals import ClosedLoop, OpenLoop
+
+    capacity_phase = _phase(
+        "capacity", int(4000 * args.scale), OPEN_TOKENS, ClosedLoop(concurrency=64)
+    )
+    capacity = (await _one_process(url, capacity_phase, None))["requests_per_s"]
+    rate = args.overload * capacity
+    n = int(rate * OPEN_SECONDS * args.scale)
+    open_phase = _phase("open", n, OPEN_TOKENS, OpenLoop(rate_rps=rate, seed=0))
+    return {
+        "tokens_per_request": OPEN_TOKENS,
+        "one_worker_capacity_req_s": capacity,
+        "overload": args.overload,
+        "runs": {
+            "1 worker (this process)": await _one_process(url, open_phase, rate),
+            "2 worker processes": await _processes(2, url, open_phase, rate),
+        },
+    }
 
 
 def _print(result: dict[str, Any]) -> None:
     cpu = result["cpu"]
+    c = result.get("chunks")
+    o = result.get("open_loop")
     print(f"CPU: {cpu['model']} (family {cpu['family']} model {cpu['model_number']}), "
           f"{cpu['cores']} cores, {', '.join(cpu['avx512']) or 'no AVX-512'}, "
           f"{', '.join(cpu['amx']) or 'no AMX'}")  # fmt: skip
-    c = result["chunks"]
+    if c:
+        _print_chunks(c)
+    if o:
+        _print_open(o)
+
+
+def _print_chunks(c: dict[str, Any]) -> None:
     print(f"\nchunks/s, closed loop of {c['concurrency']} × {c['tokens_per_request']}-token "
           "streams against the zero-delay fake:")  # fmt: skip
     for name, r in c["runs"].items():
         print(f"  {name:<28} {r['chunks_per_s']:>9,} chunks/s  ×{r['ratio_to_1_worker']:.2f}  "
               f"loop lag p99 {r['loop_lag_p99_ms']} ms")  # fmt: skip
-    o = result["open_loop"]
+
+
+def _print_open(o: dict[str, Any]) -> None:
     print(
         f"\nopen loop at {o['overload']} × one worker's capacity "
         f"({o['one_worker_capacity_req_s']} req/s of {o['tokens_per_request']} tokens):"
@@ -343,8 +366,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=Path("bench_workers.json"))
-    parser.add_argument("--overload", type=float, default=1.3,
-                        help="Open-loop rate as a multiple of one worker's capacity.")  # fmt: skip
+    parser.add_argument("--overload", type=float, default=0.85,
+                        help="Open-loop rate as a multiple of one worker's closed-loop "
+                        "capacity.")  # fmt: skip
+    parser.add_argument("--parts", default="chunks,open", help="chunks, open or both.")
     parser.add_argument("--no-ray", action="store_true", help="Skip the Ray runs.")
     parser.add_argument("--scale", type=float, default=1.0,
                         help="Multiply each phase's request count (quick check: 0.1).")  # fmt: skip
