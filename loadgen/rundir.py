@@ -16,7 +16,8 @@ the readers (analysis, validate). One run = one directory; ``manifest.json`` is 
         requests.worker-K.jsonl  worker K's records, stamped on its own clock
         clock_offsets.jsonl    per phase and worker (Ray): the worker's clock offset to the
                                coordinator's, its error bound; readers subtract it
-        phases.jsonl           phase boundaries (monotonic ns) and loop-lag figures
+        phases.jsonl           phase boundaries (monotonic ns), loop-lag figures, the requested
+                               concurrency; with workers, per-worker figures (``workers``)
         metrics/               samples.jsonl, scrapes.jsonl, raw.jsonl.gz (metrics.store)
       report.md, report.json, plots/*.png
       manifest.json            files with sizes and sha256, status — written last

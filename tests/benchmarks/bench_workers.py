@@ -315,18 +315,92 @@ async def _open_loop(args: argparse.Namespace, url: str) -> dict[str, Any]:
         "capacity", int(4000 * args.scale), OPEN_TOKENS, ClosedLoop(concurrency=64)
     )
     capacity = (await _one_process(url, capacity_phase, None))["requests_per_s"]
-    rate = args.overload * capacity
-    n = int(rate * OPEN_SECONDS * args.scale)
-    open_phase = _phase("open", n, OPEN_TOKENS, OpenLoop(rate_rps=rate, seed=0))
+    rates = []
+    for factor in (float(x) for x in args.overload.split(",")):
+        rate = factor * capacity
+        n = int(rate * OPEN_SECONDS * args.scale)
+        phase = _phase("open", n, OPEN_TOKENS, OpenLoop(rate_rps=rate, seed=0))
+        rates.append({
+            "factor": factor,
+            "runs": {
+                "1 worker (this process)": await _one_process(url, phase, rate),
+                "2 worker processes": await _processes(2, url, phase, rate),
+            },
+        })  # fmt: skip
+    return {"tokens_per_request": OPEN_TOKENS, "one_worker_capacity_req_s": capacity,
+            "rates": rates}  # fmt: skip
+
+
+def _cpu() -> dict[str, Any]:
+    info = Path("/proc/cpuinfo").read_text()
+    field = dict(line.split(":", 1) for line in info.splitlines() if ":" in line and "\t" in line)
+    flags = set(field.get("flags\t\t", "").split())
     return {
-        "tokens_per_request": OPEN_TOKENS,
-        "one_worker_capacity_req_s": capacity,
-        "overload": args.overload,
-        "runs": {
-            "1 worker (this process)": await _one_process(url, open_phase, rate),
-            "2 worker processes": await _processes(2, url, open_phase, rate),
-        },
+        "model": field.get("model name\t", "?").strip(),
+        "family": field.get("cpu family\t", "?").strip(),
+        "model_number": field.get("model\t\t", "?").strip(),
+        "cores": len(__import__("os").sched_getaffinity(0)),
+        "avx512": sorted(f for f in flags if f.startswith("avx512")),
+        "amx": sorted(f for f in flags if f.startswith("amx")),
     }
+
+
+async def _main(args: argparse.Namespace) -> dict[str, Any]:
+    server = subprocess.Popen(
+        [sys.executable, str(HERE), "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert server.stdout is not None
+    url = server.stdout.readline().strip()
+    result: dict[str, Any] = {"cpu": _cpu(), "url": url}
+    try:
+        if "chunks" in args.parts:
+            result["chunks"] = await _chunks(args, url)
+        if "open" in args.parts:
+            result["open_loop"] = await _open_loop(args, url)
+    finally:
+        assert server.stdin is not None
+        server.stdin.close()
+        server.wait(timeout=10)
+    return result
+
+
+async def _chunks(args: argparse.Namespace, url: str) -> dict[str, Any]:
+    from scenarios.arrivals import ClosedLoop
+
+    cluster = None
+    try:
+        chunk = _phase("chunks", int(CHUNK_REQUESTS * args.scale), CHUNK_TOKENS,
+                       ClosedLoop(concurrency=CHUNK_CONCURRENCY))  # fmt: skip
+        await _one_process(url, _phase("warm", 200, CHUNK_TOKENS, ClosedLoop(concurrency=16)),
+                           None)  # fmt: skip
+        runs: dict[str, Any] = {}
+        runs["1 worker (this process)"] = await _one_process(url, chunk, None)
+        runs["2 worker processes"] = await _processes(2, url, chunk, None)
+        if not args.no_ray:
+            import logging
+
+            import ray
+            from ray.cluster_utils import Cluster
+
+            head = {"num_cpus": 1, "include_dashboard": False}
+            cluster = Cluster(initialize_head=True, head_node_args=head)
+            cluster.add_node(num_cpus=1)
+            ray.init(address=cluster.address, logging_level=logging.WARNING, log_to_driver=False)
+            cluster.wait_for_nodes()
+            runs["1 Ray actor"] = await _ray(1, url, chunk, None)
+            runs["2 Ray actors (one per node)"] = await _ray(2, url, chunk, None)
+        base = runs["1 worker (this process)"]["chunks_per_s"]
+        for r in runs.values():
+            r["ratio_to_1_worker"] = round(r["chunks_per_s"] / base, 3)
+        return {"tokens_per_request": CHUNK_TOKENS, "concurrency": CHUNK_CONCURRENCY,
+                "runs": runs}  # fmt: skip
+    finally:
+        if cluster is not None:
+            import ray
+
+            ray.shutdown()
+            cluster.shutdown()
 
 
 def _print(result: dict[str, Any]) -> None:
@@ -351,24 +425,24 @@ def _print_chunks(c: dict[str, Any]) -> None:
 
 
 def _print_open(o: dict[str, Any]) -> None:
-    print(
-        f"\nopen loop at {o['overload']} × one worker's capacity "
-        f"({o['one_worker_capacity_req_s']} req/s of {o['tokens_per_request']} tokens):"
-    )
-    for name, r in o["runs"].items():
-        print(f"  {name:<28} asked {r['requested_rate']} req/s, schedule {r['schedule_rate']}, "
-              f"sent {r['send_rate']} (×{r['send_over_schedule']}), lateness p50 "
-              f"{r['lateness_p50_ms']} / p99 {r['lateness_p99_ms']} / max "
-              f"{r['lateness_max_ms']} ms, loop lag p99 {r['loop_lag_p99_ms']} ms")  # fmt: skip
+    print(f"\nopen loop (Poisson) of {o['tokens_per_request']}-token requests; one worker's "
+          f"closed-loop capacity {o['one_worker_capacity_req_s']} req/s:")  # fmt: skip
+    for entry in o["rates"]:
+        print(f"  at {entry['factor']} × that capacity:")
+        for name, r in entry["runs"].items():
+            print(f"    {name:<26} asked {r['requested_rate']} req/s, schedule "
+                  f"{r['schedule_rate']}, sent {r['send_rate']} (×{r['send_over_schedule']}), "
+                  f"lateness p50 {r['lateness_p50_ms']} / p99 {r['lateness_p99_ms']} / max "
+                  f"{r['lateness_max_ms']} ms, loop lag p99 {r['loop_lag_p99_ms']} ms")  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=Path("bench_workers.json"))
-    parser.add_argument("--overload", type=float, default=0.85,
-                        help="Open-loop rate as a multiple of one worker's closed-loop "
-                        "capacity.")  # fmt: skip
+    parser.add_argument("--overload", default="0.3,0.45,0.6",
+                        help="Open-loop rates as multiples of one worker's closed-loop "
+                        "capacity, comma-separated.")  # fmt: skip
     parser.add_argument("--parts", default="chunks,open", help="chunks, open or both.")
     parser.add_argument("--no-ray", action="store_true", help="Skip the Ray runs.")
     parser.add_argument("--scale", type=float, default=1.0,
