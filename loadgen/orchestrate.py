@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from loadgen.clock import Clock, MonotonicClock
 from loadgen.connections import open_session, pool_limit
 from loadgen.gateway_process import running_gateway_process
 from loadgen.measure import RequestFacts, measure_phase
-from loadgen.phase import run_phase
+from loadgen.phase import heap_frozen, run_phase
 from loadgen.records import RecordWriter, RequestRecord
 from loadgen.replicas import Replicas
 from loadgen.rundir import (
@@ -135,23 +134,6 @@ class _CaseRun:
     measurements: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-@contextlib.contextmanager
-def _heap_frozen() -> Iterator[None]:
-    """Collect garbage, then keep every surviving object out of collections while the block
-    runs (``gc.freeze``), and hand them back after it (``gc.unfreeze``).
-
-    A full collection walks every tracked object: the ~130,000 a run has imported took 62 ms
-    here, a 62 ms stall of the loop that stamps sends and tokens whenever the collector chose
-    to run one mid-phase. Frozen, they are skipped; the phase's own objects are few.
-    """
-    gc.collect()
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-
-
 def _resolve(run: _CaseRun, planned: PhaseSpec) -> tuple[PhaseSpec, dict[str, Any] | None]:
     """The concrete phase and what resolving it used; prints the resolution."""
     phase, resolution = planned.resolved(run.measurements)
@@ -234,7 +216,7 @@ async def _run_one_phase(run: _CaseRun, planned: PhaseSpec, scraper: ScraperProc
     try:
         if run.pool is None:
             assert run.session is not None and run.writer is not None
-            with _heap_frozen():
+            with heap_frozen():
                 timing = await run_phase(
                     case=run.case.name,
                     phase=phase.name,
@@ -316,6 +298,23 @@ async def _run_one_phase(run: _CaseRun, planned: PhaseSpec, scraper: ScraperProc
     code = run.server.exit_code()
     if code is not None:
         raise RuntimeError(f"vLLM exited with code {code} during phase {phase.name}")
+
+
+def _check_splittable(plan: Plan, phases: tuple[PhaseSpec, ...]) -> None:
+    """Refuse, before any load, phases whose sending needs one process: a phase whose records
+    a late-bound figure measures (the coordinator holds no records while workers send) and a
+    closed loop that staggers its senders' starts (``ramp_s``; the workers' senders would not
+    keep one staggered order).
+
+    Raises:
+        ValueError: such a phase is in ``phases``.
+    """
+    measured = plan.measured_phases()
+    for phase in phases:
+        ramp = isinstance(phase.arrival, ClosedLoop) and phase.arrival.ramp_s > 0
+        if phase.name in measured or ramp:
+            why = "later figures are measured from it" if not ramp else "it ramps its senders"
+            raise ValueError(f"phase {phase.name} cannot be split across workers: {why}")
 
 
 async def _run_split(run: _CaseRun, phase: PhaseSpec) -> SplitPhase:
@@ -400,6 +399,7 @@ async def run_case(
         # A duration-driven open loop has no request count yet; its limit does not use one.
         limit = pool_limit(concurrency_limit(p.arrival, p.workload.requests or 0) for p in phases)
         if workers.split:
+            _check_splittable(plan, phases)
             pool = await stack.enter_async_context(open_pool(workers, cdir, limit, READ_TIMEOUT_S))
             # The coordinator sends nothing itself: no session, no record file of its own.
             run = _CaseRun(

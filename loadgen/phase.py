@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import array
 import asyncio
+import contextlib
+import gc
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import aiohttp
@@ -100,6 +102,24 @@ class LoopLagMonitor:
         ordered = sorted(self.lags_ns)
         p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
         return ordered[-1] / 1e6, p99 / 1e6
+
+
+@contextlib.contextmanager
+def heap_frozen() -> Iterator[None]:
+    """Collect garbage, then keep every surviving object out of collections while the block
+    runs (``gc.freeze``), and hand them back after it (``gc.unfreeze``).
+
+    A full collection walks every tracked object: the ~130,000 a run has imported took 62 ms
+    here, a 62 ms stall of the loop that stamps sends and tokens whenever the collector chose
+    to run one mid-phase. Frozen, they are skipped; the phase's own objects are few. Every
+    process that sends a phase (the run's own, each worker) wraps the phase in it.
+    """
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def warmup_connections(arrival: ClosedLoop | AllAtOnce | OpenLoop, n: int) -> int:

@@ -28,7 +28,12 @@ from typing import Any
 from loadgen.client import Target
 from loadgen.clock import Clock, MonotonicClock
 from loadgen.connections import WarmUp, open_session, warm_up
-from loadgen.phase import PhaseTiming, run_phase, share_warmup_connections
+from loadgen.phase import (
+    PhaseTiming,
+    heap_frozen,
+    run_phase,
+    share_warmup_connections,
+)
 from loadgen.records import RecordWriter, RequestRecord
 from scenarios.arrivals import AllAtOnce, ClosedLoop, OpenLoop
 from scenarios.partition import WorkerShare
@@ -179,11 +184,12 @@ class WorkerRuntime:
             if record.sent_ns is not None and (not first_sent or record.sent_ns < first_sent[0]):
                 first_sent[:] = [record.sent_ns]
 
-        timing = await run_phase(
-            case=task.case, phase=task.phase, requests=requests, arrival=task.arrival,
-            target=task.target, session=self._session, writer=writer, clock=self.clock,
-            on_done=done, warmup=False, share=task.share, start_at_ns=start_at_ns,
-        )  # fmt: skip
+        with heap_frozen():
+            timing = await run_phase(
+                case=task.case, phase=task.phase, requests=requests, arrival=task.arrival,
+                target=task.target, session=self._session, writer=writer, clock=self.clock,
+                on_done=done, warmup=False, share=task.share, start_at_ns=start_at_ns,
+            )  # fmt: skip
         return WorkerResult(
             worker=self.worker,
             timing=timing,

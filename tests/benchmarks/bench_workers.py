@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import subprocess
 import sys
@@ -112,6 +113,9 @@ class _FakeProtocol(asyncio.Protocol):
 
 
 async def _serve() -> None:
+    # Below the load generator's priority: on 2 cores the fake shares the CPU with it, and a
+    # worker waiting for the fake's time slice would be measured as its own lateness.
+    os.nice(10)
     loop = asyncio.get_running_loop()
     server = await loop.create_server(_FakeProtocol, "127.0.0.1", 0)
     print(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", flush=True)
@@ -179,14 +183,14 @@ async def _one_process(url: str, phase: Any, rate: float | None) -> dict[str, An
     from loadgen.client import Target
     from loadgen.clock import MonotonicClock
     from loadgen.connections import open_session
-    from loadgen.phase import run_phase
+    from loadgen.phase import heap_frozen, run_phase
     from loadgen.records import RecordWriter
     from scenarios.workloads import TokenSpace, materialize
 
     path = Path(tempfile.mkdtemp()) / "requests.jsonl"
     requests = materialize(phase.workload, phase.name, 0, TokenSpace())
     async with open_session(read_timeout_s=60) as session:
-        with RecordWriter(path) as writer:
+        with RecordWriter(path) as writer, heap_frozen():  # as `loadgen run` does
             timing = await run_phase(
                 case="bench", phase=phase.name, requests=requests, arrival=phase.arrival,
                 target=Target(url, "m"), session=session, writer=writer, clock=MonotonicClock(),
