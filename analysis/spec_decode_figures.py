@@ -277,13 +277,17 @@ def _acceptance(row: dict[str, Any], counters: SpecCounters, generation: float |
         drafts=counters.drafts,
         draft_tokens=counters.draft_tokens,
         accepted=counters.accepted,
-        accepted_per_position=list(counters.accepted_per_position),
+        accepted_per_position=(
+            list(counters.accepted_per_position)
+            if counters.accepted_per_position is not None
+            else None
+        ),
         per_position_excess=counters.per_position_excess,
         alpha=counters.acceptance_rate,
         tau=counters.mean_acceptance_length,
         per_position=list(counters.per_position_rates or ()) if counters.drafts else None,
         conditional=_conditional(counters.accepted_per_position, counters.drafts)
-        if counters.drafts
+        if counters.drafts and counters.accepted_per_position is not None
         else None,
     )
     if generation is not None:

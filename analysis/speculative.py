@@ -59,13 +59,15 @@ class SpecCounters:
         drafts: verification steps that carried proposals (requests × steps).
         draft_tokens: tokens proposed.
         accepted: proposed tokens the target accepted.
-        accepted_per_position: accepted tokens at each proposal position 0 … k − 1.
+        accepted_per_position: accepted tokens at each proposal position 0 … k − 1;
+            ``None`` when any position's counter was not read inside the window (a partial
+            list would read as a sum that does not add up).
     """
 
     drafts: float
     draft_tokens: float
     accepted: float
-    accepted_per_position: tuple[float, ...]
+    accepted_per_position: tuple[float, ...] | None
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -79,14 +81,18 @@ class SpecCounters:
 
     @property
     def per_position_rates(self) -> tuple[float, ...] | None:
-        """Accepted at position i ÷ drafts, per position; ``None`` without drafts."""
-        if self.drafts <= 0:
+        """Accepted at position i ÷ drafts, per position; ``None`` without drafts or without
+        per-position counts."""
+        if self.drafts <= 0 or self.accepted_per_position is None:
             return None
         return tuple(a / self.drafts for a in self.accepted_per_position)
 
     @property
-    def per_position_excess(self) -> float:
-        """Σ per-position accepted − accepted (0 when the counts add up)."""
+    def per_position_excess(self) -> float | None:
+        """Σ per-position accepted − accepted (0 when the counts add up); ``None`` without
+        per-position counts."""
+        if self.accepted_per_position is None:
+            return None
         return sum(self.accepted_per_position) - self.accepted
 
 
@@ -106,8 +112,9 @@ def spec_counters(samples: Sequence[Sample], start_ns: int, end_ns: int) -> Spec
         deltas[name] = delta
     by_position = series_by(samples, ACCEPTED_PER_POS, label="position")
     positions = sorted(by_position, key=lambda p: int(p) if p.isdigit() else 10**9)
-    per_pos = tuple(counter_delta(by_position[p], start_ns, end_ns) or 0.0 for p in positions)
-    return SpecCounters(deltas[DRAFTS], deltas[DRAFT_TOKENS], deltas[ACCEPTED], per_pos)
+    per_pos = [counter_delta(by_position[p], start_ns, end_ns) for p in positions]
+    known = None if any(d is None for d in per_pos) else tuple(d for d in per_pos if d is not None)
+    return SpecCounters(deltas[DRAFTS], deltas[DRAFT_TOKENS], deltas[ACCEPTED], known)
 
 
 def expected_tokens_per_step(alpha: float, k: int) -> float:

@@ -80,6 +80,24 @@ def test_positions_are_ordered_numerically_and_missing_counters_give_none() -> N
     assert spec_counters(parse_samples("vllm:num_preemptions_total 3\n", 1), 0, 2) is None
 
 
+def test_a_position_counter_not_read_in_the_window_leaves_per_position_figures_unknown() -> None:
+    # The totals are read at t = 1 and t = 2 (deltas 40 / 120 / 60); the per-position family
+    # only at t = 1 (its reading at t = 2 was lost), so its deltas are unknown, never 0: with
+    # 0 the counts would "add up" to 0 against 60 accepted and fail a check on no evidence.
+    before = _page({"0": (0, 0, 0, (0, 0, 0))})
+    after = "\n".join(
+        line
+        for line in _page({"0": (40, 120, 60, (32, 19, 9))}).splitlines()
+        if "per_pos" not in line
+    )
+    figures = spec_counters(parse_samples(before, 1) + parse_samples(after + "\n", 2), 1, 2)
+    assert figures is not None
+    assert figures.acceptance_rate == pytest.approx(0.5)  # 60 / 120
+    assert figures.accepted_per_position is None
+    assert figures.per_position_rates is None
+    assert figures.per_position_excess is None
+
+
 def test_no_drafts_leave_the_rates_undefined() -> None:
     zero = parse_samples(_page({"0": (0, 0, 0, (0, 0, 0))}), 1)
     figures = spec_counters(zero + parse_samples(_page({"0": (0, 0, 0, (0, 0, 0))}), 2), 1, 2)
