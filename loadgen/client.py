@@ -1,7 +1,9 @@
 """One streamed ``/v1/completions`` request → one :class:`RequestRecord`.
 
 Nothing raised inside a request escapes: connection errors, HTTP errors, error events inside
-a 200 stream and a usage mismatch all end up in the record's ``status``/``error`` fields.
+a 200 stream, protocol errors (a chunk field of the wrong type), a stalled or overlong
+response, a usage mismatch, and any unexpected exception all end up in the record's
+``status``/``error`` fields (type and message), so one bad response never stops a phase.
 The prompt is encoded just before the send and not kept while the response streams, so a
 phase holds only the bodies of its requests in flight.
 """
@@ -73,6 +75,11 @@ def _check_usage(record: RequestRecord) -> str | None:
             f"usage says {record.usage_completion_tokens}"
         )
     return None
+
+
+def _stall_s(session: aiohttp.ClientSession) -> str:
+    stall = session.timeout.sock_read
+    return "?" if stall is None else f"{stall:g}"
 
 
 class _Stream:
@@ -169,6 +176,10 @@ async def send_request(
     with a session from :func:`loadgen.connections.open_session` the connection and write
     stamps are filled too. The status is ``ok`` only if the final usage matches what was
     asked (prompt length, ``max_tokens``) and what was streamed.
+
+    Timeouts come from the session (:func:`loadgen.connections.open_session`): no byte for
+    ``sock_read`` seconds is the error ``stalled: …``; a response not complete within
+    ``total`` seconds is ``timed out: …``. Never raises except ``CancelledError``.
     """
     body = json.dumps(completion_body(planned, target.model), separators=(",", ":")).encode()
     stream = _Stream(record, planned.disconnect_after_tokens, clock)
@@ -199,7 +210,17 @@ async def send_request(
         record.status = "error"
         record.error = "cancelled before completion (run interrupted)"
         raise
-    except (TimeoutError, aiohttp.ClientError, ValueError, OSError) as exc:
+    except aiohttp.SocketTimeoutError:
+        record.status = "error"
+        record.error = f"stalled: no byte from the server for {_stall_s(session)} s"
+    except TimeoutError as exc:  # the total timeout, or a connect timeout
+        record.status = "error"
+        total = session.timeout.total
+        if isinstance(exc, aiohttp.ConnectionTimeoutError) or total is None:
+            record.error = f"{type(exc).__name__}: {exc}"
+        else:
+            record.error = f"timed out: not complete within the request timeout of {total:g} s"
+    except Exception as exc:  # noqa: BLE001 - whatever one request hits stays on its record
         record.status = "error"
         record.error = f"{type(exc).__name__}: {exc}"
     finally:

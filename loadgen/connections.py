@@ -95,6 +95,7 @@ def open_session(
     connect_timeout_s: float = 10.0,
     trace: bool = True,
     pool_limit: int = 0,
+    total_timeout_s: float | None = None,
 ) -> aiohttp.ClientSession:
     """The session load is sent with: a pool of ``pool_limit`` connections, :data:`KEEPALIVE_S`,
     request tracing.
@@ -102,12 +103,13 @@ def open_session(
     ``pool_limit`` is the most connections open at once, 0 for no limit; callers set it from
     the requested concurrency (:func:`pool_limit`), never below it, so the pool can never
     silently cap the load (aiohttp's default is 100: 128 requested streams would run 100 at
-    a time). ``read_timeout_s`` bounds the silence between two reads of a response (not its
-    total length: generations are long); ``connect_timeout_s`` bounds one TCP connect.
+    a time). ``read_timeout_s`` bounds the silence between two reads of a response (a stall;
+    also the wait for the headers); ``total_timeout_s`` (``None``: none) bounds one request
+    from send to its last byte; ``connect_timeout_s`` bounds one TCP connect.
     Use as ``async with open_session(...) as session``.
     """
     timeout = aiohttp.ClientTimeout(
-        total=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s
+        total=total_timeout_s, sock_connect=connect_timeout_s, sock_read=read_timeout_s
     )
     connector = aiohttp.TCPConnector(limit=pool_limit, keepalive_timeout=KEEPALIVE_S)
     return aiohttp.ClientSession(

@@ -67,9 +67,6 @@ from scenarios.plan import CaseSpec, PhaseSpec, Plan
 from scenarios.workloads import materialize
 from server.manager import RunningServer, StatusCallback, attach, start_server
 
-#: Seconds a single request may stay silent before it counts as failed.
-READ_TIMEOUT_S = 600.0
-
 
 @dataclass
 class RunHooks:
@@ -400,7 +397,9 @@ async def run_case(
         limit = pool_limit(concurrency_limit(p.arrival, p.workload.requests or 0) for p in phases)
         if workers.split:
             _check_splittable(plan, phases)
-            pool = await stack.enter_async_context(open_pool(workers, cdir, limit, READ_TIMEOUT_S))
+            pool = await stack.enter_async_context(
+                open_pool(workers, cdir, limit, plan.stall_timeout_s, plan.request_timeout_s)
+            )
             # The coordinator sends nothing itself: no session, no record file of its own.
             run = _CaseRun(
                 plan, case, server, cdir, target, None, None, clock, hooks, replicas, outcome,
@@ -409,7 +408,11 @@ async def run_case(
             for phase in phases:
                 await _run_one_phase(run, phase, scraper)
         else:
-            async with open_session(read_timeout_s=READ_TIMEOUT_S, pool_limit=limit) as session:
+            async with open_session(
+                read_timeout_s=plan.stall_timeout_s,
+                total_timeout_s=plan.request_timeout_s,
+                pool_limit=limit,
+            ) as session:
                 with RecordWriter(cdir / REQUESTS_FILE) as writer:
                     run = _CaseRun(
                         plan, case, server, cdir, target, session, writer, clock, hooks,

@@ -48,12 +48,19 @@ class RayWorkerActor:
     "host" on the same machine)."""
 
     def __init__(
-        self, worker: int, pool_limit: int, read_timeout_s: float, clock_shift_ns: int = 0
+        self,
+        worker: int,
+        pool_limit: int,
+        read_timeout_s: float,
+        clock_shift_ns: int = 0,
+        total_timeout_s: float | None = None,
     ) -> None:
         self._dir = Path(tempfile.mkdtemp(prefix=f"loadgen-worker-{worker}-"))
         self._path = self._dir / worker_requests_file(worker)
         clock: Clock | None = ShiftedClock(clock_shift_ns) if clock_shift_ns else None
-        self.runtime = WorkerRuntime(worker, self._path, pool_limit, read_timeout_s, clock)
+        self.runtime = WorkerRuntime(
+            worker, self._path, pool_limit, read_timeout_s, clock, total_timeout_s
+        )
         self._taken = 0
 
     def node(self) -> str:
@@ -123,6 +130,7 @@ class RayWorkers(WorkerPool):
         pool_limit: int,
         read_timeout_s: float,
         clock_shifts_ns: list[int] | None = None,
+        total_timeout_s: float | None = None,
     ) -> RayWorkers:
         """Connect to the cluster at ``address`` (``auto``: the one this host belongs to;
         a connection made already is reused), place ``workers`` actors (default one per
@@ -151,7 +159,7 @@ class RayWorkers(WorkerPool):
             shift = clock_shifts_ns[k] if clock_shifts_ns else 0
             actors.append(
                 remote.options(scheduling_strategy=strategy).remote(
-                    k, pool_limit, read_timeout_s, shift
+                    k, pool_limit, read_timeout_s, shift, total_timeout_s
                 )
             )
         nodes = await asyncio.to_thread(ray.get, [a.node.remote() for a in actors])

@@ -9,11 +9,21 @@ not is :mod:`loadgen.token_timing`'s concern.
 from __future__ import annotations
 
 import json
-from typing import Any, NamedTuple
+import re
+from typing import Annotated, Any, NamedTuple
 
 import msgspec
 
 DONE = "[DONE]"
+
+#: SSE line ends (WHATWG HTML §9.2.5): CRLF, LF or a bare CR.
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+class ChunkProtocolError(ValueError):
+    """A stream chunk that breaks the OpenAI completion-chunk protocol: not JSON, not an
+    object, or a field of the wrong type (the message names the field, e.g.
+    ``$.usage.completion_tokens``)."""
 
 
 class SSEEvent(NamedTuple):
@@ -30,13 +40,16 @@ class SSEDecoder:
     """Turns an SSE byte stream into :class:`SSEEvent` objects (WHATWG SSE parsing rules).
 
     Feed raw reads with :meth:`feed` (or whole lines with :meth:`feed_line`); an empty line
-    ends an event; comments (``:``), ``id:`` and ``retry:`` are ignored. Lines end with LF or
-    CRLF. Call :meth:`flush` at end of stream: a last event whose blank line never came (or a
+    ends an event; comments (``:``), ``id:`` and ``retry:`` are ignored. Lines end with LF,
+    CRLF or a bare CR (the spec allows all three); a read that ends in CR ends its line at
+    once, and an LF opening the next read is then the second half of that CRLF, not a blank
+    line. Call :meth:`flush` at end of stream: a last event whose blank line never came (or a
     last line without its newline) is returned instead of being lost.
 
     :meth:`feed_plain` is the fast path for the common read, where every event is one
-    ``data: `` line (every vLLM chunk): it returns their data, cut at ``\n\n`` in a few
-    C-level operations over the whole read, or declines and leaves the read to :meth:`feed`.
+    ``data: `` line with LF line ends (every vLLM chunk): it returns their data, cut at
+    ``\n\n`` in a few C-level operations over the whole read, or declines (any CR, or an
+    event begun line by line) and leaves the read to :meth:`feed`.
     Both give the same events for any split of the stream.
     """
 
@@ -45,22 +58,26 @@ class SSEDecoder:
         self._event = ""
         # Unconsumed bytes: after the last complete event (fast path) or line (line by line).
         self._partial = b""
+        # The last read ended in CR: an LF at the start of the next one completes that CRLF.
+        self._skip_lf = False
 
     def feed_plain(self, raw: bytes) -> list[str] | None:
         """Consume one read if every event it completes is a single ``data: `` line with LF
         line ends, and return those events' data, in order; else consume nothing and return
         ``None`` (then call :meth:`feed` with the same read)."""
-        if self._data or self._event:
-            return None  # inside an event that a line-by-line read started
+        if self._data or self._event or self._skip_lf:
+            return None  # inside an event (or a CRLF) that a line-by-line read started
         buffer = self._partial + raw if self._partial else raw
         body, sep, rest = buffer.rpartition(b"\n\n")
         if not sep:
+            if b"\r" in raw:
+                return None  # CR line ends (bare CR events never hold "\n\n"): line by line
             self._partial = buffer  # no event complete yet: keep the bytes as they are
             return []
         # One data line per event iff the only newlines are the separators before "data: ".
         if (
             not body.startswith(b"data: ")
-            or b"\r" in body
+            or b"\r" in buffer  # also in the rest: a bare-CR event there would wait a read
             or body.count(b"\n") != 2 * body.count(b"\n\ndata: ")
         ):
             return None
@@ -76,8 +93,13 @@ class SSEDecoder:
         return self._feed_lines(buffer)
 
     def _feed_lines(self, buffer: bytes) -> list[SSEEvent]:
-        lines = buffer.split(b"\n")
-        self._partial = lines.pop()  # b"" when the read ended on a newline
+        if self._skip_lf:
+            self._skip_lf = False
+            if buffer.startswith(b"\n"):
+                buffer = buffer[1:]  # the LF of a CRLF split across two reads
+        lines = _LINE_END.split(buffer)
+        self._partial = lines.pop()  # b"" when the read ended on a line end
+        self._skip_lf = buffer.endswith(b"\r")
         events = []
         for line in lines:
             event = self.feed_line(line)
@@ -111,7 +133,9 @@ class SSEDecoder:
         """At end of stream: the pending event (a last line without newline included)."""
         partial, self._partial = self._partial, b""
         # What is pending holds no blank line between two data lines, so at most one event.
-        events = [e for line in partial.split(b"\n") if (e := self.feed_line(line)) is not None]
+        self._skip_lf = False
+        lines = _LINE_END.split(partial)
+        events = [e for line in lines if (e := self.feed_line(line)) is not None]
         last = self.feed_line("")
         return events[0] if events else last
 
@@ -153,15 +177,6 @@ def error_chunk(message: str) -> CompletionChunk:
     return CompletionChunk(None, None, None, False, False, None, message)
 
 
-def _choice_text(choice: dict[str, object]) -> bool:
-    if choice.get("text"):
-        return True
-    delta = choice.get("delta")
-    if isinstance(delta, dict):
-        return any(delta.get(k) for k in ("content", "reasoning_content", "reasoning"))
-    return False
-
-
 def parse_event(event: SSEEvent) -> CompletionChunk:
     """Interpret one event of ``/v1/completions`` (or chat) streaming.
 
@@ -169,7 +184,7 @@ def parse_event(event: SSEEvent) -> CompletionChunk:
     otherwise the data must be a JSON object, see :func:`parse_chunk`.
 
     Raises:
-        ValueError: a non-error event whose data is not a JSON object.
+        ChunkProtocolError: a non-error event whose data breaks the protocol.
     """
     if event.event == "error":
         try:
@@ -184,15 +199,19 @@ def parse_event(event: SSEEvent) -> CompletionChunk:
 
 # The fields of a chunk that matter, as typed structs: msgspec decodes only these and skips
 # the rest (ids, logprobs, token IDs) without building them, several times faster than
-# json.loads per chunk. Anything that does not fit these types (a choice that is not an
-# object, a count that is not an int) goes through the generic json path instead.
+# json.loads per chunk, and checks their types: a field of the wrong type (a count sent as a
+# string, a usage that is not an object) is a protocol error naming the field, never a
+# value that breaks the token arithmetic later.
+Count = Annotated[int, msgspec.Meta(ge=0)]
+
+
 class _Details(msgspec.Struct):
-    cached_tokens: int | None = None
+    cached_tokens: Count | None = None
 
 
 class _Usage(msgspec.Struct):
-    completion_tokens: int | None = None
-    prompt_tokens: int | None = None
+    completion_tokens: Count | None = None
+    prompt_tokens: Count | None = None
     prompt_tokens_details: _Details | None = None
 
 
@@ -211,7 +230,7 @@ class _Choice(msgspec.Struct):
 class _Chunk(msgspec.Struct):
     choices: list[_Choice] | None = None
     usage: _Usage | None = None
-    error: Any = msgspec.UNSET
+    error: Any = None
     object: Any = None
 
 
@@ -222,20 +241,24 @@ _new = tuple.__new__  # builds a CompletionChunk from a tuple without NamedTuple
 def parse_chunk(data: str | bytes) -> CompletionChunk:
     """Interpret one SSE data payload of ``/v1/completions`` (or chat) streaming.
 
-    Error shapes: ``{"error": {...}}`` (vLLM and OpenAI) and ``{"object": "error",
-    "message": ...}`` (vLLM's older ``ErrorResponse``).
+    Error shapes: ``{"error": {...}}`` (vLLM and OpenAI; ``"error": null`` is no error) and
+    ``{"object": "error", "message": ...}`` (vLLM's older ``ErrorResponse``). An error chunk is
+    reported as one whatever its other fields hold.
 
     Raises:
-        ValueError: the payload is not a JSON object.
+        ChunkProtocolError: the payload is not JSON, not an object, or a field the client
+            reads (``choices[].text``, ``choices[].delta.*``, ``choices[].finish_reason``,
+            ``usage.*_tokens``, ``usage.prompt_tokens_details.cached_tokens``) has the wrong
+            type (counts: non-negative integers); the message names the field.
     """
     try:
         chunk = _decode_chunk(data)
-    except msgspec.ValidationError:
-        return _parse_generic(data)
+    except msgspec.ValidationError as exc:
+        return _error_or_raise(data, exc)
     except msgspec.DecodeError as exc:
-        raise ValueError(f"chunk is not JSON: {exc}") from None
-    if chunk.error is not msgspec.UNSET or chunk.object == "error":
-        return _parse_generic(data)
+        raise ChunkProtocolError(f"chunk is not JSON: {exc}") from None
+    if chunk.error is not None or chunk.object == "error":
+        return _error_or_raise(data, None)
     usage = chunk.usage
     if usage is None:
         completion = prompt = cached = None
@@ -260,26 +283,15 @@ def _delta_text(delta: _Delta) -> bool:
     return bool(delta.content or delta.reasoning_content or delta.reasoning)
 
 
-def _parse_generic(data: str | bytes) -> CompletionChunk:
-    """:func:`parse_chunk` for payloads outside the typed fast path (errors, odd shapes)."""
+def _error_or_raise(data: str | bytes, invalid: msgspec.ValidationError | None) -> CompletionChunk:
+    """The error chunk ``data`` reports; else the protocol error ``invalid`` describes."""
     obj = json.loads(data)
     if not isinstance(obj, dict):
         text = data if isinstance(data, str) else data.decode("utf-8", errors="replace")
-        raise ValueError(f"chunk is not a JSON object: {text[:80]!r}")
-    if "error" in obj:
+        raise ChunkProtocolError(f"chunk is not a JSON object: {text[:80]!r}")
+    if obj.get("error") is not None:
         return error_chunk(_error_message(obj["error"]))
     if obj.get("object") == "error":
         return error_chunk(str(obj.get("message", str(data)[:300])))
-    usage = obj.get("usage") or {}
-    details = usage.get("prompt_tokens_details") or {}
-    choices = [c for c in obj.get("choices") or [] if isinstance(c, dict)]
-    finish = next((c.get("finish_reason") for c in choices if c.get("finish_reason")), None)
-    return CompletionChunk(
-        completion_tokens=usage.get("completion_tokens"),
-        prompt_tokens=usage.get("prompt_tokens"),
-        cached_tokens=details.get("cached_tokens"),
-        has_choice=bool(choices),
-        has_text=any(_choice_text(c) for c in choices),
-        finish_reason=finish,
-        error=None,
-    )
+    # msgspec names the field: "Expected `int | null`, got `str` - at `$.usage.completion_tokens`"
+    raise ChunkProtocolError(f"chunk field of the wrong type: {invalid}")

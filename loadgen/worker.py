@@ -103,7 +103,9 @@ class WorkerRuntime:
     """A worker's event loop, connection pool and record file (see the module docstring).
 
     ``records_path`` is the JSONL file its records are appended to; ``pool_limit`` the
-    connection-pool limit (its largest concurrency share, 0 = none); ``clock`` the time
+    connection-pool limit (its largest concurrency share, 0 = none); ``read_timeout_s`` and
+    ``total_timeout_s`` a request's stall and total limits
+    (:func:`loadgen.connections.open_session`); ``clock`` the time
     source its stamps come from (tests pass a shifted one to stand in for another host).
     Methods block the calling thread, never the worker's loop.
     """
@@ -115,6 +117,7 @@ class WorkerRuntime:
         pool_limit: int,
         read_timeout_s: float,
         clock: Clock | None = None,
+        total_timeout_s: float | None = None,
     ) -> None:
         import uvloop
 
@@ -135,14 +138,20 @@ class WorkerRuntime:
         self._inner: asyncio.Task[Any] | None = None  # the loop's task behind ``_running``
         self._cancelled = False
         self._counts: Counter[str] = Counter()
-        self._call(self._open(pool_limit, read_timeout_s))
+        self._call(self._open(pool_limit, read_timeout_s, total_timeout_s))
 
     def _call(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
-    async def _open(self, pool_limit: int, read_timeout_s: float) -> None:
+    async def _open(
+        self, pool_limit: int, read_timeout_s: float, total_timeout_s: float | None
+    ) -> None:
         self._session = await self._stack.enter_async_context(
-            open_session(read_timeout_s=read_timeout_s, pool_limit=pool_limit)
+            open_session(
+                read_timeout_s=read_timeout_s,
+                total_timeout_s=total_timeout_s,
+                pool_limit=pool_limit,
+            )
         )
         self._writer = self._stack.enter_context(RecordWriter(self.records_path))
 

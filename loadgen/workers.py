@@ -95,13 +95,20 @@ class WorkerPool(ABC):
 
 
 def _worker_process(
-    conn: Connection, worker: int, records_path: str, pool_limit: int, read_timeout_s: float
+    conn: Connection,
+    worker: int,
+    records_path: str,
+    pool_limit: int,
+    read_timeout_s: float,
+    total_timeout_s: float | None = None,
 ) -> None:
     """A worker process: serve calls on ``conn`` until ``close``. Ctrl-C reaches the whole
     process group; the worker ignores it, so the coordinator decides how the phase ends and
     the worker still writes the records of a cut-short share."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    runtime = WorkerRuntime(worker, Path(records_path), pool_limit, read_timeout_s)
+    runtime = WorkerRuntime(
+        worker, Path(records_path), pool_limit, read_timeout_s, total_timeout_s=total_timeout_s
+    )
     try:
         while True:
             try:
@@ -124,11 +131,19 @@ class ProcessWorkers(WorkerPool):
     """Workers as processes of this host (``spawn``: a clean interpreter each, no state of the
     coordinator's event loop or scraper inherited), each with its own event loop and pool."""
 
-    def __init__(self, size: int, cdir: Path, pool_limit: int, read_timeout_s: float) -> None:
+    def __init__(
+        self,
+        size: int,
+        cdir: Path,
+        pool_limit: int,
+        read_timeout_s: float,
+        total_timeout_s: float | None = None,
+    ) -> None:
         self.size = size
         self._cdir = cdir
         self._pool_limit = pool_limit
         self._read_timeout_s = read_timeout_s
+        self._total_timeout_s = total_timeout_s
         self._procs: list[Any] = []
         self._conns: list[Connection] = []
         self._locks = [asyncio.Lock() for _ in range(size)]
@@ -142,7 +157,7 @@ class ProcessWorkers(WorkerPool):
             proc = ctx.Process(
                 target=_worker_process,
                 args=(child, k, str(self._cdir / worker_requests_file(k)), self._pool_limit,
-                      self._read_timeout_s),
+                      self._read_timeout_s, self._total_timeout_s),
                 name=f"loadgen-worker-{k}",
                 daemon=True,
             )  # fmt: skip
@@ -350,17 +365,29 @@ class WorkersConfig:
 
 @contextlib.asynccontextmanager
 async def open_pool(
-    config: WorkersConfig, cdir: Path, pool_limit: int, read_timeout_s: float
+    config: WorkersConfig,
+    cdir: Path,
+    pool_limit: int,
+    read_timeout_s: float,
+    total_timeout_s: float | None = None,
 ) -> Any:
     """The workers of one case: processes on this host, or Ray actors (Ray imported only
-    here, only with ``config.ray``). Closed on exit, also on error or cancellation."""
+    here, only with ``config.ray``). Closed on exit, also on error or cancellation. Each
+    worker's requests fail as stalled after ``read_timeout_s`` without a byte and as timed out
+    after ``total_timeout_s`` (``None``: no limit), as :func:`loadgen.connections.open_session`
+    says."""
     pool: WorkerPool
     if config.ray is not None:
         from loadgen.ray_workers import RayWorkers
 
-        pool = await RayWorkers.start(config.ray, config.workers, cdir, pool_limit, read_timeout_s)
+        pool = await RayWorkers.start(
+            config.ray, config.workers, cdir, pool_limit, read_timeout_s,
+            total_timeout_s=total_timeout_s,
+        )  # fmt: skip
     else:
-        pool = await ProcessWorkers(config.workers or 1, cdir, pool_limit, read_timeout_s).start()
+        pool = await ProcessWorkers(
+            config.workers or 1, cdir, pool_limit, read_timeout_s, total_timeout_s
+        ).start()
     try:
         yield pool
     finally:

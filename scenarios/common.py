@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from scenarios.plan import REQUEST_TIMEOUT_S, STALL_TIMEOUT_S
 from scenarios.workloads import TokenSpace
 from server.config import ServerConfig
 from server.engines import EngineNotFoundError, project_engine, resolve_engine
@@ -51,6 +52,20 @@ def _http_url(value: str) -> str:
 HttpUrlText = Annotated[str, AfterValidator(_http_url)]
 
 
+#: Floor of the scrape interval (s). vLLM renders /metrics in its API server process, on the
+#: cores that serve the load; at the 0.25 s default one scrape costs a few ms of CPU, at
+#: 0.05 s it is already 20 renders a second, and below that the scraper measures mostly
+#: itself (and a tick cannot land before the previous scrape answered).
+MIN_SCRAPE_INTERVAL_S = 0.05
+#: Ceiling of the scrape interval (s): the run waits two intervals of baseline before load
+#: and a fresh scrape after each phase, so an hour-long interval would hang it.
+MAX_SCRAPE_INTERVAL_S = 60.0
+#: Ceiling of a wait between phases (s): a typo like 1e11 would hang the run for ages.
+MAX_WAIT_S = 3600.0
+#: Ceiling of a duration or a timeout (s): one day.
+MAX_RUN_S = 86400.0
+
+
 class RunParams(BaseModel):
     """Knobs of how the server runs and how the run is measured (each a ``--flag``).
 
@@ -60,8 +75,32 @@ class RunParams(BaseModel):
     # allow_inf_nan=False: an infinite settle or duration would hang the run.
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    settle_s: float = Field(default=1.0, ge=0, description="Wait after each phase (s).")
-    scrape_interval_s: float = Field(default=0.25, gt=0, description="/metrics period (s).")
+    settle_s: float = Field(
+        default=1.0,
+        ge=0,
+        le=MAX_WAIT_S,
+        description=f"Wait after each phase (s, ≤ {MAX_WAIT_S:g}).",
+    )
+    scrape_interval_s: float = Field(
+        default=0.25,
+        ge=MIN_SCRAPE_INTERVAL_S,
+        le=MAX_SCRAPE_INTERVAL_S,
+        description=f"/metrics period (s, {MIN_SCRAPE_INTERVAL_S:g}-{MAX_SCRAPE_INTERVAL_S:g}: "
+        "faster scrapes load the server they measure).",
+    )
+    request_timeout_s: float = Field(
+        default=REQUEST_TIMEOUT_S,
+        gt=0,
+        le=MAX_RUN_S,
+        description="A request not complete this long after its send fails (s).",
+    )
+    stall_timeout_s: float = Field(
+        default=STALL_TIMEOUT_S,
+        gt=0,
+        le=MAX_RUN_S,
+        description="A request with no byte from the server this long fails as 'stalled' (s; "
+        "also the wait for the first byte, so above the longest queueing wait).",
+    )
     max_model_len: int = Field(default=2048, gt=0, description="Server context (tokens).")
     enforce_eager: bool = Field(default=True, description="Start vLLM without torch.compile.")
     model: str | None = Field(default=None, description="Model dir; default: embedded model.")
@@ -111,6 +150,15 @@ class RunParams(BaseModel):
         return None if engine.python == own else engine.python
 
     @model_validator(mode="after")
+    def _stall_within_request_timeout(self) -> Any:
+        if self.stall_timeout_s > self.request_timeout_s:
+            raise ValueError(
+                f"stall_timeout_s ({self.stall_timeout_s:g}) must not exceed "
+                f"request_timeout_s ({self.request_timeout_s:g})"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _settle_covers_two_scrapes(self) -> Any:
         if self.settle_s < 2 * self.scrape_interval_s:
             raise ValueError(
@@ -148,4 +196,6 @@ class RunParams(BaseModel):
             "seed": self.seed,
             "tokens": TokenSpace(high=self.token_id_high),
             "scrape_interval_s": self.scrape_interval_s,
+            "request_timeout_s": self.request_timeout_s,
+            "stall_timeout_s": self.stall_timeout_s,
         }

@@ -152,6 +152,15 @@ class CaseSpec(BaseModel):
     phases: tuple[PhaseSpec, ...] = ()
 
 
+#: Default limit of one request, send to last byte (s): far above the longest generation
+#: seen here (16 × 512 tokens at once on the CPU vLLM: 88 s), short enough to end a run.
+REQUEST_TIMEOUT_S = 3600.0
+#: Default stall limit (s): no byte for this long fails the request. A request queued
+#: behind a full KV cache gets no byte until its first token (45-90 s here at 16 × 1024/512
+#: on 1 GiB), so this stays well above that.
+STALL_TIMEOUT_S = 300.0
+
+
 class Plan(BaseModel):
     """Everything a run does and expects.
 
@@ -160,6 +169,9 @@ class Plan(BaseModel):
         params: the validated parameters the plan was built from.
         sizing: how the workload was sized from the server (capacity, working sets...).
         scrape_interval_s: ``/metrics`` scrape period in seconds.
+        request_timeout_s: one request's limit from send to last byte, seconds.
+        stall_timeout_s: a request with no byte from the server for this long fails as
+            ``stalled`` (seconds; also the wait for the headers).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -173,6 +185,8 @@ class Plan(BaseModel):
     seed: int = 0
     tokens: TokenSpace = TokenSpace()
     scrape_interval_s: float = Field(default=0.25, gt=0)
+    request_timeout_s: float = Field(default=REQUEST_TIMEOUT_S, gt=0)
+    stall_timeout_s: float = Field(default=STALL_TIMEOUT_S, gt=0)
     #: Named figures resolved at run time from an earlier phase (e.g. default SLOs): printed
     #: and recorded in ``phases.jsonl`` right after their source phase (``scenarios.late``).
     derived: dict[str, Measured] = Field(default_factory=dict)

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from loadgen.sse import DONE, CompletionChunk, SSEDecoder, SSEEvent, parse_chunk, parse_event
+from loadgen.sse import (
+    DONE,
+    ChunkProtocolError,
+    CompletionChunk,
+    SSEDecoder,
+    SSEEvent,
+    parse_chunk,
+    parse_event,
+)
 
 TOKEN_CHUNK = (
     '{"id":"cmpl-x","object":"text_completion","created":1,"model":"m","choices":[{"index":0,'
@@ -274,32 +284,85 @@ def test_fast_path_declines_without_consuming_and_the_general_path_takes_over() 
     assert decoder.feed(read) == [SSEEvent("x"), SSEEvent("boom", "error")]
 
 
-CHUNK_SHAPES = [
-    TOKEN_CHUNK,
-    SPEC_CHUNK,
-    LAST_TOKEN_CHUNK,
-    USAGE_TRAILER,
-    ERROR_EVENT,
-    '{"error":null}',
-    '{"object":"error","message":"engine dead"}',
-    '{"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}',
-    '{"choices":[{"index":0,"delta":{"reasoning_content":"r"}}]}',
-    '{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}',
-    '{"choices":[1,{"text":"a","finish_reason":"stop"}]}',  # a non-object choice is skipped
-    '{"choices":[{"text":""},{"text":"b","finish_reason":"length"}]}',
-    '{"choices":[{"text":7}]}',  # text of another type: the generic path decides
-    '{"choices":[{"delta":"odd"}]}',
-    '{"choices":[],"usage":{"completion_tokens":3.0}}',
-    '{"usage":null,"choices":null}',
-    '{"usage":{"prompt_tokens_details":null,"completion_tokens":2}}',
-    '{"choices":[{"text":"é"}],"usage":{"completion_tokens":1,"prompt_tokens":4,'
-    '"prompt_tokens_details":{"cached_tokens":2}}}',
-]
+# Each shape with what it means, read off the payload by hand: (completion, prompt, cached,
+# has_choice, has_text, finish_reason, error).
+CHUNK_MEANINGS = [
+    ('{"error":null,"choices":[{"text":"a"}]}', (None, None, None, True, True, None, None)),
+    ('{"error":{"message":"m"},"choices":5}', (None, None, None, False, False, None, "m")),
+    ('{"object":"error","message":"engine dead"}', (None, None, None, False, False, None, "engine dead")),
+    ('{"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}', (None, None, None, True, True, None, None)),
+    ('{"choices":[{"index":0,"delta":{"reasoning_content":"r"}}]}', (None, None, None, True, True, None, None)),
+    ('{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}', (None, None, None, True, False, None, None)),
+    ('{"choices":[{"text":""},{"text":"b","finish_reason":"length"}]}', (None, None, None, True, True, "length", None)),
+    ('{"usage":null,"choices":null}', (None, None, None, False, False, None, None)),
+    ('{"usage":{"prompt_tokens_details":null,"completion_tokens":2}}', (2, None, None, False, False, None, None)),
+    ('{"choices":[{"text":"é"}],"usage":{"completion_tokens":1,"prompt_tokens":4,'
+     '"prompt_tokens_details":{"cached_tokens":2}}}', (1, 4, 2, True, True, None, None)),
+]  # fmt: skip
 
 
-@pytest.mark.parametrize("data", CHUNK_SHAPES)
-def test_typed_decoding_means_what_generic_json_decoding_means(data: str) -> None:
-    from loadgen.sse import _parse_generic
+@pytest.mark.parametrize(("data", "meaning"), CHUNK_MEANINGS)
+def test_chunk_shapes_mean_what_they_say(data: str, meaning: tuple[object, ...]) -> None:
+    assert tuple(parse_chunk(data)) == meaning
+    assert tuple(parse_chunk(data.encode())) == meaning
 
-    assert parse_chunk(data) == _parse_generic(data)
-    assert parse_chunk(data.encode()) == _parse_generic(data)
+
+def test_a_null_error_member_is_no_error() -> None:
+    # vLLM-compatible servers may send "error": null on every normal chunk (fault J).
+    assert parse_chunk('{"error":null,"choices":[{"text":"x"}]}').error is None
+
+
+# A field of the wrong type is a protocol error naming the field (fault E: a string count
+# reached the token arithmetic as a TypeError and aborted the whole phase).
+WRONG_TYPES = [
+    ('{"choices":[{"text":"a"}],"usage":{"completion_tokens":"2"}}', "$.usage.completion_tokens"),
+    ('{"choices":[{"text":"a"}],"usage":"x"}', "$.usage"),
+    ('{"choices":5}', "$.choices"),
+    ('{"choices":[1]}', "$.choices[0]"),
+    ('{"choices":[{"text":7}]}', "$.choices[0].text"),
+    ('{"choices":[{"delta":"odd"}]}', "$.choices[0].delta"),
+    ('{"choices":[{"finish_reason":1}]}', "$.choices[0].finish_reason"),
+    ('{"choices":[],"usage":{"completion_tokens":3.5}}', "$.usage.completion_tokens"),
+    ('{"choices":[],"usage":{"completion_tokens":-1}}', "$.usage.completion_tokens"),
+    ('{"usage":{"prompt_tokens":true}}', "$.usage.prompt_tokens"),
+    ('{"usage":{"prompt_tokens_details":{"cached_tokens":"2"}}}',
+     "$.usage.prompt_tokens_details.cached_tokens"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("data", "field"), WRONG_TYPES)
+def test_a_field_of_the_wrong_type_is_a_protocol_error_naming_it(data: str, field: str) -> None:
+    with pytest.raises(ChunkProtocolError, match=re.escape(f"`{field}`")):
+        parse_chunk(data)
+
+
+# -- line ends: LF, CRLF and a bare CR (WHATWG HTML §9.2.5; fault K) ------------------------
+
+# The same three events with each line end; written out by hand.
+LINE_END_EVENTS = [SSEEvent("a"), SSEEvent("b1\nb2"), SSEEvent(DONE)]
+
+
+@pytest.mark.parametrize("eol", ["\n", "\r\n", "\r"])
+def test_every_line_end_gives_the_same_events_for_any_split(eol: str) -> None:
+    stream = eol.join(["data: a", "", ": ping", "data: b1", "data: b2", "", "data: [DONE]", ""])
+    raw = (stream + eol).encode()
+    assert decode_like_the_client([raw]) == LINE_END_EVENTS
+    assert decode_like_the_client([raw[i : i + 1] for i in range(len(raw))]) == LINE_END_EVENTS
+    for cut in range(len(raw) + 1):
+        assert decode_like_the_client([raw[:cut], raw[cut:]]) == LINE_END_EVENTS, cut
+
+
+def test_a_cr_ending_one_read_and_an_lf_opening_the_next_are_one_line_end() -> None:
+    decoder = SSEDecoder()
+    # "data: x\r" ends the line at once; the LF that follows is not a blank line, so the
+    # event is dispatched only by the blank line after it (one event, not a split one).
+    assert decoder.feed(b"data: x\r") == []
+    assert decoder.feed(b"\ndata: y\r\n") == []
+    assert decoder.feed(b"\r\n") == [SSEEvent("x\ny")]
+
+
+def test_a_bare_cr_event_is_dispatched_in_the_read_that_ends_it() -> None:
+    # Not held back for a possible LF: its stamp is the read it arrived in.
+    decoder = SSEDecoder()
+    assert decoder.feed(b"data: x\r\r") == [SSEEvent("x")]
+    assert decoder.feed(b"\ndata: y\r\r") == [SSEEvent("y")]  # that LF was the CR's pair
