@@ -57,7 +57,10 @@ class StreamScript:
             ``[DONE]``, then close the response.
         error_event_type: with ``error_after_chunks``, precede the error data with
             ``event: <type>``.
-        error_payload: the data of the error event.
+        error_payload: the data of the error event (any payload: a malformed chunk too).
+        stall_after_chunks: after this many token chunks, send nothing for ``stall_s``.
+        stall_s: length of that stall.
+        eol: the line end of every line (``"\n"``, ``"\r\n"`` or a bare ``"\r"``).
         ttft_for: TTFT of each request chosen from its JSON body (replaces ``ttft_s``).
     """
 
@@ -79,6 +82,9 @@ class StreamScript:
     error_event_type: str | None = None
     error_payload: str = ""
     ttft_for: Callable[[dict[str, Any]], float] | None = None
+    stall_after_chunks: int | None = None
+    stall_s: float = 0.0
+    eol: str = "\n"
 
 
 @dataclass
@@ -231,12 +237,13 @@ class FakeOpenAIServer:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         held: list[bytes] = []  # events held back by a buffering response
 
-        async def send(data: str, event: str | None = None, end: bytes = b"\n\n") -> None:
-            line = (f"event: {event}\n" if event else "") + f"data: {data}"
+        async def send(data: str, event: str | None = None, lines_ended: int = 2) -> None:
+            eol = script.eol
+            line = (f"event: {event}{eol}" if event else "") + f"data: {data}" + eol * lines_ended
             if script.buffered:
-                held.append(line.encode() + end)
+                held.append(line.encode())
             else:
-                await resp.write(line.encode() + end)
+                await resp.write(line.encode())
 
         slot_held = False
         try:
@@ -258,6 +265,8 @@ class FakeOpenAIServer:
                     await send("[DONE]")
                     await resp.write(b"".join(held))
                     return resp
+                if script.stall_after_chunks == i:
+                    await asyncio.sleep(script.stall_s)
                 if script.drop_after_chunks == i:
                     assert request.transport is not None
                     request.transport.abort()
@@ -273,7 +282,7 @@ class FakeOpenAIServer:
             await asyncio.sleep(script.trailer_delay_s)
             trailer = usage_trailer(prompt, done, script.cached_tokens)
             if script.no_final_blank_line:
-                await send(trailer, end=b"\n")  # one newline ends the line, not the event
+                await send(trailer, lines_ended=1)  # one newline ends the line, not the event
             else:
                 await send(trailer)
             # No longer in flight from here: the client can only start its next request after

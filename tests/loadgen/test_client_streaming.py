@@ -317,3 +317,77 @@ async def test_traced_stamps_follow_the_request_and_the_pool() -> None:
         assert all(s is not None for s in stamps)
         assert stamps == sorted(stamps)
         assert r.headers_ns is not None and r.headers_ns <= r.chunk_ns[0]
+
+
+# -- faults of a black-box test: malformed chunks, line ends, stalls, surprises ------------
+
+# vLLM's second token chunk with its running count sent as a string (fault E).
+COUNT_AS_STRING = (
+    '{"id":"c","object":"text_completion","choices":[{"index":0,"text":"~",'
+    '"finish_reason":null}],"usage":{"prompt_tokens":8,"completion_tokens":"2"}}'
+)
+
+
+async def test_a_chunk_field_of_the_wrong_type_is_a_protocol_error_on_the_record() -> None:
+    script = StreamScript(error_after_chunks=1, error_payload=COUNT_AS_STRING, itl_s=0.01)
+    record, _ = await send(script, planned(max_tokens=4))
+    assert record.status == "error"
+    assert record.error is not None
+    assert record.error.startswith("ChunkProtocolError: ")
+    assert "`$.usage.completion_tokens`" in record.error
+    assert record.chunk_tokens == [1]  # the one good chunk before it keeps its stamp
+    assert record.end_ns is not None
+
+
+@pytest.mark.parametrize("eol", ["\r\n", "\r"])
+async def test_crlf_and_bare_cr_streams_are_read_like_lf_ones(eol: str) -> None:
+    record, _ = await send(StreamScript(itl_s=0.01, eol=eol), planned(max_tokens=3))
+    assert record.status == "ok", record.error
+    assert record.chunk_tokens == [1, 1, 1]  # three chunks 10 ms apart: three reads
+    assert record.usage_completion_tokens == 3
+
+
+async def test_a_stream_silent_past_the_stall_timeout_fails_as_stalled() -> None:
+    fake = FakeOpenAIServer(StreamScript(stall_after_chunks=1, stall_s=1.0, itl_s=0.01))
+    p = planned(max_tokens=4)
+    async with fake.serve(), open_session(read_timeout_s=0.2) as session:
+        record = await send_request(
+            session, Target(fake.url, "m"), p, blank_record(p), MonotonicClock()
+        )
+    assert record.status == "error"
+    assert record.error == "stalled: no byte from the server for 0.2 s"
+    assert record.chunk_tokens == [1]
+
+
+async def test_a_response_longer_than_the_request_timeout_fails_as_timed_out() -> None:
+    # 10 chunks 50 ms apart take ≥ 450 ms; the total limit is 200 ms, no gap reaches 5 s.
+    fake = FakeOpenAIServer(StreamScript(itl_s=0.05))
+    p = planned(max_tokens=10)
+    async with fake.serve(), open_session(read_timeout_s=5, total_timeout_s=0.2) as session:
+        record = await send_request(
+            session, Target(fake.url, "m"), p, blank_record(p), MonotonicClock()
+        )
+    assert record.status == "error"
+    assert record.error == "timed out: not complete within the request timeout of 0.2 s"
+    assert 1 <= sum(record.chunk_tokens) < 10
+
+
+class _ExplodingSession:
+    """A session whose request raises what no client code expects (a bug, a library change)."""
+
+    def post(self, *args: object, **kwargs: object) -> object:
+        raise RuntimeError("unexpected failure inside the HTTP library")
+
+
+async def test_an_unexpected_exception_is_recorded_on_the_request_not_raised() -> None:
+    p = planned(max_tokens=2)
+    record = await send_request(
+        _ExplodingSession(),  # type: ignore[arg-type]
+        Target("http://127.0.0.1:9", "m"),
+        p,
+        blank_record(p),
+        MonotonicClock(),
+    )
+    assert record.status == "error"
+    assert record.error == "RuntimeError: unexpected failure inside the HTTP library"
+    assert record.end_ns is not None

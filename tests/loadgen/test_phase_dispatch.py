@@ -364,3 +364,20 @@ async def test_a_ramped_closed_loop_staggers_its_senders_first_requests(tmp_path
                   clock)  # fmt: skip
     records = sorted(_records(tmp_path / "r.jsonl"), key=lambda r: r["sent_ns"])
     assert [r["sent_ns"] - r["scheduled_ns"] for r in records] == [0, 250 * MS, 500 * MS, 750 * MS]
+
+
+async def test_a_malformed_chunk_fails_its_requests_and_the_phase_goes_on(tmp_path: Path) -> None:
+    # Fault E: a count sent as a string used to raise TypeError past the client, abort the
+    # TaskGroup and record requests that were sent as not_sent. Now each of the 6 requests
+    # (closed loop of 2) is sent, fails on its own record, and the phase ends normally.
+    bad = '{"choices":[{"index":0,"text":"~"}],"usage":{"prompt_tokens":3,"completion_tokens":"2"}}'
+    fake = FakeOpenAIServer(StreamScript(error_after_chunks=1, error_payload=bad))
+    path = tmp_path / "requests.jsonl"
+    async with fake.serve():
+        await run(fake, ClosedLoop(concurrency=2), requests(6), path, MonotonicClock())
+    records = _records(path)
+    assert len(fake.seen) == 6
+    assert sorted(r["index"] for r in records) == list(range(6))
+    assert {r["status"] for r in records} == {"error"}
+    assert all("`$.usage.completion_tokens`" in r["error"] for r in records)
+    assert all(r["chunk_tokens"] == [1] for r in records)
