@@ -45,7 +45,10 @@ async def _client_session_ctx(app: web.Application) -> AsyncIterator[None]:
     state.session = aiohttp.ClientSession(
         connector=connector,
         timeout=client_timeout(state.config),
-        auto_decompress=False,
+        # Upstreams are asked for identity; one that encodes anyway (gzip, deflate) is decoded
+        # here, so the gateway scans and relays plain events and may append its own error
+        # event without mixing encodings in one body (gateway.headers).
+        auto_decompress=True,
         trust_env=False,
         # A proxy keeps no cookies: a jar would replay one client's upstream Set-Cookie on
         # every client's later requests (and filtering it costs time on every request).

@@ -4,14 +4,18 @@ Owns which headers cross the gateway. Hop-by-hop headers (RFC 9110 section 7.6.1
 Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding, Upgrade, and every header named in
 ``Connection``) never cross. Framing and routing headers the gateway recomputes itself
 (Host, Content-Length) are dropped as well, and upstream requests ask for an uncompressed body
-so the gateway can inject SSE error events into it.
+so the gateway can inject SSE error events into it. An upstream that encodes its body anyway is
+decoded by the gateway's HTTP client (:data:`DECODED_ENCODINGS`), so what reaches the client is
+always identity-coded and carries no ``Content-Encoding``; any other coding is refused
+(:func:`undecodable_encoding`), never relayed: one body never mixes encodings.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from multidict import CIMultiDict
+from aiohttp.compression_utils import HAS_BROTLI, HAS_ZSTD
+from multidict import CIMultiDict, CIMultiDictProxy
 
 HOP_BY_HOP: frozenset[str] = frozenset(
     {
@@ -28,6 +32,25 @@ HOP_BY_HOP: frozenset[str] = frozenset(
 )
 
 _RECOMPUTED: frozenset[str] = frozenset({"host", "content-length"})
+
+#: Content codings the gateway's aiohttp session decodes (``auto_decompress``): gzip and
+#: deflate always, br and zstd when their libraries are installed. Names as aiohttp matches
+#: them: one coding, case-insensitive (RFC 9110 §8.4.1), ``x-gzip`` and stacked codings not.
+DECODED_ENCODINGS: frozenset[str] = frozenset(
+    {"identity", "gzip", "deflate"}
+    | ({"br"} if HAS_BROTLI else set())
+    | ({"zstd"} if HAS_ZSTD else set())
+)
+
+
+def undecodable_encoding(upstream_headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> str | None:
+    """The upstream's ``Content-Encoding`` if the gateway cannot decode it, else ``None``."""
+    values = [v.strip() for v in upstream_headers.getall("Content-Encoding", [])]
+    if not values or values == [""]:
+        return None
+    if len(values) == 1 and values[0].lower() in DECODED_ENCODINGS:
+        return None
+    return ", ".join(values)
 
 
 def connection_tokens(headers: Mapping[str, str] | CIMultiDict[str]) -> set[str]:
@@ -70,8 +93,9 @@ def upstream_request_headers(
 def client_response_headers(
     upstream_headers: Mapping[str, str] | CIMultiDict[str],
 ) -> CIMultiDict[str]:
-    """Headers to send the client for an upstream response (hop-by-hop and length dropped)."""
+    """Headers to send the client for an upstream response (hop-by-hop and length dropped,
+    and ``Content-Encoding``: the relayed body is the decoded one)."""
     out = strip_hop_by_hop(upstream_headers)
-    for name in _RECOMPUTED:
+    for name in (*_RECOMPUTED, "content-encoding"):
         out.popall(name, None)
     return out

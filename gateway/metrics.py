@@ -17,7 +17,8 @@ Metric families (all prefixed ``gateway_``):
   ``total_timeout``, ``upstream_error`` (unparseable answer), ``status_<5xx>``,
   ``broken_stream``, ``error_event`` (inside a 200 stream), ``no_done`` (stream ended before
   ``[DONE]``), ``not_event_stream``, ``error_body`` (a 200 JSON error object),
-  ``response_too_large``, ``event_too_large``, ``slow_first_token``.
+  ``response_too_large``, ``event_too_large``, ``slow_first_token``, ``bad_encoding`` (a
+  ``Content-Encoding`` the gateway cannot decode; gzip and deflate are decoded).
 - ``rejections_total{reason}``: admission and routing refusals (queue_full, queue_timeout,
   no_upstream, body_too_large).
 - ``breaker_state{upstream}``: 0 closed, 1 open, 2 half-open.

@@ -19,6 +19,8 @@ work is done.
   the event is not used: vLLM labels many mid-stream server failures 400;
 - a 200 stream that ends before ``data: [DONE]``, or breaks off (connection reset, bad chunked
   framing), or sends an event larger than the gateway's response limit;
+- an answer in a ``Content-Encoding`` the gateway cannot decode (it asks for identity and
+  decodes gzip and deflate; anything else is refused, never relayed);
 - a 200 answer to a streaming request that is not ``text/event-stream``, a 200 JSON body that
   is an error object, a body larger than the gateway's response limit;
 - a first token slower than ``slow_first_token_s`` (when configured).

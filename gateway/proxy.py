@@ -44,7 +44,11 @@ import msgspec
 from aiohttp import web
 
 from gateway.admission import AdmissionRejected
-from gateway.headers import client_response_headers, upstream_request_headers
+from gateway.headers import (
+    client_response_headers,
+    undecodable_encoding,
+    upstream_request_headers,
+)
 from gateway.metrics import CONTENT_TYPE
 from gateway.outcomes import Verdict, is_error_body, status_verdict
 from gateway.retry_after import format_retry_after, parse_retry_after
@@ -264,6 +268,14 @@ class _Exchange:
             msg = "the upstream request failed"
             return self._fail_before_response("upstream_error", 502, msg, None, abort=False)
 
+        encoding = undecodable_encoding(self.resp.headers)
+        if encoding is not None:
+            logger.warning("%s answered with Content-Encoding %r", self.upstream, encoding)
+            msg = (
+                f"the upstream answered with Content-Encoding {encoding!r}, which the gateway "
+                "cannot decode (it asks for identity)"
+            )
+            return self._fail_before_response("bad_encoding", 502, msg, None, abort=False)
         if self.resp.status == 200 and self.resp.content_type == SSE_CONTENT_TYPE:
             return await self._relay_stream()
         if stream and self.resp.status == 200:

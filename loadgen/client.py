@@ -220,7 +220,7 @@ async def send_request(
             record.error = f"{type(exc).__name__}: {exc}"
         else:
             record.error = f"timed out: not complete within the request timeout of {total:g} s"
-    except Exception as exc:  # noqa: BLE001 - whatever one request hits stays on its record
+    except Exception as exc:  # whatever one request hits stays on its record
         record.status = "error"
         record.error = f"{type(exc).__name__}: {exc}"
     finally:
