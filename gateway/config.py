@@ -133,6 +133,10 @@ def _normalise_upstream(url: str) -> str:
         raise ValueError(f"upstream must be an http(s) URL with a host, got {url!r}")
     if parts.query or parts.fragment:
         raise ValueError(f"upstream must not have a query or fragment, got {url!r}")
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1") or "/v1/" in path:
+        # The gateway appends the client's whole path (/v1/completions) to the upstream.
+        raise ValueError(f"upstream {url!r}: drop /v1, the client's path already starts with it")
     return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
 
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, model_validator
 from scenarios.arrivals import OpenLoop
 from scenarios.base import Scenario
 from scenarios.checks import CheckSpec
-from scenarios.common import RunParams, SizeText
+from scenarios.common import MAX_RATE_RPS, MAX_REQUESTS, MAX_RUN_S, MAX_WAIT_S, RunParams, SizeText
 from scenarios.plan import CaseSpec, GatewaySpec, KillReplica, PhaseSpec, Plan
 from scenarios.workloads import UniquePrompts
 from server.capacity import KVCapacity
@@ -38,16 +38,22 @@ class BreakerParams(RunParams):
     """Knobs of the breaker episode (each becomes a ``--flag``)."""
 
     cache: SizeText = Field(default="1GiB", description="KV cache of each replica (1GiB = 2^30 B).")
-    rate_rps: float = Field(default=2.0, gt=0, description="Open-loop arrival rate (req/s).")
+    rate_rps: float = Field(
+        default=2.0, gt=0, le=MAX_RATE_RPS, description="Open-loop arrival rate (req/s)."
+    )
     # Long enough for the replica to stop (up to ~20 s under load), restart (25–55 s seen
     # here) and be probed back to closed while traffic still flows.
-    duration_s: float = Field(default=120.0, gt=0, description="Length of the episode (s).")
+    duration_s: float = Field(
+        default=120.0, gt=0, le=MAX_RUN_S, description="Length of the episode (s)."
+    )
     kill_at_s: float = Field(default=10.0, gt=0, description="When replica 1 is stopped (s).")
     restart: bool = Field(default=True, description="Restart replica 1 right after stopping it.")
     prompt_tokens: int = Field(default=128, gt=0, description="Prompt length (tokens).")
     output_tokens: int = Field(default=16, gt=0, description="Output length (tokens).")
     breaker_failures: int = Field(default=3, ge=1, description="Consecutive failures to open.")
-    breaker_cooldown_s: float = Field(default=3.0, gt=0, description="Open → half-open (s).")
+    breaker_cooldown_s: float = Field(
+        default=3.0, gt=0, le=MAX_WAIT_S, description="Open → half-open (s)."
+    )
     min_success_ratio: float = Field(
         default=0.9, ge=0, le=1, description="Share of requests that must succeed."
     )
@@ -57,6 +63,11 @@ class BreakerParams(RunParams):
         self.check_fits(self.prompt_tokens, self.output_tokens)
         if self.kill_at_s >= self.duration_s:
             raise ValueError("kill_at_s must fall inside the episode (below duration_s)")
+        if self.rate_rps * self.duration_s > MAX_REQUESTS:
+            raise ValueError(
+                f"rate_rps × duration_s is {self.rate_rps * self.duration_s:g} requests, "
+                f"more than {MAX_REQUESTS} in one episode"
+            )
         return self
 
 

@@ -43,6 +43,12 @@ def _http_url(value: str) -> str:
         raise ValueError(f"{value!r}: port 0 is not a server port; {example}")
     if parts.query or parts.fragment:
         raise ValueError(f"{value!r}: a base URL takes no query or fragment; {example}")
+    path = parts.path.rstrip("/")
+    if path == "/v1" or path.endswith("/v1") or "/v1/" in path:
+        base = value.strip()[: value.strip().rfind("/v1")]
+        raise ValueError(
+            f"{value!r}: drop /v1 ({base!r}); the client appends /v1/completions itself"
+        )
     # Paths are appended to the base URL: a trailing slash would make "//v1/completions".
     return value.strip().rstrip("/")
 
@@ -50,6 +56,18 @@ def _http_url(value: str) -> str:
 #: The base URL of a server to attach to ("http://127.0.0.1:8000"), checked on the command
 #: line so a typo fails before a run directory exists, and kept as text.
 HttpUrlText = Annotated[str, AfterValidator(_http_url)]
+
+
+def same_server(a: str, b: str) -> bool:
+    """Whether two validated base URLs name the same server (scheme, host and port, the
+    default port filled in; host names compared as text, so ``localhost`` ≠ ``127.0.0.1``)."""
+
+    def key(url: str) -> tuple[str, str, int, str]:
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return parts.scheme, (parts.hostname or "").lower(), port, parts.path.rstrip("/")
+
+    return key(a) == key(b)
 
 
 #: Floor of the scrape interval (s). vLLM renders /metrics in its API server process, on the
@@ -64,6 +82,16 @@ MAX_SCRAPE_INTERVAL_S = 60.0
 MAX_WAIT_S = 3600.0
 #: Ceiling of a duration or a timeout (s): one day.
 MAX_RUN_S = 86400.0
+#: Ceiling of requests in flight at once (a concurrency, an all-at-once burst): each holds a
+#: client socket, and 1024 is the usual soft limit of open files (``ulimit -n``); far more
+#: than a CPU vLLM serves at once, so beyond it a run floods rather than measures.
+MAX_CONCURRENCY = 1024
+#: Ceiling of the requests of one phase: at the CPU vLLM's pace (a few requests a second)
+#: 100,000 already take hours; a typo of a few more zeros would never end.
+MAX_REQUESTS = 100_000
+#: Ceiling of an open-loop arrival rate (req/s): above it the client's own send loop, not
+#: the server, decides when requests leave.
+MAX_RATE_RPS = 1000.0
 
 
 class RunParams(BaseModel):

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from scenarios.arrivals import AllAtOnce
 from scenarios.base import Scenario
 from scenarios.checks import Check, CheckSpec
-from scenarios.common import HttpUrlText, RunParams, SizeText
+from scenarios.common import MAX_CONCURRENCY, MAX_WAIT_S, HttpUrlText, RunParams, SizeText
 from scenarios.plan import CaseSpec, GatewaySpec, PhaseSpec, Plan
 from scenarios.workloads import UniquePrompts
 from server.capacity import KVCapacity
@@ -63,7 +63,12 @@ class DisconnectAbortParams(RunParams):
     )
     cache: SizeText = Field(default="1GiB", description="KV cache size (1GiB = 2^30 bytes).")
     url: HttpUrlText | None = Field(default=None, description="Attach to this running server.")
-    requests: int = Field(default=8, gt=0, description="Streaming requests, all sent at once.")
+    requests: int = Field(
+        default=8,
+        gt=0,
+        le=MAX_CONCURRENCY,
+        description="Streaming requests, all sent at once.",
+    )
     prompt_tokens: int = Field(default=256, gt=0, description="Prompt length (tokens), unique.")
     output_tokens: int = Field(default=512, gt=1, description="Requested output tokens.")
     disconnect_after_tokens: int = Field(
@@ -73,7 +78,10 @@ class DisconnectAbortParams(RunParams):
         default=1.0, gt=0, le=1, description="Fraction of requests that disconnect."
     )
     free_within_s: float = Field(
-        default=1.0, gt=0, description="Seconds allowed from last disconnect to a free server."
+        default=1.0,
+        gt=0,
+        le=MAX_WAIT_S,
+        description="Seconds allowed from last disconnect to a free server.",
     )
     max_wasted_fraction: float = Field(
         default=0.1, ge=0, description="Wasted tokens allowed (fraction of the orphan budget)."
@@ -82,7 +90,10 @@ class DisconnectAbortParams(RunParams):
         default=0.8, ge=0, description="Broken proxy: wasted fraction that shows orphans ran on."
     )
     idle_timeout_s: float = Field(
-        default=300.0, gt=0, description="Max wait for orphaned work to finish (s)."
+        default=300.0,
+        gt=0,
+        le=MAX_WAIT_S,
+        description="Max wait for orphaned work to finish (s).",
     )
 
     @field_validator("paths")

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from scenarios.arrivals import AllAtOnce
 from scenarios.base import Scenario
 from scenarios.checks import Check, CheckSpec
-from scenarios.common import HttpUrlText, RunParams
+from scenarios.common import MAX_CONCURRENCY, HttpUrlText, RunParams
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
 from scenarios.workloads import UniquePrompts
 from server.capacity import KVCapacity
@@ -53,8 +53,11 @@ def _size(text: str) -> str:
 
 
 def _positive_int(text: str) -> int:
+    """A concurrency: a positive integer up to :data:`~scenarios.common.MAX_CONCURRENCY`."""
     if not text.isdigit() or int(text) <= 0:
         raise ValueError(f"{text or repr(text)} is not a positive integer")
+    if int(text) > MAX_CONCURRENCY:
+        raise ValueError(f"concurrency {text} is above {MAX_CONCURRENCY} requests at once")
     return int(text)
 
 

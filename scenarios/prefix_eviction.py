@@ -16,7 +16,14 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from scenarios.arrivals import ClosedLoop
 from scenarios.base import Scenario
 from scenarios.checks import CapacityAtLeast, Check, CheckSpec, LatencyRatio
-from scenarios.common import HttpUrlText, RunParams, SizeText
+from scenarios.common import (
+    MAX_CONCURRENCY,
+    MAX_REQUESTS,
+    HttpUrlText,
+    RunParams,
+    SizeText,
+    same_server,
+)
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
 from scenarios.workloads import AnchoredPrompts, UniquePrompts
 from server.capacity import KVCapacity
@@ -57,6 +64,11 @@ class HitRateCompare(CheckSpec):
     tolerance: float = Field(default=0.02, ge=0)
 
 
+#: Ceiling of --pollution-factor: 100 × the KV capacity in fresh prompts is already hours of
+#: prefill on the CPU vLLM; the pollution count is also capped at MAX_REQUESTS in the plan.
+MAX_POLLUTION_FACTOR = 100.0
+
+
 class PrefixEvictionParams(RunParams):
     """Knobs of prefix-eviction (each becomes a ``--flag``)."""
 
@@ -73,19 +85,29 @@ class PrefixEvictionParams(RunParams):
     control_url: HttpUrlText | None = Field(
         default=None, description="Running server for the control case."
     )
-    anchors: int = Field(default=4, gt=0, description="Distinct anchor prefixes.")
+    anchors: int = Field(
+        default=4, gt=0, description="Distinct anchor prefixes (at most --requests)."
+    )
     prefix_tokens: int = Field(default=1024, gt=0, description="Anchor prefix length (tokens).")
     suffix_tokens: int = Field(default=32, ge=1, description="Unique suffix per request (tokens).")
-    requests: int = Field(default=48, gt=0, description="Requests per anchor phase.")
+    requests: int = Field(
+        default=48, gt=0, le=MAX_REQUESTS, description="Requests per anchor phase."
+    )
     pollution_requests: int = Field(
         default=48,
         gt=0,
+        le=MAX_REQUESTS,
         description="Minimum fresh-prefix requests in pollution (scaled up to --pollution-factor).",
     )
     pollution_factor: float = Field(
-        default=2.5, gt=1.0, description="Pollution working set as a multiple of the KV capacity."
+        default=2.5,
+        gt=1.0,
+        le=MAX_POLLUTION_FACTOR,
+        description="Pollution working set as a multiple of the KV capacity.",
     )
-    concurrency: int = Field(default=4, gt=0, description="Closed-loop concurrency.")
+    concurrency: int = Field(
+        default=4, gt=0, le=MAX_CONCURRENCY, description="Closed-loop concurrency."
+    )
     output_tokens: int = Field(default=16, ge=2, description="Output tokens per request (exact).")
     ttft_p95_min_ratio: float = Field(
         default=1.2, gt=0, description="Revisit/warm TTFT p95 needed to call eviction visible."
@@ -104,6 +126,18 @@ class PrefixEvictionParams(RunParams):
     @model_validator(mode="after")
     def _fits(self) -> PrefixEvictionParams:
         self.check_fits(self.prefix_tokens + self.suffix_tokens, self.output_tokens)
+        if self.anchors > self.requests:
+            # Request i uses anchor i % anchors: anchors past the requests are never probed.
+            raise ValueError(
+                f"anchors ({self.anchors}) must not exceed requests ({self.requests}): request "
+                f"i of a phase probes anchor prefix i mod {self.anchors}, so anchor prefixes "
+                f"{self.requests} to {self.anchors - 1} would never be probed"
+            )
+        if self.url and self.control_url and same_server(self.url, self.control_url):
+            raise ValueError(
+                "control_url must name another server than url: the control case needs a "
+                "cache of its own (the test case's pollution would evict its anchors)"
+            )
         return self
 
 
@@ -152,6 +186,12 @@ class PrefixEviction(Scenario):
         pollution = max(
             p.pollution_requests, math.ceil(p.pollution_factor * capacity.tokens / prompt)
         )
+        if pollution > MAX_REQUESTS:
+            raise ValueError(
+                f"pollution needs {pollution} requests of {prompt} tokens to cover "
+                f"{p.pollution_factor:g} × {capacity.tokens} KV tokens, more than "
+                f"{MAX_REQUESTS}: lower --pollution-factor or raise --prefix-tokens"
+            )
         # Unknown block size (capacity read from the log): 128, the CPU backend's, is the
         # conservative guess (bigger blocks waste more on partial blocks).
         block = capacity.block_size or 128

@@ -39,6 +39,13 @@ def test_config_is_frozen_forbids_extras_and_validates_upstreams() -> None:
             GatewayConfig.model_validate({"upstreams": bad})
 
 
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1/"])
+def test_an_upstream_ending_in_v1_is_refused_with_the_fix(url: str) -> None:
+    # The client's path (/v1/completions) is appended: /v1/v1/completions would 404.
+    with pytest.raises(ValidationError, match="drop /v1"):
+        GatewayConfig.model_validate({"upstreams": [url]})
+
+
 def test_client_session_timeout_is_explicit_and_has_no_total() -> None:
     config = GatewayConfig(upstreams=("http://127.0.0.1:1",), timeouts={"connect_s": 1.5})
     timeout = client_timeout(config)

@@ -158,3 +158,62 @@ def test_a_cache_too_small_for_the_draft_case_alone_is_rejected_up_front() -> No
     assert code == 2
     assert "case draft-random: a 118MiB KV cache holds 2013 tokens" in out
     assert "(61,440 B each)" in out
+
+
+# -- flags that used to be accepted and then hung, flooded or ran a meaningless plan --------
+
+
+@pytest.mark.parametrize(
+    ("scenario", "args", "message"),
+    [
+        # Floor 0.05 s: vLLM renders /metrics on the cores it serves with.
+        ("prefix-eviction", ("--scrape-interval-s", "0.001"),
+         "--scrape-interval-s: Input should be greater than or equal to 0.05"),
+        ("prefix-eviction", ("--scrape-interval-s", "3600"),
+         "--scrape-interval-s: Input should be less than or equal to 60"),
+        ("prefix-eviction", ("--settle-s", "1e11"),
+         "--settle-s: Input should be less than or equal to 3600"),
+        ("prefix-eviction", ("--anchors", "4", "--requests", "2"),
+         "--anchors (4) must not exceed --requests (2): request i of a phase probes anchor "
+         "prefix i mod 4, so anchor prefixes 2 to 3 would never be probed"),
+        ("prefix-eviction", ("--url", "http://127.0.0.1:8000", "--control-url",
+                             "http://127.0.0.1:8000/"),
+         "--control-url must name another server than --url"),
+        ("prefix-eviction", ("--url", "http://127.0.0.1:8000/v1"),
+         "--url: 'http://127.0.0.1:8000/v1': drop /v1 ('http://127.0.0.1:8000')"),
+        ("prefix-eviction", ("--concurrency", "100000"),
+         "--concurrency: Input should be less than or equal to 1024"),
+        ("prefix-eviction", ("--pollution-factor", "1e9"),
+         "--pollution-factor: Input should be less than or equal to 100"),
+        ("prefix-eviction", ("--stall-timeout-s", "0"),
+         "--stall-timeout-s: Input should be greater than 0"),
+        ("prefix-eviction", ("--stall-timeout-s", "700", "--request-timeout-s", "600"),
+         "--stall-timeout-s (700) must not exceed --request-timeout-s (600)"),
+        ("disconnect-abort", ("--requests", "5000"),
+         "--requests: Input should be less than or equal to 1024"),
+        ("disconnect-abort", ("--idle-timeout-s", "1e9"),
+         "--idle-timeout-s: Input should be less than or equal to 3600"),
+        ("kv-preemption", ("--concurrency", "8,2000"),
+         "--concurrency: concurrency 2000 is above 1024 requests at once"),
+        ("breaker", ("--duration-s", "1e9"),
+         "--duration-s: Input should be less than or equal to 86400"),
+        # 1000 req/s × 200 s = 200,000 requests > 100,000.
+        ("breaker", ("--rate-rps", "1000", "--duration-s", "200"),
+         "--rate-rps × --duration-s is 200000 requests, more than 100000 in one episode"),
+    ],
+)  # fmt: skip
+def test_unbounded_or_meaningless_flags_are_refused_before_any_load(
+    tmp_path: Path, scenario: str, args: tuple[str, ...], message: str
+) -> None:
+    out = tmp_path / "run"
+    code, text = _run(scenario, *args, "--out", str(out))
+    assert code == 2, text
+    assert message in " ".join(text.split()), text
+    assert not out.exists()
+
+
+def test_help_states_the_timeout_defaults() -> None:
+    result = CliRunner().invoke(main, ["run", "prefix-eviction", "--help"])
+    text = " ".join(result.output.split())
+    assert "--stall-timeout-s" in text and "[default: 300.0]" in text
+    assert "--request-timeout-s" in text and "[default: 3600.0]" in text
