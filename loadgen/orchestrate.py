@@ -12,10 +12,13 @@ resolution is printed (``RunHooks.on_figure``) and recorded with its inputs on t
 line of ``phases.jsonl`` (``measurement``, ``resolved``, ``derived``); one that cannot be
 made (its source measured nothing) fails the case before the phase sends anything.
 
-Failures are recorded, not raised past the case: a server that dies mid-run leaves its
-flushed request records (failed ones marked) and the case is marked failed; the run goes on
-to the next case and ends with status ``failed``. Failed requests alone do not fail a case:
-they are data, counted and reported.
+Failures are recorded, not raised past the case: a server that dies mid-run (a started one
+exits; an attached one stops answering ``/health``, probed after a request loses its
+connection and after each phase, :mod:`loadgen.server_watch`) stops the case at once: the
+phase is cut, its unsent requests and every later phase's are recorded ``not_sent``, the
+records are flushed and the case is marked failed ("server at URL stopped answering during
+phase X"); the run goes on to the next case and ends with status ``failed``. Failed requests
+alone do not fail a case: they are data, counted and reported.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from loadgen.clock import Clock, MonotonicClock
 from loadgen.connections import open_session, pool_limit
 from loadgen.gateway_process import running_gateway_process
 from loadgen.measure import RequestFacts, measure_phase
-from loadgen.phase import heap_frozen, run_phase
+from loadgen.phase import heap_frozen, run_phase, write_not_sent
 from loadgen.records import RecordWriter, RequestRecord
 from loadgen.replicas import Replicas
 from loadgen.rundir import (
@@ -51,6 +54,7 @@ from loadgen.rundir import (
     case_dir,
     write_json,
 )
+from loadgen.server_watch import ServerGone, ServerWatch
 from loadgen.workers import (
     ClockOffset,
     SplitPhase,
@@ -100,6 +104,8 @@ class CaseOutcome:
     error: str | None = None
     failed_requests: int = 0
     requests: int = 0
+    #: The case failed because its server died or stopped answering.
+    server_gone: bool = False
 
 
 async def open_server(case: CaseSpec, workdir: Path, hooks: RunHooks) -> RunningServer:
@@ -194,7 +200,10 @@ async def _run_one_phase(run: _CaseRun, planned: PhaseSpec, scraper: ScraperProc
     # Facts for the phases a late-bound figure names: a few ints per request, dropped after.
     facts: list[RequestFacts] | None = [] if phase.name in run.plan.measured_phases() else None
 
+    watch = ServerWatch(run.server, phase.name)
+
     def done(record: RequestRecord) -> None:
+        watch.note(record)
         run.outcome.requests += 1
         if record.status == "error":
             run.outcome.failed_requests += 1
@@ -214,21 +223,32 @@ async def _run_one_phase(run: _CaseRun, planned: PhaseSpec, scraper: ScraperProc
         if run.pool is None:
             assert run.session is not None and run.writer is not None
             with heap_frozen():
-                timing = await run_phase(
-                    case=run.case.name,
-                    phase=phase.name,
-                    requests=requests,
-                    arrival=phase.arrival,
-                    target=run.target,
-                    session=run.session,
-                    writer=run.writer,
-                    clock=run.clock,
-                    on_done=done,
+                sending = asyncio.ensure_future(
+                    run_phase(
+                        case=run.case.name,
+                        phase=phase.name,
+                        requests=requests,
+                        arrival=phase.arrival,
+                        target=run.target,
+                        session=run.session,
+                        writer=run.writer,
+                        clock=run.clock,
+                        on_done=done,
+                    )
                 )
+                watch.guard(sending)
+                timing = await sending
         else:
-            split = await _run_split(run, phase)
+            splitting = asyncio.ensure_future(_run_split(run, phase, watch))
+            watch.guard(splitting)
+            split = await splitting
             timing = split.timing
-    except BaseException:
+        # A dead server fails every request at once: find out before waiting for scrapes.
+        gone = watch.gone or await watch.verdict()
+        if gone is not None:
+            raise ServerGone(gone)
+    except BaseException as exc:
+        watch.close()
         if faults is not None:
             faults.cancel()
         # Boundaries of the cut-short phase, so its (flushed) records stay analysable.
@@ -240,6 +260,10 @@ async def _run_one_phase(run: _CaseRun, planned: PhaseSpec, scraper: ScraperProc
              "loop_lag_max_ms": None, "loop_lag_p99_ms": None, "late_sends": None,
              "post_scrape_start_ns": None, "post_scrape_waited_s": None, "interrupted": True},
         )  # fmt: skip
+        task = asyncio.current_task()
+        stopped_by_watch = isinstance(exc, asyncio.CancelledError) and watch.gone is not None
+        if stopped_by_watch and task is not None and not task.cancelling():
+            raise ServerGone(watch.gone) from None  # the watch cut the phase, not the user
         raise
     if faults is not None:
         await faults  # a restart may still be under way
@@ -294,7 +318,38 @@ async def _run_one_phase(run: _CaseRun, planned: PhaseSpec, scraper: ScraperProc
         run.hooks.on_phase_end(run.case.name, phase.name)
     code = run.server.exit_code()
     if code is not None:
-        raise RuntimeError(f"vLLM exited with code {code} during phase {phase.name}")
+        raise ServerGone(f"vLLM exited with code {code} during phase {phase.name}")
+
+
+async def _run_phases(
+    run: _CaseRun, phases: tuple[PhaseSpec, ...], scraper: ScraperProcess
+) -> None:
+    """Run ``phases`` in order; when the server goes away, the rest are recorded unsent."""
+    for k, phase in enumerate(phases):
+        try:
+            await _run_one_phase(run, phase, scraper)
+        except ServerGone:
+            _account_phases_not_run(run, phases[k + 1 :])
+            raise
+
+
+def _account_phases_not_run(run: _CaseRun, phases: tuple[PhaseSpec, ...]) -> None:
+    """The phases after the one whose server went away: every request ``not_sent`` (with
+    workers, the coordinator writes these into the case's ``requests.jsonl`` itself)."""
+    with contextlib.ExitStack() as stack:
+        writer = run.writer or stack.enter_context(RecordWriter(run.cdir / REQUESTS_FILE))
+        for planned in phases:
+            if getattr(planned.arrival, "duration_s", None) is not None:
+                continue  # sends until its time is up: no planned count to account for
+            try:
+                phase, _ = planned.resolved(run.measurements)
+                requests = materialize(phase.workload, phase.name, run.plan.seed, run.plan.tokens)
+            except ValueError:
+                continue  # sized from a measurement that never came: nothing was planned
+            run.outcome.requests += write_not_sent(
+                case=run.case.name, phase=phase.name, requests=requests, writer=writer,
+                scheduled_ns=run.clock.now_ns(),
+            )  # fmt: skip
 
 
 def _check_splittable(plan: Plan, phases: tuple[PhaseSpec, ...]) -> None:
@@ -314,10 +369,20 @@ def _check_splittable(plan: Plan, phases: tuple[PhaseSpec, ...]) -> None:
             raise ValueError(f"phase {phase.name} cannot be split across workers: {why}")
 
 
-async def _run_split(run: _CaseRun, phase: PhaseSpec) -> SplitPhase:
+async def _run_split(run: _CaseRun, phase: PhaseSpec, watch: ServerWatch) -> SplitPhase:
     """Send ``phase`` through the case's workers; counts go to the outcome, clock offsets to
-    ``clock_offsets.jsonl`` (before any load), records into the case directory."""
+    ``clock_offsets.jsonl`` (before any load), records into the case directory; a growing
+    failure count makes ``watch`` probe the server (the records stay in the workers)."""
     assert run.pool is not None
+    failed_before = 0
+
+    def progress(done: int, failed: int) -> None:
+        nonlocal failed_before
+        if failed > failed_before:
+            watch.note_failure()
+        failed_before = failed
+        if run.hooks.on_requests_progress is not None:
+            run.hooks.on_requests_progress(done, failed)
 
     def offsets(found: list[ClockOffset]) -> None:
         for o in found:
@@ -327,7 +392,7 @@ async def _run_split(run: _CaseRun, phase: PhaseSpec) -> SplitPhase:
         split = await run_split_phase(
             run.pool, case=run.case.name, phase=phase, seed=run.plan.seed,
             tokens=run.plan.tokens, target=run.target, clock=run.clock,
-            on_progress=run.hooks.on_requests_progress, on_offsets=offsets,
+            on_progress=progress, on_offsets=offsets,
         )  # fmt: skip
     finally:
         await asyncio.shield(run.pool.gather_records(run.cdir))
@@ -405,8 +470,7 @@ async def run_case(
                 plan, case, server, cdir, target, None, None, clock, hooks, replicas, outcome,
                 pool,
             )  # fmt: skip
-            for phase in phases:
-                await _run_one_phase(run, phase, scraper)
+            await _run_phases(run, phases, scraper)
         else:
             async with open_session(
                 read_timeout_s=plan.stall_timeout_s,
@@ -418,8 +482,9 @@ async def run_case(
                         plan, case, server, cdir, target, session, writer, clock, hooks,
                         replicas, outcome,
                     )  # fmt: skip
-                    for phase in phases:
-                        await _run_one_phase(run, phase, scraper)
+                    await _run_phases(run, phases, scraper)
+    except ServerGone as exc:
+        outcome.status, outcome.error, outcome.server_gone = "failed", str(exc), True
     except Exception as exc:  # recorded as the case's failure; the run goes on
         outcome.status = "failed"
         outcome.error = f"{type(exc).__name__}: {exc}"
@@ -467,8 +532,10 @@ async def execute_plan(
     try:
         for case in plan.cases:
             key = case.model_dump_json(include={"server", "url"})
-            # A different config, or a shared server that died in the last case: start anew.
-            if server is not None and (key != server_key or server.exit_code() is not None):
+            # A different config, or a shared server that died (or, attached, stopped
+            # answering) in the last case: start anew, or attach anew, which fails fast.
+            gone = bool(outcomes) and outcomes[-1].server_gone
+            if server is not None and (key != server_key or gone or server.exit_code() is not None):
                 await asyncio.shield(asyncio.to_thread(server.stop))
                 server = None
             if server is None:

@@ -375,3 +375,27 @@ async def run_phase(
         warmup_ms=warm.duration_ms if warm else 0.0,
         dispatched=dispatch.dispatched,
     )
+
+
+def write_not_sent(
+    *, case: str, phase: str, requests: PhaseRequests, writer: RecordWriter, scheduled_ns: int
+) -> int:
+    """A phase that will never run (its server is gone): one ``not_sent`` record per request,
+    all stamped ``scheduled_ns``, so every planned request is accounted for; the count."""
+    for i in range(len(requests)):
+        header = requests.header(i)
+        writer.write(
+            RequestRecord(
+                request_id=header.request_id,
+                case=case,
+                phase=phase,
+                index=i,
+                group=header.group,
+                prompt_tokens_sent=header.prompt_tokens,
+                max_tokens=header.max_tokens,
+                scheduled_ns=scheduled_ns,
+            ),
+            flush=False,
+        )
+    writer.flush()
+    return len(requests)

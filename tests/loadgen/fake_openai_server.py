@@ -189,6 +189,7 @@ class FakeOpenAIServer:
         self.connections: set[tuple[str, int]] = set()
         self.health_checks = 0
         self._changed = asyncio.Event()
+        self._runner: web.AppRunner | None = None
 
     def _notify(self) -> None:
         self._changed.set()
@@ -342,10 +343,16 @@ class FakeOpenAIServer:
         app.router.add_get("/metrics", self._metrics)
         return app
 
+    async def stop(self) -> None:
+        """Stop listening and drop every connection at once (a server that died)."""
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+
     @contextlib.asynccontextmanager
     async def serve(self) -> AsyncIterator[FakeOpenAIServer]:
         """Listen on 127.0.0.1 (OS-chosen port) for the duration of the block."""
-        runner = web.AppRunner(self.app())
+        runner = self._runner = web.AppRunner(self.app())
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
@@ -354,4 +361,4 @@ class FakeOpenAIServer:
         try:
             yield self
         finally:
-            await runner.cleanup()
+            await self.stop()
