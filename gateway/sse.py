@@ -2,10 +2,11 @@
 
 The gateway relays an upstream's ``text/event-stream`` byte for byte and feeds a copy of each
 chunk to :class:`EventStreamScanner`, which follows the WHATWG HTML "Interpreting an event
-stream" rules (section 9.2.6): lines end in CRLF, LF or CR (also when a chunk boundary falls
-between CR and LF), ``:`` starts a comment, ``data:`` lines of one event are joined with
-``\\n``, a blank line dispatches the event, and an event left unterminated at end of stream is
-discarded. Events therefore come out whole even when the upstream splits them across reads.
+stream" rules (section 9.2.6): lines end in CRLF, LF or CR (a CR ending a chunk ends its line
+at once, and an LF opening the next chunk is the second half of that CRLF), ``:`` starts a
+comment, ``data:`` lines of one event are joined with ``\\n``, a blank line dispatches the
+event, and an event left unterminated at end of stream is discarded. Events therefore come
+out whole even when the upstream splits them across reads.
 
 OpenAI-style streams (vLLM's ``/v1/completions`` and ``/v1/chat/completions``) end with
 ``data: [DONE]``; a failure inside an already-started 200 stream is sent as an event whose data
@@ -52,6 +53,7 @@ class EventStreamScanner:
         self._event = ""
         self._data: list[str] = []
         self._data_bytes = 0
+        self._skip_lf = False  # the last chunk ended in CR
 
     def feed(self, chunk: bytes) -> list[SseEvent]:
         """Consume ``chunk``; return the events it completed, in order."""
@@ -62,6 +64,10 @@ class EventStreamScanner:
                 return []
             self._started = True
             buffer = buffer.removeprefix(_BOM)
+        if self._skip_lf:
+            self._skip_lf = False
+            if buffer.startswith(b"\n"):
+                buffer = buffer[1:]  # the LF of a CRLF split across two chunks
         if not self._data and not self._event:
             plain = self._feed_plain(buffer)
             if plain is not None:
@@ -69,12 +75,13 @@ class EventStreamScanner:
         events: list[SseEvent] = []
         start = 0
         for match in _LINE_END.finditer(buffer):
-            if match.group() == b"\r" and match.end() == len(buffer):
-                break  # a CR at the end of a chunk may be the first half of CRLF: wait
             event = self._line(buffer[start : match.start()])
             if event is not None:
                 events.append(event)
             start = match.end()
+        # A CR ending the chunk ends its line now (a bare-CR stream's last "\r\r" must not
+        # wait for a chunk that never comes); an LF opening the next chunk completes it.
+        self._skip_lf = buffer.endswith(b"\r")
         self._pending = buffer[start:]
         if len(self._pending) > self._max_bytes:
             raise EventTooLarge(f"an event-stream line exceeds {self._max_bytes} bytes")

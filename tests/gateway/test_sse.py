@@ -101,3 +101,20 @@ def test_the_fast_path_keeps_the_size_limit() -> None:
     assert scanner.feed(b"data: ok\n\n") == [SseEvent("message", "ok")]
     with pytest.raises(EventTooLarge):
         scanner.feed(b"data: " + b"x" * 32)
+
+
+def test_a_bare_cr_stream_ends_with_its_done_event_not_a_missing_one() -> None:
+    # Fault K: the scanner held a chunk's final CR back as a possible CRLF half, so a stream
+    # with bare-CR line ends never dispatched its last event ([DONE]) and was judged no_done.
+    scanner = EventStreamScanner(1024)
+    assert scanner.feed(b'data: {"choices":[{"text":"a"}]}\r\r') == [
+        SseEvent("message", '{"choices":[{"text":"a"}]}')
+    ]
+    assert scanner.feed(b"data: [DONE]\r\r") == [SseEvent("message", "[DONE]")]
+
+
+def test_a_cr_ending_one_chunk_and_an_lf_opening_the_next_are_one_line_end() -> None:
+    scanner = EventStreamScanner(1024)
+    assert scanner.feed(b"data: x\r") == []
+    assert scanner.feed(b"\ndata: y\r\n") == []  # that LF was not a blank line
+    assert scanner.feed(b"\r\n") == [SseEvent("message", "x\ny")]
