@@ -80,7 +80,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from scenarios.arrivals import ClosedLoop, OpenLoop
 from scenarios.base import Scenario
 from scenarios.checks import CheckSpec
-from scenarios.common import HttpUrlText, RunParams, SizeText
+from scenarios.common import (
+    MAX_CONCURRENCY,
+    MAX_RATE_RPS,
+    MAX_REQUESTS,
+    MAX_RUN_S,
+    HttpUrlText,
+    RunParams,
+    SizeText,
+)
 from scenarios.late import Measured
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
 from scenarios.workloads import UniquePrompts
@@ -108,7 +116,10 @@ def parse_duration(text: str) -> float:
     if not m or float(m.group(1)) <= 0:
         raise ValueError(f"{text!r} is not a duration; e.g. 40s, 500ms, 2m")
     scale = {"ms": 1e-3, "s": 1.0, None: 1.0, "m": 60.0, "min": 60.0}[m.group(2)]
-    return float(m.group(1)) * scale
+    seconds = float(m.group(1)) * scale
+    if seconds > MAX_RUN_S:  # also an overflowing "1e999"
+        raise ValueError(f"{text!r} is longer than {MAX_RUN_S:g} s (one day)")
+    return seconds
 
 
 def parse_slo(text: str) -> dict[str, float]:
@@ -164,7 +175,10 @@ def parse_rates(text: str) -> list[float] | None:
     """
     if text.strip().lower() == "auto":
         return None
-    return _positive_floats(text, "rate")
+    rates = _positive_floats(text, "rate")
+    if rates[-1] > MAX_RATE_RPS:
+        raise ValueError(f"rate {rates[-1]:g} is above {MAX_RATE_RPS:g} req/s")
+    return rates
 
 
 class SLOGoodputParams(RunParams):
@@ -204,10 +218,16 @@ class SLOGoodputParams(RunParams):
         default=0.9, gt=0, le=1, description="SLO attainment a sustainable rate reaches."
     )
     target_rps: float | None = Field(
-        default=None, gt=0, description="Planned load (req/s): how many replicas it needs."
+        default=None,
+        gt=0,
+        le=MAX_RATE_RPS,
+        description="Planned load (req/s): how many replicas it needs.",
     )
     max_concurrency: int | None = Field(
-        default=None, gt=0, description="Client cap on requests in flight (as vLLM bench)."
+        default=None,
+        gt=0,
+        le=MAX_CONCURRENCY,
+        description="Client cap on requests in flight (as vLLM bench).",
     )
     prompt_tokens: int = Field(default=128, gt=0, description="Prompt length (tokens), unique.")
     output_tokens: int = Field(default=32, gt=0, description="Output length (tokens), exact.")
@@ -215,16 +235,25 @@ class SLOGoodputParams(RunParams):
         default=0.0, ge=0, lt=1, description="Draw lengths in L·(1 ± spread); 0 = fixed."
     )
     max_num_seqs: int = Field(
-        default=16, gt=0, description="Server batch limit (attached: give the server's)."
+        default=16,
+        gt=0,
+        le=MAX_CONCURRENCY,
+        description="Server batch limit (attached: give the server's).",
     )
     saturation_concurrency: int | None = Field(
-        default=None, gt=0, description="Closed-loop concurrency of saturation; default: sized."
+        default=None,
+        gt=0,
+        le=MAX_CONCURRENCY,
+        description="Closed-loop concurrency of saturation; default: sized.",
     )
     saturation_duration: str = Field(
         default="30s", description="Sending time of the saturation phase."
     )
     unloaded_requests: int = Field(
-        default=12, gt=1, description="Requests of the unloaded probe (one at a time)."
+        default=12,
+        gt=1,
+        le=MAX_REQUESTS,
+        description="Requests of the unloaded probe (one at a time).",
     )
     # The first request after a server start may take a cold path (first use of buffers and
     # caches); a second leaves out at least that one (here: the first two of 0.75 s each).
@@ -273,6 +302,12 @@ class SLOGoodputParams(RunParams):
             raise ValueError("warmup must be shorter than duration")
         if self.warmup_s >= self.saturation_duration_s:
             raise ValueError("warmup must be shorter than saturation_duration")
+        rates = parse_rates(self.rates)
+        if rates is not None and rates[-1] * self.duration_s > MAX_REQUESTS:
+            raise ValueError(
+                f"rate {rates[-1]:g} req/s over duration {self.duration_s:g} s is "
+                f"{rates[-1] * self.duration_s:g} requests, more than {MAX_REQUESTS} in a phase"
+            )
         return self
 
     @property

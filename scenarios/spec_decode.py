@@ -37,7 +37,14 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from scenarios.arrivals import ClosedLoop
 from scenarios.base import Scenario
 from scenarios.checks import CapacityAtLeast, Check, CheckSpec
-from scenarios.common import HttpUrlText, RunParams, SizeText
+from scenarios.common import (
+    MAX_CONCURRENCY,
+    MAX_REQUESTS,
+    HttpUrlText,
+    RunParams,
+    SizeText,
+    same_server,
+)
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
 from scenarios.workloads import AnchoredPrompts
 from server.capacity import KVCapacity
@@ -111,7 +118,9 @@ class SpecDecodeParams(RunParams):
     )
     draft_layers: int = Field(default=2, ge=1, le=27, description="Layers of every draft model.")
     prompt_lookup_max: int = Field(default=4, ge=1, description="n-gram: longest match (tokens).")
-    requests: int = Field(default=16, gt=0, description="Requests per phase (same in each).")
+    requests: int = Field(
+        default=16, gt=0, le=MAX_REQUESTS, description="Requests per phase (same in each)."
+    )
     prompt_tokens: int = Field(default=256, gt=0, description="Prompt length (tokens).")
     output_tokens: int = Field(default=128, gt=1, description="Output length (tokens), exact.")
     url: HttpUrlText | None = Field(
@@ -147,6 +156,8 @@ class SpecDecodeParams(RunParams):
         items = _items(value)
         if not items or not all(x.isdigit() and int(x) > 0 for x in items):
             raise ValueError(f"{value!r}: expected positive integers, e.g. 1,16")
+        if any(int(x) > MAX_CONCURRENCY for x in items):
+            raise ValueError(f"{value!r}: a concurrency above {MAX_CONCURRENCY} at once")
         if len(set(items)) != len(items):
             raise ValueError("a concurrency is given twice")
         return ",".join(items)
@@ -156,6 +167,8 @@ class SpecDecodeParams(RunParams):
         self.check_fits(self.prompt_tokens, self.output_tokens)
         if self.baseline_url and not self.url:
             raise ValueError("--baseline-url needs --url (the server with speculation)")
+        if self.baseline_url and self.url and same_server(self.url, self.baseline_url):
+            raise ValueError("--baseline-url must name another server than --url")
         return self
 
     def concurrencies(self) -> list[int]:
