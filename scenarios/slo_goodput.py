@@ -350,7 +350,8 @@ class ClientKeptUp(CheckSpec):
     """At every rate the client sent what was offered: achieved send rate within
     ``max_rate_error`` of offered (sends late enough to leave the window, or to spill into it
     from the warm-up, move it either way), and send lateness p99 below
-    ``max_lateness_p99_ms``; otherwise the client, not the server, limited the load."""
+    ``max_lateness_p99_ms``; otherwise the client, not the server, limited the load (a rate
+    not reached) or shaped it (late sends: burstier arrivals than scheduled)."""
 
     kind: Literal["goodput_client_kept_up"] = "goodput_client_kept_up"
     max_rate_error: float = Field(default=0.05, ge=0)

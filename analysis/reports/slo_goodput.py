@@ -586,9 +586,11 @@ def _client(check: ClientKeptUp, _: CaseSummary, d: SLOGoodputDetails | None) ->
     if not points:
         return _missing(check, name)
     problems = []
+    short = False  # a rate the client did not reach, as against one it reached with late sends
     for p in points:
         late = p.lateness_ms["p99"]
         off = abs(p.achieved_rps - p.offered_rps) > check.max_rate_error * p.offered_rps
+        short = short or off
         if off or late is None or late >= check.max_lateness_p99_ms:
             why = f"achieved {f(p.achieved_rps, 2)} of {f(p.offered_rps, 2)} req/s, " \
                   f"lateness p99 {f(late, 2)} ms"  # fmt: skip
@@ -597,7 +599,13 @@ def _client(check: ClientKeptUp, _: CaseSummary, d: SLOGoodputDetails | None) ->
                        f"{f(p.slot_wait_ms['p99'], 0)} ms)"  # fmt: skip
             problems.append(f"{p.phase}: {why}")
     if problems:
-        detail = "the client, not the server, limited the load: " + "; ".join(problems)
+        cause = (
+            "the client, not the server, limited the load: "
+            if short
+            else "the client sent late (rates reached, but arrivals burstier than scheduled; "
+            "figures at these rates carry the client's stalls): "
+        )
+        detail = cause + "; ".join(problems)
     else:
         worst = max(points, key=lambda p: p.lateness_ms["p99"] or 0.0)
         ratios = [p.achieved_rps / p.offered_rps for p in points]

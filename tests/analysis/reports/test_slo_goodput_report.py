@@ -109,10 +109,17 @@ def test_collapse_needs_the_server_busy_as_well_as_the_goodput_gone() -> None:
     assert verdict(OverloadCollapse(case="c"), details(useful)).passed is False
 
 
-def test_a_late_client_fails_its_check_and_says_the_client_limited_the_load() -> None:
+def test_a_late_client_fails_its_check_and_says_how() -> None:
     late = [*SWEEP[:-1], point("r5", 18.0, 8.8, 0.4, 0.02,
                                lateness_ms={"p50": 1.0, "p90": 4.0, "p99": 7.5})]  # fmt: skip
     v = verdict(ClientKeptUp(case="c"), details(late))
+    assert v.passed is False
+    # Every rate reached (the point's achieved rate is its offered 18.0), sends late: p99 7.5 ms.
+    assert v.detail.startswith("the client sent late (rates reached")
+    assert "r5: achieved 18.00 of 18.00 req/s, lateness p99 7.50 ms" in v.detail
+    # 16.0 of 18.0 req/s is 11 % short of the rate (> 5 %): the client limited the load.
+    short = [*SWEEP[:-1], point("r5", 18.0, 8.8, 0.4, 0.02, achieved_rps=16.0)]
+    v = verdict(ClientKeptUp(case="c"), details(short))
     assert v.passed is False
     assert v.detail.startswith("the client, not the server, limited the load: r5:")
     # A --max-concurrency cap that held arrivals back is named as the cause.
