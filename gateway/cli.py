@@ -51,12 +51,17 @@ async def _serve_forever(config: Any) -> None:
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    with contextlib.suppress(NotImplementedError, RuntimeError):  # non-Unix loops
-        loop.add_signal_handler(signal.SIGTERM, stop.set)
+    # SIGINT too, explicitly: a process started from a background job inherits SIGINT as
+    # ignored, and Python then never raises KeyboardInterrupt, so Ctrl-C (or `kill -INT`)
+    # would not stop the gateway.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # non-Unix loops
+            loop.add_signal_handler(sig, stop.set)
     async with running_gateway(config) as url:
         click.echo(f"gateway listening on {url} -> {', '.join(config.upstreams)}", err=False)
         click.echo("press Ctrl-C to stop", err=True)
         await stop.wait()
+    click.echo("gateway stopped", err=True)
 
 
 def run_event_loop(coro: Any) -> Any:

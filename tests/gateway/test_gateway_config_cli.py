@@ -94,14 +94,26 @@ def test_invalid_configuration_is_a_usage_error(tmp_path: Path) -> None:
     assert main(["--help"]) == 0
 
 
-def test_cli_serves_until_interrupted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("inherited_sigint", ["default", "ignored"])
+def test_cli_serves_until_interrupted(tmp_path: Path, inherited_sigint: str) -> None:
+    # "ignored": how a process started from a background job (`make test &`, nohup) finds
+    # SIGINT; the gateway must stop on it all the same (it once hung until killed).
+    def child_setup() -> None:
+        if inherited_sigint == "ignored":
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     code = "import sys; from gateway.cli import main; sys.exit(main())"
     events = tmp_path / "events.jsonl"
     args = [sys.executable, "-c", code, "--upstream", "http://127.0.0.1:9", "--port", "0"]
     args += ["--events-file", str(events), "--health-check-timeout", "0.5"]
     with subprocess.Popen(
-        args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True
+        args,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        text=True,
+        preexec_fn=child_setup,
     ) as proc:
         try:
             assert proc.stdout is not None
