@@ -45,17 +45,33 @@ def list_scenarios() -> None:
         click.echo(f"{name:<18} {scenario.summary}")
 
 
-class _RunGroup(click.Group):
-    """``loadgen run SCENARIO``: one subcommand per scenario, options from its Params model."""
+class _ScenarioGroup(click.Group):
+    """A group with one subcommand per scenario (``loadgen run``, ``loadgen gate``): lists
+    them, names the known ones for an unknown name, and builds each with ``scenario_command``."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(_scenarios())
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         scenario = _scenarios().get(name)
-        if scenario is None:
-            return None
+        return None if scenario is None else self.scenario_command(name, scenario)
 
+    def scenario_command(self, name: str, scenario: Any) -> click.Command:
+        raise NotImplementedError
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        if args and not args[0].startswith("-") and args[0] not in _scenarios():
+            known = ", ".join(sorted(_scenarios()))
+            raise click.UsageError(f"unknown scenario {args[0]!r}; known: {known}")
+        return super().resolve_command(ctx, args)
+
+
+class _RunGroup(_ScenarioGroup):
+    """``loadgen run SCENARIO``: one subcommand per scenario, options from its Params model."""
+
+    def scenario_command(self, name: str, scenario: Any) -> click.Command:
         def callback(**values: Any) -> None:
             _run_command(scenario, values)
 
@@ -78,14 +94,6 @@ class _RunGroup(click.Group):
             params=[*options_for(scenario.Params), *common],
             help=scenario.summary,
         )
-
-    def resolve_command(
-        self, ctx: click.Context, args: list[str]
-    ) -> tuple[str | None, click.Command | None, list[str]]:
-        if args and not args[0].startswith("-") and args[0] not in _scenarios():
-            known = ", ".join(sorted(_scenarios()))
-            raise click.UsageError(f"unknown scenario {args[0]!r}; known: {known}")
-        return super().resolve_command(ctx, args)
 
 
 @main.group(cls=_RunGroup)
@@ -611,17 +619,10 @@ def _gate_command(scenario: Any, values: dict[str, Any]) -> None:
     )  # fmt: skip
 
 
-class _GateGroup(click.Group):
+class _GateGroup(_ScenarioGroup):
     """``loadgen gate SCENARIO``: the scenario's options plus the gate's own."""
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(_scenarios())
-
-    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        scenario = _scenarios().get(name)
-        if scenario is None:
-            return None
-
+    def scenario_command(self, name: str, scenario: Any) -> click.Command:
         def callback(**values: Any) -> None:
             _gate_command(scenario, values)
 
