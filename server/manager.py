@@ -32,6 +32,7 @@ from server.config import ServerConfig
 from server.embedded_model import ensure_draft_model, ensure_embedded_model
 from server.engine_flags import adapt_command
 from server.engines import Engine, inspect_engine
+from server.priority import lower_engine_core_priority
 from server.process import free_loopback_port, port_is_free, spawn_group, stop_group
 
 #: Called about once a second while waiting: (elapsed seconds, last log line).
@@ -73,6 +74,9 @@ class RunningServer:
             or an attached server.
         engine: the interpreter that runs vLLM and the vLLM it has installed (``None`` when
             attached); ``version`` is what the server itself reports.
+        engine_core_priority: the nice value given to vLLM's engine-core process and what
+            it reached (``server.priority.PriorityChange``); ``None`` when left alone
+            (``ServerConfig.engine_core_nice`` is ``None``, or attached).
     """
 
     url: str
@@ -86,6 +90,7 @@ class RunningServer:
     model_variant: dict[str, str] | None = None
     engine: Engine | None = None
     capacity_error: str | None = None
+    engine_core_priority: dict[str, object] | None = None
     _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -105,6 +110,7 @@ class RunningServer:
             **({"capacity_error": self.capacity_error} if self.capacity_error else {}),
             "model_variant": self.model_variant,
             "engine": self.engine.as_dict() if self.engine else None,
+            "engine_core_priority": self.engine_core_priority,
             "env": {k: os.environ[k] for k in _ENV_TO_RECORD if k in os.environ},
         }
 
@@ -347,6 +353,9 @@ async def start_server(
     try:
         await _wait_healthy(proc, url, log_path, start_timeout_s, on_status)
         server.startup_s = round(time.monotonic() - started, 2)
+        if config.engine_core_nice is not None:
+            change = lower_engine_core_priority(proc.pid, config.engine_core_nice)
+            server.engine_core_priority = change.as_dict()
         async with httpx.AsyncClient(timeout=10.0) as client:
             server.capacity, server.capacity_error = await _capacity_or_why(client, url, log_path)
             version = await _get_json(client, f"{url}/version")
