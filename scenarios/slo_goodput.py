@@ -359,20 +359,31 @@ class ClientKeptUp(CheckSpec):
 
 
 class LowestRateAttains(CheckSpec):
-    """At the lowest rate the SLO attainment reaches ``target`` (else nothing is sustainable)."""
+    """At the lowest rate the SLO attainment reaches ``target`` (else nothing is sustainable).
+
+    A miss is blamed on the server only when the client sent that rate as scheduled (the
+    premise of :class:`ClientKeptUp`, with its limits here): late sends arrive in bursts and
+    the client stamps its tokens late, so a miss then is undecided, not failed."""
 
     kind: Literal["goodput_lowest_rate_attains"] = "goodput_lowest_rate_attains"
     target: float = Field(gt=0, le=1)
+    max_rate_error: float = Field(default=0.05, ge=0)
+    max_lateness_p99_ms: float = Field(default=5.0, gt=0)
 
 
 class OverloadCollapse(CheckSpec):
     """At the highest rate goodput ≤ ``max_goodput_share`` of completed, while completed stays
     ≥ ``min_completed_share`` of the measured saturation throughput: the server is busy at its
-    maximum and almost none of its answers are useful."""
+    maximum and almost none of its answers are useful.
+
+    A miss is blamed on the server only when the client delivered the rate (achieved within
+    ``max_rate_error`` of offered): a client that stalled for seconds leaves the server idle
+    between bursts, and its completions then say nothing about overload (undecided)."""
 
     kind: Literal["goodput_overload_collapse"] = "goodput_overload_collapse"
     max_goodput_share: float = Field(default=0.25, ge=0, le=1)
     min_completed_share: float = Field(default=0.8, ge=0)
+    max_rate_error: float = Field(default=0.05, ge=0)
 
 
 class MaxRateBracketed(CheckSpec):

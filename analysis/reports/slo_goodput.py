@@ -589,7 +589,7 @@ def _client(check: ClientKeptUp, _: CaseSummary, d: SLOGoodputDetails | None) ->
     short = False  # a rate the client did not reach, as against one it reached with late sends
     for p in points:
         late = p.lateness_ms["p99"]
-        off = abs(p.achieved_rps - p.offered_rps) > check.max_rate_error * p.offered_rps
+        off = client_shortfall(p, check.max_rate_error) is not None
         short = short or off
         if off or late is None or late >= check.max_lateness_p99_ms:
             why = f"achieved {f(p.achieved_rps, 2)} of {f(p.offered_rps, 2)} req/s, " \
@@ -616,6 +616,30 @@ def _client(check: ClientKeptUp, _: CaseSummary, d: SLOGoodputDetails | None) ->
     return Verdict(case=check.case, check=name, passed=not problems, detail=detail)
 
 
+def client_shortfall(point: SweepPoint, max_rate_error: float) -> str | None:
+    """Why the client did not deliver ``point``'s offered rate (achieved more than
+    ``max_rate_error`` short of or over it), or ``None`` when it did."""
+    if abs(point.achieved_rps - point.offered_rps) <= max_rate_error * point.offered_rps:
+        return None
+    return (
+        f"the client sent {f(point.achieved_rps, 2)} of the offered "
+        f"{f(point.offered_rps, 2)} req/s at {point.phase} (more than "
+        f"{pct(max_rate_error)} % off)"
+    )
+
+
+def _undecided_unless_delivered(verdict: Verdict, why_not: str | None) -> Verdict:
+    """A failed verdict about the server becomes undecided when the load it judges was not
+    delivered as scheduled (``why_not``): the server was not offered what it is judged on."""
+    if verdict.passed is not False or why_not is None:
+        return verdict
+    detail = (
+        f"undecided: {why_not}, so the server was not offered this load as scheduled; "
+        f"{verdict.detail}"
+    )
+    return Verdict(case=verdict.case, check=verdict.check, passed=None, detail=detail)
+
+
 def _lowest(check: LowestRateAttains, _: CaseSummary, d: SLOGoodputDetails | None) -> Verdict:
     name = f"attainment at the lowest rate ≥ {pct(check.target)} %"
     points = _points(d)
@@ -624,9 +648,18 @@ def _lowest(check: LowestRateAttains, _: CaseSummary, d: SLOGoodputDetails | Non
     low = points[0]
     assert low.attainment is not None
     detail = f"{low.phase}: {pct(low.attainment)} % ({low.good}/{low.counted} good)"
-    return Verdict(
+    why_not = client_shortfall(low, check.max_rate_error)
+    late = low.lateness_ms["p99"]
+    if why_not is None and (late is None or late >= check.max_lateness_p99_ms):
+        why_not = (
+            f"the client sent late at {low.phase} (lateness p99 {f(late, 2)} ms ≥ "
+            f"{check.max_lateness_p99_ms:g} ms: burstier arrivals than scheduled, tokens "
+            "stamped late)"
+        )
+    verdict = Verdict(
         case=check.case, check=name, passed=low.attainment >= check.target, detail=detail
     )
+    return _undecided_unless_delivered(verdict, why_not)
 
 
 def _collapse(check: OverloadCollapse, _: CaseSummary, d: SLOGoodputDetails | None) -> Verdict:
@@ -648,7 +681,8 @@ def _collapse(check: OverloadCollapse, _: CaseSummary, d: SLOGoodputDetails | No
         f"req/s ({pct(share)} %); completed = {pct(busy)} % of saturation {f(sat, 2)} req/s; "
         f"waiting peak {f(top.waiting_peak, 0)}"
     )
-    return Verdict(case=check.case, check=name, passed=passed, detail=detail)
+    verdict = Verdict(case=check.case, check=name, passed=passed, detail=detail)
+    return _undecided_unless_delivered(verdict, client_shortfall(top, check.max_rate_error))
 
 
 def _bracketed(check: MaxRateBracketed, _: CaseSummary, d: SLOGoodputDetails | None) -> Verdict:

@@ -38,20 +38,30 @@ def reduced_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 #: The check about the load generator itself (issue #10: achieved rate within 5 % of offered
-#: and send lateness p99 < 5 ms at every rate). On 2 cores shared with vLLM it is about the
-#: machine, not the scenario: while this test's server ran (at nice 10 or 0 alike), a separate
-#: process doing nothing but 5 ms sleeps saw stalls of up to 161 ms (p99 3.7 ms; 2.9 ms max on
-#: the idle machine), and the check failed in every run here (lateness p99 6.6–298 ms).
+#: and send lateness p99 < 5 ms at every rate). Since the engine core runs at nice 19
+#: (``server.priority``) it passed here (worst lateness p99 1.9 ms), but it is about the
+#: machine as much as the scenario: in one CI run the client process was not scheduled for
+#: 7 s (nothing stamped, loop lag 6,981 ms) while the scraper and vLLM ran on.
 CLIENT_CHECK = "client kept up"
 
 
 def test_every_verdict_about_the_server_passes(reduced_run: Path) -> None:
     report = read_report(reduced_run)
-    failed = [
-        v
-        for v in report["verdicts"]
-        if v["passed"] is not True and not v["check"].startswith(CLIENT_CHECK)
-    ]
+    verdicts = report["verdicts"]
+    (client,) = [v for v in verdicts if v["check"].startswith(CLIENT_CHECK)]
+    failed = []
+    for v in verdicts:
+        if v["check"].startswith(CLIENT_CHECK) or v["passed"] is True:
+            continue
+        # A verdict excused because the load was not delivered must say so, and the client
+        # check must have failed with it: anything else counts against the server.
+        excused = (
+            v["passed"] is None
+            and v["detail"].startswith("undecided: the client sent")
+            and client["passed"] is False
+        )
+        if not excused:
+            failed.append(v)
     assert not failed, json.dumps(failed, indent=2)
 
 

@@ -109,6 +109,43 @@ def test_collapse_needs_the_server_busy_as_well_as_the_goodput_gone() -> None:
     assert verdict(OverloadCollapse(case="c"), details(useful)).passed is False
 
 
+def test_a_collapse_missed_because_the_client_stalled_is_undecided_not_failed() -> None:
+    # The CI run of 2026-11-30: the client froze for 7 s, sent 9.13 of 16.38 req/s, and the
+    # server, idle between bursts, completed 6.50 req/s (77.8 % of saturation). Here: 10.0 of
+    # 18.0 req/s sent (44 % short, > 5 %), completed 5.0 = 55.6 % of 9.0.
+    stalled = [*SWEEP[:-1], point("r5", 18.0, 5.0, 0.4, 0.02, achieved_rps=10.0)]
+    v = verdict(OverloadCollapse(case="c"), details(stalled))
+    assert v.passed is None
+    assert v.detail.startswith(
+        "undecided: the client sent 10.00 of the offered 18.00 req/s at r5 (more than 5.0 % "
+        "off), so the server was not offered this load as scheduled; r5: goodput 0.40 of "
+        "completed 5.00"
+    )
+    # 17.2 of 18.0 req/s is 4.4 % short (≤ 5 %): delivered, and 55.6 % of saturation fails.
+    delivered = [*SWEEP[:-1], point("r5", 18.0, 5.0, 0.4, 0.02, achieved_rps=17.2)]
+    assert verdict(OverloadCollapse(case="c"), details(delivered)).passed is False
+    # A collapse shown despite a short client still passes: the premise only excuses misses.
+    shown = [*SWEEP[:-1], point("r5", 18.0, 8.8, 0.4, 0.02, achieved_rps=10.0)]
+    assert verdict(OverloadCollapse(case="c"), details(shown)).passed is True
+
+
+def test_a_lowest_rate_miss_with_late_sends_is_undecided_not_failed() -> None:
+    # 50 % attainment at r1. Lateness p99 7.5 ms ≥ 5 ms: the client shaped the load.
+    late = [point("r1", 2.25, 2.24, 1.12, 0.5,
+                  lateness_ms={"p50": 1.0, "p90": 4.0, "p99": 7.5}), *SWEEP[1:]]  # fmt: skip
+    v = verdict(LowestRateAttains(case="c", target=0.9), details(late))
+    assert v.passed is None
+    assert v.detail == (
+        "undecided: the client sent late at r1 (lateness p99 7.50 ms ≥ 5 ms: burstier arrivals "
+        "than scheduled, tokens stamped late), so the server was not offered this load as "
+        "scheduled; "
+        "r1: 50.0 % (39/79 good)"
+    )
+    # Sent on time (p99 3.0 ms): the miss is the server's.
+    on_time = [point("r1", 2.25, 2.24, 1.12, 0.5), *SWEEP[1:]]
+    assert verdict(LowestRateAttains(case="c", target=0.9), details(on_time)).passed is False
+
+
 def test_a_late_client_fails_its_check_and_says_how() -> None:
     late = [*SWEEP[:-1], point("r5", 18.0, 8.8, 0.4, 0.02,
                                lateness_ms={"p50": 1.0, "p90": 4.0, "p99": 7.5})]  # fmt: skip
