@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from server.model_variant import VARIANT_CHOICES, VariantChoice
-from server.priority import ENGINE_CORE_NICE
+from server.priority import ENGINE_CORE_NICE, SERVER_GROUP_NICE
 from server.sizes import parse_size
 
 
@@ -87,6 +87,14 @@ def server() -> None:
     "the same cores wakes on time (0: as vLLM starts it).",
 )
 @click.option(
+    "--server-group-nice",
+    type=click.IntRange(0, 19),
+    default=SERVER_GROUP_NICE,
+    show_default=True,
+    help="Nice value of the server's session (its autogroup) against the load generator's "
+    "(0: as vLLM starts it).",
+)
+@click.option(
     "--timeout",
     "timeout_s",
     type=float,
@@ -110,6 +118,7 @@ def start(
     vllm_version: str | None,
     engine_python: str | None,
     engine_core_nice: int,
+    server_group_nice: int,
     timeout_s: float,
     as_json: bool,
 ) -> None:
@@ -145,6 +154,7 @@ def start(
         extra_args=extra_arg,
         python=engine.python,
         engine_core_nice=engine_core_nice,
+        server_group_nice=server_group_nice,
     )
     try:  # flags the engine's release lacks fail here, before the start
         adapt_command(config.command(engine.python, "MODEL", 0), engine)

@@ -13,7 +13,7 @@ from scenarios.workloads import TokenSpace
 from server.config import ServerConfig
 from server.engines import EngineNotFoundError, project_engine, resolve_engine
 from server.model_variant import VariantChoice
-from server.priority import ENGINE_CORE_NICE
+from server.priority import ENGINE_CORE_NICE, SERVER_GROUP_NICE
 from server.sizes import parse_size
 
 
@@ -158,6 +158,13 @@ class RunParams(BaseModel):
         description="Nice value for vLLM's busy-waiting engine-core process, so the load "
         "generator on the same cores wakes on time (0: as vLLM starts it).",
     )
+    server_group_nice: int = Field(
+        default=SERVER_GROUP_NICE,
+        ge=0,
+        le=19,
+        description="Nice value of the vLLM server's session (its autogroup) against the load "
+        "generator's (0: as vLLM starts it).",
+    )
 
     @model_validator(mode="after")
     def _engine_installed(self) -> Any:
@@ -224,6 +231,7 @@ class RunParams(BaseModel):
             python=self.engine_python_path(),
             extra_args=args,
             engine_core_nice=self.engine_core_nice,
+            server_group_nice=self.server_group_nice,
             **extra,
         )
 

@@ -32,7 +32,7 @@ from server.config import ServerConfig
 from server.embedded_model import ensure_draft_model, ensure_embedded_model
 from server.engine_flags import adapt_command
 from server.engines import Engine, inspect_engine
-from server.priority import lower_engine_core_priority
+from server.priority import lower_engine_core_priority, lower_session_priority
 from server.process import free_loopback_port, port_is_free, spawn_group, stop_group
 
 #: Called about once a second while waiting: (elapsed seconds, last log line).
@@ -74,9 +74,9 @@ class RunningServer:
             or an attached server.
         engine: the interpreter that runs vLLM and the vLLM it has installed (``None`` when
             attached); ``version`` is what the server itself reports.
-        engine_core_priority: the nice value given to vLLM's engine-core process and what
-            it reached (``server.priority.PriorityChange``); ``None`` when left alone
-            (``ServerConfig.engine_core_nice`` is ``None``, or attached).
+        cpu_priority: what was lowered once healthy (``server.priority``):
+            ``{"engine_core": PriorityChange, "session": PriorityChange}`` as dicts, a key
+            only for what the config asked; ``None`` when attached.
     """
 
     url: str
@@ -90,7 +90,7 @@ class RunningServer:
     model_variant: dict[str, str] | None = None
     engine: Engine | None = None
     capacity_error: str | None = None
-    engine_core_priority: dict[str, object] | None = None
+    cpu_priority: dict[str, object] | None = None
     _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -110,7 +110,7 @@ class RunningServer:
             **({"capacity_error": self.capacity_error} if self.capacity_error else {}),
             "model_variant": self.model_variant,
             "engine": self.engine.as_dict() if self.engine else None,
-            "engine_core_priority": self.engine_core_priority,
+            "cpu_priority": self.cpu_priority,
             "env": {k: os.environ[k] for k in _ENV_TO_RECORD if k in os.environ},
         }
 
@@ -353,9 +353,13 @@ async def start_server(
     try:
         await _wait_healthy(proc, url, log_path, start_timeout_s, on_status)
         server.startup_s = round(time.monotonic() - started, 2)
+        server.cpu_priority = {}
         if config.engine_core_nice is not None:
             change = lower_engine_core_priority(proc.pid, config.engine_core_nice)
-            server.engine_core_priority = change.as_dict()
+            server.cpu_priority["engine_core"] = change.as_dict()
+        if config.server_group_nice is not None:
+            change = lower_session_priority(proc.pid, config.server_group_nice)
+            server.cpu_priority["session"] = change.as_dict()
         async with httpx.AsyncClient(timeout=10.0) as client:
             server.capacity, server.capacity_error = await _capacity_or_why(client, url, log_path)
             version = await _get_json(client, f"{url}/version")

@@ -1,5 +1,5 @@
-"""The engine-core process of a started group gets the asked nice value on every thread;
-nothing else in the group, and nothing outside it, is touched."""
+"""The engine-core process of a started group gets the asked nice value on every thread, and
+the session its autogroup's; nothing else in the group, and nothing outside it, is touched."""
 
 from __future__ import annotations
 
@@ -13,7 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from server.priority import engine_core_pids, lower_engine_core_priority
+from server.priority import (
+    engine_core_pids,
+    lower_engine_core_priority,
+    lower_session_priority,
+)
 
 # A group leader named like vLLM's engine core (comm keeps 15 characters) with one extra
 # thread, and a child in the same group named like its worker. Each prints its pid.
@@ -72,3 +76,33 @@ def test_a_group_without_an_engine_core_is_reported_not_raised(
     assert change.pids == [] and change.threads == 0
     assert change.problem == f"no VLLM::EngineCor* process in group {worker}"
     assert _nice_of_threads(worker) == [0]
+
+
+def test_the_session_autogroup_gets_the_nice_value(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    (proc / "sys" / "kernel").mkdir(parents=True)
+    (proc / "42").mkdir()
+    (proc / "42" / "autogroup").write_text("/autogroup-5 nice 0\n")
+    (proc / "sys" / "kernel" / "sched_autogroup_enabled").write_text("1\n")
+    change = lower_session_priority(42, nice=10, proc=proc)
+    assert change.pids == [42] and change.problem is None
+    assert (proc / "42" / "autogroup").read_text() == "10\n"  # the kernel's write format
+
+    (proc / "sys" / "kernel" / "sched_autogroup_enabled").write_text("0\n")
+    off = lower_session_priority(42, nice=10, proc=proc)
+    assert off.pids == [] and off.problem == "autogroups are off (sched_autogroup_enabled 0)"
+    gone = lower_session_priority(43, nice=10, proc=tmp_path / "nowhere")
+    assert gone.pids == [] and gone.problem is not None
+
+
+@pytest.mark.skipif(
+    not Path("/proc/sys/kernel/sched_autogroup_enabled").exists()
+    or Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() != "1",
+    reason="autogroups are off on this kernel",
+)
+def test_a_real_session_autogroup_is_lowered(fake_vllm_group: tuple[int, int]) -> None:
+    leader, _worker = fake_vllm_group  # a session of its own (start_new_session)
+    change = lower_session_priority(leader, nice=9)
+    assert change.problem is None
+    assert Path(f"/proc/{leader}/autogroup").read_text().endswith(" nice 9\n")
+    assert not Path("/proc/self/autogroup").read_text().endswith(" nice 9\n")
