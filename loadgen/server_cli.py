@@ -89,10 +89,11 @@ def server() -> None:
 @click.option(
     "--server-group-nice",
     type=click.IntRange(0, 19),
-    default=SERVER_GROUP_NICE,
+    default=0,
     show_default=True,
-    help="Nice value of the server's session (its autogroup) against the load generator's "
-    "(0: as vLLM starts it).",
+    help=f"Nice value of the server's session (its autogroup) against the load generator's, "
+    f"e.g. {SERVER_GROUP_NICE}: the client's timing improves but vLLM slows (0: as vLLM starts "
+    "it).",
 )
 @click.option(
     "--timeout",
@@ -153,8 +154,8 @@ def start(
         enforce_eager=not compile_,
         extra_args=extra_arg,
         python=engine.python,
-        engine_core_nice=engine_core_nice,
-        server_group_nice=server_group_nice,
+        engine_core_nice=engine_core_nice or None,  # 0: left as vLLM starts it
+        server_group_nice=server_group_nice or None,
     )
     try:  # flags the engine's release lacks fail here, before the start
         adapt_command(config.command(engine.python, "MODEL", 0), engine)

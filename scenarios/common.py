@@ -159,11 +159,12 @@ class RunParams(BaseModel):
         "generator on the same cores wakes on time (0: as vLLM starts it).",
     )
     server_group_nice: int = Field(
-        default=SERVER_GROUP_NICE,
+        default=0,
         ge=0,
         le=19,
-        description="Nice value of the vLLM server's session (its autogroup) against the load "
-        "generator's (0: as vLLM starts it).",
+        description=f"Nice value of the vLLM server's session (its autogroup) against the load "
+        f"generator's, e.g. {SERVER_GROUP_NICE}: the client's timing improves but vLLM slows "
+        "(0: as vLLM starts it).",
     )
 
     @model_validator(mode="after")
@@ -230,8 +231,8 @@ class RunParams(BaseModel):
             enforce_eager=self.enforce_eager,
             python=self.engine_python_path(),
             extra_args=args,
-            engine_core_nice=self.engine_core_nice,
-            server_group_nice=self.server_group_nice,
+            engine_core_nice=self.engine_core_nice or None,  # 0: left as vLLM starts it
+            server_group_nice=self.server_group_nice or None,
             **extra,
         )
 

