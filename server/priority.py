@@ -40,6 +40,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from server.process import group_members
+
 #: vLLM names its engine-core process ``VLLM::EngineCore`` (``setproctitle``); the kernel's
 #: ``comm`` keeps 15 characters.
 ENGINE_CORE_COMM = "VLLM::EngineCor"
@@ -72,26 +74,10 @@ class PriorityChange:
         return asdict(self)
 
 
-def _comm_and_group(entry: Path) -> tuple[str, int] | None:
-    try:
-        stat = (entry / "stat").read_text()
-    except OSError:
-        return None  # exited while we looked
-    # "pid (comm) state ppid pgrp ...": split after the parenthesised command name.
-    comm = stat.split("(", 1)[1].rsplit(")", 1)[0]
-    fields = stat.rsplit(")", 1)[1].split()
-    return comm, int(fields[2])
-
-
 def engine_core_pids(pgid: int, proc: Path = Path("/proc")) -> list[int]:
-    """Pids of the processes of group ``pgid`` named like vLLM's engine core (sorted)."""
-    found = []
-    for entry in proc.iterdir() if proc.is_dir() else ():
-        if entry.name.isdigit():
-            facts = _comm_and_group(entry)
-            if facts is not None and facts[1] == pgid and facts[0].startswith(ENGINE_CORE_COMM):
-                found.append(int(entry.name))
-    return sorted(found)
+    """Pids of the live processes of group ``pgid`` named like vLLM's engine core (sorted)."""
+    members = group_members(pgid, proc) or []
+    return [m.pid for m in members if m.comm.startswith(ENGINE_CORE_COMM) and m.state != "Z"]
 
 
 def lower_engine_core_priority(

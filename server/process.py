@@ -31,10 +31,19 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
         return sock.connect_ex((host, port)) != 0
 
 
-def live_members(pgid: int) -> list[str] | None:
-    """Members of group ``pgid`` that are not zombies, as ``"pid name state"`` strings, from
-    /proc; ``None`` where /proc is absent."""
-    proc = Path("/proc")
+@dataclass(frozen=True)
+class GroupMember:
+    """A process of a process group, as /proc shows it: pid, command name (``comm``, at most
+    15 characters) and state letter (``Z`` for a zombie)."""
+
+    pid: int
+    comm: str
+    state: str
+
+
+def group_members(pgid: int, proc: Path = Path("/proc")) -> list[GroupMember] | None:
+    """Every process of group ``pgid``, zombies included, sorted by pid, from ``proc``;
+    ``None`` where it is absent."""
     if not proc.is_dir():
         return None
     found = []
@@ -46,11 +55,20 @@ def live_members(pgid: int) -> list[str] | None:
         except OSError:
             continue  # exited while we looked
         # "pid (comm) state ppid pgrp ...": split after the parenthesised command name.
-        name = stat.split("(", 1)[1].rsplit(")", 1)[0]
+        comm = stat.split("(", 1)[1].rsplit(")", 1)[0]
         fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            found.append(f"{entry.name} {name} {fields[0]}")
-    return found
+        if int(fields[2]) == pgid:
+            found.append(GroupMember(int(entry.name), comm, fields[0]))
+    return sorted(found, key=lambda m: m.pid)
+
+
+def live_members(pgid: int) -> list[str] | None:
+    """Members of group ``pgid`` that are not zombies, as ``"pid name state"`` strings, from
+    /proc; ``None`` where /proc is absent."""
+    members = group_members(pgid)
+    if members is None:
+        return None
+    return [f"{m.pid} {m.comm} {m.state}" for m in members if m.state != "Z"]
 
 
 def group_alive(pgid: int) -> bool:
