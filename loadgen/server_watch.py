@@ -112,12 +112,19 @@ class ServerWatch:
             self._probe = None
 
     async def verdict(self) -> str | None:
-        """Why the server is gone (process exited, or ``/health`` unanswered), else ``None``."""
+        """Why the server is gone (process exited, or ``/health`` unanswered), else ``None``.
+
+        The exit code is read again after an unanswered probe: a killed server closes its
+        port before its process has finished exiting, so the probe can fail first, and the
+        exit is the more precise cause.
+        """
         code = self.server.exit_code()
+        if code is None and not await server_answers(self.server.url):
+            code = self.server.exit_code()
+            if code is None:
+                return f"server at {self.server.url} stopped answering during phase {self.phase}"
         if code is not None:
             return f"vLLM exited with code {code} during phase {self.phase}"
-        if not await server_answers(self.server.url):
-            return f"server at {self.server.url} stopped answering during phase {self.phase}"
         return None
 
     def close(self) -> None:

@@ -16,7 +16,7 @@ from loadgen.clock import MonotonicClock
 from loadgen.orchestrate import RunHooks, run_case
 from loadgen.records import RequestRecord
 from loadgen.rundir import case_dir
-from loadgen.server_watch import lost_connection
+from loadgen.server_watch import ServerWatch, lost_connection
 from loadgen.workers import WorkersConfig
 from scenarios.arrivals import ClosedLoop, OpenLoop
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
@@ -117,3 +117,33 @@ def record(status: str, http_status: int | None, error: str | None) -> RequestRe
 )
 def test_which_failures_trigger_a_health_probe(rec: RequestRecord, lost: bool) -> None:
     assert lost_connection(rec) is lost
+
+
+class _DyingServer(RunningServer):
+    """An owned server whose process is seen exited only from the ``exits_at``-th look on."""
+
+    def __init__(self, exits_at: int | None) -> None:
+        super().__init__("http://127.0.0.1:9", "m", None, "")
+        self.looks, self.exits_at = 0, exits_at
+
+    def exit_code(self) -> int | None:
+        self.looks += 1
+        return -9 if self.exits_at is not None and self.looks >= self.exits_at else None
+
+
+@pytest.mark.parametrize(
+    ("exits_at", "reason"),
+    [
+        (1, "vLLM exited with code -9 during phase p"),  # exited before the probe
+        (2, "vLLM exited with code -9 during phase p"),  # exited while the probe failed
+        (None, "server at http://127.0.0.1:9 stopped answering during phase p"),  # attached
+    ],
+)
+async def test_a_killed_server_is_reported_by_its_exit_even_when_the_probe_fails_first(
+    monkeypatch: pytest.MonkeyPatch, exits_at: int | None, reason: str
+) -> None:
+    async def unanswered(url: str) -> bool:
+        return False
+
+    monkeypatch.setattr("loadgen.server_watch.server_answers", unanswered)
+    assert await ServerWatch(_DyingServer(exits_at), "p").verdict() == reason
