@@ -23,6 +23,13 @@ Definitions (``analysis.reports.slo_goodput`` prints them in the report):
   would report a completion rate above what the server can do, and dividing by first send →
   last completion (vLLM bench's duration) mixes the drain into the rate and makes it depend
   on the window's length.
+- **Completed, pro rata** = Σ over successful requests of (their tokens that arrived inside
+  the window ÷ all their tokens), ÷ the window's length: each success adds one completion,
+  spread over its token stream. A server at its batch limit finishes a whole batch within a
+  few steps, so the count of whole completions moves by a batch (8 in 8 s = 1 req/s) with
+  where the window's edges fall; the pro-rata rate moves by the fraction of a batch's tokens
+  that cross an edge. Both agree over a long steady window; the pro-rata rate is the one to
+  compare with a saturation throughput.
 - **Percentiles** (TTFT, TPOT, ITL, E2EL) are over the successful counted requests, with the
   failure count beside them; the **error-adjusted** view ranks every failed counted request
   above every success (a failure has no latency: a quantile that falls on one is shown as
@@ -103,9 +110,32 @@ class WindowRates:
     offered_rps: float
     achieved_rps: float
     completed_rps: float
+    completed_prorata_rps: float
     goodput_rps: float
     attainment: float | None
     attainment_by_slo: dict[str, float]
+
+
+def _tokens_inside_share(stamps: object, tokens: object, window: Window) -> float:
+    """The fraction (0–1) of one request's generated tokens whose chunk arrived in ``window``
+    (``stamps``: chunk arrival ns, ``tokens``: tokens per chunk); 0 without tokens."""
+    at: list[int] = list(stamps) if isinstance(stamps, list) else []
+    counts: list[int] = list(tokens) if isinstance(tokens, list) else []
+    total = sum(counts)
+    if total <= 0 or len(at) != len(counts):
+        return 0.0
+    inside = sum(n for t, n in zip(at, counts, strict=True)
+                 if window.start_ns <= t <= window.end_ns)  # fmt: skip
+    return inside / total
+
+
+def _completed_prorata(judged: pd.DataFrame, window: Window) -> float:
+    """Σ over successful rows of :func:`_tokens_inside_share` (completions, fractional)."""
+    if "chunk_ns" not in judged or "chunk_tokens" not in judged:
+        return 0.0
+    ok = judged[judged["ok"]]
+    return float(sum(_tokens_inside_share(s, t, window)
+                     for s, t in zip(ok["chunk_ns"], ok["chunk_tokens"], strict=True)))  # fmt: skip
 
 
 def _inside(stamps: pd.Series, window: Window) -> pd.Series:
@@ -136,6 +166,7 @@ def window_rates(judged: pd.DataFrame, window: Window, slo: SLOLimits) -> Window
         offered_rps=n / length,
         achieved_rps=int(sent_in.sum()) / length,
         completed_rps=int((ended_in & judged["ok"]).sum()) / length,
+        completed_prorata_rps=_completed_prorata(judged, window) / length,
         goodput_rps=int((ended_in & judged["good"]).sum()) / length,
         attainment=float(counted["good"].sum()) / n if n else None,
         attainment_by_slo=by_slo,

@@ -372,9 +372,10 @@ class LowestRateAttains(CheckSpec):
 
 
 class OverloadCollapse(CheckSpec):
-    """At the highest rate goodput ≤ ``max_goodput_share`` of completed, while completed stays
-    ≥ ``min_completed_share`` of the measured saturation throughput: the server is busy at its
-    maximum and almost none of its answers are useful.
+    """At the highest rate goodput ≤ ``max_goodput_share`` of completed, while completed (pro
+    rata to tokens, ``analysis.goodput``) stays ≥ ``min_completed_share`` of the measured
+    saturation throughput: the server is busy at its maximum and almost none of its answers
+    are useful.
 
     A miss is blamed on the server only when the client delivered the rate (achieved within
     ``max_rate_error`` of offered): a client that stalled for seconds leaves the server idle

@@ -124,6 +124,7 @@ class SweepPoint(_Frozen):
     offered_rps: float
     achieved_rps: float
     completed_rps: float
+    completed_prorata_rps: float
     goodput_rps: float
     attainment: float | None
     attainment_by_slo: dict[str, float]
@@ -402,6 +403,7 @@ def sweep_point(run: _Run, phase: str, slo: SLOLimits) -> SweepPoint | None:
         offered_rps=rates.offered_rps,
         achieved_rps=rates.achieved_rps,
         completed_rps=rates.completed_rps,
+        completed_prorata_rps=rates.completed_prorata_rps,
         goodput_rps=rates.goodput_rps,
         attainment=rates.attainment,
         attainment_by_slo=rates.attainment_by_slo,
@@ -525,14 +527,17 @@ def _top_rate_text(points: list[SweepPoint], sat: SaturationFigures | None) -> s
     top = points[-1]
     share = top.goodput_rps / top.completed_rps if top.completed_rps else None
     of_sat = (
-        top.completed_rps / sat.closed_loop_rps if sat is not None and sat.closed_loop_rps else None
+        top.completed_prorata_rps / sat.closed_loop_rps
+        if sat is not None and sat.closed_loop_rps
+        else None
     )
     by_slo = ", ".join(f"{k.upper()} {pct(v)} %" for k, v in top.attainment_by_slo.items())
     return (
         f"At the top rate ({top.phase}, offered {f(top.offered_rps, 2)} req/s) the server "
-        f"completed {f(top.completed_rps, 2)} req/s ({pct(of_sat)} % of its saturation "
-        f"throughput) but only {f(top.goodput_rps, 2)} req/s were good ({pct(share)} % of "
-        f"completed; attainment {pct(top.attainment)} %). Per SLO: {by_slo or '–'}. Cause: "
+        f"completed {f(top.completed_prorata_rps, 2)} req/s pro rata ({pct(of_sat)} % of its "
+        f"saturation throughput; {f(top.completed_rps, 2)} req/s of whole completions) but "
+        f"only {f(top.goodput_rps, 2)} req/s were good ({pct(share)} % of completed; "
+        f"attainment {pct(top.attainment)} %). Per SLO: {by_slo or '–'}. Cause: "
         f"vLLM's waiting queue averaged {f(top.waiting_mean, 0)} and peaked at "
         f"{f(top.waiting_peak, 0)} requests (sampled) with {f(top.running_peak, 0)} running; "
         f"its queue-time p50 was {f((top.server_queue_ms or {}).get('p50'), 0)} ms and the "
@@ -673,13 +678,16 @@ def _collapse(check: OverloadCollapse, _: CaseSummary, d: SLOGoodputDetails | No
         return _missing(check, name)
     top = points[-1]
     share = top.goodput_rps / top.completed_rps if top.completed_rps else None
-    busy = top.completed_rps / sat
+    # Pro rata, not whole completions: at the batch limit a whole batch finishes within a few
+    # steps, and a short window holds one batch more or less with where its edges fall.
+    busy = top.completed_prorata_rps / sat
     passed = share is not None and share <= check.max_goodput_share
     passed = passed and busy >= check.min_completed_share
     detail = (
         f"{top.phase}: goodput {f(top.goodput_rps, 2)} of completed {f(top.completed_rps, 2)} "
-        f"req/s ({pct(share)} %); completed = {pct(busy)} % of saturation {f(sat, 2)} req/s; "
-        f"waiting peak {f(top.waiting_peak, 0)}"
+        f"req/s ({pct(share)} %); completed pro rata {f(top.completed_prorata_rps, 2)} req/s "
+        f"= {pct(busy)} % of saturation {f(sat, 2)} req/s; waiting peak "
+        f"{f(top.waiting_peak, 0)}"
     )
     verdict = Verdict(case=check.case, check=name, passed=passed, detail=detail)
     return _undecided_unless_delivered(verdict, client_shortfall(top, check.max_rate_error))
@@ -729,7 +737,9 @@ DEFINITIONS = [
     "**Rates** count events inside the window ÷ its length: offered = scheduled, achieved = "
     "sent, completed = successful completions, goodput = completions of good requests. "
     "Completions, because past saturation the backlog completes after the window at the "
-    "server's maximum rate.",
+    "server's maximum rate. **Completed pro rata** credits each success with the share of its "
+    "tokens that arrived in the window (a batch finishing at an edge moves it by a fraction, "
+    "not a whole batch); the collapse check compares it with saturation.",
     "**Percentiles** are over successful counted requests, with the failures beside them; the "
     "error-adjusted view ranks failures above every success ('fail' where a quantile falls "
     "on one).",
@@ -804,15 +814,16 @@ def _saturation_lines(d: SLOGoodputDetails) -> list[str]:
 
 def _sweep_lines(d: SLOGoodputDetails) -> list[str]:
     slos = [s.metric for s in d.slo]
-    headers = ["phase", "rate", "offered", "achieved", "completed", "goodput", "attainment %",
-               *(f"{m.upper()} att. %" for m in slos), "counted", "failed",
+    headers = ["phase", "rate", "offered", "achieved", "completed whole/pro rata", "goodput",
+               "attainment %", *(f"{m.upper()} att. %" for m in slos), "counted", "failed",
                "late p50/p99/max ms", "TTFT p50/p90/p99", "TPOT p50/p90/p99", "E2EL p50/p90/p99",
                "waiting mean/peak", "KV peak %", "preempt."]  # fmt: skip
     rows = []
     for p in d.points:
         rows.append([
             p.phase, f"{f(p.rate_rps, 2)} ({p.rate_source})", f(p.offered_rps, 2),
-            f(p.achieved_rps, 2), f(p.completed_rps, 2), f(p.goodput_rps, 2), pct(p.attainment),
+            f(p.achieved_rps, 2), f"{f(p.completed_rps, 2)}/{f(p.completed_prorata_rps, 2)}",
+            f(p.goodput_rps, 2), pct(p.attainment),
             *(pct(p.attainment_by_slo.get(m)) for m in slos), str(p.counted), str(p.failed),
             f"{_q(p.lateness_ms, 'p50', 2)}/{_q(p.lateness_ms, 'p99', 2)}/"
             f"{f(p.lateness_max_ms, 1)}",

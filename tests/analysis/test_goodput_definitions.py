@@ -116,6 +116,37 @@ def test_requests_outside_the_window_are_not_counted_but_completions_inside_are(
     assert rates.goodput_rps == 1 / 8  # request 0 was bad (TTFT 1.5 s)
 
 
+def test_completions_pro_rata_credit_the_share_of_tokens_inside_the_window() -> None:
+    # Window [2 s, 10 s] (8 s), 4 tokens 100 ms apart after a 400 ms TTFT:
+    # r0 sent at 1.5 s: tokens at 1.9, 2.0, 2.1, 2.2 s → 3 of 4 inside (edges count) = 0.75;
+    # r1 sent at 5.0 s: all 4 inside = 1; r2 sent at 9.5 s: tokens at 9.9, 10.0, 10.1, 10.2 s →
+    # 2 of 4 = 0.5; r3 failed (no token) = 0. Pro rata (0.75 + 1 + 0.5) / 8 s = 0.28125 req/s;
+    # whole completions (r0 ends 2.201 s, r1 5.701 s; r2 ends after the window) 2 / 8 = 0.25.
+    slo = SLOLimits(ttft_ms=500)
+    rows = judged(
+        record(0, 1.5, ttft_ms=400, itl_ms=100), record(1, 5.0, ttft_ms=400, itl_ms=100),
+        record(2, 9.5, ttft_ms=400, itl_ms=100), record(3, 6.0, ttft_ms=0, status="error"),
+        slo=slo,
+    )  # fmt: skip
+    rates = window_rates(rows, Window(2 * S, 10 * S), slo)
+    assert rates.completed_prorata_rps == pytest.approx(2.25 / 8)
+    assert rates.completed_rps == pytest.approx(2 / 8)
+
+
+def test_a_batch_finishing_at_the_window_edge_moves_pro_rata_by_a_fraction() -> None:
+    # Eight requests sent together at 1.0 s, 10 tokens each at 1.1, 1.2, …, 2.0 s, each ending
+    # 1 ms after its last token (2.001 s). Window [0, 2.0 s]: no whole completion (0 req/s),
+    # while all 80 tokens arrived: 8 requests' worth ÷ 2 s = 4 req/s. Window [0, 1.95 s]: 9 of
+    # 10 tokens each → 7.2 ÷ 1.95 s = 3.6923 req/s.
+    slo = SLOLimits(ttft_ms=500)
+    batch = [record(i, 1.0, ttft_ms=100, tokens=10, itl_ms=100) for i in range(8)]
+    rows = judged(*batch, slo=slo)
+    at_edge = window_rates(rows, Window(0, 2 * S), slo)
+    assert (at_edge.completed_rps, at_edge.completed_prorata_rps) == (0.0, pytest.approx(4.0))
+    before = window_rates(rows, Window(0, int(1.95 * S)), slo)
+    assert before.completed_prorata_rps == pytest.approx(7.2 / 1.95)
+
+
 def test_error_adjusted_quantiles_rank_failures_above_every_success() -> None:
     # Successes 10, 20, 30 ms and one failure: 4 requests. Nearest rank: p50 = 2nd = 20 ms;
     # p90 and p99 = 4th = the failure.

@@ -37,6 +37,7 @@ def point(phase: str, offered: float, completed: float, goodput: float, attainme
         "carried_in": 0, "counted": round(offered * 35), "sent": round(offered * 35),
         "ok": round(offered * 35), "failed": 0, "good": round(attainment * offered * 35),
         "offered_rps": offered, "achieved_rps": offered, "completed_rps": completed,
+        "completed_prorata_rps": completed,
         "goodput_rps": goodput, "attainment": attainment, "attainment_by_slo": {},
         "lateness_ms": Q, "lateness_max_ms": 3.5, "slot_wait_ms": None, "ttft_ms": Q,
         "tpot_ms": Q, "itl_ms": Q, "e2el_ms": Q, "ttft_adjusted_ms": Q, "e2el_adjusted_ms": Q,
@@ -107,6 +108,22 @@ def test_collapse_needs_the_server_busy_as_well_as_the_goodput_gone() -> None:
     # Goodput 3.0 of 8.8 req/s = 34 % > 25 %: still too useful to call it a collapse.
     useful = [*SWEEP[:-1], point("r5", 18.0, 8.8, 3.0, 0.3)]
     assert verdict(OverloadCollapse(case="c"), details(useful)).passed is False
+
+
+def test_collapse_compares_completions_pro_rata_not_whole_batches() -> None:
+    # The CI run of 2026-12-01 (max-num-seqs 8, 8 s window): batches of 8 finished together
+    # every ~1.35 s, five of them inside the window → 40 whole completions = 5.00 req/s, 55.6 %
+    # of saturation 9.0 here; their tokens in the window made 5.66 requests' worth = 62.9 %.
+    # Judged on whole completions it would fail (< 60 %); pro rata it passes. The whole count
+    # stays in the detail beside it.
+    check = OverloadCollapse(case="c", min_completed_share=0.6)
+    burst = [*SWEEP[:-1], point("r5", 18.0, 5.0, 0.0, 0.0, completed_prorata_rps=5.66)]
+    v = verdict(check, details(burst))
+    assert v.passed is True
+    assert "completed 5.00 req/s (0.0 %); completed pro rata 5.66 req/s = 62.9 % of " in v.detail
+    # Pro rata 5.3 req/s = 58.9 % < 60 %: the server was not busy enough, whatever the count.
+    short = [*SWEEP[:-1], point("r5", 18.0, 5.6, 0.0, 0.0, completed_prorata_rps=5.3)]
+    assert verdict(check, details(short)).passed is False
 
 
 def test_a_collapse_missed_because_the_client_stalled_is_undecided_not_failed() -> None:
