@@ -154,8 +154,8 @@ def start(
         enforce_eager=not compile_,
         extra_args=extra_arg,
         python=engine.python,
-        engine_core_nice=engine_core_nice or None,  # 0: left as vLLM starts it
-        server_group_nice=server_group_nice or None,
+        engine_core_nice=engine_core_nice,
+        server_group_nice=server_group_nice,
     )
     try:  # flags the engine's release lacks fail here, before the start
         adapt_command(config.command(engine.python, "MODEL", 0), engine)

@@ -231,8 +231,8 @@ class RunParams(BaseModel):
             enforce_eager=self.enforce_eager,
             python=self.engine_python_path(),
             extra_args=args,
-            engine_core_nice=self.engine_core_nice or None,  # 0: left as vLLM starts it
-            server_group_nice=self.server_group_nice or None,
+            engine_core_nice=self.engine_core_nice,
+            server_group_nice=self.server_group_nice,
             **extra,
         )
 

@@ -60,13 +60,13 @@ class ServerConfig(BaseModel):
         env: extra environment variables for the server.
         python: the interpreter that runs vLLM (a second engine, ``server.engines``);
             ``None`` means the project's own.
-        engine_core_nice: nice value (0–19) for vLLM's engine-core process once it is
+        engine_core_nice: nice value (1–19) for vLLM's engine-core process once it is
             healthy, so its busy-wait yields the core it shares with the load generator
-            (``server.priority`` says why, with figures); ``None`` leaves it alone.
+            (``server.priority`` says why, with figures); ``None`` or 0 leaves it alone.
         server_group_nice: nice value (0–19) of the server's session (its autogroup: API
             server, engine core and worker against other sessions) once healthy, so the load
-            generator wins the core they share; ``None`` (default) leaves it alone: it slows
-            vLLM (``server.priority`` has the A/B).
+            generator wins the core they share; ``None`` (default) or 0 leaves it alone: it
+            slows vLLM (``server.priority`` has the A/B).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -92,6 +92,11 @@ class ServerConfig(BaseModel):
     @classmethod
     def _size(cls, value: object) -> object:
         return parse_size(value) if isinstance(value, str) else value
+
+    @field_validator("engine_core_nice", "server_group_nice", mode="before")
+    @classmethod
+    def _zero_leaves_it_alone(cls, value: object) -> object:
+        return None if value == 0 else value  # the flags' "0: as vLLM starts it"
 
     @model_validator(mode="after")
     def _draft_for_the_embedded_model(self) -> ServerConfig:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from server.config import ServerConfig
 from server.priority import (
     engine_core_pids,
     lower_engine_core_priority,
@@ -106,3 +107,13 @@ def test_a_real_session_autogroup_is_lowered(fake_vllm_group: tuple[int, int]) -
     assert change.problem is None
     assert Path(f"/proc/{leader}/autogroup").read_text().endswith(" nice 9\n")
     assert not Path("/proc/self/autogroup").read_text().endswith(" nice 9\n")
+
+
+def test_a_nice_value_of_0_leaves_the_server_as_vllm_starts_it() -> None:
+    # The flags' 0 means "untouched" (None), whoever builds the config; other values stay.
+    assert ServerConfig().engine_core_nice == 19
+    assert ServerConfig().server_group_nice is None
+    zero = ServerConfig(engine_core_nice=0, server_group_nice=0)
+    assert (zero.engine_core_nice, zero.server_group_nice) == (None, None)
+    set_ = ServerConfig(engine_core_nice=5, server_group_nice=10)
+    assert (set_.engine_core_nice, set_.server_group_nice) == (5, 10)
