@@ -521,16 +521,22 @@ def capacity_answer(
     )
 
 
+def _top_shares(top: SweepPoint, sat_rps: float | None) -> tuple[float | None, float | None]:
+    """The collapse's two ratios at the top rate: goodput ÷ completed (whole completions, one
+    window) and completed pro rata ÷ saturation ``sat_rps``; ``None`` where a divisor is
+    missing or 0. Pro rata, not whole completions, against saturation: at the batch limit a
+    whole batch finishes within a few steps, and a short window holds one batch more or less
+    with where its edges fall."""
+    share = top.goodput_rps / top.completed_rps if top.completed_rps else None
+    of_sat = top.completed_prorata_rps / sat_rps if sat_rps else None
+    return share, of_sat
+
+
 def _top_rate_text(points: list[SweepPoint], sat: SaturationFigures | None) -> str:
     if not points:
         return ""
     top = points[-1]
-    share = top.goodput_rps / top.completed_rps if top.completed_rps else None
-    of_sat = (
-        top.completed_prorata_rps / sat.closed_loop_rps
-        if sat is not None and sat.closed_loop_rps
-        else None
-    )
+    share, of_sat = _top_shares(top, sat.closed_loop_rps if sat is not None else None)
     by_slo = ", ".join(f"{k.upper()} {pct(v)} %" for k, v in top.attainment_by_slo.items())
     return (
         f"At the top rate ({top.phase}, offered {f(top.offered_rps, 2)} req/s) the server "
@@ -677,12 +683,9 @@ def _collapse(check: OverloadCollapse, _: CaseSummary, d: SLOGoodputDetails | No
     if not points or sat is None:
         return _missing(check, name)
     top = points[-1]
-    share = top.goodput_rps / top.completed_rps if top.completed_rps else None
-    # Pro rata, not whole completions: at the batch limit a whole batch finishes within a few
-    # steps, and a short window holds one batch more or less with where its edges fall.
-    busy = top.completed_prorata_rps / sat
+    share, busy = _top_shares(top, sat)
     passed = share is not None and share <= check.max_goodput_share
-    passed = passed and busy >= check.min_completed_share
+    passed = passed and busy is not None and busy >= check.min_completed_share
     detail = (
         f"{top.phase}: goodput {f(top.goodput_rps, 2)} of completed {f(top.completed_rps, 2)} "
         f"req/s ({pct(share)} %); completed pro rata {f(top.completed_prorata_rps, 2)} req/s "
