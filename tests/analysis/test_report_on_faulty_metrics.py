@@ -72,7 +72,13 @@ async def _scrape(tmp: Path, server: FakeMetricsServer, phase_s: float) -> tuple
     scraper = ScraperProcess(url, tmp, interval_s=0.25)
     try:
         scraper.start()
-        await server.wait_requests(2)
+        # The phase starts once the second scrape has landed, not when it reaches the server:
+        # a scrape in flight at the start would end inside the window (seen: 0.4 ms after it)
+        # and be the window's reading, which the slow-page case must not have.
+        await server.wait_requests(1)
+        after_first = time.monotonic_ns()
+        second = await scraper.wait_scrape_started_at_or_after(after_first, scraper.landing_bound_s)
+        assert second is not None
         start_ns = time.monotonic_ns()
         await asyncio.sleep(phase_s)
         server.tokens = 50.0
