@@ -350,18 +350,16 @@ def holds(run: dict[str, Any]) -> bool:
 
 
 def open_loop_target(rates: list[dict[str, Any]]) -> dict[str, Any]:
-    """The issue's target over a sweep: the factors one worker could not hold, those of them
-    two workers held, and ``met`` = there was at least one and two workers held them all."""
+    """The issue's target over a sweep ("a 2-worker open-loop phase at a rate one worker
+    cannot hold holds its rate"): the factors one worker could not hold, those of them two
+    workers held and those they did not; ``met`` = two workers held at least one of them."""
     beyond_one = [e["factor"] for e in rates if not holds(e["runs"]["1 worker (this process)"])]
-    held_by_two = [
-        e["factor"]
-        for e in rates
-        if e["factor"] in beyond_one and holds(e["runs"]["2 worker processes"])
-    ]
+    two_held = {e["factor"]: holds(e["runs"]["2 worker processes"]) for e in rates}
     return {
         "beyond_one_worker": beyond_one,
-        "held_by_two_workers": held_by_two,
-        "met": bool(beyond_one) and held_by_two == beyond_one,
+        "held_by_two_workers": [f for f in beyond_one if two_held[f]],
+        "missed_by_two_workers": [f for f in two_held if not two_held[f]],
+        "met": any(two_held[f] for f in beyond_one),
     }
 
 
@@ -398,11 +396,11 @@ def _print_open(o: dict[str, Any]) -> None:
                   f"{r['lateness_max_ms']} ms, loop lag p99 {r['loop_lag_p99_ms']} ms, "
                   f"{'holds' if holds(r) else 'does not hold'}")  # fmt: skip
     t = o["target"]
-    print(f"  target (two workers hold every rate one cannot; hold = within "
+    print(f"  target (two workers hold a rate one cannot; hold = within "
           f"{HOLD_RATE_TOLERANCE:.0%} of schedule, lateness p99 < {HOLD_LATENESS_P99_MS} ms): "
           f"{'met' if t['met'] else 'MISSED'}; one worker could not hold "
-          f"{t['beyond_one_worker'] or 'any swept rate'}, "
-          f"two held {t['held_by_two_workers']}")  # fmt: skip
+          f"{t['beyond_one_worker'] or 'any swept rate'}, two held "
+          f"{t['held_by_two_workers']}, two did not hold {t['missed_by_two_workers']}")  # fmt: skip
 
 
 def main() -> None:
