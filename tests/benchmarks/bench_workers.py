@@ -14,8 +14,9 @@ and the client's parsing is what is measured), in one run:
    run: requested rate, the schedule's own rate (its n − 1 gaps), the achieved send rate
    ((n − 1) / (last send − first send)) and its ratio to the schedule's, send lateness
    (sent − scheduled) p50/p99/max and loop lag. A sender *holds* a rate when it sends within
-   1 % of its schedule's rate with lateness p99 < 2 ms. Target: at every swept rate that one
-   worker cannot hold, two workers hold it (unmet if no swept rate defeats one worker).
+   1 % of its schedule's rate with lateness p99 < 2 ms. Target: at a swept rate one worker
+   cannot hold, two workers hold it; every rate two workers did not hold is listed beside
+   the verdict (unmet if no swept rate defeats one worker).
 
 Timing-sensitive: run it under the machine lock, with nothing else running.
 Run: ``flock /tmp/serving-testbed-vllm.lock .venv/bin/python tests/benchmarks/bench_workers.py
