@@ -63,7 +63,7 @@ class ServerConfig(BaseModel):
         engine_core_nice: nice value (1–19) for vLLM's engine-core process once it is
             healthy, so its busy-wait yields the core it shares with the load generator
             (``server.priority`` says why, with figures); ``None`` or 0 leaves it alone.
-        server_group_nice: nice value (0–19) of the server's session (its autogroup: API
+        server_group_nice: nice value (1–19) of the server's session (its autogroup: API
             server, engine core and worker against other sessions) once healthy, so the load
             generator wins the core they share; ``None`` (default) or 0 leaves it alone: it
             slows vLLM (``server.priority`` has the A/B).
