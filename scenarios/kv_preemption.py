@@ -65,8 +65,9 @@ class PreemptionAsPredicted(CheckSpec):
     """Preemptions happen in ``phase`` exactly when the hand calculation predicts them.
 
     With the case's real capacity (N blocks of B tokens), C requests of ``prompt_tokens`` +
-    ``output_tokens`` need C × ceil((prompt + output) / B) blocks at the end of decode;
-    predicted = that exceeds N. Passes when (Δ``num_preemptions`` > 0) == predicted.
+    ``output_tokens`` need C × ceil((prompt + output − 1) / B) blocks at the end of decode
+    (vLLM never writes the last output token to the cache); predicted = that exceeds N − 1
+    (one block is vLLM's null block). Passes when (Δ``num_preemptions`` > 0) == predicted.
     """
 
     kind: Literal["preemption_as_predicted"] = "preemption_as_predicted"

@@ -6,8 +6,12 @@ Hand calculation (SCENARIOS.md §5), from a case's real capacity of N blocks of 
 
 - initial working set = C·P tokens; headroom = T − C·P tokens; average growth per request
   before the cache is full = headroom / C tokens;
-- final working set = C·(P + O) tokens, i.e. C·ceil((P + O)/B) blocks (block rounding: a
-  request holds whole blocks, so a partly filled last block counts in full);
+- final working set = C·(P + O) tokens, of which the cache holds C·(P + O − 1): vLLM never
+  writes a request's last output token (the step that samples it finishes the request), so a
+  request ends holding ceil((P + O − 1)/B) blocks (block rounding: a request holds whole
+  blocks, so a partly filled last block counts in full). Seen on vLLM 0.32 CPU: 6 × (256 +
+  129) tokens in 21 usable blocks of 128 peaked at 18 blocks with no preemption, where
+  ceil((P + O)/B) would predict 24 blocks and preemption;
 - vLLM reserves one block (the null block), so N − 1 blocks are usable, and
   ``kv_cache_usage_perc`` = used / (N − 1) (vLLM ``BlockPool.get_usage``);
 - prediction: preemption iff the final working set in blocks exceeds N − 1; the expected
@@ -15,7 +19,9 @@ Hand calculation (SCENARIOS.md §5), from a case's real capacity of N blocks of 
 
 The prediction is about C requests that all run to their end: when fewer than C succeeded
 (failed, aborted or never sent), the load was not the one predicted and both checks are
-undecided, saying so, never failed.
+undecided, saying so, never failed. The KV-peak check is also undecided when no scrape looked
+at the server while the predicted peak was there (``analysis.kv_blocks``): a sampled peak is a
+lower bound, and one from scrapes that all fell before or after the peak says nothing of it.
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from analysis.load import RunData
+from analysis.kv_blocks import peak_window, scrapes_inside
+from analysis.load import CaseData, RunData
 from analysis.markdown import f, table
 from analysis.models import CaseSummary, PhaseSummary, Verdict
 from analysis.reports import Evaluator, ScenarioReport
@@ -49,6 +56,7 @@ class HandCalculation(_Frozen):
     growth_per_request_tokens: float
     output_tokens_per_request: int
     final_working_set_tokens: int
+    cached_tokens_per_request_at_end: int
     final_working_set_blocks: int
     usable_blocks: int
     predicted_preemption: bool
@@ -66,7 +74,8 @@ def hand_calculation(
     block = capacity.get("block_size") or 16
     tokens = int(capacity["tokens"])
     blocks = capacity.get("num_blocks") or tokens // block
-    per_request_blocks = math.ceil((prompt_tokens + output_tokens) / block)
+    cached_at_end = prompt_tokens + output_tokens - 1  # the last token is never written
+    per_request_blocks = math.ceil(cached_at_end / block)
     initial = concurrency * prompt_tokens
     final_blocks = concurrency * per_request_blocks
     headroom = tokens - initial
@@ -81,6 +90,7 @@ def hand_calculation(
         growth_per_request_tokens=headroom / concurrency,
         output_tokens_per_request=output_tokens,
         final_working_set_tokens=concurrency * (prompt_tokens + output_tokens),
+        cached_tokens_per_request_at_end=cached_at_end,
         final_working_set_blocks=final_blocks,
         usable_blocks=blocks - 1,
         predicted_preemption=final_blocks > blocks - 1,
@@ -88,11 +98,27 @@ def hand_calculation(
     )
 
 
+class PeakCoverage(_Frozen):
+    """Whether any scrape looked while the predicted KV peak was there (``analysis.kv_blocks``).
+
+    ``level_blocks`` = the predicted peak in blocks, min(usable, final working set);
+    ``window_ms`` = how long the requests' received tokens put the demand at that level (ms,
+    summed over the window's intervals); ``scrapes`` = successful scrapes wholly inside it;
+    ``peak_inside`` = the largest KV usage those scrapes read (fraction), ``None`` if none.
+    """
+
+    level_blocks: int
+    window_ms: float
+    scrapes: int
+    peak_inside: float | None
+
+
 class PreemptionRow(_Frozen):
     """One case's prediction and what was measured in its phase."""
 
     case: str
     hand_calculation: HandCalculation
+    peak_coverage: PeakCoverage | None = None
     kv_peak: float | None
     preemptions: float | None
     running_peak: float | None
@@ -188,7 +214,14 @@ def _preemption(check: PreemptionAsPredicted, case: CaseSummary, _: Any) -> Verd
     return Verdict(case=check.case, check=name, passed=(delta > 0) == predicted, detail=detail)
 
 
-def _kv_peak(check: KVPeakMatchesWorkingSet, case: CaseSummary, _: Any) -> Verdict:
+def _coverage(details: KVPreemptionDetails | None, case: str) -> PeakCoverage | None:
+    rows = [r for r in details.rows if r.case == case] if details is not None else []
+    return rows[0].peak_coverage if rows else None
+
+
+def _kv_peak(
+    check: KVPeakMatchesWorkingSet, case: CaseSummary, details: KVPreemptionDetails | None
+) -> Verdict:
     calc = _calc(check, case)
     phase = case.phases.get(check.phase)
     peak = phase.gauge_peaks.get("kv_cache_usage_perc") if phase else None
@@ -205,8 +238,48 @@ def _kv_peak(check: KVPeakMatchesWorkingSet, case: CaseSummary, _: Any) -> Verdi
         f"= min(1, {calc.final_working_set_blocks}/{calc.usable_blocks} blocks), "
         f"tolerance {check.tolerance}"
     )
+    coverage = _coverage(details, check.case)
+    if coverage is not None:
+        seen = (
+            f"; {coverage.scrapes} scrape(s) inside the {coverage.window_ms:.0f} ms in which "
+            f"the requests' tokens put the demand at {coverage.level_blocks} blocks"
+        )
+        if coverage.scrapes == 0:
+            return Verdict(
+                case=check.case, check=name, passed=None,
+                detail=f"cannot decide: {detail}{seen}, so no sample could see the peak",
+            )  # fmt: skip
+        detail += seen
     return Verdict(
         case=check.case, check=name, passed=abs(peak - expected) <= check.tolerance, detail=detail
+    )
+
+
+def _coverage_cell(c: PeakCoverage | None) -> str:
+    if c is None:
+        return "–"
+    seen = f", read {f(c.peak_inside * 100)} %" if c.peak_inside is not None else ""
+    return f"{c.scrapes} of {c.window_ms:.0f} ms{seen}"
+
+
+def peak_coverage(data: CaseData, phase: str, calc: HandCalculation) -> PeakCoverage:
+    """The :class:`PeakCoverage` of ``phase`` in ``data`` for the hand calculation ``calc``."""
+    level = min(calc.usable_blocks, calc.final_working_set_blocks)
+    records = [r for r in data.records if r.get("phase") == phase]
+    window = peak_window(records, calc.block_size, level) if level > 0 else []
+    inside = set(scrapes_inside(data.scrapes, window))
+    # A sample is stamped with its scrape's answer time (``metrics.samples.Sample``).
+    answered = {
+        int(s["end_ns"]) for s in data.scrapes if s.get("outcome") == "ok" and s["scrape"] in inside
+    }
+    values = [
+        s.value for s in data.samples if s.name == "kv_cache_usage_perc" and s.t_ns in answered
+    ]
+    return PeakCoverage(
+        level_blocks=level,
+        window_ms=sum(b - a for a, b in window) / 1e6,
+        scrapes=len(inside),
+        peak_inside=max(values) if values else None,
     )
 
 
@@ -219,6 +292,7 @@ class KVPreemptionReport(ScenarioReport[KVPreemptionDetails]):
     def details(self, run: RunData, cases: dict[str, CaseSummary]) -> KVPreemptionDetails:
         shapes = {c.case: c for c in run.plan.checks if isinstance(c, PreemptionAsPredicted)}
         rows = []
+        raw = {c.name: c for c in run.cases}
         for name, case in cases.items():
             phase = next(iter(case.phases.values()), None)
             capacity = case.server.get("capacity")
@@ -233,6 +307,7 @@ class KVPreemptionReport(ScenarioReport[KVPreemptionDetails]):
                 PreemptionRow(
                     case=name,
                     hand_calculation=calc,
+                    peak_coverage=peak_coverage(raw[name], phase.phase, calc),
                     kv_peak=peaks.get("kv_cache_usage_perc"),
                     preemptions=deltas.get("num_preemptions"),
                     running_peak=peaks.get("num_requests_running"),
@@ -281,16 +356,26 @@ class KVPreemptionReport(ScenarioReport[KVPreemptionDetails]):
         rows = [
             [
                 r.case, f(r.kv_peak * 100 if r.kv_peak is not None else None),
+                _coverage_cell(r.peak_coverage),
                 f(r.preemptions, 0), f(r.running_peak, 0), f(r.waiting_peak, 0),
                 f(r.ttft_mean_ms), f(r.ttft_p95_ms), f(r.tpot_mean_ms), f(r.itl_p95_ms),
                 f(r.e2el_p95_ms), f(r.output_throughput_tok_s), f(r.wall_s), str(r.failed),
             ]
             for r in details.rows
         ]  # fmt: skip
-        headers = ["case", "KV peak % (sampled)", "preemptions", "running peak", "waiting peak",
-                   "TTFT mean", "TTFT p95", "TPOT mean", "ITL p95", "E2EL p95", "out tok/s",
-                   "wall s", "failed"]  # fmt: skip
-        out += [table(headers, rows), ""]
+        headers = ["case", "KV peak % (sampled)", "scrapes in peak window", "preemptions",
+                   "running peak", "waiting peak", "TTFT mean", "TTFT p95", "TPOT mean",
+                   "ITL p95", "E2EL p95", "out tok/s", "wall s", "failed"]  # fmt: skip
+        out += [
+            table(headers, rows),
+            "",
+            "A request holds ceil((P + O − 1)/B) blocks at its end: vLLM never writes its last "
+            "output token to the cache. *Scrapes in peak window*: successful scrapes sent and "
+            "answered while the requests' received tokens put the demand at the predicted peak "
+            "(that window's length in ms, the KV usage they read): with none, no sample could "
+            "see the peak and the KV-peak check is undecided.",
+            "",
+        ]
         if details.tradeoffs:
             out += ["Trade-offs:", ""] + [f"- {t}" for t in details.tradeoffs] + [""]
         return out

@@ -1,8 +1,10 @@
 """A reduced kv-preemption on the real embedded vLLM: preemption in one case, none in the other.
 
-160 MiB = 22 blocks of 128 tokens (21 usable). Requests of 255 + 129 tokens hold 2 blocks after
-prefill and 3 at the end of decode: 6 at once need 18 blocks (fits), 10 at once start in 20 and
-grow to 30 (preempts). Both cases share one server start.
+160 MiB = 22 blocks of 128 tokens (21 usable). Requests of 256 + 129 tokens hold 2 blocks after
+prefill and 3 at the end of decode, ceil((256 + 129 − 1) / 128): vLLM never writes the last
+output token to the cache. 6 at once need 18 blocks (fits; counting the last token, 4 blocks
+each, 24, would predict preemption), 10 at once start in 20 and grow to 30 (preempts). Both
+cases share one server start.
 """
 
 from __future__ import annotations
@@ -21,16 +23,37 @@ def reduced_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_scenario(
         tmp_path_factory, "kv-preemption",
         "--cases", "160MiB:6,160MiB:10",
-        "--prompt-tokens", "255",
+        "--prompt-tokens", "256",
         "--output-tokens", "129",
         "--settle-s", "0.6",
     )  # fmt: skip
 
 
+def _scrapes_around_phase(run: Path, case: str) -> str:
+    """The case's scrape ticks from 1 s before its phase to its end, relative to the phase
+    start (ms), with the KV usage each read: what a failed KV-peak verdict is explained by."""
+    cdir = run / "cases" / case
+    phase = json.loads((cdir / "phases.jsonl").read_text().splitlines()[0])
+    start, end = phase["start_ns"], phase["end_ns"]
+    kv = {
+        s["scrape"]: s["value"]
+        for s in map(json.loads, (cdir / "metrics" / "samples.jsonl").read_text().splitlines())
+        if s["name"] == "kv_cache_usage_perc"
+    }
+    lines = [f"{case}: phase {(phase['last_end_ns'] - start) / 1e6:.0f} ms of requests"]
+    for t in map(json.loads, (cdir / "metrics" / "scrapes.jsonl").read_text().splitlines()):
+        if start - 1e9 <= t["deadline_ns"] <= end:
+            began, ended = t.get("start_ns"), t.get("end_ns")
+            span = f"{(began - start) / 1e6:.0f}..{(ended - start) / 1e6:.0f} ms" if ended else ""
+            lines.append(f"  tick {t['tick']} {t['outcome']} {span} kv={kv.get(t.get('scrape'))}")
+    return "\n".join(lines)
+
+
 def test_verdicts_pass_with_preemption_only_where_predicted(reduced_run: Path) -> None:
     report = read_report(reduced_run)
     failed = [v for v in report["verdicts"] if v["passed"] is not True]
-    assert not failed, json.dumps(failed, indent=2)
+    story = "\n".join(_scrapes_around_phase(reduced_run, c) for c in ("160MiB-c6", "160MiB-c10"))
+    assert not failed, json.dumps(failed, indent=2) + "\n" + story
     rows = {r["case"]: r for r in report["details"]["rows"]}
     assert rows["160MiB-c6"]["preemptions"] == 0
     assert rows["160MiB-c10"]["preemptions"] > 0

@@ -10,6 +10,8 @@ from analysis.models import CaseSummary
 from analysis.reports.kv_preemption import (
     REPORT,
     HandCalculation,
+    KVPreemptionDetails,
+    PeakCoverage,
     PreemptionRow,
     hand_calculation,
     tradeoffs,
@@ -46,11 +48,32 @@ def test_sixteen_long_requests_fit_in_4gib() -> None:
 
 
 def test_block_rounding_counts_a_partial_last_block_in_full() -> None:
-    # 1,025 tokens need 9 blocks of 128: 2 × 9 = 18 > 17 usable blocks, although 2,050 tokens
-    # are fewer than the 18 × 128 = 2,304 the cache holds.
-    calc = hand_calculation({"tokens": 18 * 128, "block_size": 128, "num_blocks": 18}, 2, 1024, 1)
-    assert calc.final_working_set_tokens == 2_050
+    # 1,025 + 1 tokens: the cache holds the 1,025 prompt tokens (the one output token is
+    # sampled, never written), 9 blocks of 128: 2 × 9 = 18 > 17 usable blocks, although
+    # 2,050 tokens are fewer than the 18 × 128 = 2,304 the cache holds.
+    calc = hand_calculation({"tokens": 18 * 128, "block_size": 128, "num_blocks": 18}, 2, 1025, 1)
+    assert calc.final_working_set_tokens == 2_052
+    assert calc.cached_tokens_per_request_at_end == 1_025
+    assert calc.final_working_set_blocks == 18
     assert calc.predicted_preemption is True
+
+
+def test_the_last_output_token_is_never_cached_so_it_adds_no_block() -> None:
+    # 256 + 129 = 385 tokens, one more than 3 blocks of 128; the cache holds 384 of them
+    # (vLLM writes a token's KV in the step after it is sampled, and the last one has none).
+    # 6 × 3 = 18 ≤ 21 usable blocks: fits, peak 18/21. Counting the last token would give
+    # 6 × 4 = 24 > 21 and predict preemption; vLLM 0.32 CPU ran this case with none and a
+    # sampled peak of exactly 18/21.
+    calc = hand_calculation({"tokens": 22 * 128, "block_size": 128, "num_blocks": 22}, 6, 256, 129)
+    assert calc.cached_tokens_per_request_at_end == 384
+    assert calc.final_working_set_blocks == 18
+    assert calc.predicted_preemption is False
+    assert calc.predicted_kv_peak == pytest.approx(18 / 21)
+    one_more = hand_calculation(
+        {"tokens": 22 * 128, "block_size": 128, "num_blocks": 22}, 6, 256, 130
+    )  # 385 cached tokens: a 4th block each
+    assert one_more.final_working_set_blocks == 24
+    assert one_more.predicted_preemption is True
 
 
 def _case(
@@ -106,6 +129,32 @@ def test_checks_on_a_phase_where_requests_failed_are_undecided_and_say_why() -> 
         "cannot decide: 13 of the 16 requests the prediction assumes succeeded (3 failed, "
         "0 aborted, 0 not sent), so the load was not the one predicted"
     )
+
+
+def _covered(case: str, scrapes: int) -> KVPreemptionDetails:
+    coverage = PeakCoverage(level_blocks=96, window_ms=900.0, scrapes=scrapes, peak_inside=None)
+    row = _row(case, hand_calculation(CPU_4GIB, 16, 1024, 512), preemptions=0.0,
+               ttft_mean_ms=1.0, tpot_mean_ms=1.0, output_throughput_tok_s=1.0)  # fmt: skip
+    return KVPreemptionDetails(rows=[row.model_copy(update={"peak_coverage": coverage})],
+                               tradeoffs=[])  # fmt: skip
+
+
+def test_kv_peak_is_undecided_when_no_scrape_fell_inside_the_peak_window() -> None:
+    # A peak of 0.095 where 0.329 is expected would fail, but no scrape looked while the
+    # requests held their final blocks: the sampled peak (a lower bound) says nothing of it.
+    blind = evaluate(_checks("big"), {"big": _case(0, 0.095, CPU_4GIB)}, REPORT,
+                     _covered("big", 0))  # fmt: skip
+    assert [v.passed for v in blind] == [True, None]
+    assert blind[1].detail.startswith("cannot decide: sampled peak 0.095 (a lower bound)")
+    assert (
+        "0 scrape(s) inside the 900 ms in which the requests' tokens put the demand at 96 "
+        "blocks, so no sample could see the peak" in blind[1].detail
+    )
+    seen = evaluate(_checks("big"), {"big": _case(0, 0.095, CPU_4GIB)}, REPORT,
+                    _covered("big", 3))  # fmt: skip
+    assert seen[1].passed is False
+    assert seen[1].detail.endswith("; 3 scrape(s) inside the 900 ms in which the requests' "
+                                   "tokens put the demand at 96 blocks")  # fmt: skip
 
 
 def _row(name: str, calc: HandCalculation, **figures: float) -> PreemptionRow:
