@@ -71,18 +71,25 @@ def _open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-async def test_cancelled_and_finished_waits_leave_no_file_descriptor() -> None:
+async def test_cancelled_and_finished_waits_leave_no_file_descriptor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     clock = MonotonicClock()
     before = _open_fds()
-    for _ in range(20):
+    for _ in range(20):  # finished waits, each on a timerfd for its last stretch
         await clock.sleep_until_ns(clock.now_ns() + TIMER_GRAIN_NS // 4)
-    waits = [asyncio.create_task(clock.sleep_until_ns(clock.now_ns() + 10**9)) for _ in range(20)]
-    await asyncio.sleep(0)  # these wait on the loop's timer...
-    waits += [
-        asyncio.create_task(clock.sleep_until_ns(clock.now_ns() + TIMER_GRAIN_NS // 2))
-        for _ in range(20)
-    ]
-    await asyncio.sleep(0)  # ...these on a timerfd
+    assert _open_fds() == before
+    # Waits a minute away cannot end before they are cancelled, however slow the machine
+    # (a 1 ms wait did, on a loaded CI run). These wait on the loop's timer...
+    far = clock.now_ns() + 60 * 10**9
+    waits = [asyncio.create_task(clock.sleep_until_ns(far)) for _ in range(20)]
+    await asyncio.sleep(0)
+    assert _open_fds() == before
+    # ...and these, with the hand-over moved beyond their deadline, on a timerfd each.
+    monkeypatch.setattr(clock_module, "TIMER_GRAIN_NS", 120 * 10**9)
+    waits += [asyncio.create_task(clock.sleep_until_ns(far)) for _ in range(20)]
+    await asyncio.sleep(0)
+    assert _open_fds() == before + 20
     for wait in waits:
         wait.cancel()
     await asyncio.gather(*waits, return_exceptions=True)
