@@ -280,6 +280,11 @@ class ScraperProcess:
     def start(self) -> None:
         self._proc.start()
 
+    @property
+    def pid(self) -> int | None:
+        """The scraper process's pid once started, else ``None``."""
+        return self._proc.pid
+
     def latest_ok_start_ns(self) -> int | None:
         """Start time (monotonic ns) of the latest successful scrape, once it is on disk."""
         value = int(self._last_ok_start_ns.value)

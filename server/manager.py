@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -29,6 +30,7 @@ from server.capacity import (
     capacity_from_metrics,
 )
 from server.config import ServerConfig
+from server.cpus import compute_cpus, is_this_host, listener_pid
 from server.embedded_model import ensure_draft_model, ensure_embedded_model
 from server.engine_flags import adapt_command
 from server.engines import Engine, inspect_engine
@@ -55,6 +57,42 @@ class ServerStartError(RuntimeError):
     pid: int | None = None
 
 
+@dataclass(frozen=True)
+class ServerHost:
+    """Where a server runs, as seen from the load generator's host (``server.cpus``).
+
+    Attributes:
+        this_host: the server runs on this machine (started here, or attached at an address
+            of this machine).
+        pid: the root of its process tree here (the API server), ``None`` when not found.
+        compute_cpus: the cores its bound (computing) threads run on, sorted; ``None`` when
+            unknown: elsewhere, not found, or nothing bound (a GPU build).
+    """
+
+    this_host: bool
+    pid: int | None = None
+    compute_cpus: list[int] | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def of_process(cls, pid: int) -> ServerHost:
+        """A server of this host whose process tree is rooted at ``pid``."""
+        cpus = compute_cpus(pid)
+        return cls(True, pid, sorted(cpus) if cpus is not None else None)
+
+    @classmethod
+    def of_url(cls, url: str) -> ServerHost:
+        """The server answering at ``url``: found here by its listening port when the URL
+        names this machine, else elsewhere."""
+        parts = urlsplit(url)
+        if parts.hostname is None or not is_this_host(parts.hostname):
+            return cls(False)
+        pid = listener_pid(parts.port or 80)
+        return cls.of_process(pid) if pid is not None else cls(True)
+
+
 @dataclass
 class RunningServer:
     """A healthy vLLM server.
@@ -77,6 +115,8 @@ class RunningServer:
         cpu_priority: what was lowered once healthy (``server.priority``):
             ``{"engine_core": PriorityChange, "session": PriorityChange}`` as dicts, a key
             only for what the config asked; ``None`` when attached.
+        host: where the server runs as seen from here (:class:`ServerHost`): whether it is
+            this machine, and which of its cores the server computes on.
     """
 
     url: str
@@ -91,6 +131,7 @@ class RunningServer:
     engine: Engine | None = None
     capacity_error: str | None = None
     cpu_priority: dict[str, object] | None = None
+    host: ServerHost | None = None
     _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -111,6 +152,7 @@ class RunningServer:
             "model_variant": self.model_variant,
             "engine": self.engine.as_dict() if self.engine else None,
             "cpu_priority": self.cpu_priority,
+            "host": self.host.as_dict() if self.host else None,
             "env": {k: os.environ[k] for k in _ENV_TO_RECORD if k in os.environ},
         }
 
@@ -353,6 +395,7 @@ async def start_server(
     try:
         await _wait_healthy(proc, url, log_path, start_timeout_s, on_status)
         server.startup_s = round(time.monotonic() - started, 2)
+        server.host = ServerHost.of_process(proc.pid)
         server.cpu_priority = {}
         if config.engine_core_nice is not None:
             change = lower_engine_core_priority(proc.pid, config.engine_core_nice)
@@ -399,4 +442,5 @@ async def attach(url: str) -> RunningServer:
         capacity,
         str(version.get("version", "")) if isinstance(version, dict) else "",
         capacity_error=capacity_error,
+        host=await asyncio.to_thread(ServerHost.of_url, url),
     )

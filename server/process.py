@@ -87,16 +87,22 @@ def group_alive(pgid: int) -> bool:
     return True if live is None else bool(live)
 
 
+#: The cores this process could run on when it started, before any thread of it was pinned.
+START_CPUS = frozenset(os.sched_getaffinity(0))
+
+
 def spawn_group(
     argv: list[str], log_path: Path, env: dict[str, str], cwd: Path | None = None
 ) -> subprocess.Popen[bytes]:
     """Start ``argv`` as the leader of a new session/process group, stdout+stderr to ``log_path``.
 
     The log file is opened in append mode and inherited by the child, so it survives the caller.
+    The child runs on :data:`START_CPUS` whatever the calling thread is pinned to; a
+    real-time policy set with ``SCHED_RESET_ON_FORK`` is not inherited either.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab", buffering=0) as log:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -105,6 +111,14 @@ def spawn_group(
             cwd=cwd,
             start_new_session=True,
         )
+    if os.sched_getaffinity(0) != START_CPUS:
+        # Spawned from a thread pinned to fewer cores (the load generator's sending thread,
+        # ``loadgen.placement``), the child inherited them: give it back the process's own
+        # before it starts threads (Popen returns once it has exec'd; vLLM binds its worker
+        # to cores it picks from this set seconds later).
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(proc.pid, START_CPUS)
+    return proc
 
 
 @dataclass(frozen=True)
