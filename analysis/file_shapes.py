@@ -136,6 +136,7 @@ class CaseInfoShape(TypedDict):
     server: NotRequired[dict[str, Any] | None]
     failed_requests: NotRequired[int | None]
     requests: NotRequired[int | None]
+    client: NotRequired[list[dict[str, Any] | None] | None]
 
 
 class RunInfoShape(TypedDict):

@@ -161,6 +161,21 @@ def _workers_lines(case: CaseSummary) -> list[str]:
     return [text, ""]
 
 
+def _client_lines(case: CaseSummary) -> list[str]:
+    """How the load generator ran: policy and cores of each sending thread, and why."""
+    lines = []
+    for k, c in enumerate(case.client):
+        who = "Load generator" if len(case.client) == 1 else f"Load-generator worker {k}"
+        if c is None:
+            lines.append(f"{who}: scheduled as Ray started it.")
+            continue
+        cpus = c.get("cpus")
+        cores = f" on core(s) {','.join(map(str, cpus))}" if isinstance(cpus, list) and cpus else ""
+        problem = f" **{c['problem']}**" if c.get("problem") else ""
+        lines.append(f"{who}: {c.get('policy')}{cores} ({c.get('reason')}).{problem}")
+    return [" ".join(lines), ""] if lines else []
+
+
 def _case_lines(
     case: CaseSummary, phases: Sequence[str], report: ScenarioReport[Any], details: Any
 ) -> list[str]:
@@ -188,6 +203,7 @@ def _case_lines(
         + ").",
         "",
     ]
+    out += _client_lines(case)
     headers, rows = phase_rows(case, case.planned_phases or phases, report.phase_columns(details))
     out += [table(headers, rows), ""]
     overall = case.all_phases

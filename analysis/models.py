@@ -147,7 +147,10 @@ class CaseSummary(_Frozen):
 
     Attributes:
         server: the server's facts as the run recorded them (version, capacity, start-up s,
-            model variant, argv).
+            model variant, argv, the cores it computes on).
+        client: how each sending thread ran (``loadgen.placement.AppliedPlacement`` as a
+            dict: policy, pinned cores, reason, problem); one per worker, ``None`` for a
+            worker left as Ray started it; empty for runs that did not record it.
         planned_phases: the phases the plan gave this case, in order (ran or not).
         all_phases: latency over every successful request of the case.
         metric_aliases: canonical metric family → the exposition name the server used.
@@ -164,6 +167,7 @@ class CaseSummary(_Frozen):
     status: str
     error: str | None = None
     server: dict[str, Any] = Field(default_factory=dict)
+    client: list[dict[str, Any] | None] = Field(default_factory=list)
     planned_phases: list[str] = Field(default_factory=list)
     phases: dict[str, PhaseSummary] = Field(default_factory=dict)
     all_phases: LatencyStats = LatencyStats()

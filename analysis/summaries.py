@@ -248,6 +248,7 @@ def case_summary(case: CaseData, label: str = "", planned: list[str] | None = No
         status=case.info.get("status", "missing"),
         error=case.info.get("error"),
         server=case.info.get("server") or {},
+        client=case.info.get("client") or [],
         planned_phases=planned or list(phases),
         phases=phases,
         all_phases=latency_stats(ok),

@@ -39,6 +39,7 @@ from loadgen.connections import open_session, pool_limit
 from loadgen.gateway_process import running_gateway_process
 from loadgen.measure import RequestFacts, measure_phase
 from loadgen.phase import heap_frozen, run_phase, write_not_sent
+from loadgen.placement import Placement, placed, placement_for_servers
 from loadgen.records import RecordWriter, RequestRecord
 from loadgen.replicas import Replicas
 from loadgen.rundir import (
@@ -433,6 +434,7 @@ async def run_case(
     scraper.start()
     stack = contextlib.AsyncExitStack()
     replicas = Replicas(case.server, cdir, clock) if case.server is not None else None
+    client: list[dict[str, object] | None] = []  # how each sending thread was placed
     try:
         if case.replicas > 1:
             if replicas is None:
@@ -458,26 +460,44 @@ async def run_case(
         # Two scrapes of baseline before the first phase starts.
         await asyncio.sleep(2 * plan.scrape_interval_s)
         phases = plan.phases_of(case)
+        placement = placement_for_servers(
+            plan.client_priority,
+            [server.host, *(r.host for r in (replicas.servers.values() if replicas else ()))],
+        )
+        scraping = [scraper.pid] if scraper.pid is not None else []
         # A duration-driven open loop has no request count yet; its limit does not use one.
         limit = pool_limit(concurrency_limit(p.arrival, p.workload.requests or 0) for p in phases)
         if workers.split:
             _check_splittable(plan, phases)
             pool = await stack.enter_async_context(
-                open_pool(workers, cdir, limit, plan.stall_timeout_s, plan.request_timeout_s)
+                open_pool(
+                    workers, cdir, limit, plan.stall_timeout_s, plan.request_timeout_s, placement
+                )
             )
-            # The coordinator sends nothing itself: no session, no record file of its own.
-            run = _CaseRun(
-                plan, case, server, cdir, target, None, None, clock, hooks, replicas, outcome,
-                pool,
-            )  # fmt: skip
-            await _run_phases(run, phases, scraper)
+            for k, applied in enumerate(await pool.placements()):
+                client.append(applied.as_dict() if applied else None)
+                shown = applied.describe() if applied else "as Ray started it"
+                hooks.message(f"load generator worker {k}: {shown}")
+            # The coordinator sends nothing itself: no session, no record file of its own;
+            # it and the scraper only keep off the server's cores.
+            with placed(Placement(False, placement.cpus, placement.reason), scraping):
+                run = _CaseRun(
+                    plan, case, server, cdir, target, None, None, clock, hooks, replicas,
+                    outcome, pool,
+                )  # fmt: skip
+                await _run_phases(run, phases, scraper)
         else:
             async with open_session(
                 read_timeout_s=plan.stall_timeout_s,
                 total_timeout_s=plan.request_timeout_s,
                 pool_limit=limit,
             ) as session:
-                with RecordWriter(cdir / REQUESTS_FILE) as writer:
+                with (
+                    RecordWriter(cdir / REQUESTS_FILE) as writer,
+                    placed(placement, scraping) as applied,
+                ):
+                    client = [applied.as_dict()]
+                    hooks.message(f"load generator: {applied.describe()}")
                     run = _CaseRun(
                         plan, case, server, cdir, target, session, writer, clock, hooks,
                         replicas, outcome,
@@ -503,6 +523,7 @@ async def run_case(
                 "error": outcome.error,
                 "requests": outcome.requests,
                 "failed_requests": outcome.failed_requests,
+                "client": client,
             },
         )
     return outcome

@@ -34,6 +34,7 @@ from loadgen.phase import (
     run_phase,
     share_warmup_connections,
 )
+from loadgen.placement import AppliedPlacement, Placement, placed
 from loadgen.records import RecordWriter, RequestRecord
 from scenarios.arrivals import AllAtOnce, ClosedLoop, OpenLoop
 from scenarios.partition import WorkerShare
@@ -106,8 +107,9 @@ class WorkerRuntime:
     connection-pool limit (its largest concurrency share, 0 = none); ``read_timeout_s`` and
     ``total_timeout_s`` a request's stall and total limits
     (:func:`loadgen.connections.open_session`); ``clock`` the time
-    source its stamps come from (tests pass a shifted one to stand in for another host).
-    Methods block the calling thread, never the worker's loop.
+    source its stamps come from (tests pass a shifted one to stand in for another host);
+    ``placement`` how its loop's thread is scheduled (``loadgen.placement``; ``None`` leaves
+    it as it starts). Methods block the calling thread, never the worker's loop.
     """
 
     def __init__(
@@ -118,6 +120,7 @@ class WorkerRuntime:
         read_timeout_s: float,
         clock: Clock | None = None,
         total_timeout_s: float | None = None,
+        placement: Placement | None = None,
     ) -> None:
         import uvloop
 
@@ -138,14 +141,21 @@ class WorkerRuntime:
         self._inner: asyncio.Task[Any] | None = None  # the loop's task behind ``_running``
         self._cancelled = False
         self._counts: Counter[str] = Counter()
-        self._call(self._open(pool_limit, read_timeout_s, total_timeout_s))
+        self._placement: AppliedPlacement | None = None
+        self._call(self._open(pool_limit, read_timeout_s, total_timeout_s, placement))
 
     def _call(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     async def _open(
-        self, pool_limit: int, read_timeout_s: float, total_timeout_s: float | None
+        self,
+        pool_limit: int,
+        read_timeout_s: float,
+        total_timeout_s: float | None,
+        placement: Placement | None,
     ) -> None:
+        if placement is not None:  # on the loop's own thread, undone there at close
+            self._placement = self._stack.enter_context(placed(placement))
         self._session = await self._stack.enter_async_context(
             open_session(
                 read_timeout_s=read_timeout_s,
@@ -158,6 +168,10 @@ class WorkerRuntime:
     def now_ns(self) -> int:
         """The worker's clock now (ns)."""
         return self.clock.now_ns()
+
+    def placement(self) -> AppliedPlacement | None:
+        """How the loop's thread is scheduled, ``None`` when it was left as it started."""
+        return self._placement
 
     def prepare(self, task: WorkerTask) -> WarmUp:
         """Take the next phase's task and warm its connections (its concurrency share, or an

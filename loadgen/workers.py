@@ -29,6 +29,7 @@ from typing import Any
 from loadgen.client import Target
 from loadgen.clock import Clock
 from loadgen.phase import PhaseTiming
+from loadgen.placement import AppliedPlacement, Placement
 from loadgen.rundir import worker_requests_file
 from loadgen.worker import WorkerPoll, WorkerResult, WorkerRuntime, WorkerTask
 from scenarios.partition import WorkerShare, partition_phase
@@ -89,6 +90,11 @@ class WorkerPool(ABC):
         """Where each worker runs (a host or Ray node name)."""
         return ["local"] * self.size
 
+    async def placements(self) -> list[AppliedPlacement | None]:
+        """How each worker's sending thread is scheduled (``loadgen.placement``; ``None``
+        where it was left as it started)."""
+        return list(await asyncio.gather(*(self.call(k, "placement") for k in range(self.size))))
+
     @abstractmethod
     async def close(self) -> None:
         """Stop every worker (their record files are closed first)."""
@@ -101,14 +107,16 @@ def _worker_process(
     pool_limit: int,
     read_timeout_s: float,
     total_timeout_s: float | None = None,
+    placement: Placement | None = None,
 ) -> None:
     """A worker process: serve calls on ``conn`` until ``close``. Ctrl-C reaches the whole
     process group; the worker ignores it, so the coordinator decides how the phase ends and
     the worker still writes the records of a cut-short share."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     runtime = WorkerRuntime(
-        worker, Path(records_path), pool_limit, read_timeout_s, total_timeout_s=total_timeout_s
-    )
+        worker, Path(records_path), pool_limit, read_timeout_s, total_timeout_s=total_timeout_s,
+        placement=placement,
+    )  # fmt: skip
     try:
         while True:
             try:
@@ -129,7 +137,8 @@ def _worker_process(
 
 class ProcessWorkers(WorkerPool):
     """Workers as processes of this host (``spawn``: a clean interpreter each, no state of the
-    coordinator's event loop or scraper inherited), each with its own event loop and pool."""
+    coordinator's event loop or scraper inherited), each with its own event loop and pool;
+    with a ``placement``, worker k's loop runs as ``placement.for_worker(k, size)`` says."""
 
     def __init__(
         self,
@@ -138,8 +147,10 @@ class ProcessWorkers(WorkerPool):
         pool_limit: int,
         read_timeout_s: float,
         total_timeout_s: float | None = None,
+        placement: Placement | None = None,
     ) -> None:
         self.size = size
+        self._placement = placement
         self._cdir = cdir
         self._pool_limit = pool_limit
         self._read_timeout_s = read_timeout_s
@@ -157,7 +168,8 @@ class ProcessWorkers(WorkerPool):
             proc = ctx.Process(
                 target=_worker_process,
                 args=(child, k, str(self._cdir / worker_requests_file(k)), self._pool_limit,
-                      self._read_timeout_s, self._total_timeout_s),
+                      self._read_timeout_s, self._total_timeout_s,
+                      self._placement.for_worker(k, self.size) if self._placement else None),
                 name=f"loadgen-worker-{k}",
                 daemon=True,
             )  # fmt: skip
@@ -370,12 +382,15 @@ async def open_pool(
     pool_limit: int,
     read_timeout_s: float,
     total_timeout_s: float | None = None,
+    placement: Placement | None = None,
 ) -> Any:
     """The workers of one case: processes on this host, or Ray actors (Ray imported only
     here, only with ``config.ray``). Closed on exit, also on error or cancellation. Each
     worker's requests fail as stalled after ``read_timeout_s`` without a byte and as timed out
     after ``total_timeout_s`` (``None``: no limit), as :func:`loadgen.connections.open_session`
-    says."""
+    says. ``placement`` schedules the loops of processes on this host
+    (:meth:`loadgen.placement.Placement.for_worker`); Ray actors run as Ray starts them (the
+    cores of other hosts are not this host's)."""
     pool: WorkerPool
     if config.ray is not None:
         from loadgen.ray_workers import RayWorkers
@@ -386,7 +401,7 @@ async def open_pool(
         )  # fmt: skip
     else:
         pool = await ProcessWorkers(
-            config.workers or 1, cdir, pool_limit, read_timeout_s, total_timeout_s
+            config.workers or 1, cdir, pool_limit, read_timeout_s, total_timeout_s, placement
         ).start()
     try:
         yield pool

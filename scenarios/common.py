@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from scenarios.plan import REQUEST_TIMEOUT_S, STALL_TIMEOUT_S
+from scenarios.plan import REQUEST_TIMEOUT_S, STALL_TIMEOUT_S, ClientPriority
 from scenarios.workloads import TokenSpace
 from server.config import ServerConfig
 from server.engines import EngineNotFoundError, project_engine, resolve_engine
@@ -158,6 +158,12 @@ class RunParams(BaseModel):
         description="Nice value for vLLM's busy-waiting engine-core process, so the load "
         "generator on the same cores wakes on time (0: as vLLM starts it).",
     )
+    client_priority: ClientPriority = Field(
+        default="auto",
+        description="Load generator's sending thread: realtime (SCHED_FIFO, off the cores "
+        "the server computes on), normal, or auto: realtime where it cannot take the "
+        "server's cores.",
+    )
     server_group_nice: int = Field(
         default=0,
         ge=0,
@@ -244,4 +250,5 @@ class RunParams(BaseModel):
             "scrape_interval_s": self.scrape_interval_s,
             "request_timeout_s": self.request_timeout_s,
             "stall_timeout_s": self.stall_timeout_s,
+            "client_priority": self.client_priority,
         }

@@ -161,6 +161,11 @@ REQUEST_TIMEOUT_S = 3600.0
 STALL_TIMEOUT_S = 300.0
 
 
+#: How the load generator's sending thread is scheduled (``loadgen.placement``): ``auto`` =
+#: real-time on the cores the server does not compute on, where that is known.
+ClientPriority = Literal["auto", "realtime", "normal"]
+
+
 class Plan(BaseModel):
     """Everything a run does and expects.
 
@@ -172,6 +177,7 @@ class Plan(BaseModel):
         request_timeout_s: one request's limit from send to last byte, seconds.
         stall_timeout_s: a request with no byte from the server for this long fails as
             ``stalled`` (seconds; also the wait for the headers).
+        client_priority: how the sending thread is scheduled (:data:`ClientPriority`).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -187,6 +193,7 @@ class Plan(BaseModel):
     scrape_interval_s: float = Field(default=0.25, gt=0)
     request_timeout_s: float = Field(default=REQUEST_TIMEOUT_S, gt=0)
     stall_timeout_s: float = Field(default=STALL_TIMEOUT_S, gt=0)
+    client_priority: ClientPriority = "auto"
     #: Named figures resolved at run time from an earlier phase (e.g. default SLOs): printed
     #: and recorded in ``phases.jsonl`` right after their source phase (``scenarios.late``).
     derived: dict[str, Measured] = Field(default_factory=dict)

@@ -588,7 +588,16 @@ def _ordered(check: RatesOrdered, _: CaseSummary, d: SLOGoodputDetails | None) -
     return Verdict(case=check.case, check=name, passed=not bad, detail=detail)
 
 
-def _client(check: ClientKeptUp, _: CaseSummary, d: SLOGoodputDetails | None) -> Verdict:
+def _normal_priority_note(case: CaseSummary) -> str:
+    """Why the sending thread was not real-time, when it was not (``loadgen.placement``)."""
+    for c in case.client:
+        if c is not None and not str(c.get("policy", "")).startswith("SCHED_FIFO"):
+            why = c.get("problem") or c.get("reason")
+            return f"; the load generator's sending thread ran at {c.get('policy')} ({why})"
+    return ""
+
+
+def _client(check: ClientKeptUp, case: CaseSummary, d: SLOGoodputDetails | None) -> Verdict:
     name = (
         f"client kept up at every rate: achieved within {pct(check.max_rate_error)} % of "
         f"offered, send lateness p99 < {check.max_lateness_p99_ms:g} ms"
@@ -616,7 +625,7 @@ def _client(check: ClientKeptUp, _: CaseSummary, d: SLOGoodputDetails | None) ->
             else "the client sent late (rates reached, but arrivals burstier than scheduled; "
             "figures at these rates carry the client's stalls): "
         )
-        detail = cause + "; ".join(problems)
+        detail = cause + "; ".join(problems) + _normal_priority_note(case)
     else:
         worst = max(points, key=lambda p: p.lateness_ms["p99"] or 0.0)
         ratios = [p.achieved_rps / p.offered_rps for p in points]

@@ -93,6 +93,15 @@ class Options:
     worker_clock_ahead_ns: int = 0
 
 
+#: How ``loadgen.orchestrate`` records the sending thread's placement in ``case.json``.
+CLIENT_PLACEMENT = {
+    "policy": "SCHED_FIFO 1",
+    "cpus": [1],
+    "reason": "real-time on core(s) 1; the server computes on core(s) 0",
+    "problem": None,
+}
+
+
 def build_plan() -> Plan:
     return PrefixEviction().plan(PARAMS, CAPACITY)
 
@@ -214,6 +223,7 @@ def _write_case(run_dir: Path, plan: Plan, case_index: int, options: Options) ->
             "failed_requests": failed
             if options.case_json_failed is None
             else options.case_json_failed,
+            "client": [CLIENT_PLACEMENT],
         },
     )
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from synthetic_run import CONTROL_CASE, TEST_CASE, Options, build_run
+from synthetic_run import CLIENT_PLACEMENT, CONTROL_CASE, TEST_CASE, Options, build_run
 
 from analysis.report import build_report, summarize
 from analysis.validate import validate_run
@@ -176,3 +176,12 @@ def test_a_case_that_never_ran_leaves_its_checks_undecided(tmp_path: Path) -> No
     md = (tmp_path / REPORT_MD).read_text()
     assert f"- **UNDECIDED** {CONTROL_CASE}: probe_cache — case has no completed phase" in md
     assert "**The scenario did not show every effect it declares: that is a finding" in md
+
+
+def test_the_report_says_how_the_load_generator_ran(built: tuple[Path, dict]) -> None:
+    run_dir, report = built
+    assert report["cases"][TEST_CASE]["client"] == [CLIENT_PLACEMENT]
+    assert (
+        "Load generator: SCHED_FIFO 1 on core(s) 1 (real-time on core(s) 1; the server "
+        "computes on core(s) 0)."
+    ) in (run_dir / REPORT_MD).read_text()

@@ -111,3 +111,33 @@ async def test_open_loop_records_follow_the_merged_schedule(
         # whose stream drew it.
         assert r["scheduled_ns"] - start == offsets[r["index"]]
         assert r["worker"] == source[r["index"]]
+
+
+async def test_each_worker_is_placed_on_its_own_core(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    import os
+
+    from loadgen.placement import Placement
+
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("needs a core per worker")
+    placement = Placement(True, tuple(cores[:2]), "test")
+    cdir = tmp_path_factory.mktemp("placed")
+    workers = await ProcessWorkers(
+        2, cdir, pool_limit=4, read_timeout_s=30, placement=placement
+    ).start()
+    try:
+        applied = await workers.placements()
+        pids = [p.pid for p in workers._procs]
+        pinned = [{c for t in os.listdir(f"/proc/{pid}/task")
+                   for c in os.sched_getaffinity(int(t))} for pid in pids]  # fmt: skip
+    finally:
+        await workers.close()
+    assert [a.cpus for a in applied if a] == [[cores[0]], [cores[1]]]
+    assert pinned == [{cores[0]}, {cores[1]}]  # every thread of each worker process
+    for a in applied:
+        assert a is not None
+        # Real-time where this machine allows it; where not, the refusal is on the record.
+        assert a.policy == "SCHED_FIFO 1" or (a.problem or "").startswith("SCHED_FIFO refused")

@@ -238,3 +238,21 @@ def test_a_late_figure_that_cannot_be_recomputed_leaves_the_check_undecided() ->
     # 2.25 against 2.70 is a disagreement: evidence, so FAIL whatever else is unknown.
     assert judge(late(2.25, 2.70, False), late(2.25, None, None)).passed is False
     assert judge(agree).passed is True
+
+
+def test_a_late_client_at_normal_priority_says_so_and_why() -> None:
+    late = [*SWEEP[:-1], point("r5", 18.0, 8.8, 0.4, 0.02,
+                               lateness_ms={"p50": 1.0, "p90": 4.0, "p99": 7.5})]  # fmt: skip
+    why = "SCHED_FIFO refused (Operation not permitted): it needs root"
+    normal = {"c": case("c", phase("r1"), client=[
+        {"policy": "SCHED_OTHER", "cpus": [1], "reason": "real-time on core(s) 1", "problem": why}
+    ])}  # fmt: skip
+    v = evaluate([ClientKeptUp(case="c")], normal, REPORT, details(late))[0]
+    assert v.passed is False
+    assert v.detail.endswith(f"; the load generator's sending thread ran at SCHED_OTHER ({why})")
+    # A real-time client that was late anyway: nothing to add (the default case above: none).
+    realtime = {"c": case("c", phase("r1"), client=[
+        {"policy": "SCHED_FIFO 1", "cpus": [1], "reason": "real-time on core(s) 1"}
+    ])}  # fmt: skip
+    v = evaluate([ClientKeptUp(case="c")], realtime, REPORT, details(late))[0]
+    assert "sending thread" not in v.detail

@@ -1,0 +1,222 @@
+"""Where the load generator runs and how soon its sending thread wakes: off the cores the
+server computes on, the sending thread at real-time priority.
+
+Why. On a small machine the load generator shares the host with the server it measures.
+vLLM's CPU worker computes on the cores it binds (on 2 cores: core 0); its API server and
+engine core run on the rest, with our scraper and the load generator. Two things were seen
+here (AMD EPYC family 25 model 17, 2 cores, AVX-512, no AMX; Linux 6.18 with autogroups;
+vLLM 0.32.0 CPU, fp32 model, engine core at nice 19):
+
+- **A task that lands on the worker's busy core can wait there for tens of seconds.** A
+  fresh process pinning itself to core 0 while the worker computed took 21, 30, 34 and 42 s
+  to be scheduled again (runnable the whole time, in ``sched_setaffinity``'s migration),
+  from this session's scheduling group or a new one alike; on the free core it took
+  microseconds. A load-generator or scraper thread the kernel moves there stalls the same
+  way: in one CI run the load generator stamped nothing for 7 s, and the scraper froze 7.8 s.
+  So every thread of the load generator and its scraper is pinned to the cores the server
+  leaves free (``server.cpus``).
+- **At normal priority the sending thread waits its turn** behind vLLM's API server
+  (streaming, rendering ``/metrics``) when its timer fires, and open-loop sends go out late.
+  ``loadgen run slo-goodput --url … --rates 6,10,14,18 --duration 30s`` on one server, modes
+  alternating: send lateness p99 per rate 2.5–5.8 ms at normal priority and unpinned,
+  0.7–1.1 ms with the sending thread at ``SCHED_FIFO`` priority 1 on core 1. Real-time but
+  free to run on core 0, it preempted vLLM's worker (unloaded TPOT p50 24.4 vs 17.0 ms):
+  real-time only goes with the pinning.
+
+The sending thread takes CPU sooner, not more: it sleeps between sends and reads. Its
+policy is set with ``SCHED_RESET_ON_FORK``, so threads and processes started from it (helper
+threads, a restarted replica) start at normal priority; a server spawned meanwhile also gets
+back the process's whole CPU set (``server.process.spawn_group``). The kernel caps real-time
+tasks at 95 % of each second (``/proc/sys/kernel/sched_rt_runtime_us``), so even a runaway
+loop leaves the core usable. Real-time scheduling needs root, ``CAP_SYS_NICE`` or an
+``RLIMIT_RTPRIO`` of at least 1 (``ulimit -r``); refused, the threads are still pinned and
+the run records why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from scenarios.plan import ClientPriority
+from server.manager import ServerHost
+
+#: The lowest real-time priority: above every normal task, below the kernel's own.
+REALTIME_PRIORITY = 1
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the load generator should run and how its sending thread is scheduled.
+
+    Attributes:
+        realtime: the sending thread at ``SCHED_FIFO`` :data:`REALTIME_PRIORITY` (else its
+            policy is left as it is).
+        cpus: the cores to pin every thread of the process to, sorted; ``None`` leaves them.
+        reason: one line: why this placement.
+    """
+
+    realtime: bool
+    cpus: tuple[int, ...] | None
+    reason: str
+
+    def for_worker(self, worker: int, workers: int) -> Placement:
+        """The placement of worker ``worker`` of ``workers``: its own core of ``cpus`` when
+        there are enough for one each, else all of them (unpinned stays unpinned)."""
+        if self.cpus is None or len(self.cpus) < workers or workers == 1:
+            return self
+        return Placement(self.realtime, (self.cpus[worker],), self.reason)
+
+
+def _cores(cpus: Collection[int]) -> str:
+    return ",".join(str(c) for c in sorted(cpus))
+
+
+def choose_placement(
+    mode: ClientPriority,
+    available: Collection[int],
+    server_here: bool,
+    server_cpus: Collection[int] | None,
+) -> Placement:
+    """The load generator's placement for a server, from what is known of it.
+
+    Args:
+        mode: ``normal`` (leave everything as it is), ``realtime`` (the sending thread
+            real-time in any case), ``auto`` (real-time only where it cannot take a core the
+            server computes on).
+        available: the cores this process may run on.
+        server_here: the server runs on this machine.
+        server_cpus: the cores it computes on (``server.cpus.compute_cpus``), ``None`` when
+            unknown.
+
+    Pinned to ``available`` minus ``server_cpus`` whenever that leaves a core (except in
+    ``normal``); a server elsewhere shares no core with us, so nothing is pinned.
+    """
+    if mode == "normal":
+        return Placement(False, None, "normal priority, unpinned, as asked")
+    if not server_here:
+        return Placement(True, None, "real-time; the server runs on another host")
+    if server_cpus is not None:
+        free = sorted(set(available) - set(server_cpus))
+        if free:
+            return Placement(
+                True,
+                tuple(free),
+                f"real-time on core(s) {_cores(free)}; the server computes on "
+                f"core(s) {_cores(server_cpus)}",
+            )
+        why = f"the server computes on every core this process may use ({_cores(available)})"
+    else:
+        why = (
+            "the server runs here, but no thread of it is bound to cores "
+            "(where it computes is unknown)"
+        )
+    if mode == "realtime":
+        return Placement(True, None, f"real-time, unpinned, as asked, although {why}")
+    return Placement(False, None, f"normal priority: {why}, and a real-time client could take them")
+
+
+def placement_for_servers(mode: ClientPriority, hosts: Collection[ServerHost | None]) -> Placement:
+    """:func:`choose_placement` for a case's servers (a server and its replicas): here if any
+    is here (an unknown host counts as here), computing on the union of their compute sets,
+    unknown if any here is unknown."""
+    here = [h for h in hosts if h is None or h.this_host]
+    known = [h.compute_cpus for h in here if h is not None and h.compute_cpus is not None]
+    cpus = {c for found in known for c in found} if len(known) == len(here) else None
+    return choose_placement(mode, os.sched_getaffinity(0), bool(here), cpus)
+
+
+@dataclass(frozen=True)
+class AppliedPlacement:
+    """What :func:`placed` did (JSON-ready with :meth:`as_dict`).
+
+    Attributes:
+        policy: the sending thread's scheduling policy, e.g. ``"SCHED_FIFO 1"`` or
+            ``"SCHED_OTHER"``.
+        cpus: the cores every thread was pinned to, ``None`` when left as they were.
+        reason: why this placement was chosen (:attr:`Placement.reason`).
+        problem: what was refused (and so not done), else ``None``.
+    """
+
+    policy: str
+    cpus: list[int] | None
+    reason: str
+    problem: str | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        """One line for the console, e.g. ``SCHED_FIFO 1 on core(s) 1 (real-time on …)``."""
+        where = f" on core(s) {_cores(self.cpus)}" if self.cpus else ""
+        problem = f"; {self.problem}" if self.problem else ""
+        return f"{self.policy}{where} ({self.reason}{problem})"
+
+
+def _threads(pid: int | str) -> list[int]:
+    try:
+        return [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
+    except OSError:
+        return []
+
+
+def pin_threads(pid: int | str, cpus: Collection[int]) -> dict[int, set[int]]:
+    """Pin every thread of process ``pid`` (``"self"``: this one) to ``cpus``; the CPU sets
+    they had, by thread id (threads that exit meanwhile are skipped).
+
+    Raises:
+        OSError: the kernel refused a thread that still exists (e.g. no such core allowed).
+    """
+    before = {}
+    for tid in _threads(pid):
+        try:
+            before[tid] = set(os.sched_getaffinity(tid))
+            os.sched_setaffinity(tid, cpus)
+        except ProcessLookupError:
+            before.pop(tid, None)
+    return before
+
+
+@contextlib.contextmanager
+def placed(placement: Placement, others: Sequence[int] = ()) -> Iterator[AppliedPlacement]:
+    """Apply ``placement`` for the block: every thread of this process and of the processes
+    ``others`` (the scraper) pinned to its cores, the calling thread real-time. On exit this
+    process's threads get their CPU sets back (threads started meanwhile the calling
+    thread's) and the calling thread its policy; ``others`` stay pinned (they end with the
+    case). Never raises for a refusal: :attr:`AppliedPlacement.problem` says what was not
+    done."""
+    old_policy, old_param = os.sched_getscheduler(0), os.sched_getparam(0)
+    own_cpus = set(os.sched_getaffinity(0))
+    policy, cpus, problems = "SCHED_OTHER", None, []
+    before: dict[int, set[int]] = {}
+    if placement.cpus is not None:
+        try:
+            before = pin_threads("self", placement.cpus)
+            for pid in others:
+                pin_threads(pid, placement.cpus)
+            cpus = list(placement.cpus)
+        except OSError as exc:
+            problems.append(f"pinning to core(s) {_cores(placement.cpus)} refused ({exc.strerror})")
+    if placement.realtime:
+        try:
+            os.sched_setscheduler(
+                0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(REALTIME_PRIORITY)
+            )
+            policy = f"SCHED_FIFO {REALTIME_PRIORITY}"
+        except OSError as exc:
+            problems.append(
+                f"SCHED_FIFO refused ({exc.strerror}): it needs root, CAP_SYS_NICE or "
+                "ulimit -r ≥ 1; the sending thread ran at normal priority"
+            )
+    try:
+        yield AppliedPlacement(policy, cpus, placement.reason, "; ".join(problems) or None)
+    finally:
+        with contextlib.suppress(OSError):
+            os.sched_setscheduler(0, old_policy, old_param)
+        if placement.cpus is not None:
+            for tid in _threads("self"):
+                with contextlib.suppress(OSError):
+                    os.sched_setaffinity(tid, before.get(tid, own_cpus))
