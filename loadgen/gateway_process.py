@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -22,6 +23,15 @@ import httpx
 from server.process import spawn_group, stop_group
 
 _READY_PREFIX = "gateway listening on "
+
+
+@dataclass(frozen=True)
+class GatewayProcess:
+    """A started gateway: its base URL and its process id (to keep it off the server's
+    cores, ``loadgen.placement``)."""
+
+    url: str
+    pid: int
 
 
 @contextlib.asynccontextmanager
@@ -33,8 +43,9 @@ async def running_gateway_process(
     events_path: Path | None = None,
     extra_args: tuple[str, ...] = (),
     timeout_s: float = 30.0,
-) -> AsyncIterator[str]:
-    """Start ``python -m gateway.cli`` for ``upstreams`` on a free loopback port; yield its URL.
+) -> AsyncIterator[GatewayProcess]:
+    """Start ``python -m gateway.cli`` for ``upstreams`` on a free loopback port; yield its URL
+    and pid.
 
     ``events_path`` receives the gateway's breaker transitions (``--events-file``).
 
@@ -55,7 +66,7 @@ async def running_gateway_process(
     proc: subprocess.Popen[bytes] = spawn_group(argv, log_path, env)
     try:
         url = await _wait_ready(proc, log_path, timeout_s)
-        yield url
+        yield GatewayProcess(url, proc.pid)
     finally:
         await asyncio.shield(asyncio.to_thread(stop_group, proc.pid, 5.0, proc.poll))
 

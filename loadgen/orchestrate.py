@@ -441,8 +441,9 @@ async def run_case(
                 raise ValueError(f"case {case.name}: replicas need a server config, not a URL")
             stack.push_async_callback(replicas.stop_all)
             await replicas.start(case.replicas)
+        helpers = [scraper.pid] if scraper.pid is not None else []  # kept off the server's cores
         if case.gateway is not None:
-            gateway_url = await stack.enter_async_context(
+            gateway = await stack.enter_async_context(
                 running_gateway_process(
                     [server.url, *(replicas.urls() if replicas else [])],
                     cdir / GATEWAY_LOG,
@@ -451,7 +452,8 @@ async def run_case(
                     extra_args=case.gateway.extra_args,
                 )
             )
-            target = Target(gateway_url, server.model_name)
+            target = Target(gateway.url, server.model_name)
+            helpers.append(gateway.pid)
         if not await asyncio.to_thread(scraper.wait_first_scrape):
             # Without samples no counter delta can be computed: fail before sending load.
             raise RuntimeError(
@@ -464,7 +466,6 @@ async def run_case(
             plan.client_priority,
             [server.host, *(r.host for r in (replicas.servers.values() if replicas else ()))],
         )
-        scraping = [scraper.pid] if scraper.pid is not None else []
         # A duration-driven open loop has no request count yet; its limit does not use one.
         limit = pool_limit(concurrency_limit(p.arrival, p.workload.requests or 0) for p in phases)
         if workers.split:
@@ -479,8 +480,8 @@ async def run_case(
                 shown = applied.describe() if applied else "as Ray started it"
                 hooks.message(f"load generator worker {k}: {shown}")
             # The coordinator sends nothing itself: no session, no record file of its own;
-            # it and the scraper only keep off the server's cores.
-            with placed(Placement(False, placement.cpus, placement.reason), scraping):
+            # it, the scraper and the gateway only keep off the server's cores.
+            with placed(Placement(False, placement.cpus, placement.reason), helpers):
                 run = _CaseRun(
                     plan, case, server, cdir, target, None, None, clock, hooks, replicas,
                     outcome, pool,
@@ -494,7 +495,7 @@ async def run_case(
             ) as session:
                 with (
                     RecordWriter(cdir / REQUESTS_FILE) as writer,
-                    placed(placement, scraping) as applied,
+                    placed(placement, helpers) as applied,
                 ):
                     client = [applied.as_dict()]
                     hooks.message(f"load generator: {applied.describe()}")

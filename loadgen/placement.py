@@ -13,8 +13,8 @@ vLLM 0.32.0 CPU, fp32 model, engine core at nice 19):
   from this session's scheduling group or a new one alike; on the free core it took
   microseconds. A load-generator or scraper thread the kernel moves there stalls the same
   way: in one CI run the load generator stamped nothing for 7 s, and the scraper froze 7.8 s.
-  So every thread of the load generator and its scraper is pinned to the cores the server
-  leaves free (``server.cpus``).
+  So every thread of the load generator, its scraper and its gateway is pinned to the cores
+  the server leaves free (``server.cpus``).
 - **At normal priority the sending thread waits its turn** behind vLLM's API server
   (streaming, rendering ``/metrics``) when its timer fires, and open-loop sends go out late.
   ``loadgen run slo-goodput --url … --rates 6,10,14,18 --duration 30s`` on one server, modes
@@ -93,12 +93,15 @@ def choose_placement(
             unknown.
 
     Pinned to ``available`` minus ``server_cpus`` whenever that leaves a core (except in
-    ``normal``); a server elsewhere shares no core with us, so nothing is pinned.
+    ``normal``); a server elsewhere leaves every core free.
     """
     if mode == "normal":
         return Placement(False, None, "normal priority, unpinned, as asked")
     if not server_here:
-        return Placement(True, None, "real-time; the server runs on another host")
+        # Every core here is free: workers get one each (Placement.for_worker).
+        return Placement(
+            True, tuple(sorted(available)), "real-time; the server runs on another host"
+        )
     if server_cpus is not None:
         free = sorted(set(available) - set(server_cpus))
         if free:
@@ -183,11 +186,11 @@ def pin_threads(pid: int | str, cpus: Collection[int]) -> dict[int, set[int]]:
 @contextlib.contextmanager
 def placed(placement: Placement, others: Sequence[int] = ()) -> Iterator[AppliedPlacement]:
     """Apply ``placement`` for the block: every thread of this process and of the processes
-    ``others`` (the scraper) pinned to its cores, the calling thread real-time. On exit this
-    process's threads get their CPU sets back (threads started meanwhile the calling
-    thread's) and the calling thread its policy; ``others`` stay pinned (they end with the
-    case). Never raises for a refusal: :attr:`AppliedPlacement.problem` says what was not
-    done."""
+    ``others`` (the scraper, a gateway) pinned to its cores, the calling thread real-time.
+    On exit this process's threads get their CPU sets back (threads started meanwhile the
+    calling thread's) and the calling thread its policy; ``others`` stay pinned (they end
+    with the case). Never raises for a refusal: :attr:`AppliedPlacement.problem` says what
+    was not done."""
     old_policy, old_param = os.sched_getscheduler(0), os.sched_getparam(0)
     own_cpus = set(os.sched_getaffinity(0))
     policy, cpus, problems = "SCHED_OTHER", None, []

@@ -18,9 +18,15 @@ and the client's parsing is what is measured), in one run:
    cannot hold, two workers hold it; every rate two workers did not hold is listed beside
    the verdict (unmet if no swept rate defeats one worker).
 
+Every sender (the one process and each worker process) is placed as ``loadgen run`` places it
+against a server on another host (``loadgen.placement``): its sending thread at
+``SCHED_FIFO`` 1, each worker process on a core of its own (the single process on all);
+``--client-priority normal`` measures them as before. Ray actors run as Ray starts them.
+
 Timing-sensitive: run it under the machine lock, with nothing else running.
 Run: ``flock /tmp/serving-testbed-vllm.lock .venv/bin/python tests/benchmarks/bench_workers.py
-[--out bench_workers.json] [--no-ray]`` (about two minutes).
+[--out bench_workers.json] [--no-ray] [--client-priority realtime|normal]`` (about two
+minutes).
 """
 
 from __future__ import annotations
@@ -184,24 +190,42 @@ def _phase(name: str, n: int, tokens: int, arrival: Any) -> Any:
     )
 
 
+#: How every sender is placed (``--client-priority``; set by :func:`main`).
+PLACEMENT: Any = None
+
+
+def _placement(mode: str) -> Any:
+    """The senders' placement for ``mode``: ``realtime`` as ``loadgen run`` places them against
+    a server on another host (each worker on a core of its own, its sending thread real-time;
+    the fake here is the stand-in for that server and takes what they leave)."""
+    from loadgen.placement import choose_placement
+
+    auto = "auto" if mode == "realtime" else "normal"
+    return choose_placement(auto, os.sched_getaffinity(0), False, None)  # type: ignore[arg-type]
+
+
 async def _one_process(url: str, phase: Any, rate: float | None) -> dict[str, Any]:
     """``--workers 1``: the phase sent by this process's own loop."""
     from loadgen.client import Target
     from loadgen.clock import MonotonicClock
     from loadgen.connections import open_session
     from loadgen.phase import heap_frozen, run_phase
+    from loadgen.placement import placed
     from loadgen.records import RecordWriter
     from scenarios.workloads import TokenSpace, materialize
 
     path = Path(tempfile.mkdtemp()) / "requests.jsonl"
     requests = materialize(phase.workload, phase.name, 0, TokenSpace())
     async with open_session(read_timeout_s=60) as session:
-        with RecordWriter(path) as writer, heap_frozen():  # as `loadgen run` does
+        # As `loadgen run` does: placed, the heap frozen.
+        with RecordWriter(path) as writer, heap_frozen(), placed(PLACEMENT) as applied:
             timing = await run_phase(
                 case="bench", phase=phase.name, requests=requests, arrival=phase.arrival,
                 target=Target(url, "m"), session=session, writer=writer, clock=MonotonicClock(),
             )  # fmt: skip
-    return _figures(_records(path.parent), timing, rate)
+    out = _figures(_records(path.parent), timing, rate)
+    out["placement"] = [applied.as_dict()]
+    return out
 
 
 async def _with_pool(pool: Any, cdir: Path, url: str, phase: Any, rate: float | None) -> dict:
@@ -226,9 +250,12 @@ async def _processes(n: int, url: str, phase: Any, rate: float | None) -> dict[s
     from loadgen.workers import ProcessWorkers
 
     cdir = Path(tempfile.mkdtemp())
-    pool = await ProcessWorkers(n, cdir, pool_limit=0, read_timeout_s=60).start()
+    pool = await ProcessWorkers(n, cdir, pool_limit=0, read_timeout_s=60,
+                                placement=PLACEMENT).start()  # fmt: skip
     try:
-        return await _with_pool(pool, cdir, url, phase, rate)
+        out = await _with_pool(pool, cdir, url, phase, rate)
+        out["placement"] = [a.as_dict() if a else None for a in await pool.placements()]
+        return out
     finally:
         await pool.close()
 
@@ -267,7 +294,8 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     )  # fmt: skip
     assert server.stdout is not None
     url = server.stdout.readline().strip()
-    result: dict[str, Any] = {"cpu": _cpu(), "url": url}
+    result: dict[str, Any] = {"cpu": _cpu(), "url": url, "client_priority": args.client_priority,
+                              "placement_reason": PLACEMENT.reason}  # fmt: skip
     try:
         if "chunks" in args.parts:
             result["chunks"] = await _chunks(args, url)
@@ -371,6 +399,8 @@ def _print(result: dict[str, Any]) -> None:
     print(f"CPU: {cpu['model']} (family {cpu['family']} model {cpu['model_number']}), "
           f"{cpu['cores']} cores, {', '.join(cpu['avx512']) or 'no AVX-512'}, "
           f"{', '.join(cpu['amx']) or 'no AMX'}")  # fmt: skip
+    print(f"senders: --client-priority {result['client_priority']}: "
+          f"{result['placement_reason']}")
     if c:
         _print_chunks(c)
     if o:
@@ -415,7 +445,11 @@ def main() -> None:
     parser.add_argument("--no-ray", action="store_true", help="Skip the Ray runs.")
     parser.add_argument("--scale", type=float, default=1.0,
                         help="Multiply each phase's request count (quick check: 0.1).")  # fmt: skip
+    parser.add_argument("--client-priority", choices=("realtime", "normal"), default="realtime",
+                        help="How every sender is placed (loadgen run --client-priority).")
     args = parser.parse_args()
+    global PLACEMENT
+    PLACEMENT = _placement(args.client_priority)
     import uvloop
 
     if args.serve:

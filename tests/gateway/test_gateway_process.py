@@ -26,9 +26,11 @@ async def test_the_process_starts_with_its_events_file_and_proxies(tmp_path: Pat
         serve_upstream(fake),
         running_gateway_process(
             [fake.url], tmp_path / "gateway.log", propagate_cancellation=True, events_path=events
-        ) as url,
+        ) as gateway,
         aiohttp.ClientSession() as client,
     ):
+        url = gateway.url
+        assert Path(f"/proc/{gateway.pid}").exists()
         assert events.read_text() == ""  # created at start, no transition yet
         assert fake.health_checks >= 1  # ready only after the upstream answered
         async with client.post(url + "/v1/completions", json={"prompt": "x"}) as resp:

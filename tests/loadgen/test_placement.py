@@ -39,9 +39,10 @@ def test_real_time_on_the_cores_the_server_leaves_free() -> None:
     assert p.reason == "real-time on core(s) 3; the server computes on core(s) 0,1,2"
 
 
-def test_a_server_on_another_host_shares_no_core() -> None:
+def test_a_server_on_another_host_leaves_every_core_free() -> None:
     p = choose_placement("auto", CORES, False, None)
-    assert (p.realtime, p.cpus) == (True, None)
+    assert (p.realtime, p.cpus) == (True, CORES)
+    assert [p.for_worker(k, 2).cpus for k in range(2)] == [(0,), (1,)]
 
 
 @pytest.mark.parametrize(
