@@ -32,6 +32,8 @@ client's timing on a small machine, and says what it did in ``server.json``.
 
 Only the embedded servers this project starts are changed, never an attached one, and only
 by raising nice values (allowed without privileges). ``server.json`` records what was done.
+The load generator's own side (its threads off the server's compute cores, its sending
+thread at real-time priority) is ``loadgen.placement``.
 """
 
 from __future__ import annotations
