@@ -136,7 +136,9 @@ class CaseInfoShape(TypedDict):
     server: NotRequired[dict[str, Any] | None]
     failed_requests: NotRequired[int | None]
     requests: NotRequired[int | None]
-    client: NotRequired[list[dict[str, Any] | None] | None]
+    # Display only: read leniently (analysis.summaries.client_rows), never a reason to drop
+    # the case's status and server facts.
+    client: NotRequired[Any]
 
 
 class RunInfoShape(TypedDict):

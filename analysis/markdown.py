@@ -172,7 +172,7 @@ def _client_lines(case: CaseSummary) -> list[str]:
         cpus = c.get("cpus")
         cores = f" on core(s) {','.join(map(str, cpus))}" if isinstance(cpus, list) and cpus else ""
         problem = f" **{c['problem']}**" if c.get("problem") else ""
-        lines.append(f"{who}: {c.get('policy')}{cores} ({c.get('reason')}).{problem}")
+        lines.append(f"{who}: {c.get('policy', '?')}{cores} ({c.get('reason', '')}).{problem}")
     return [" ".join(lines), ""] if lines else []
 
 

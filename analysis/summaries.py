@@ -234,6 +234,30 @@ def data_quality(
     return out
 
 
+def client_rows(value: Any) -> list[dict[str, Any] | None]:
+    """``case.json``'s ``client`` (how each sending thread ran, ``loadgen.placement``) as
+    the report shows it: per thread ``policy`` and ``reason`` (strings), ``cpus`` (a list of
+    ints or ``None``), ``problem`` (string or ``None``); ``None`` for a worker left as Ray
+    started it. Anything else is dropped: a display field never fails a report."""
+    if not isinstance(value, list):
+        return []
+
+    def text(v: Any) -> str | None:
+        return v if isinstance(v, str) else None
+
+    rows: list[dict[str, Any] | None] = []
+    for row in value:
+        if row is None:
+            rows.append(None)
+        elif isinstance(row, dict):
+            cpus = row.get("cpus")
+            ok = isinstance(cpus, list) and all(type(c) is int for c in cpus)
+            rows.append({"policy": text(row.get("policy")) or "?",
+                         "cpus": cpus if ok else None, "reason": text(row.get("reason")) or "",
+                         "problem": text(row.get("problem"))})  # fmt: skip
+    return rows
+
+
 def case_summary(case: CaseData, label: str = "", planned: list[str] | None = None) -> CaseSummary:
     """All generic summaries of one case."""
     frame = request_frame(case.records)
@@ -248,7 +272,7 @@ def case_summary(case: CaseData, label: str = "", planned: list[str] | None = No
         status=case.info.get("status", "missing"),
         error=case.info.get("error"),
         server=case.info.get("server") or {},
-        client=case.info.get("client") or [],
+        client=client_rows(case.info.get("client")),
         planned_phases=planned or list(phases),
         phases=phases,
         all_phases=latency_stats(ok),

@@ -39,7 +39,7 @@ from loadgen.connections import open_session, pool_limit
 from loadgen.gateway_process import running_gateway_process
 from loadgen.measure import RequestFacts, measure_phase
 from loadgen.phase import heap_frozen, run_phase, write_not_sent
-from loadgen.placement import Placement, placed, placement_for_servers
+from loadgen.placement import Placement, pin_helpers, placed, placement_for_servers
 from loadgen.records import RecordWriter, RequestRecord
 from loadgen.replicas import Replicas
 from loadgen.rundir import (
@@ -441,7 +441,13 @@ async def run_case(
                 raise ValueError(f"case {case.name}: replicas need a server config, not a URL")
             stack.push_async_callback(replicas.stop_all)
             await replicas.start(case.replicas)
-        helpers = [scraper.pid] if scraper.pid is not None else []  # kept off the server's cores
+        placement = placement_for_servers(
+            plan.client_priority,
+            [server.host, *(r.host for r in (replicas.servers.values() if replicas else ()))],
+        )
+        # Helpers keep off the server's cores from the start: the first scrape is awaited
+        # next, and a process left on the worker's busy core can wait there for many seconds.
+        helper_problems = [pin_helpers([scraper.pid] if scraper.pid else [], placement)]
         if case.gateway is not None:
             gateway = await stack.enter_async_context(
                 running_gateway_process(
@@ -453,7 +459,8 @@ async def run_case(
                 )
             )
             target = Target(gateway.url, server.model_name)
-            helpers.append(gateway.pid)
+            helper_problems.append(pin_helpers([gateway.pid], placement))
+        helpers_problem = "; ".join(p for p in helper_problems if p) or None
         if not await asyncio.to_thread(scraper.wait_first_scrape):
             # Without samples no counter delta can be computed: fail before sending load.
             raise RuntimeError(
@@ -462,10 +469,6 @@ async def run_case(
         # Two scrapes of baseline before the first phase starts.
         await asyncio.sleep(2 * plan.scrape_interval_s)
         phases = plan.phases_of(case)
-        placement = placement_for_servers(
-            plan.client_priority,
-            [server.host, *(r.host for r in (replicas.servers.values() if replicas else ()))],
-        )
         # A duration-driven open loop has no request count yet; its limit does not use one.
         limit = pool_limit(concurrency_limit(p.arrival, p.workload.requests or 0) for p in phases)
         if workers.split:
@@ -475,13 +478,16 @@ async def run_case(
                     workers, cdir, limit, plan.stall_timeout_s, plan.request_timeout_s, placement
                 )
             )
-            for k, applied in enumerate(await pool.placements()):
+            for k, worker in enumerate(await pool.placements()):
+                applied = worker.with_problem(helpers_problem) if worker else None
                 client.append(applied.as_dict() if applied else None)
                 shown = applied.describe() if applied else "as Ray started it"
                 hooks.message(f"load generator worker {k}: {shown}")
             # The coordinator sends nothing itself: no session, no record file of its own;
-            # it, the scraper and the gateway only keep off the server's cores.
-            with placed(Placement(False, placement.cpus, placement.reason), helpers):
+            # it only keeps off the server's cores.
+            with placed(Placement(False, placement.cpus, placement.reason)) as coordinator:
+                if coordinator.problem:
+                    hooks.message(f"load generator coordinator: {coordinator.problem}")
                 run = _CaseRun(
                     plan, case, server, cdir, target, None, None, clock, hooks, replicas,
                     outcome, pool,
@@ -495,8 +501,9 @@ async def run_case(
             ) as session:
                 with (
                     RecordWriter(cdir / REQUESTS_FILE) as writer,
-                    placed(placement, helpers) as applied,
+                    placed(placement) as sending,
                 ):
+                    applied = sending.with_problem(helpers_problem)
                     client = [applied.as_dict()]
                     hooks.message(f"load generator: {applied.describe()}")
                     run = _CaseRun(

@@ -23,14 +23,18 @@ vLLM 0.32.0 CPU, fp32 model, engine core at nice 19):
   free to run on core 0, it preempted vLLM's worker (unloaded TPOT p50 24.4 vs 17.0 ms):
   real-time only goes with the pinning.
 
-The sending thread takes CPU sooner, not more: it sleeps between sends and reads. Its
-policy is set with ``SCHED_RESET_ON_FORK``, so threads and processes started from it (helper
-threads, a restarted replica) start at normal priority; a server spawned meanwhile also gets
-back the process's whole CPU set (``server.process.spawn_group``). The kernel caps real-time
-tasks at 95 % of each second (``/proc/sys/kernel/sched_rt_runtime_us``), so even a runaway
-loop leaves the core usable. Real-time scheduling needs root, ``CAP_SYS_NICE`` or an
-``RLIMIT_RTPRIO`` of at least 1 (``ulimit -r``); refused, the threads are still pinned and
-the run records why.
+The sending thread takes CPU sooner, not more, as long as it is not saturated: it sleeps
+between sends and reads (against vLLM here it used about 6 % of its core). A saturated one
+(its loop lag and the client check show it) leaves the other tasks of its core, the scraper
+and gateway among them, the 5 % of each second the kernel keeps from real-time tasks
+(``/proc/sys/kernel/sched_rt_runtime_us``), which also keeps a runaway loop from locking the
+core. Its policy is set with ``SCHED_RESET_ON_FORK``, so threads and processes started from
+it (helper threads, a restarted replica) start at normal priority; a server spawned
+meanwhile also gets back the process's whole CPU set (``server.process.spawn_group``).
+Real-time scheduling needs root, ``CAP_SYS_NICE`` or an ``RLIMIT_RTPRIO`` of at least 1
+(``ulimit -r``); refused, the threads are still pinned and the run records why. Worker
+processes place themselves the same way (``loadgen.worker``); Ray actors on this machine do
+too, those on other hosts run as Ray starts them (``loadgen.ray_workers``).
 """
 
 from __future__ import annotations
@@ -38,11 +42,11 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Collection, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from scenarios.plan import ClientPriority
-from server.manager import ServerHost
+from server.cpus import ServerHost
 
 #: The lowest real-time priority: above every normal task, below the kernel's own.
 REALTIME_PRIORITY = 1
@@ -65,9 +69,18 @@ class Placement:
 
     def for_worker(self, worker: int, workers: int) -> Placement:
         """The placement of worker ``worker`` of ``workers``: its own core of ``cpus`` when
-        there are enough for one each, else all of them (unpinned stays unpinned)."""
-        if self.cpus is None or len(self.cpus) < workers or workers == 1:
+        there are enough for one each (unpinned stays unpinned). With fewer cores than
+        workers they share all of them at normal priority: a real-time thread has no time
+        slice, so one busy worker would hold back another on its core until it blocked."""
+        if self.cpus is None or workers == 1:
             return self
+        if len(self.cpus) < workers:
+            return Placement(
+                False,
+                self.cpus,
+                f"{self.reason}; normal priority: {workers} workers share "
+                f"{len(self.cpus)} core(s)",
+            )
         return Placement(self.realtime, (self.cpus[worker],), self.reason)
 
 
@@ -114,8 +127,8 @@ def choose_placement(
         why = f"the server computes on every core this process may use ({_cores(available)})"
     else:
         why = (
-            "the server runs here, but no thread of it is bound to cores "
-            "(where it computes is unknown)"
+            "the server runs here, but no thread of it is bound to fewer cores than its "
+            "root process (where it computes is unknown)"
         )
     if mode == "realtime":
         return Placement(True, None, f"real-time, unpinned, as asked, although {why}")
@@ -152,11 +165,27 @@ class AppliedPlacement:
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
+    def with_problem(self, extra: str | None) -> AppliedPlacement:
+        """The same, with ``extra`` (e.g. helpers that could not be pinned) added to its
+        problem."""
+        if extra is None:
+            return self
+        return replace(self, problem=f"{self.problem}; {extra}" if self.problem else extra)
+
     def describe(self) -> str:
         """One line for the console, e.g. ``SCHED_FIFO 1 on core(s) 1 (real-time on …)``."""
         where = f" on core(s) {_cores(self.cpus)}" if self.cpus else ""
         problem = f"; {self.problem}" if self.problem else ""
         return f"{self.policy}{where} ({self.reason}{problem})"
+
+
+def machine_id() -> str | None:
+    """This machine's identity for this boot (``/proc/sys/kernel/random/boot_id``), to tell
+    whether another process (a Ray actor) runs on the same machine; ``None`` where absent."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
 
 
 def _threads(pid: int | str) -> list[int]:
@@ -166,56 +195,86 @@ def _threads(pid: int | str) -> list[int]:
         return []
 
 
-def pin_threads(pid: int | str, cpus: Collection[int]) -> dict[int, set[int]]:
-    """Pin every thread of process ``pid`` (``"self"``: this one) to ``cpus``; the CPU sets
-    they had, by thread id (threads that exit meanwhile are skipped).
+def pin_threads(pid: int | str, cpus: Collection[int]) -> tuple[dict[int, set[int]], list[str]]:
+    """Pin every thread of process ``pid`` (``"self"``: this one) to ``cpus``.
 
-    Raises:
-        OSError: the kernel refused a thread that still exists (e.g. no such core allowed).
-    """
-    before = {}
+    Returns the CPU sets the pinned threads had, by thread id, and what was refused (one line
+    per thread; threads that exit meanwhile are skipped). Never raises."""
+    before, refused = {}, []
     for tid in _threads(pid):
         try:
-            before[tid] = set(os.sched_getaffinity(tid))
+            had = set(os.sched_getaffinity(tid))
             os.sched_setaffinity(tid, cpus)
+            before[tid] = had
         except ProcessLookupError:
-            before.pop(tid, None)
-    return before
+            continue
+        except OSError as exc:
+            refused.append(f"thread {tid} of {pid}: {exc.strerror}")
+    return before, refused
+
+
+def pin_helpers(pids: Sequence[int], placement: Placement) -> str | None:
+    """Pin every thread of the helper processes ``pids`` (the scraper, a gateway) to the
+    placement's cores, for good (they end with the case); what was refused, else ``None``."""
+    if placement.cpus is None:
+        return None
+    refused = [line for pid in pids for line in pin_threads(pid, placement.cpus)[1]]
+    if not refused:
+        return None
+    return f"helpers not pinned to core(s) {_cores(placement.cpus)}: {'; '.join(refused[:3])}"
+
+
+_POLICIES = {
+    os.SCHED_OTHER: "SCHED_OTHER",
+    os.SCHED_BATCH: "SCHED_BATCH",
+    os.SCHED_IDLE: "SCHED_IDLE",
+    os.SCHED_FIFO: "SCHED_FIFO",
+    os.SCHED_RR: "SCHED_RR",
+}
+
+
+def _policy_name() -> str:
+    """The calling thread's policy, e.g. ``SCHED_FIFO 1`` or ``SCHED_OTHER``."""
+    policy = os.sched_getscheduler(0) & ~os.SCHED_RESET_ON_FORK
+    name = _POLICIES.get(policy, f"policy {policy}")
+    if policy in (os.SCHED_FIFO, os.SCHED_RR):
+        name += f" {os.sched_getparam(0).sched_priority}"
+    return name
 
 
 @contextlib.contextmanager
-def placed(placement: Placement, others: Sequence[int] = ()) -> Iterator[AppliedPlacement]:
-    """Apply ``placement`` for the block: every thread of this process and of the processes
-    ``others`` (the scraper, a gateway) pinned to its cores, the calling thread real-time.
-    On exit this process's threads get their CPU sets back (threads started meanwhile the
-    calling thread's) and the calling thread its policy; ``others`` stay pinned (they end
-    with the case). Never raises for a refusal: :attr:`AppliedPlacement.problem` says what
-    was not done."""
+def placed(placement: Placement) -> Iterator[AppliedPlacement]:
+    """Apply ``placement`` for the block: every thread of this process pinned to its cores,
+    then the calling thread real-time (only if the pinning held: a real-time thread left on
+    the server's cores would take them). On exit the threads get their CPU sets back
+    (threads started meanwhile the calling thread's) and the calling thread its policy.
+    Never raises for a refusal: :attr:`AppliedPlacement.problem` says what was not done."""
     old_policy, old_param = os.sched_getscheduler(0), os.sched_getparam(0)
     own_cpus = set(os.sched_getaffinity(0))
-    policy, cpus, problems = "SCHED_OTHER", None, []
+    cpus, problems = None, []
     before: dict[int, set[int]] = {}
     if placement.cpus is not None:
-        try:
-            before = pin_threads("self", placement.cpus)
-            for pid in others:
-                pin_threads(pid, placement.cpus)
+        before, refused = pin_threads("self", placement.cpus)
+        if refused:
+            problems.append(
+                f"pinning to core(s) {_cores(placement.cpus)} refused ({'; '.join(refused[:3])})"
+            )
+        else:
             cpus = list(placement.cpus)
-        except OSError as exc:
-            problems.append(f"pinning to core(s) {_cores(placement.cpus)} refused ({exc.strerror})")
-    if placement.realtime:
+    if placement.realtime and placement.cpus is not None and cpus is None:
+        problems.append("not real-time: the threads could not be kept off the server's cores")
+    elif placement.realtime:
         try:
             os.sched_setscheduler(
                 0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(REALTIME_PRIORITY)
             )
-            policy = f"SCHED_FIFO {REALTIME_PRIORITY}"
         except OSError as exc:
             problems.append(
                 f"SCHED_FIFO refused ({exc.strerror}): it needs root, CAP_SYS_NICE or "
                 "ulimit -r ≥ 1; the sending thread ran at normal priority"
             )
     try:
-        yield AppliedPlacement(policy, cpus, placement.reason, "; ".join(problems) or None)
+        yield AppliedPlacement(_policy_name(), cpus, placement.reason, "; ".join(problems) or None)
     finally:
         with contextlib.suppress(OSError):
             os.sched_setscheduler(0, old_policy, old_param)

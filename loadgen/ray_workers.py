@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.clock import Clock, ShiftedClock
+from loadgen.placement import Placement, machine_id
 from loadgen.rundir import worker_requests_file
 from loadgen.worker import WorkerRuntime
 from loadgen.workers import ClockOffset, WorkerPool
@@ -54,13 +55,18 @@ class RayWorkerActor:
         read_timeout_s: float,
         clock_shift_ns: int = 0,
         total_timeout_s: float | None = None,
+        placement: Placement | None = None,
+        coordinator_machine: str | None = None,
     ) -> None:
         self._dir = Path(tempfile.mkdtemp(prefix=f"loadgen-worker-{worker}-"))
         self._path = self._dir / worker_requests_file(worker)
         clock: Clock | None = ShiftedClock(clock_shift_ns) if clock_shift_ns else None
+        # The placement names this machine's cores: on another host it means nothing.
+        here = coordinator_machine is not None and machine_id() == coordinator_machine
         self.runtime = WorkerRuntime(
-            worker, self._path, pool_limit, read_timeout_s, clock, total_timeout_s
-        )
+            worker, self._path, pool_limit, read_timeout_s, clock, total_timeout_s,
+            placement=placement if here else None,
+        )  # fmt: skip
         self._taken = 0
 
     def node(self) -> str:
@@ -131,10 +137,13 @@ class RayWorkers(WorkerPool):
         read_timeout_s: float,
         clock_shifts_ns: list[int] | None = None,
         total_timeout_s: float | None = None,
+        placement: Placement | None = None,
     ) -> RayWorkers:
         """Connect to the cluster at ``address`` (``auto``: the one this host belongs to;
         a connection made already is reused), place ``workers`` actors (default one per
-        alive node) and wait until each has its loop, pool and record file.
+        alive node) and wait until each has its loop, pool and record file. Actors on this
+        machine run as ``placement.for_worker`` says (``loadgen.placement``), the others as
+        Ray starts them.
 
         Raises:
             RuntimeError: the cluster has no alive node.
@@ -157,11 +166,11 @@ class RayWorkers(WorkerPool):
             node = alive[k % len(alive)]
             strategy = NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False)
             shift = clock_shifts_ns[k] if clock_shifts_ns else 0
-            actors.append(
-                remote.options(scheduling_strategy=strategy).remote(
-                    k, pool_limit, read_timeout_s, shift, total_timeout_s
-                )
+            placed_k = placement.for_worker(k, count) if placement else None
+            actor = remote.options(scheduling_strategy=strategy).remote(
+                k, pool_limit, read_timeout_s, shift, total_timeout_s, placed_k, machine_id()
             )
+            actors.append(actor)
         nodes = await asyncio.to_thread(ray.get, [a.node.remote() for a in actors])
         cdir.mkdir(parents=True, exist_ok=True)
         return cls(ray, actors, list(nodes), owns, cdir)

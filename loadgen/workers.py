@@ -388,16 +388,16 @@ async def open_pool(
     here, only with ``config.ray``). Closed on exit, also on error or cancellation. Each
     worker's requests fail as stalled after ``read_timeout_s`` without a byte and as timed out
     after ``total_timeout_s`` (``None``: no limit), as :func:`loadgen.connections.open_session`
-    says. ``placement`` schedules the loops of processes on this host
-    (:meth:`loadgen.placement.Placement.for_worker`); Ray actors run as Ray starts them (the
-    cores of other hosts are not this host's)."""
+    says. ``placement`` schedules the workers on this machine
+    (:meth:`loadgen.placement.Placement.for_worker`); Ray actors on other hosts run as Ray
+    starts them (the placement names this machine's cores)."""
     pool: WorkerPool
     if config.ray is not None:
         from loadgen.ray_workers import RayWorkers
 
         pool = await RayWorkers.start(
             config.ray, config.workers, cdir, pool_limit, read_timeout_s,
-            total_timeout_s=total_timeout_s,
+            total_timeout_s=total_timeout_s, placement=placement,
         )  # fmt: skip
     else:
         pool = await ProcessWorkers(

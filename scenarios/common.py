@@ -160,9 +160,9 @@ class RunParams(BaseModel):
     )
     client_priority: ClientPriority = Field(
         default="auto",
-        description="Load generator's sending thread: realtime (SCHED_FIFO, off the cores "
-        "the server computes on), normal, or auto: realtime where it cannot take the "
-        "server's cores.",
+        description="auto: the load generator off the cores the server computes on, its "
+        "sending thread real-time (SCHED_FIFO), where those cores are known; realtime: "
+        "real-time in any case; normal: as the kernel places it.",
     )
     server_group_nice: int = Field(
         default=0,

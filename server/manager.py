@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import httpx
 
@@ -30,7 +29,7 @@ from server.capacity import (
     capacity_from_metrics,
 )
 from server.config import ServerConfig
-from server.cpus import compute_cpus, is_this_host, listener_pid
+from server.cpus import ServerHost
 from server.embedded_model import ensure_draft_model, ensure_embedded_model
 from server.engine_flags import adapt_command
 from server.engines import Engine, inspect_engine
@@ -55,42 +54,6 @@ class ServerStartError(RuntimeError):
     """
 
     pid: int | None = None
-
-
-@dataclass(frozen=True)
-class ServerHost:
-    """Where a server runs, as seen from the load generator's host (``server.cpus``).
-
-    Attributes:
-        this_host: the server runs on this machine (started here, or attached at an address
-            of this machine).
-        pid: the root of its process tree here (the API server), ``None`` when not found.
-        compute_cpus: the cores its bound (computing) threads run on, sorted; ``None`` when
-            unknown: elsewhere, not found, or nothing bound (a GPU build).
-    """
-
-    this_host: bool
-    pid: int | None = None
-    compute_cpus: list[int] | None = None
-
-    def as_dict(self) -> dict[str, object]:
-        return asdict(self)
-
-    @classmethod
-    def of_process(cls, pid: int) -> ServerHost:
-        """A server of this host whose process tree is rooted at ``pid``."""
-        cpus = compute_cpus(pid)
-        return cls(True, pid, sorted(cpus) if cpus is not None else None)
-
-    @classmethod
-    def of_url(cls, url: str) -> ServerHost:
-        """The server answering at ``url``: found here by its listening port when the URL
-        names this machine, else elsewhere."""
-        parts = urlsplit(url)
-        if parts.hostname is None or not is_this_host(parts.hostname):
-            return cls(False)
-        pid = listener_pid(parts.port or 80)
-        return cls.of_process(pid) if pid is not None else cls(True)
 
 
 @dataclass
@@ -395,13 +358,18 @@ async def start_server(
     try:
         await _wait_healthy(proc, url, log_path, start_timeout_s, on_status)
         server.startup_s = round(time.monotonic() - started, 2)
-        server.host = ServerHost.of_process(proc.pid)
+        # /proc walks, off the loop: a replica restarts mid-phase on the sending loop.
+        server.host = await asyncio.to_thread(ServerHost.of_process, proc.pid)
         server.cpu_priority = {}
         if config.engine_core_nice is not None:
-            change = lower_engine_core_priority(proc.pid, config.engine_core_nice)
+            change = await asyncio.to_thread(
+                lower_engine_core_priority, proc.pid, config.engine_core_nice
+            )
             server.cpu_priority["engine_core"] = change.as_dict()
         if config.server_group_nice is not None:
-            change = lower_session_priority(proc.pid, config.server_group_nice)
+            change = await asyncio.to_thread(
+                lower_session_priority, proc.pid, config.server_group_nice
+            )
             server.cpu_priority["session"] = change.as_dict()
         async with httpx.AsyncClient(timeout=10.0) as client:
             server.capacity, server.capacity_error = await _capacity_or_why(client, url, log_path)

@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -101,24 +102,40 @@ def spawn_group(
     real-time policy set with ``SCHED_RESET_ON_FORK`` is not inherited either.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab", buffering=0) as log:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=cwd,
-            start_new_session=True,
-        )
-    if os.sched_getaffinity(0) != START_CPUS:
-        # Spawned from a thread pinned to fewer cores (the load generator's sending thread,
-        # ``loadgen.placement``), the child inherited them: give it back the process's own
-        # before it starts threads (Popen returns once it has exec'd; vLLM binds its worker
-        # to cores it picks from this set seconds later).
-        with contextlib.suppress(OSError):
-            os.sched_setaffinity(proc.pid, START_CPUS)
-    return proc
+
+    def spawn() -> subprocess.Popen[bytes]:
+        with open(log_path, "ab", buffering=0) as log:
+            return subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+            )
+
+    if os.sched_getaffinity(0) == START_CPUS:
+        return spawn()
+    # A child inherits its parent thread's CPU set: a caller pinned to fewer cores (the load
+    # generator's sending thread, ``loadgen.placement``) spawns from a thread of its own on
+    # the whole set, so vLLM picks the cores it binds from all of them.
+    spawned: list[subprocess.Popen[bytes]] = []
+    failed: list[BaseException] = []
+
+    def spawn_unpinned() -> None:
+        try:
+            os.sched_setaffinity(0, START_CPUS)
+            spawned.append(spawn())
+        except BaseException as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=spawn_unpinned, name="spawn-group")
+    thread.start()
+    thread.join()
+    if failed:
+        raise failed[0]
+    return spawned[0]
 
 
 @dataclass(frozen=True)

@@ -185,3 +185,16 @@ def test_the_report_says_how_the_load_generator_ran(built: tuple[Path, dict]) ->
         "Load generator: SCHED_FIFO 1 on core(s) 1 (real-time on core(s) 1; the server "
         "computes on core(s) 0)."
     ) in (run_dir / REPORT_MD).read_text()
+
+
+def test_a_malformed_client_record_is_dropped_not_fatal() -> None:
+    from analysis.summaries import client_rows
+
+    assert client_rows({"policy": "x"}) == []  # not a list
+    assert client_rows([None, "SCHED_FIFO", 5]) == [None]  # Ray's None kept, junk dropped
+    assert client_rows([{"policy": 5, "cpus": "1", "reason": None, "problem": 3}]) == [
+        {"policy": "?", "cpus": None, "reason": "", "problem": None}
+    ]
+    assert client_rows([{"policy": "SCHED_FIFO 1", "cpus": [1], "reason": "r"}]) == [
+        {"policy": "SCHED_FIFO 1", "cpus": [1], "reason": "r", "problem": None}
+    ]

@@ -18,10 +18,11 @@ from loadgen.placement import (
     AppliedPlacement,
     Placement,
     choose_placement,
+    pin_helpers,
     placed,
     placement_for_servers,
 )
-from server.manager import ServerHost
+from server.cpus import ServerHost
 from server.process import START_CPUS, spawn_group, stop_group
 
 CORES = (0, 1, 2, 3)
@@ -49,7 +50,7 @@ def test_a_server_on_another_host_leaves_every_core_free() -> None:
     ("server_cpus", "why"),
     [
         ({0, 1, 2, 3}, "the server computes on every core this process may use (0,1,2,3)"),
-        (None, "no thread of it is bound to cores"),
+        (None, "no thread of it is bound to fewer cores than its root process"),
     ],
 )
 def test_auto_stays_normal_where_it_could_take_the_servers_cores(
@@ -141,22 +142,23 @@ def test_placed_pins_every_thread_makes_the_caller_real_time_and_is_undone_after
     assert after == (os.SCHED_OTHER, before, before)
 
 
-def test_other_processes_are_pinned_and_stay_so(tmp_path: Path) -> None:
+def test_helper_processes_are_pinned_for_good() -> None:
     core = max(os.sched_getaffinity(0))
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-
-        def run() -> tuple[AppliedPlacement, set[int]]:
-            with placed(Placement(False, (core,), "test"), [other.pid]) as applied:
-                pass
-            return applied, os.sched_getaffinity(other.pid)
-
-        applied, after = _in_thread(run)
-        assert (applied.policy, applied.cpus) == ("SCHED_OTHER", [core])
-        assert after == {core}  # the scraper ends with the case: never unpinned
+        assert pin_helpers([other.pid], Placement(False, (core,), "test")) is None
+        assert os.sched_getaffinity(other.pid) == {core}  # they end with the case
+        assert pin_helpers([other.pid], Placement(True, None, "unpinned")) is None
+        assert os.sched_getaffinity(other.pid) == {core}  # nothing to pin: left alone
     finally:
         other.kill()
         other.wait()
+
+
+def test_workers_sharing_cores_run_at_normal_priority() -> None:
+    shared = Placement(True, (1,), "real-time on core(s) 1").for_worker(0, 2)
+    assert (shared.realtime, shared.cpus) == (False, (1,))
+    assert shared.reason == "real-time on core(s) 1; normal priority: 2 workers share 1 core(s)"
 
 
 @needs_realtime
@@ -201,3 +203,35 @@ def test_a_refused_real_time_policy_is_reported_and_the_pinning_stays(
     assert applied.problem is not None
     assert applied.problem.startswith("SCHED_FIFO refused (Operation not permitted)")
     assert inside == {core}  # off the server's cores even without the priority
+
+
+def test_no_real_time_where_the_threads_could_not_be_pinned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(*args: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "sched_setaffinity", refuse)
+    scheduled: list[object] = []
+    monkeypatch.setattr(os, "sched_setscheduler", lambda *a: scheduled.append(a))
+
+    def run() -> AppliedPlacement:
+        with placed(Placement(True, (0,), "test")) as applied:
+            return applied
+
+    applied = _in_thread(run)
+    assert (applied.policy, applied.cpus) == ("SCHED_OTHER", None)
+    assert applied.problem is not None and applied.problem.startswith(
+        "pinning to core(s) 0 refused (thread "
+    )
+    assert applied.problem.endswith(
+        "not real-time: the threads could not be kept off the server's cores"
+    )
+    assert len(scheduled) == 1  # only the restore on exit: never set to SCHED_FIFO
+
+
+def test_helper_problems_are_added_to_the_record() -> None:
+    applied = AppliedPlacement("SCHED_FIFO 1", [1], "r")
+    assert applied.with_problem(None) is applied
+    assert applied.with_problem("helpers x").problem == "helpers x"
+    assert applied.with_problem("a").with_problem("b").problem == "a; b"

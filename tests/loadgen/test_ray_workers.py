@@ -11,6 +11,7 @@ issue 14's example of a pooled p99 that averaging per-worker p99s would halve.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ from analysis.load import read_records
 from analysis.summaries import stats
 from loadgen.client import Target
 from loadgen.clock import MonotonicClock
+from loadgen.placement import Placement
 from loadgen.rundir import CLOCK_OFFSETS_FILE, append_jsonl, worker_requests_file
 from loadgen.workers import ClockOffset, run_split_phase
 from scenarios.arrivals import ClosedLoop
@@ -74,10 +76,15 @@ async def test_phase_on_two_ray_nodes_merges_records_pools_percentiles_applies_o
     script = StreamScript(ttft_for=lambda body: 0.5 if tuple(body["prompt"]) in slow else 0.01)
     offsets: list[ClockOffset] = []
     async with FakeOpenAIServer(script, keep_seen=False).serve() as fake:
+        # Both "nodes" are this machine: the actors place themselves as asked (both on the
+        # last core, sharing it at normal priority).
+        core = max(os.sched_getaffinity(0))
         pool = await RayWorkers.start(
-            "auto", 2, tmp_path, pool_limit=4, read_timeout_s=30, clock_shifts_ns=[0, AHEAD_NS]
-        )
+            "auto", 2, tmp_path, pool_limit=4, read_timeout_s=30, clock_shifts_ns=[0, AHEAD_NS],
+            placement=Placement(True, (core,), "test"),
+        )  # fmt: skip
         try:
+            placed = await pool.placements()
             nodes = pool.nodes()
             before = time.monotonic_ns()
             split = await run_split_phase(
@@ -92,6 +99,7 @@ async def test_phase_on_two_ray_nodes_merges_records_pools_percentiles_applies_o
         append_jsonl(tmp_path / CLOCK_OFFSETS_FILE, o.as_row("p"))
 
     assert len(set(nodes)) == 2, nodes  # one worker on each node
+    assert [(a.policy, a.cpus) if a else None for a in placed] == [("SCHED_OTHER", [core])] * 2
     assert split.errors == [] and split.statuses == {"ok": 200}
 
     # Offsets were measured (one per worker) and found the shift within their bound: worker
