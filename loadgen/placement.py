@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -50,6 +51,10 @@ from server.cpus import ServerHost
 
 #: The lowest real-time priority: above every normal task, below the kernel's own.
 REALTIME_PRIORITY = 1
+#: The interpreter's GIL switch interval while the sending thread is real-time (s; Python's
+#: default is 0.005): a thread holding the GIL (rich's progress refresh, a helper thread)
+#: must hand it over this soon once the woken sending thread asks for it.
+REALTIME_SWITCH_INTERVAL_S = 0.0005
 
 
 @dataclass(frozen=True)
@@ -78,8 +83,8 @@ class Placement:
             return Placement(
                 False,
                 self.cpus,
-                f"{self.reason}; normal priority: {workers} workers share "
-                f"{len(self.cpus)} core(s)",
+                f"normal priority: {workers} workers share core(s) {_cores(self.cpus)} "
+                f"(else {self.reason})",
             )
         return Placement(self.realtime, (self.cpus[worker],), self.reason)
 
@@ -246,10 +251,12 @@ def _policy_name() -> str:
 def placed(placement: Placement) -> Iterator[AppliedPlacement]:
     """Apply ``placement`` for the block: every thread of this process pinned to its cores,
     then the calling thread real-time (only if the pinning held: a real-time thread left on
-    the server's cores would take them). On exit the threads get their CPU sets back
+    the server's cores would take them) with the GIL switch interval at
+    :data:`REALTIME_SWITCH_INTERVAL_S`. On exit the threads get their CPU sets back
     (threads started meanwhile the calling thread's) and the calling thread its policy.
     Never raises for a refusal: :attr:`AppliedPlacement.problem` says what was not done."""
     old_policy, old_param = os.sched_getscheduler(0), os.sched_getparam(0)
+    old_switch = sys.getswitchinterval()
     own_cpus = set(os.sched_getaffinity(0))
     cpus, problems = None, []
     before: dict[int, set[int]] = {}
@@ -268,6 +275,7 @@ def placed(placement: Placement) -> Iterator[AppliedPlacement]:
             os.sched_setscheduler(
                 0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(REALTIME_PRIORITY)
             )
+            sys.setswitchinterval(min(old_switch, REALTIME_SWITCH_INTERVAL_S))
         except OSError as exc:
             problems.append(
                 f"SCHED_FIFO refused ({exc.strerror}): it needs root, CAP_SYS_NICE or "
@@ -276,6 +284,7 @@ def placed(placement: Placement) -> Iterator[AppliedPlacement]:
     try:
         yield AppliedPlacement(_policy_name(), cpus, placement.reason, "; ".join(problems) or None)
     finally:
+        sys.setswitchinterval(old_switch)
         with contextlib.suppress(OSError):
             os.sched_setscheduler(0, old_policy, old_param)
         if placement.cpus is not None:

@@ -8,7 +8,7 @@ wall-clock anchor converts them. Errors and disconnects are fields, never escapi
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import IO, Literal
 
@@ -96,8 +96,16 @@ class RequestRecord:
         return sum(self.chunk_tokens)
 
     def to_json(self) -> str:
-        """The record as one compact JSON line (no newline)."""
-        return json.dumps(asdict(self), separators=(",", ":"))
+        """The record as one compact JSON line (no newline): every field, in order.
+
+        Built from a shallow dict, not ``dataclasses.asdict``, which deep-copies the stamp
+        lists: on the sending loop, once per finished request, that took 75 µs for a
+        17-chunk record and 1.15 ms for a 512-chunk one, against 16 µs and 118 µs now
+        (timeit, AMD EPYC family 25 model 17)."""
+        return json.dumps({name: getattr(self, name) for name in _FIELDS}, separators=(",", ":"))
+
+
+_FIELDS = tuple(f.name for f in fields(RequestRecord))
 
 
 class RecordWriter:

@@ -129,17 +129,21 @@ def test_placed_pins_every_thread_makes_the_caller_real_time_and_is_undone_after
     def run() -> tuple[Any, ...]:
         with placed(Placement(True, (core,), "test")) as applied:
             inside = (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority,
-                      os.sched_getaffinity(0))  # fmt: skip
+                      os.sched_getaffinity(0), sys.getswitchinterval())  # fmt: skip
             main_inside = (os.sched_getscheduler(main), os.sched_getaffinity(main))
-        after = (os.sched_getscheduler(0), os.sched_getaffinity(0), os.sched_getaffinity(main))
+        after = (os.sched_getscheduler(0), os.sched_getaffinity(0), os.sched_getaffinity(main),
+                 sys.getswitchinterval())  # fmt: skip
         return applied, inside, main_inside, after
 
+    switch = sys.getswitchinterval()
     applied, inside, main_inside, after = _in_thread(run)
     assert applied == AppliedPlacement(f"SCHED_FIFO {REALTIME_PRIORITY}", [core], "test")
-    assert inside == (os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, REALTIME_PRIORITY, {core})
+    assert inside == (
+        os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, REALTIME_PRIORITY, {core}, pytest.approx(0.0005)
+    )  # fmt: skip
     # Another thread of the process: pinned too (it may hold the GIL), not real-time.
     assert main_inside == (os.SCHED_OTHER, {core})
-    assert after == (os.SCHED_OTHER, before, before)
+    assert after == (os.SCHED_OTHER, before, before, switch)
 
 
 def test_helper_processes_are_pinned_for_good() -> None:
@@ -158,7 +162,9 @@ def test_helper_processes_are_pinned_for_good() -> None:
 def test_workers_sharing_cores_run_at_normal_priority() -> None:
     shared = Placement(True, (1,), "real-time on core(s) 1").for_worker(0, 2)
     assert (shared.realtime, shared.cpus) == (False, (1,))
-    assert shared.reason == "real-time on core(s) 1; normal priority: 2 workers share 1 core(s)"
+    assert shared.reason == (
+        "normal priority: 2 workers share core(s) 1 (else real-time on core(s) 1)"
+    )
 
 
 @needs_realtime
