@@ -103,8 +103,9 @@ def choose_placement(
 
     Args:
         mode: ``normal`` (leave everything as it is), ``realtime`` (the sending thread
-            real-time in any case), ``auto`` (real-time only where it cannot take a core the
-            server computes on).
+            real-time in any case), ``auto`` (real-time where the server computes on known
+            cores of this machine and leaves one free: there the sending thread competes with
+            the server's API server; normal priority otherwise).
         available: the cores this process may run on.
         server_here: the server runs on this machine.
         server_cpus: the cores it computes on (``server.cpus.compute_cpus``), ``None`` when
@@ -116,10 +117,13 @@ def choose_placement(
     if mode == "normal":
         return Placement(False, None, "normal priority, unpinned, as asked")
     if not server_here:
-        # Every core here is free: workers get one each (Placement.for_worker).
-        return Placement(
-            True, tuple(sorted(available)), "real-time; the server runs on another host"
-        )
+        # Nothing of the server competes here, and a client that runs flat out (why one adds
+        # workers) would, real-time, starve its own scraper: real-time only when asked, then
+        # with every core free for the workers to get one each (Placement.for_worker).
+        if mode == "realtime":
+            cores = tuple(sorted(available))
+            return Placement(True, cores, "real-time, as asked; the server runs on another host")
+        return Placement(False, None, "normal priority, unpinned; the server runs on another host")
     if server_cpus is not None:
         free = sorted(set(available) - set(server_cpus))
         if free:

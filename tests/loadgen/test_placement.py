@@ -40,10 +40,13 @@ def test_real_time_on_the_cores_the_server_leaves_free() -> None:
     assert p.reason == "real-time on core(s) 3; the server computes on core(s) 0,1,2"
 
 
-def test_a_server_on_another_host_leaves_every_core_free() -> None:
+def test_a_server_on_another_host_leaves_the_client_as_it_is_unless_asked() -> None:
     p = choose_placement("auto", CORES, False, None)
-    assert (p.realtime, p.cpus) == (True, CORES)
-    assert [p.for_worker(k, 2).cpus for k in range(2)] == [(0,), (1,)]
+    assert (p.realtime, p.cpus) == (False, None)  # real-time only when asked...
+    asked = choose_placement("realtime", CORES, False, None)
+    assert [asked.for_worker(k, 2).cpus for k in range(2)] == [(0,), (1,)]  # ...a core each
+    assert (asked.realtime, asked.cpus) == (True, CORES)
+    assert [asked.for_worker(k, 4).realtime for k in range(4)] == [True] * 4
 
 
 @pytest.mark.parametrize(
