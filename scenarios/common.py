@@ -160,8 +160,9 @@ class RunParams(BaseModel):
     )
     client_priority: ClientPriority = Field(
         default="auto",
-        description="auto: the load generator off the cores the server computes on, its "
-        "sending thread real-time (SCHED_FIFO), where those cores are known; realtime: "
+        description="auto: for a server on this host whose compute cores are known and leave "
+        "one free, the load generator off them, its sending thread real-time (SCHED_FIFO); "
+        "otherwise (a server elsewhere included) as the kernel places it. realtime: "
         "real-time in any case; normal: as the kernel places it.",
     )
     server_group_nice: int = Field(

@@ -425,8 +425,10 @@ def _print_chunks(c: dict[str, Any]) -> None:
         print(f"  {name:<28} {r['chunks_per_s']:>9,} chunks/s  ×{r['ratio_to_1_worker']:.2f}  "
               f"loop lag p99 {r['loop_lag_p99_ms']} ms")  # fmt: skip
     two = c["runs"]["2 worker processes"]["ratio_to_1_worker"]
-    print(f"  target (2 worker processes ≥ {CHUNK_TARGET_RATIO}× one): "
-          f"{'met' if two >= CHUNK_TARGET_RATIO else 'MISSED'} (×{two:.2f})")
+    print(
+        f"  target (2 worker processes ≥ {CHUNK_TARGET_RATIO}× one): "
+        f"{'met' if two >= CHUNK_TARGET_RATIO else 'MISSED'} (×{two:.2f})"
+    )
 
 
 def _print_open(o: dict[str, Any]) -> None:
