@@ -48,6 +48,7 @@ from pathlib import Path
 
 from scenarios.plan import ClientPriority
 from server.cpus import ServerHost
+from server.process import thread_ids
 
 #: The lowest real-time priority: above every normal task, below the kernel's own.
 REALTIME_PRIORITY = 1
@@ -197,20 +198,13 @@ def machine_id() -> str | None:
         return None
 
 
-def _threads(pid: int | str) -> list[int]:
-    try:
-        return [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
-    except OSError:
-        return []
-
-
 def pin_threads(pid: int | str, cpus: Collection[int]) -> tuple[dict[int, set[int]], list[str]]:
     """Pin every thread of process ``pid`` (``"self"``: this one) to ``cpus``.
 
     Returns the CPU sets the pinned threads had, by thread id, and what was refused (one line
     per thread; threads that exit meanwhile are skipped). Never raises."""
     before, refused = {}, []
-    for tid in _threads(pid):
+    for tid in thread_ids(pid):
         try:
             had = set(os.sched_getaffinity(tid))
             os.sched_setaffinity(tid, cpus)
@@ -292,6 +286,6 @@ def placed(placement: Placement) -> Iterator[AppliedPlacement]:
         with contextlib.suppress(OSError):
             os.sched_setscheduler(0, old_policy, old_param)
         if placement.cpus is not None:
-            for tid in _threads("self"):
+            for tid in thread_ids("self"):
                 with contextlib.suppress(OSError):
                     os.sched_setaffinity(tid, before.get(tid, own_cpus))

@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from server.process import process_stats, thread_ids
+
 #: TCP state LISTEN in /proc/net/tcp (``include/net/tcp_states.h``: TCP_LISTEN = 10).
 _TCP_LISTEN = "0A"
 _Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -34,19 +36,7 @@ _Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 def _parents(proc: Path) -> dict[int, int]:
     """pid → parent pid of every live (not zombie) process in ``proc``."""
-    parents: dict[int, int] = {}
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # exited while we looked
-        # "pid (comm) state ppid ...": the fields after the parenthesised command name.
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] != "Z":
-            parents[int(entry.name)] = int(fields[1])
-    return parents
+    return {s.pid: s.ppid for s in process_stats(proc) or [] if s.state != "Z"}
 
 
 def process_tree(root_pid: int, proc: Path = Path("/proc")) -> list[int]:
@@ -67,12 +57,8 @@ def process_tree(root_pid: int, proc: Path = Path("/proc")) -> list[int]:
 def _thread_affinities(pid: int, proc: Path) -> list[set[int]]:
     """The CPU sets each thread of ``pid`` may run on (threads that exit meanwhile are
     skipped)."""
-    try:
-        tids = [int(t.name) for t in (proc / str(pid) / "task").iterdir()]
-    except OSError:
-        return []
     found = []
-    for tid in tids:
+    for tid in thread_ids(pid, proc):
         with contextlib.suppress(OSError):
             found.append(set(os.sched_getaffinity(tid)))
     return found

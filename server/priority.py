@@ -42,7 +42,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from server.process import group_members
+from server.process import group_members, thread_ids
 
 #: vLLM names its engine-core process ``VLLM::EngineCore`` (``setproctitle``); the kernel's
 #: ``comm`` keeps 15 characters.
@@ -95,11 +95,7 @@ def lower_engine_core_priority(
         return PriorityChange(nice, problem=f"no {ENGINE_CORE_COMM}* process in group {pgid}")
     threads, problems = 0, []
     for pid in pids:
-        try:
-            tids = [int(t.name) for t in (proc / str(pid) / "task").iterdir()]
-        except OSError:
-            continue  # exited
-        for tid in tids:
+        for tid in thread_ids(pid, proc):  # none once it exited
             try:
                 os.setpriority(os.PRIO_PROCESS, tid, nice)
                 threads += 1

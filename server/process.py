@@ -33,18 +33,20 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
 
 
 @dataclass(frozen=True)
-class GroupMember:
-    """A process of a process group, as /proc shows it: pid, command name (``comm``, at most
-    15 characters) and state letter (``Z`` for a zombie)."""
+class ProcessStat:
+    """A process as ``/proc/PID/stat`` shows it: pid, command name (``comm``, at most 15
+    characters), state letter (``Z`` for a zombie), parent pid and process group."""
 
     pid: int
     comm: str
     state: str
+    ppid: int
+    pgrp: int
 
 
-def group_members(pgid: int, proc: Path = Path("/proc")) -> list[GroupMember] | None:
-    """Every process of group ``pgid``, zombies included, sorted by pid, from ``proc``;
-    ``None`` where it is absent."""
+def process_stats(proc: Path = Path("/proc")) -> list[ProcessStat] | None:
+    """Every process in ``proc``, zombies included, sorted by pid (those exiting while we look
+    are skipped); ``None`` where ``proc`` is absent."""
     if not proc.is_dir():
         return None
     found = []
@@ -58,9 +60,23 @@ def group_members(pgid: int, proc: Path = Path("/proc")) -> list[GroupMember] | 
         # "pid (comm) state ppid pgrp ...": split after the parenthesised command name.
         comm = stat.split("(", 1)[1].rsplit(")", 1)[0]
         fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[2]) == pgid:
-            found.append(GroupMember(int(entry.name), comm, fields[0]))
-    return sorted(found, key=lambda m: m.pid)
+        found.append(ProcessStat(int(entry.name), comm, fields[0], int(fields[1]), int(fields[2])))
+    return sorted(found, key=lambda s: s.pid)
+
+
+def group_members(pgid: int, proc: Path = Path("/proc")) -> list[ProcessStat] | None:
+    """Every process of group ``pgid``, zombies included, sorted by pid, from ``proc``;
+    ``None`` where it is absent."""
+    stats = process_stats(proc)
+    return None if stats is None else [s for s in stats if s.pgrp == pgid]
+
+
+def thread_ids(pid: int | str, proc: Path = Path("/proc")) -> list[int]:
+    """The thread ids of process ``pid`` (``"self"``: this one); ``[]`` once it is gone."""
+    try:
+        return [int(t.name) for t in (proc / str(pid) / "task").iterdir()]
+    except OSError:
+        return []
 
 
 def live_members(pgid: int) -> list[str] | None:

@@ -45,7 +45,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, get_args
 
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parents[2]))
@@ -249,6 +249,7 @@ async def _with_pool(pool: Any, cdir: Path, url: str, phase: Any, rate: float | 
     out["per_worker_loop_lag_p99_ms"] = [w["loop_lag_p99_ms"] for w in split.workers]
     if split.offsets:
         out["clock_offset_bound_ms"] = [o.bound_ns / 1e6 for o in split.offsets]
+    out["placement"] = [a.as_dict() if a else None for a in await pool.placements()]
     return out
 
 
@@ -259,9 +260,7 @@ async def _processes(n: int, url: str, phase: Any, rate: float | None) -> dict[s
     pool = await ProcessWorkers(n, cdir, pool_limit=0, read_timeout_s=60,
                                 placement=PLACEMENT).start()  # fmt: skip
     try:
-        out = await _with_pool(pool, cdir, url, phase, rate)
-        out["placement"] = [a.as_dict() if a else None for a in await pool.placements()]
-        return out
+        return await _with_pool(pool, cdir, url, phase, rate)
     finally:
         await pool.close()
 
@@ -275,7 +274,6 @@ async def _ray(n: int, url: str, phase: Any, rate: float | None) -> dict[str, An
     try:
         out = await _with_pool(pool, cdir, url, phase, rate)
         out["nodes"] = pool.nodes()
-        out["placement"] = [a.as_dict() if a else None for a in await pool.placements()]
         return out
     finally:
         await pool.close()
@@ -465,14 +463,16 @@ def main() -> None:
                         help="Comma-separated --client-priority modes to measure every part "
                         "with (auto, realtime, normal).")  # fmt: skip
     args = parser.parse_args()
-    for mode in args.client_priority.split(","):
-        if mode not in ("auto", "realtime", "normal"):
-            parser.error(f"--client-priority: unknown mode {mode!r}")
     import uvloop
 
-    if args.serve:
+    if args.serve:  # the fake server's process: nothing of the project imported
         uvloop.run(_serve())
         return
+    from scenarios.plan import ClientPriority
+
+    for mode in args.client_priority.split(","):
+        if mode not in get_args(ClientPriority):
+            parser.error(f"--client-priority: unknown mode {mode!r}")
     result = uvloop.run(_main(args))
     result["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     args.out.write_text(json.dumps(result, indent=2) + "\n")

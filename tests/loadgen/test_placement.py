@@ -194,13 +194,15 @@ def test_what_a_placed_thread_starts_runs_normally_on_every_core(tmp_path: Path)
     assert server == f"{os.SCHED_OTHER} {sorted(START_CPUS)}\n"
 
 
+def _refuse(*args: object) -> None:
+    """Stands in for a scheduling call the kernel refuses without privileges."""
+    raise PermissionError(1, "Operation not permitted")
+
+
 def test_a_refused_real_time_policy_is_reported_and_the_pinning_stays(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def refuse(*args: object) -> None:
-        raise PermissionError(1, "Operation not permitted")
-
-    monkeypatch.setattr(os, "sched_setscheduler", refuse)
+    monkeypatch.setattr(os, "sched_setscheduler", _refuse)
     core = max(os.sched_getaffinity(0))
 
     def run() -> tuple[AppliedPlacement, set[int]]:
@@ -217,10 +219,7 @@ def test_a_refused_real_time_policy_is_reported_and_the_pinning_stays(
 def test_no_real_time_where_the_threads_could_not_be_pinned(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def refuse(*args: object) -> None:
-        raise PermissionError(1, "Operation not permitted")
-
-    monkeypatch.setattr(os, "sched_setaffinity", refuse)
+    monkeypatch.setattr(os, "sched_setaffinity", _refuse)
     scheduled: list[object] = []
     monkeypatch.setattr(os, "sched_setscheduler", lambda *a: scheduled.append(a))
 
