@@ -11,6 +11,7 @@ and TPOT p50). About 80 s with the server start.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,23 @@ def test_validate_passes_and_the_report_rebuilds_identically(reduced_run: Path) 
     assert proc.returncode == 0, proc.stderr
     after = (reduced_run / "report.json").read_text(), (reduced_run / "report.md").read_text()
     assert after == before
+
+
+def test_the_load_generator_ran_off_the_cores_vllm_computes_on(reduced_run: Path) -> None:
+    """``--client-priority auto`` against the embedded vLLM of this host: its compute cores
+    found from its bound worker threads (``server.cpus``), the sending thread pinned to the
+    rest (``loadgen.placement``) and real-time unless the kernel refused it."""
+    (case_json,) = reduced_run.glob("cases/*/case.json")
+    info = json.loads(case_json.read_text())
+    host = info["server"]["host"]
+    assert host["this_host"] is True
+    compute = set(host["compute_cpus"])
+    machine = set(os.sched_getaffinity(0))
+    assert compute and compute < machine  # vLLM binds its worker to fewer cores than it has
+    (client,) = info["client"]
+    assert client["cpus"] == sorted(machine - compute)
+    if client["problem"] is None:
+        assert client["policy"] == "SCHED_FIFO 1"
+    else:  # no CAP_SYS_NICE here: pinned all the same, and the record says why
+        assert client["policy"] == "SCHED_OTHER"
+        assert client["problem"].startswith("SCHED_FIFO refused")
