@@ -9,7 +9,7 @@ from summary_builders import case, phase
 
 from analysis.checks import evaluate
 from analysis.load import CaseData, load_case
-from analysis.reports.breaker import REPORT, BreakerDetails, episode
+from analysis.reports.breaker.report import REPORT, BreakerDetails, episode
 from scenarios.breaker import BreakerEpisode
 from scenarios.plan import CaseSpec
 

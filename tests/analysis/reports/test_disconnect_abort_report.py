@@ -8,7 +8,7 @@ from summary_builders import case, phase
 
 from analysis.checks import evaluate
 from analysis.load import CaseData
-from analysis.reports.disconnect_abort import REPORT, DisconnectDetails, disconnect_row
+from analysis.reports.disconnect_abort.report import REPORT, DisconnectDetails, disconnect_row
 from metrics.samples import Sample
 from scenarios.disconnect_abort import DisconnectFreesServer, OrphansRunOn
 

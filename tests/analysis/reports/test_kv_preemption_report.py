@@ -7,7 +7,7 @@ from summary_builders import case, phase
 
 from analysis.checks import evaluate
 from analysis.models import CaseSummary
-from analysis.reports.kv_preemption import (
+from analysis.reports.kv_preemption.report import (
     REPORT,
     HandCalculation,
     KVPreemptionDetails,

@@ -8,7 +8,7 @@ from summary_builders import case, phase
 from analysis.checks import evaluate
 from analysis.latency import request_frame
 from analysis.models import Verdict
-from analysis.reports.prefix_eviction import (
+from analysis.reports.prefix_eviction.report import (
     REPORT,
     HitRates,
     PrefixCase,

@@ -8,14 +8,14 @@ import pytest
 from summary_builders import case, phase
 
 from analysis.checks import evaluate
-from analysis.reports.slo_goodput import (
-    REPORT,
+from analysis.reports.slo_goodput import REPORT
+from analysis.reports.slo_goodput.details import capacity_answer
+from analysis.reports.slo_goodput.models import (
     CapacityAnswer,
     LateFigure,
     SaturationFigures,
     SLOGoodputDetails,
     SweepPoint,
-    capacity_answer,
 )
 from scenarios.slo_goodput import (
     ClientKeptUp,

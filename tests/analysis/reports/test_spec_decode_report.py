@@ -10,9 +10,9 @@ from spec_decode_run import build_run
 
 from analysis.load import load_run
 from analysis.report import build_report, summarize_run
-from analysis.reports.spec_decode import REPORT
-from analysis.spec_decode_figures import SpecDecodeDetails, SpecRow, answer_line
-from analysis.speculative import break_even_alpha
+from analysis.reports.spec_decode.acceptance import break_even_alpha
+from analysis.reports.spec_decode.figures import SpecDecodeDetails, SpecRow, answer_line
+from analysis.reports.spec_decode.report import REPORT
 from scenarios.spec_decode import PerPositionNonIncreasing, PerPositionSumsToAccepted
 
 

@@ -1,8 +1,8 @@
 """spec-decode's report: acceptance per position and phase, predicted vs measured speedup, the
 break-even acceptance, a keep/disable recommendation with hysteresis, and its verdicts.
 
-The figures and their definitions are ``analysis.spec_decode_figures`` (client chunks, τ over
-every decode step, merged reads, the draft cost c, the model) and ``analysis.speculative``
+The figures and their definitions are ``figures`` here (client chunks, τ over
+every decode step, merged reads, the draft cost c, the model) and ``acceptance`` here
 (the counter arithmetic and Leviathan et al.'s speedup formula). The report ends with one line
 per case: does speculation pay, at which concurrency, by how much, at which acceptance, and
 where it would stop paying.
@@ -23,7 +23,7 @@ from analysis.markdown import f, pct, table
 from analysis.models import CaseSummary, Verdict
 from analysis.plots import save
 from analysis.reports import Evaluator, PhaseColumn, ScenarioReport
-from analysis.spec_decode_figures import SpecDecodeDetails, SpecRow, spec_decode_details
+from analysis.reports.spec_decode.figures import SpecDecodeDetails, SpecRow, spec_decode_details
 from scenarios.spec_decode import (
     ChunkTokensMatchAcceptanceLength,
     PerPositionNonIncreasing,

@@ -1,5 +1,6 @@
 """The blocks a request holds from its own token stamps, the peak window, and the scrapes
-that looked inside it (``analysis.kv_blocks``); every figure worked out by hand below."""
+that looked inside it (``analysis.reports.kv_preemption.kv_blocks``); every figure worked out
+by hand below."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from analysis.kv_blocks import blocks_after_token, peak_window, scrapes_inside
+from analysis.reports.kv_preemption.kv_blocks import blocks_after_token, peak_window, scrapes_inside
 
 
 def test_blocks_grow_one_step_after_the_token_that_needs_them() -> None:

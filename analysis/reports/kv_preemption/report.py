@@ -20,7 +20,7 @@ Hand calculation (SCENARIOS.md §5), from a case's real capacity of N blocks of 
 The prediction is about C requests that all run to their end: when fewer than C succeeded
 (failed, aborted or never sent), the load was not the one predicted and both checks are
 undecided, saying so, never failed. The KV-peak check is also undecided when no scrape looked
-at the server while the predicted peak was there (``analysis.kv_blocks``): a sampled peak is a
+at the server while the predicted peak was there (``kv_blocks`` here): a sampled peak is a
 lower bound, and one from scrapes that all fell before or after the peak says nothing of it.
 """
 
@@ -31,11 +31,11 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from analysis.kv_blocks import peak_window, scrapes_inside
 from analysis.load import CaseData, RunData
 from analysis.markdown import f, table
 from analysis.models import CaseSummary, PhaseSummary, Verdict
 from analysis.reports import Evaluator, ScenarioReport
+from analysis.reports.kv_preemption.kv_blocks import peak_window, scrapes_inside
 from scenarios.kv_preemption import KVPeakMatchesWorkingSet, PreemptionAsPredicted
 
 
@@ -99,7 +99,7 @@ def hand_calculation(
 
 
 class PeakCoverage(_Frozen):
-    """Whether any scrape looked while the predicted KV peak was there (``analysis.kv_blocks``).
+    """Whether any scrape looked while the predicted KV peak was there (``kv_blocks`` here).
 
     ``level_blocks`` = the predicted peak in blocks, min(usable, final working set);
     ``window_ms`` = how long the requests' received tokens put the demand at that level (ms,

@@ -1,9 +1,9 @@
 """spec-decode's figures: per case and phase, acceptance, client chunks, and the speedup model.
 
 Pure computations from the run's raw data and generic summaries into typed rows
-(:class:`SpecRow`); ``analysis.reports.spec_decode`` renders them and decides the verdicts.
+(:class:`SpecRow`); ``report`` here renders them and decides the verdicts.
 
-Server side (``analysis.speculative``): per phase, α = accepted ÷ draft tokens, τ = 1 +
+Server side (``acceptance`` here): per phase, α = accepted ÷ draft tokens, τ = 1 +
 accepted ÷ drafts, per-position rates = accepted at position i ÷ drafts, from counter deltas
 summed over engines; the per-position counts must add up to the accepted total.
 
@@ -34,7 +34,7 @@ at each concurrency, and each such chunk is matched against the ``/metrics`` scr
 started during its gap (the server's API process, which shares a core with the client here,
 renders the page meanwhile).
 
-Speedup (``analysis.speculative``): measured = baseline TPOT mean ÷ case TPOT mean in the same
+Speedup (``acceptance`` here): measured = baseline TPOT mean ÷ case TPOT mean in the same
 phase (same requests, same concurrency); predicted = E(α) ÷ (k·c + 1) (Leviathan et al., 2023)
 with c = the draft cost per step in target steps: for draft models, measured from the
 ``draft-random`` case of the same phase (same draft size; it accepts ≈ nothing, so its step
@@ -65,7 +65,7 @@ from analysis.checks import fmt
 from analysis.latency import describe
 from analysis.load import CaseData, RunData
 from analysis.models import CaseSummary, Stats
-from analysis.speculative import (
+from analysis.reports.spec_decode.acceptance import (
     SpecCounters,
     alpha_for_speedup,
     break_even_alpha,

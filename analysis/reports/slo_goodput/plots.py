@@ -13,17 +13,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 from matplotlib import pyplot as plt
 
 from analysis.load import CaseData
 from analysis.plots import save
+from analysis.reports.slo_goodput.models import SLOGoodputDetails
 from metrics.samples import series
-
-if TYPE_CHECKING:
-    from analysis.reports.slo_goodput import SLOGoodputDetails
 
 
 def _offered(details: SLOGoodputDetails) -> list[float]:

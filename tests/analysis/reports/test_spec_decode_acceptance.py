@@ -1,4 +1,5 @@
-"""analysis.speculative: acceptance from vLLM's counters, and the speedup model's arithmetic."""
+"""analysis.reports.spec_decode.acceptance: acceptance from vLLM's counters, and the speedup
+model's arithmetic."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import math
 
 import pytest
 
-from analysis.speculative import (
+from analysis.reports.spec_decode.acceptance import (
     alpha_for_speedup,
     break_even_alpha,
     expected_tokens_per_step,
