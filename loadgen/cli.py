@@ -201,9 +201,9 @@ def workers_option(text: str | None) -> int | None:
 
 
 def _workers_config(scenario: Any, values: dict[str, Any]) -> Any:
-    """The run's :class:`loadgen.workers.WorkersConfig`, refused before anything starts when
+    """The run's :class:`loadgen.workers.process.WorkersConfig`, refused before anything starts when
     the scenario cannot be split or Ray is asked for but not installed."""
-    from loadgen.workers import WorkersConfig
+    from loadgen.workers.process import WorkersConfig
 
     config = WorkersConfig(workers_option(values.get("workers")), values.get("ray"))
     if config.split and scenario.single_process_reason:

@@ -56,14 +56,8 @@ from loadgen.rundir import (
     write_json,
 )
 from loadgen.server_watch import ServerGone, ServerWatch
-from loadgen.workers import (
-    ClockOffset,
-    SplitPhase,
-    WorkerPool,
-    WorkersConfig,
-    open_pool,
-    run_split_phase,
-)
+from loadgen.workers.base import ClockOffset, WorkerPool
+from loadgen.workers.process import SplitPhase, WorkersConfig, open_pool, run_split_phase
 from metrics.probe import read_gauge, wait_for_gauge_at_most
 from metrics.scraper import ScraperProcess
 from scenarios.arrivals import ClosedLoop, concurrency_limit

@@ -33,8 +33,8 @@ it (helper threads, a restarted replica) start at normal priority; a server spaw
 meanwhile also gets back the process's whole CPU set (``server.process.spawn_group``).
 Real-time scheduling needs root, ``CAP_SYS_NICE`` or an ``RLIMIT_RTPRIO`` of at least 1
 (``ulimit -r``); refused, the threads are still pinned and the run records why. Worker
-processes place themselves the same way (``loadgen.worker``); Ray actors on this machine do
-too, those on other hosts run as Ray starts them (``loadgen.ray_workers``).
+processes place themselves the same way (``loadgen.workers.base``); Ray actors on this machine do
+too, those on other hosts run as Ray starts them (``loadgen.workers.ray``).
 """
 
 from __future__ import annotations

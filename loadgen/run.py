@@ -19,7 +19,7 @@ from loadgen.clock import wall_anchor
 from loadgen.manifest import environment_facts
 from loadgen.orchestrate import CaseOutcome, RunHooks, execute_plan, open_server
 from loadgen.rundir import RUN_FILE, SERVER_DIR, case_dir, write_json
-from loadgen.workers import WorkersConfig
+from loadgen.workers.process import WorkersConfig
 from scenarios.base import Scenario
 
 

@@ -237,7 +237,7 @@ async def _one_process(url: str, phase: Any, rate: float | None) -> dict[str, An
 async def _with_pool(pool: Any, cdir: Path, url: str, phase: Any, rate: float | None) -> dict:
     from loadgen.client import Target
     from loadgen.clock import MonotonicClock
-    from loadgen.workers import run_split_phase
+    from loadgen.workers.process import run_split_phase
     from scenarios.workloads import TokenSpace
 
     split = await run_split_phase(
@@ -254,7 +254,7 @@ async def _with_pool(pool: Any, cdir: Path, url: str, phase: Any, rate: float | 
 
 
 async def _processes(n: int, url: str, phase: Any, rate: float | None) -> dict[str, Any]:
-    from loadgen.workers import ProcessWorkers
+    from loadgen.workers.process import ProcessWorkers
 
     cdir = Path(tempfile.mkdtemp())
     pool = await ProcessWorkers(n, cdir, pool_limit=0, read_timeout_s=60,
@@ -266,7 +266,7 @@ async def _processes(n: int, url: str, phase: Any, rate: float | None) -> dict[s
 
 
 async def _ray(n: int, url: str, phase: Any, rate: float | None) -> dict[str, Any]:
-    from loadgen.ray_workers import RayWorkers
+    from loadgen.workers.ray import RayWorkers
 
     cdir = Path(tempfile.mkdtemp())
     pool = await RayWorkers.start("auto", n, cdir, pool_limit=0, read_timeout_s=60,

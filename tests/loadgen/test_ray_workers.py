@@ -1,4 +1,4 @@
-"""loadgen.ray_workers: a phase sent by Ray actors on the two nodes of a local Ray cluster
+"""loadgen.workers.ray: a phase sent by Ray actors on the two nodes of a local Ray cluster
 (``ray.cluster_utils.Cluster``, both "nodes" on this machine) against the in-process fake vLLM.
 
 Worker 1's clock is shifted 1000 s ahead (``ShiftedClock``), standing in for another host whose
@@ -27,7 +27,8 @@ from loadgen.client import Target
 from loadgen.clock import MonotonicClock
 from loadgen.placement import Placement
 from loadgen.rundir import CLOCK_OFFSETS_FILE, append_jsonl, worker_requests_file
-from loadgen.workers import ClockOffset, run_split_phase
+from loadgen.workers.base import ClockOffset
+from loadgen.workers.process import run_split_phase
 from scenarios.arrivals import ClosedLoop
 from scenarios.plan import PhaseSpec
 from scenarios.workloads import TokenSpace, UniquePrompts, materialize
@@ -62,7 +63,7 @@ def cluster() -> Iterator[object]:
 async def test_phase_on_two_ray_nodes_merges_records_pools_percentiles_applies_offsets(
     cluster: object, tmp_path: Path
 ) -> None:
-    from loadgen.ray_workers import RayWorkers
+    from loadgen.workers.ray import RayWorkers
 
     # 200 requests at concurrency 4 over 2 workers: slots 0, 2 → worker 0 (even indices),
     # slots 1, 3 → worker 1 (odd ones), 100 each; the slow indices 1, 3, 5, 7, 9 are odd.

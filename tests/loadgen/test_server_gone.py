@@ -17,7 +17,7 @@ from loadgen.orchestrate import RunHooks, run_case
 from loadgen.records import RequestRecord
 from loadgen.rundir import case_dir
 from loadgen.server_watch import ServerWatch, lost_connection
-from loadgen.workers import WorkersConfig
+from loadgen.workers.process import WorkersConfig
 from scenarios.arrivals import ClosedLoop, OpenLoop
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
 from scenarios.workloads import UniquePrompts

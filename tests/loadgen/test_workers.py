@@ -1,4 +1,4 @@
-"""loadgen.workers: phases sent by two worker processes against the in-process fake vLLM.
+"""loadgen.workers.process: phases sent by two worker processes against the in-process fake vLLM.
 
 One pool of two spawned workers serves every phase of this module (as one case would): the
 closed loop keeps exactly the requested number in flight at the server, 128 streams split over
@@ -17,7 +17,7 @@ from analysis.load import read_records
 from loadgen.client import Target
 from loadgen.clock import MonotonicClock
 from loadgen.rundir import worker_request_files
-from loadgen.workers import ProcessWorkers, run_split_phase
+from loadgen.workers.process import ProcessWorkers, run_split_phase
 from scenarios.arrivals import AllAtOnce, ClosedLoop, OpenLoop
 from scenarios.partition import merged_open_loop
 from scenarios.plan import PhaseSpec

@@ -1,7 +1,9 @@
-"""One load-generator worker: its own event loop sending its share of each phase.
+"""One load-generator worker (its own event loop sending its share of each phase), and the
+interface every transport of workers implements (:class:`WorkerPool`, :class:`ClockOffset`).
 
 A phase split across N workers (``scenarios.partition``) runs one :class:`WorkerRuntime` per
-worker, in a process of its own (``loadgen.workers``) or a Ray actor (``loadgen.ray_workers``).
+worker, in a process of its own (``loadgen.workers.process``) or a Ray actor
+(``loadgen.workers.ray``).
 The runtime runs an event loop (uvloop) on a thread of its own and keeps, for the whole case,
 one connection pool and one record file; the transport calls its blocking methods from
 another thread, one phase at a time:
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from abc import ABC, abstractmethod
 from collections import Counter
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -268,3 +271,59 @@ class WorkerRuntime:
         self._thread.join(timeout=10)
         if not self._loop.is_running():
             self._loop.close()
+
+
+@dataclass(frozen=True)
+class ClockOffset:
+    """A worker's clock against the coordinator's, measured before a phase.
+
+    ``offset_ns`` = worker clock − coordinator clock at the same instant, from the round trip
+    with the least delay (Cristian's method: the worker's reading is taken to be at the
+    round trip's midpoint, so the error is at most half the round trip: ``bound_ns``).
+    A worker stamp t converts to the coordinator's clock as t − offset_ns.
+    """
+
+    worker: int
+    node: str
+    offset_ns: int
+    rtt_ns: int
+    bound_ns: int
+    samples: int
+
+    def as_row(self, phase: str) -> dict[str, Any]:
+        """The line written to ``clock_offsets.jsonl``."""
+        return {"phase": phase, "worker": self.worker, "node": self.node,
+                "offset_ns": self.offset_ns, "rtt_ns": self.rtt_ns, "bound_ns": self.bound_ns,
+                "samples": self.samples}  # fmt: skip
+
+
+class WorkerPool(ABC):
+    """N workers that each run a :class:`~loadgen.workers.base.WorkerRuntime`, wherever they are."""
+
+    size: int
+
+    @abstractmethod
+    async def call(self, worker: int, method: str, *args: Any) -> Any:
+        """Call ``method`` of worker ``worker``'s runtime; its exception is raised here as a
+        ``RuntimeError`` naming the worker."""
+
+    async def clock_offsets(self) -> list[ClockOffset] | None:
+        """Each worker's clock offset, or ``None`` when the workers share the coordinator's
+        clock (one host)."""
+        return None
+
+    async def gather_records(self, cdir: Path) -> None:  # noqa: B027 - optional hook
+        """Bring records written elsewhere into ``cdir`` (nothing to do on one host)."""
+
+    def nodes(self) -> list[str]:
+        """Where each worker runs (a host or Ray node name)."""
+        return ["local"] * self.size
+
+    async def placements(self) -> list[AppliedPlacement | None]:
+        """How each worker's sending thread is scheduled (``loadgen.placement``; ``None``
+        where it was left as it started)."""
+        return list(await asyncio.gather(*(self.call(k, "placement") for k in range(self.size))))
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Stop every worker (their record files are closed first)."""

@@ -1,13 +1,14 @@
 """Sending one phase with N workers: the coordinator's side, and worker processes on one host.
 
 The coordinator (the run's own process) splits each phase (``scenarios.partition``), hands each
-worker its :class:`~loadgen.worker.WorkerTask`, waits until every worker has warmed its
+worker its :class:`~loadgen.workers.base.WorkerTask`, waits until every worker has warmed its
 connections, then gives all of them one start time a little ahead, and polls them until
 each share is done. Each worker writes its own record file
 (``requests.worker-K.jsonl``); the reader merges them.
 
-A :class:`WorkerPool` is the transport: :class:`ProcessWorkers` (this module) runs each worker
-in a process of its own on this host; ``loadgen.ray_workers`` runs them as Ray actors on a
+A :class:`~loadgen.workers.base.WorkerPool` is the transport: :class:`ProcessWorkers` (this
+module) runs each worker
+in a process of its own on this host; ``loadgen.workers.ray`` runs them as Ray actors on a
 cluster's nodes. On one host the workers' stamps and the coordinator's share one clock:
 ``CLOCK_MONOTONIC`` is system-wide on Linux (``time.monotonic_ns`` in every process reads the
 same clock), so no offset is measured; across hosts the Ray pool measures one per phase.
@@ -19,7 +20,6 @@ import asyncio
 import contextlib
 import multiprocessing
 import signal
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -29,9 +29,16 @@ from typing import Any
 from loadgen.client import Target
 from loadgen.clock import Clock
 from loadgen.phase import PhaseTiming
-from loadgen.placement import AppliedPlacement, Placement
+from loadgen.placement import Placement
 from loadgen.rundir import worker_requests_file
-from loadgen.worker import WorkerPoll, WorkerResult, WorkerRuntime, WorkerTask
+from loadgen.workers.base import (
+    ClockOffset,
+    WorkerPoll,
+    WorkerPool,
+    WorkerResult,
+    WorkerRuntime,
+    WorkerTask,
+)
 from scenarios.partition import WorkerShare, partition_phase
 from scenarios.plan import PhaseSpec
 
@@ -42,62 +49,6 @@ START_MARGIN_NS = 50_000_000
 POLL_S = 0.2
 #: After a cancellation, how long the workers get to write the records of the cut-short phase.
 CANCEL_GRACE_S = 15.0
-
-
-@dataclass(frozen=True)
-class ClockOffset:
-    """A worker's clock against the coordinator's, measured before a phase.
-
-    ``offset_ns`` = worker clock − coordinator clock at the same instant, from the round trip
-    with the least delay (Cristian's method: the worker's reading is taken to be at the
-    round trip's midpoint, so the error is at most half the round trip: ``bound_ns``).
-    A worker stamp t converts to the coordinator's clock as t − offset_ns.
-    """
-
-    worker: int
-    node: str
-    offset_ns: int
-    rtt_ns: int
-    bound_ns: int
-    samples: int
-
-    def as_row(self, phase: str) -> dict[str, Any]:
-        """The line written to ``clock_offsets.jsonl``."""
-        return {"phase": phase, "worker": self.worker, "node": self.node,
-                "offset_ns": self.offset_ns, "rtt_ns": self.rtt_ns, "bound_ns": self.bound_ns,
-                "samples": self.samples}  # fmt: skip
-
-
-class WorkerPool(ABC):
-    """N workers that each run a :class:`~loadgen.worker.WorkerRuntime`, wherever they are."""
-
-    size: int
-
-    @abstractmethod
-    async def call(self, worker: int, method: str, *args: Any) -> Any:
-        """Call ``method`` of worker ``worker``'s runtime; its exception is raised here as a
-        ``RuntimeError`` naming the worker."""
-
-    async def clock_offsets(self) -> list[ClockOffset] | None:
-        """Each worker's clock offset, or ``None`` when the workers share the coordinator's
-        clock (one host)."""
-        return None
-
-    async def gather_records(self, cdir: Path) -> None:  # noqa: B027 - optional hook
-        """Bring records written elsewhere into ``cdir`` (nothing to do on one host)."""
-
-    def nodes(self) -> list[str]:
-        """Where each worker runs (a host or Ray node name)."""
-        return ["local"] * self.size
-
-    async def placements(self) -> list[AppliedPlacement | None]:
-        """How each worker's sending thread is scheduled (``loadgen.placement``; ``None``
-        where it was left as it started)."""
-        return list(await asyncio.gather(*(self.call(k, "placement") for k in range(self.size))))
-
-    @abstractmethod
-    async def close(self) -> None:
-        """Stop every worker (their record files are closed first)."""
 
 
 def _worker_process(
@@ -393,7 +344,7 @@ async def open_pool(
     starts them (the placement names this machine's cores)."""
     pool: WorkerPool
     if config.ray is not None:
-        from loadgen.ray_workers import RayWorkers
+        from loadgen.workers.ray import RayWorkers
 
         pool = await RayWorkers.start(
             config.ray, config.workers, cdir, pool_limit, read_timeout_s,

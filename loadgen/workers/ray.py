@@ -7,7 +7,7 @@ coordinator's host.
 - **Placement.** Worker k goes to alive node k mod (number of nodes), pinned there
   (``NodeAffinitySchedulingStrategy``); by default one worker per node. Actors reserve no CPU
   (``num_cpus=0``), so a node's other Ray work does not keep a worker from being placed.
-- **Plan and records.** Each phase, a worker gets its :class:`~loadgen.worker.WorkerTask`
+- **Plan and records.** Each phase, a worker gets its :class:`~loadgen.workers.base.WorkerTask`
   (the workload spec and its share, never prompts) and writes its records to a file on its
   own node; after the phase the coordinator takes the new complete lines and appends them
   to ``requests.worker-K.jsonl`` in the run directory.
@@ -36,15 +36,14 @@ from typing import Any
 from loadgen.clock import Clock, ShiftedClock
 from loadgen.placement import Placement, machine_id
 from loadgen.rundir import worker_requests_file
-from loadgen.worker import WorkerRuntime
-from loadgen.workers import ClockOffset, WorkerPool
+from loadgen.workers.base import ClockOffset, WorkerPool, WorkerRuntime
 
 #: Round trips per worker and phase for the clock offset; the least-delay one is kept.
 OFFSET_SAMPLES = 16
 
 
 class RayWorkerActor:
-    """The actor around a :class:`~loadgen.worker.WorkerRuntime` (made remote by
+    """The actor around a :class:`~loadgen.workers.base.WorkerRuntime` (made remote by
     :meth:`RayWorkers.start`). ``clock_shift_ns`` shifts its clock (tests only: a second
     "host" on the same machine)."""
 
