@@ -37,7 +37,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from analysis.compare_metrics import (
     MIN_PEAK_SAMPLES,
@@ -64,6 +64,7 @@ from analysis.report import summarize_run
 from loadgen.rundir import MANIFEST_FILE, PLAN_FILE
 from metrics.names import MissingFamilyError
 from scenarios.plan import Plan
+from server.frozen import FrozenModel
 
 CLASSES: tuple[Classification, ...] = (
     "regression",
@@ -78,11 +79,7 @@ class CompareError(ValueError):
     """The inputs cannot be compared (not runs, different workloads, nothing paired)."""
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class MetricComparison(_Frozen):
+class MetricComparison(FrozenModel):
     """One metric of one paired case and phase.
 
     ``scale`` says what ``change``/``low``/``high`` are: the candidate/baseline ratio of the
@@ -113,7 +110,7 @@ class MetricComparison(_Frozen):
     incomplete: bool = False
 
 
-class VerdictComparison(_Frozen):
+class VerdictComparison(FrozenModel):
     """A check's verdict on both sides (PASS, FAIL, MIXED, UNDECIDED) and its class;
     ``incomplete`` (with ``note``) when a run it comes from did not complete."""
 
@@ -126,7 +123,7 @@ class VerdictComparison(_Frozen):
     note: str = ""
 
 
-class SideInfo(_Frozen):
+class SideInfo(FrozenModel):
     """One side: its runs, the vLLM versions its servers reported, its workload hash."""
 
     label: str
@@ -136,7 +133,7 @@ class SideInfo(_Frozen):
     started_at: list[str | None]
 
 
-class Comparison(_Frozen):
+class Comparison(FrozenModel):
     """The whole comparison (``compare.json`` is its dump)."""
 
     scenario: str

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from server.frozen import FrozenModel
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Stats(_Frozen):
+class Stats(FrozenModel):
     """count, mean, population std and p50/p90/p95/p99 of a sample (``None`` when empty)."""
 
     count: int = 0
@@ -30,7 +28,7 @@ class Stats(_Frozen):
     p99: float | None = None
 
 
-class LatencyStats(_Frozen):
+class LatencyStats(FrozenModel):
     """Client-side latency statistics over successful requests, in ms (see analysis.latency).
 
     ``itl_ms`` is per token (a k-token chunk's gap split into k values); ``chunk_gap_ms`` is per
@@ -45,7 +43,7 @@ class LatencyStats(_Frozen):
     tokens_per_chunk: Stats = Stats()
 
 
-class ServerHistogram(_Frozen):
+class ServerHistogram(FrozenModel):
     """A vLLM histogram over one phase: bucket deltas, then ``histogram_quantile`` (ms).
 
     ``count`` is the number of observations (requests, or steps for ITL) in the phase.
@@ -62,7 +60,7 @@ class ServerHistogram(_Frozen):
     floors: list[str] = Field(default_factory=list)
 
 
-class ScrapeAccounting(_Frozen):
+class ScrapeAccounting(FrozenModel):
     """Every scrape tick of a case: ok, failed, skipped (the previous scrape still ran), late
     (started more than half an interval after its deadline), NaN samples dropped, and samples
     dropped because the page repeated their series (name and label set)."""
@@ -142,7 +140,7 @@ class PhaseSummary(LatencyStats):
     incomplete: str | None = None
 
 
-class CaseSummary(_Frozen):
+class CaseSummary(FrozenModel):
     """One case: server facts, every phase, all phases together, data quality.
 
     Attributes:
@@ -182,7 +180,7 @@ class CaseSummary(_Frozen):
     data_quality: list[str] = Field(default_factory=list)
 
 
-class Verdict(_Frozen):
+class Verdict(FrozenModel):
     """Outcome of one check: ``passed`` is ``None`` when the data to decide was missing."""
 
     case: str
@@ -191,13 +189,13 @@ class Verdict(_Frozen):
     detail: str
 
 
-class VerdictSummary(_Frozen):
+class VerdictSummary(FrozenModel):
     passed: int
     failed: int
     undecided: int
 
 
-class RunInfo(_Frozen):
+class RunInfo(FrozenModel):
     """How the run went (from ``run.json``); ``file_problems`` when it could not be read."""
 
     command: list[str] = Field(default_factory=list)
@@ -209,7 +207,7 @@ class RunInfo(_Frozen):
     file_problems: list[str] = Field(default_factory=list)
 
 
-class RunSummary(_Frozen):
+class RunSummary(FrozenModel):
     """The whole report. ``details`` is the scenario's own section (its model's dump)."""
 
     scenario: str

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SerializeAsAny
+from pydantic import BeforeValidator, Field, SerializeAsAny
+
+from server.frozen import FrozenModel
 
 
-class CheckSpec(BaseModel):
+class CheckSpec(FrozenModel):
     """Base of every check kind: ``kind`` (the registered name) and the ``case`` it is about."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     kind: str
     case: str
 

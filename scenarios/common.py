@@ -6,12 +6,13 @@ import shlex
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
 from scenarios.plan import REQUEST_TIMEOUT_S, STALL_TIMEOUT_S, ClientPriority
 from scenarios.workloads import TokenSpace
 from server.config import ServerConfig
 from server.engines import EngineNotFoundError, project_engine, resolve_engine
+from server.frozen import FrozenModel
 from server.model_variant import VariantChoice
 from server.priority import ENGINE_CORE_NICE, SERVER_GROUP_NICE
 from server.sizes import parse_size
@@ -95,14 +96,14 @@ MAX_REQUESTS = 100_000
 MAX_RATE_RPS = 1000.0
 
 
-class RunParams(BaseModel):
+class RunParams(FrozenModel):
     """Knobs of how the server runs and how the run is measured (each a ``--flag``).
 
     Scenario parameter models extend this; their own fields come first on the command line.
     """
 
     # allow_inf_nan=False: an infinite settle or duration would hang the run.
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False)
 
     settle_s: float = Field(
         default=1.0,

@@ -31,7 +31,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from server.frozen import FrozenModel
 
 Statistic = Literal["closed_loop_rps", "ttft_p50_ms", "tpot_p50_ms"]
 
@@ -53,10 +55,10 @@ class LateBindingError(ValueError):
     """A late-bound figure cannot be resolved: its phase did not run or measured nothing."""
 
 
-class Measured(BaseModel):
+class Measured(FrozenModel):
     """A figure known only once phase ``phase`` has run: ``factor`` × its ``statistic``."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False)
     kind: Literal["measured"] = "measured"
     phase: str
     statistic: Statistic

@@ -15,27 +15,27 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from scenarios.arrivals import Arrival, OpenLoop, arrivals_within
 from scenarios.checks import Check
 from scenarios.late import RATE_STATISTICS, Measured, Measurements
 from scenarios.workloads import TokenSpace, Workload
 from server.config import ServerConfig
+from server.frozen import FrozenModel
 
 
-class KillReplica(BaseModel):
+class KillReplica(FrozenModel):
     """Fault: stop server replica ``replica`` (SIGTERM to its group) ``at_s`` seconds into the
     phase; with ``restart``, start it again on the same port right away."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     kind: Literal["kill_replica"] = "kill_replica"
     replica: int = Field(ge=1)
     at_s: float = Field(gt=0)
     restart: bool = True
 
 
-class PhaseSpec(BaseModel):
+class PhaseSpec(FrozenModel):
     """A workload sent with an arrival pattern, then a settle wait (seconds) for counters.
 
     ``settle_until_idle_s`` > 0 first waits (up to that many seconds) until the server's
@@ -51,7 +51,6 @@ class PhaseSpec(BaseModel):
     :meth:`resolved`.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     name: str = Field(pattern=r"^[A-Za-z0-9._-]+$")
     workload: Workload
     arrival: Arrival
@@ -122,22 +121,20 @@ class PhaseSpec(BaseModel):
         return self.model_copy(update={"arrival": arrival, "workload": workload}), record
 
 
-class GatewaySpec(BaseModel):
+class GatewaySpec(FrozenModel):
     """Send the case's requests through the project's gateway (its own process), in front of
     every replica of the case's server; ``extra_args`` go to ``loadgen gateway``."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     propagate_cancellation: bool = True
     extra_args: tuple[str, ...] = ()
 
 
-class CaseSpec(BaseModel):
+class CaseSpec(FrozenModel):
     """One server configuration to run every phase against.
 
     Exactly one of ``server`` (start vLLM with it) or ``url`` (attach to a running server).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     name: str = Field(pattern=r"^[A-Za-z0-9._-]+$")
     role: Literal["test", "control"] = "test"
     server: ServerConfig | None = None
@@ -166,7 +163,7 @@ STALL_TIMEOUT_S = 300.0
 ClientPriority = Literal["auto", "realtime", "normal"]
 
 
-class Plan(BaseModel):
+class Plan(FrozenModel):
     """Everything a run does and expects.
 
     Attributes:
@@ -180,7 +177,6 @@ class Plan(BaseModel):
         client_priority: how the sending thread is scheduled (:data:`ClientPriority`).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     scenario: str
     description: str
     params: dict[str, object]

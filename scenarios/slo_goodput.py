@@ -75,7 +75,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from scenarios.arrivals import ClosedLoop, OpenLoop
 from scenarios.base import Scenario
@@ -93,6 +93,7 @@ from scenarios.late import Measured
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
 from scenarios.workloads import UniquePrompts
 from server.capacity import KVCapacity
+from server.frozen import FrozenModel
 from server.sizes import format_size, parse_size
 
 UNLOADED = "unloaded"
@@ -449,14 +450,13 @@ def saturation_concurrency(
 # --- The plan -------------------------------------------------------------------------------
 
 
-class SweepSpec(BaseModel):
+class SweepSpec(FrozenModel):
     """What the report needs to know about a plan of this scenario (see :func:`sweep_spec`).
 
     ``slo`` maps ttft/tpot/e2el to a limit in ms, or to the name of the plan's derived figure
     that gives it.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     case: str
     unloaded: str
     saturation: str

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from server.embedded_model import draft_dir
+from server.frozen import FrozenModel
 from server.model_variant import (
     COMMON_ARCHITECTURE,
     DraftKind,
@@ -23,12 +24,11 @@ from server.sizes import parse_size
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 
 
-class EmbeddedDraft(BaseModel):
+class EmbeddedDraft(FrozenModel):
     """Speculative decoding with an embedded draft model (``server.model_variant.DraftSpec``),
     built for the server's variant on first use; vLLM gets ``{"method": "draft_model",
     "model": <its directory>, "num_speculative_tokens": k}``."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     kind: DraftKind
     layers: int = Field(default=2, ge=1, lt=COMMON_ARCHITECTURE["num_hidden_layers"])
     num_speculative_tokens: int = Field(default=3, ge=1)
@@ -37,7 +37,7 @@ class EmbeddedDraft(BaseModel):
         return DraftSpec(self.kind, self.layers)
 
 
-class ServerConfig(BaseModel):
+class ServerConfig(FrozenModel):
     """Configuration of one vLLM server start.
 
     Attributes:
@@ -68,8 +68,6 @@ class ServerConfig(BaseModel):
             generator wins the core they share; ``None`` (default) or 0 leaves it alone: it
             slows vLLM (``server.priority`` has the A/B).
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     model: str | None = None
     model_variant: VariantChoice = "auto"

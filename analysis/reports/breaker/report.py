@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import matplotlib.pyplot as plt
-from pydantic import BaseModel, ConfigDict
 
 from analysis.load import CaseData, RunData
 from analysis.markdown import f, pct, table
@@ -25,13 +24,10 @@ from analysis.models import CaseSummary, Verdict
 from analysis.plots import save
 from analysis.reports import Evaluator, ScenarioReport
 from scenarios.breaker import BreakerEpisode
+from server.frozen import FrozenModel
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class FaultEvent(_Frozen):
+class FaultEvent(FrozenModel):
     """An injected fault or a restart, seconds from the phase start."""
 
     fault: str
@@ -43,7 +39,7 @@ class FaultEvent(_Frozen):
     startup_s: float | None = None
 
 
-class TransitionEvent(_Frozen):
+class TransitionEvent(FrozenModel):
     """A breaker transition, ``t_s`` seconds from the phase start."""
 
     upstream: str
@@ -53,7 +49,7 @@ class TransitionEvent(_Frozen):
     reason: str
 
 
-class SecondBin(_Frozen):
+class SecondBin(FrozenModel):
     """Requests sent during one second of the episode: ok (per upstream) and failed."""
 
     second: int
@@ -62,7 +58,7 @@ class SecondBin(_Frozen):
     by_upstream: dict[str, int]
 
 
-class Episode(_Frozen):
+class Episode(FrozenModel):
     case: str
     phase: str
     requests: int
@@ -79,7 +75,7 @@ class Episode(_Frozen):
     per_second: list[SecondBin]
 
 
-class BreakerDetails(_Frozen):
+class BreakerDetails(FrozenModel):
     episodes: list[Episode]
 
 

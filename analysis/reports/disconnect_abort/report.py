@@ -29,8 +29,6 @@ from collections.abc import Sequence
 from itertools import pairwise
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
-
 from analysis.load import CaseData, RunData
 from analysis.markdown import f, pct, table
 from analysis.models import CaseSummary, Verdict
@@ -38,12 +36,12 @@ from analysis.reports import Evaluator, ScenarioReport
 from analysis.server_side import max_over_engines
 from metrics.samples import counter_delta, series, value_at
 from scenarios.disconnect_abort import DisconnectFreesServer, OrphansRunOn
+from server.frozen import FrozenModel
 
 
-class DisconnectRow(BaseModel):
+class DisconnectRow(FrozenModel):
     """The figures of the module docstring for one phase of one case."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     case: str
     phase: str
     requests: int
@@ -64,8 +62,7 @@ class DisconnectRow(BaseModel):
     server_idle_after: bool | None
 
 
-class DisconnectDetails(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class DisconnectDetails(FrozenModel):
     rows: list[DisconnectRow]
 
 

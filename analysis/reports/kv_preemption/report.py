@@ -29,21 +29,16 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
-
 from analysis.load import CaseData, RunData
 from analysis.markdown import f, table
 from analysis.models import CaseSummary, PhaseSummary, Verdict
 from analysis.reports import Evaluator, ScenarioReport
 from analysis.reports.kv_preemption.kv_blocks import peak_window, scrapes_inside
 from scenarios.kv_preemption import KVPeakMatchesWorkingSet, PreemptionAsPredicted
+from server.frozen import FrozenModel
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class HandCalculation(_Frozen):
+class HandCalculation(FrozenModel):
     """The hand calculation of the module docstring; tokens and blocks."""
 
     capacity_tokens: int
@@ -98,7 +93,7 @@ def hand_calculation(
     )
 
 
-class PeakCoverage(_Frozen):
+class PeakCoverage(FrozenModel):
     """Whether any scrape looked while the predicted KV peak was there (``kv_blocks`` here).
 
     ``level_blocks`` = the predicted peak in blocks, min(usable, final working set);
@@ -113,7 +108,7 @@ class PeakCoverage(_Frozen):
     peak_inside: float | None
 
 
-class PreemptionRow(_Frozen):
+class PreemptionRow(FrozenModel):
     """One case's prediction and what was measured in its phase."""
 
     case: str
@@ -133,7 +128,7 @@ class PreemptionRow(_Frozen):
     failed: int
 
 
-class KVPreemptionDetails(_Frozen):
+class KVPreemptionDetails(FrozenModel):
     rows: list[PreemptionRow]
     tradeoffs: list[str]
 

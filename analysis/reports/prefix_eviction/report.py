@@ -22,7 +22,6 @@ from typing import ClassVar
 
 import matplotlib.pyplot as plt
 import pandas as pd
-from pydantic import BaseModel, ConfigDict
 
 from analysis.checks import fmt
 from analysis.latency import request_frame
@@ -34,6 +33,7 @@ from analysis.reports import Evaluator, PhaseColumn, ScenarioReport
 from metrics.samples import series, value_at
 from scenarios.prefix_eviction import HitRateCompare, ProbeCache
 from scenarios.workloads import AnchoredPrompts
+from server.frozen import FrozenModel
 
 #: The counters the hit rate (counters) is made of.
 _HIT_COUNTERS = ("prefix_cache_hits", "prefix_cache_queries")
@@ -41,11 +41,7 @@ _HIT_COUNTERS = ("prefix_cache_hits", "prefix_cache_queries")
 TTFT_RATIOS = (("revisit", "warm"), ("revisit", "rewarm"))
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class HitRates(_Frozen):
+class HitRates(FrozenModel):
     """A phase's hit rates (fractions 0–1; ``None`` when a count was missing or zero)."""
 
     hit_rate_counters: float | None
@@ -53,7 +49,7 @@ class HitRates(_Frozen):
     lifetime_hit_rate_at_end: float | None
 
 
-class Probe(_Frozen):
+class Probe(FrozenModel):
     """A probe request: the first request of a prefix group in a phase."""
 
     phase: str
@@ -65,7 +61,7 @@ class Probe(_Frozen):
     ttft_ms: float | None
 
 
-class TtftRatio(_Frozen):
+class TtftRatio(FrozenModel):
     """TTFT mean and p95 of ``phase`` over those of ``baseline``."""
 
     phase: str
@@ -74,14 +70,14 @@ class TtftRatio(_Frozen):
     ttft_p95_ratio: float | None
 
 
-class PrefixCase(_Frozen):
+class PrefixCase(FrozenModel):
     phases: dict[str, HitRates]
     probes: list[Probe]
     ratios: list[TtftRatio]
     lifetime_hit_rate: float | None
 
 
-class PrefixEvictionDetails(_Frozen):
+class PrefixEvictionDetails(FrozenModel):
     cases: dict[str, PrefixCase]
 
 

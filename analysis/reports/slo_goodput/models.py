@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+from server.frozen import FrozenModel
 
 Quantiles = dict[str, float | None]
 
 
-class SLOFigure(_Frozen):
+class SLOFigure(FrozenModel):
     """One SLO: its limit (ms) and where it came from (given, or derived with its inputs)."""
 
     metric: str
@@ -20,7 +15,7 @@ class SLOFigure(_Frozen):
     source: str
 
 
-class UnloadedFigures(_Frozen):
+class UnloadedFigures(FrozenModel):
     """The unloaded probe over its window: successful requests and median latencies (ms)."""
 
     requests: int
@@ -30,7 +25,7 @@ class UnloadedFigures(_Frozen):
     e2el_p50_ms: float | None
 
 
-class SaturationFigures(_Frozen):
+class SaturationFigures(FrozenModel):
     """The closed-loop saturation phase over its window.
 
     ``closed_loop_rps`` = C ÷ mean time in flight (``loadgen.measure``); ``window_completed_rps``
@@ -50,7 +45,7 @@ class SaturationFigures(_Frozen):
     waiting_peak: float | None
 
 
-class SweepPoint(_Frozen):
+class SweepPoint(FrozenModel):
     """One rate of the sweep over its measurement window (rates req/s, latencies ms).
 
     ``rate_rps`` is the nominal λ the schedule was drawn with, ``rate_source`` how it was set;
@@ -98,7 +93,7 @@ class SweepPoint(_Frozen):
     client_ttft_first_token_in_window_ms: Quantiles
 
 
-class LateFigure(_Frozen):
+class LateFigure(FrozenModel):
     """A figure the run resolved while it ran, and the same figure recomputed from raw files."""
 
     name: str
@@ -108,13 +103,13 @@ class LateFigure(_Frozen):
     agrees: bool | None
 
 
-class BracketPoint(_Frozen):
+class BracketPoint(FrozenModel):
     phase: str
     offered_rps: float
     attainment: float
 
 
-class CapacityAnswer(_Frozen):
+class CapacityAnswer(FrozenModel):
     """The maximum sustainable rate, its bracket, and the replicas for ``target_rps``."""
 
     target_attainment: float
@@ -128,7 +123,7 @@ class CapacityAnswer(_Frozen):
     assumption: str
 
 
-class SLOGoodputDetails(_Frozen):
+class SLOGoodputDetails(FrozenModel):
     case: str
     slo: list[SLOFigure]
     warmup_s: float

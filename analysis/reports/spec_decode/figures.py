@@ -59,7 +59,6 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
 from analysis.checks import fmt
 from analysis.latency import describe
@@ -76,17 +75,14 @@ from analysis.reports.spec_decode.acceptance import (
 )
 from scenarios.plan import CaseSpec
 from scenarios.spec_decode import BASELINE
+from server.frozen import FrozenModel
 
 RANDOM_DRAFT = "draft-random"
 
 Outcome = Literal["pays", "does not pay", "break-even"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class ClientChunks(_Frozen):
+class ClientChunks(FrozenModel):
     """Decode chunks of a phase (each successful request's first chunk left out).
 
     Attributes:
@@ -112,7 +108,7 @@ class ClientChunks(_Frozen):
     chunk_gap_ms: Stats
 
 
-class SpecRow(_Frozen):
+class SpecRow(FrozenModel):
     """One case in one phase: client figures, acceptance, and the speedup model.
 
     Speedups are baseline ÷ case TPOT means (``None`` without a baseline); α, τ, rates are
@@ -162,7 +158,7 @@ class SpecRow(_Frozen):
     outcome: Outcome | None = None
 
 
-class SpecDecodeDetails(_Frozen):
+class SpecDecodeDetails(FrozenModel):
     """Rows per case and phase, capacities, notes, and one answer line per case."""
 
     hysteresis: float
