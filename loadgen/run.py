@@ -8,10 +8,13 @@ cut short leaves complete, flushed records.
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -21,6 +24,42 @@ from loadgen.orchestrate import CaseOutcome, RunHooks, execute_plan, open_server
 from loadgen.rundir import RUN_FILE, SERVER_DIR, case_dir, write_json
 from loadgen.workers.process import WorkersConfig
 from scenarios.base import Scenario
+
+T = TypeVar("T")
+
+
+def asyncio_run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to its end on uvloop (plain asyncio if uvloop is missing)."""
+    try:
+        import uvloop
+
+        return uvloop.run(coro)
+    except ImportError:  # pragma: no cover - uvloop is a dependency
+        return asyncio.run(coro)
+
+
+async def cancel_on_sigterm(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro``; SIGTERM cancels it like Ctrl-C does, so servers stop and files close."""
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        return await coro
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+
+
+def gate_order(repeats: int, order: str) -> list[str]:
+    """The sequence of sides of a gate's ``repeats`` runs per side: ``abab`` alternates
+    (A B A B …); ``abba`` alternates in mirrored pairs (A B B A A B …), which also cancels a
+    linear drift of the machine: with A B A B the candidate runs on average half a slot later
+    than the baseline."""
+    out: list[str] = []
+    for i in range(repeats):
+        pair = ["baseline", "candidate"]
+        out += pair if order == "abab" or i % 2 == 0 else pair[::-1]
+    return out
 
 
 @dataclass
@@ -87,8 +126,8 @@ async def run_scenario(
 
     Never raises for a failing server or request: the result's status says it. Cancellation
     (Ctrl-C) still records the run status before propagating. The caller then builds the
-    report and writes the manifest (:func:`finalize`). ``workers`` spreads the load over
-    worker processes or Ray actors (default: this process alone).
+    report and writes the manifest (``loadgen.cli.run_and_report``). ``workers`` spreads the
+    load over worker processes or Ray actors (default: this process alone).
     """
     hooks = hooks or RunHooks()
     workers = workers or WorkersConfig()

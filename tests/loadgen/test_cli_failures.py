@@ -13,7 +13,8 @@ import analysis.compare
 import analysis.report
 import analysis.validate
 import loadgen.run
-from loadgen.cli import COMPARE_ERROR_EXIT, main
+from loadgen.cli import main
+from loadgen.cli.compare import COMPARE_ERROR_EXIT
 from loadgen.run import RunResult
 
 

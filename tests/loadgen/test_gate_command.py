@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from loadgen.cli import gate_order, main
+from loadgen.cli import main
+from loadgen.run import gate_order
 from scenarios.common import RunParams
 from scenarios.kv_preemption import KVPreemption, KVPreemptionParams
 from server.capacity import KVCapacity

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from loadgen.cli import main, workers_option
+from loadgen.cli import main
+from loadgen.cli.run import workers_option
 
 
 def _run(*args: str) -> tuple[int, str]:

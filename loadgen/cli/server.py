@@ -33,7 +33,7 @@ def _states() -> list[dict[str, Any]]:
 class _Size(click.ParamType):
     name = "SIZE"
 
-    def convert(self, value: Any, param: Any, ctx: Any) -> int:
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
         try:
             return value if isinstance(value, int) else parse_size(str(value))
         except ValueError as exc:

@@ -1,0 +1,178 @@
+"""``loadgen compare BASELINE CANDIDATE``: classify every metric of two runs (or pools of runs),
+write compare.md/.json and plots, exit non-zero on a regression."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+import click
+
+from loadgen.cli.run_and_report import new_run_dir
+
+
+def _parse_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in pairs:
+        base, sep, cand = item.partition("=")
+        if not sep or not base or not cand:
+            raise click.BadParameter(
+                f"{item!r} is not BASELINE_CASE=CANDIDATE_CASE", param_hint="--pair"
+            )
+        out[base] = cand
+    return out
+
+
+#: Exit code of ``loadgen compare``/``gate`` when they cannot compare (README "Exit codes"):
+#: the usage-error code, never 1, which CI reads as a regression.
+COMPARE_ERROR_EXIT = 2
+
+
+def fail_compare(why: str) -> NoReturn:
+    """Say in one line why the comparison could not be made; exit ``COMPARE_ERROR_EXIT``."""
+    click.echo(f"error: could not compare: {why}", err=True)
+    sys.exit(COMPARE_ERROR_EXIT)
+
+
+def compare_exit_code(
+    baseline: Path,
+    candidate: Path,
+    out: Path,
+    gate_file: Path | None,
+    strict: bool,
+    allow_workload_mismatch: bool = False,
+    pairs: dict[str, str] | None = None,
+    allow_incomplete: bool = False,
+) -> int:
+    """``_compare_and_report``'s exit code; an unexpected error (a bug, a file nobody
+    foresaw) becomes one line and ``COMPARE_ERROR_EXIT``, never a traceback whose exit code 1
+    CI would read as a regression."""
+    try:
+        return _compare_and_report(
+            baseline, candidate, out, gate_file, strict, allow_workload_mismatch, pairs,
+            allow_incomplete,
+        )  # fmt: skip
+    except click.ClickException:
+        raise  # usage errors: click prints them and exits 2
+    except Exception as exc:
+        fail_compare(f"{type(exc).__name__}: {exc}")
+
+
+def _compare_and_report(
+    baseline: Path,
+    candidate: Path,
+    out: Path,
+    gate_file: Path | None,
+    strict: bool,
+    allow_workload_mismatch: bool = False,
+    pairs: dict[str, str] | None = None,
+    allow_incomplete: bool = False,
+) -> int:
+    """Compare, write compare.md/.json/plots into ``out``, print the findings; the exit code."""
+    from rich.table import Table
+
+    from analysis.compare import CompareError, compare_paths, exit_code
+    from analysis.compare_report import metric_rows, write_comparison
+    from analysis.gate_file import GateFileError, load_gate
+    from loadgen.progress import make_console
+
+    try:
+        gate = load_gate(gate_file)
+        comparison = compare_paths(
+            baseline, candidate, gate, allow_workload_mismatch=allow_workload_mismatch,
+            pairs=pairs, allow_incomplete=allow_incomplete,
+        )  # fmt: skip
+    except (CompareError, GateFileError) as exc:
+        raise click.UsageError(str(exc)) from None
+    path = write_comparison(comparison, out, strict)
+    code = exit_code(comparison, strict)
+    console = make_console()
+    loud = ("regression", "improvement", "missing")
+    shown = [m for m in comparison.metrics if m.classification in loud]
+    table = Table(title=f"{comparison.scenario}: regressions, improvements, missing metrics")
+    for col in ("case", "phase", "metric", "baseline", "candidate", "change", "interval", "tol",
+                "class"):  # fmt: skip
+        table.add_column(col, justify="right")
+    for m, row in zip(shown, metric_rows(shown), strict=True):
+        style = {"regression": "red", "missing": "magenta"}.get(m.classification)
+        table.add_row(m.case, *row[:8], style=style)
+    if shown:
+        console.print(table)
+    inconclusive = [m for m in comparison.metrics if m.classification == "inconclusive"]
+    if inconclusive:
+        console.print(f"{len(inconclusive)} metric(s) inconclusive: compare.md says why")
+    for v in comparison.verdicts:
+        if v.classification != "no change":
+            console.print(
+                f"verdict {v.case}: {v.check}: {v.baseline} → {v.candidate} ({v.classification})"
+            )
+    for note in comparison.notes + [f"not compared: {u}" for u in comparison.unpaired]:
+        console.print(f"[yellow]{note}[/yellow]")
+    counts = ", ".join(f"{k} {n}" for k, n in comparison.counts.items())
+    console.print(
+        f"baseline vLLM {', '.join(comparison.baseline.vllm_versions)} vs candidate vLLM "
+        f"{', '.join(comparison.candidate.vllm_versions)}: {counts}"
+    )
+    console.print(f"{path} (exit code {code})")
+    return code
+
+
+@click.command()
+@click.argument("baseline", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("candidate", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--gate",
+    "gate_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Gate file (TOML) overriding analysis/gate_defaults.toml.",
+)
+@click.option("--strict", is_flag=True, help="Exit 3 when a gated metric is inconclusive.")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where compare.md/.json and plots go (default: runs/compare-<UTC time>).",
+)
+@click.option(
+    "--allow-workload-mismatch",
+    is_flag=True,
+    help="Compare even when the plans' workload hashes differ.",
+)
+@click.option(
+    "--pair",
+    "pairs",
+    multiple=True,
+    metavar="BASE=CAND",
+    help="Pair differently named cases (repeatable).",
+)
+@click.option(
+    "--allow-incomplete",
+    is_flag=True,
+    help="Compare runs that did not complete (every figure from them is marked).",
+)
+def compare(
+    baseline: Path,
+    candidate: Path,
+    gate_file: Path | None,
+    strict: bool,
+    out: Path | None,
+    allow_workload_mismatch: bool,
+    pairs: tuple[str, ...],
+    allow_incomplete: bool,
+) -> None:
+    """Compare CANDIDATE against BASELINE (each a run directory, or a directory of runs that
+    are pooled) and classify every metric: regression, improvement, no change, inconclusive.
+
+    Exit code 0 when no gated metric or verdict regressed, 1 on a regression, 2 on usage
+    errors (including runs whose workloads differ and runs that did not complete: status not
+    ok, a case not ok, no manifest, an incomplete phase; --allow-incomplete compares them
+    anyway) and when the runs cannot be compared at all (one line says why), 3 when a gated
+    metric is missing from a run (or, with --strict, inconclusive).
+    """
+    out = out or new_run_dir("compare")
+    sys.exit(
+        compare_exit_code(baseline, candidate, out, gate_file, strict, allow_workload_mismatch,
+                           _parse_pairs(pairs), allow_incomplete)
+    )  # fmt: skip

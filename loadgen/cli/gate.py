@@ -1,0 +1,100 @@
+"""``loadgen gate SCENARIO``: run a scenario alternately on a baseline and a candidate vLLM
+(``loadgen.run.gate_order``), then compare the pooled runs as ``loadgen compare`` does."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from loadgen.cli.compare import compare_exit_code, fail_compare
+from loadgen.cli.run_and_report import check_out_dir, new_run_dir, run_and_report
+from loadgen.cli.scenario_commands import ScenarioGroup, nominal_check
+from loadgen.params_cli import options_for, params_from_options
+
+if TYPE_CHECKING:
+    from scenarios.base import Scenario
+
+#: Scenario knobs a gate sets per side itself.
+_GATE_OWNED = ("vllm", "engine_python")
+
+
+def _gate_command(scenario: Scenario, values: dict[str, Any]) -> None:
+    from loadgen.progress import make_console
+    from loadgen.run import gate_order
+
+    repeats = int(values["repeats"])
+    shared = {k: v for k, v in values.items() if k not in _GATE_OWNED}
+    extra = values.get("candidate_vllm_args")
+    sides = {
+        "baseline": params_from_options(
+            scenario.Params, {**shared, "vllm": values["baseline_vllm"]}
+        ),
+        "candidate": params_from_options(
+            scenario.Params,
+            {
+                **shared,
+                "vllm": values["candidate_vllm"],
+                "vllm_args": " ".join(a for a in (values.get("vllm_args"), extra) if a) or None,
+            },
+        ),
+    }
+    for params in sides.values():
+        nominal_check(scenario, params)
+    out = values.get("out") or new_run_dir(f"gate-{scenario.name}")
+    check_out_dir(out)
+    console = make_console()
+    sequence = gate_order(repeats, values["order"])
+    console.print(f"gate {out}: {' '.join('A' if s == 'baseline' else 'B' for s in sequence)}")
+    seen = {"baseline": 0, "candidate": 0}
+    for side in sequence:
+        seen[side] += 1
+        run_dir = out / side / f"run-{seen[side]}"
+        status, report = run_and_report(scenario, sides[side], run_dir)
+        if status != "ok":
+            console.print(f"[red]{side} run {run_dir} ended {status}: the gate stops[/red]")
+            sys.exit(4)
+        if report is None:  # complete records, but the analysis cannot read them
+            fail_compare(f"the report of {side} run {run_dir} failed (said above)")
+    sys.exit(
+        compare_exit_code(out / "baseline", out / "candidate", out, values.get("gate_file"),
+                           bool(values.get("strict")))
+    )  # fmt: skip
+
+
+class _GateGroup(ScenarioGroup):
+    """``loadgen gate SCENARIO``: the scenario's options plus the gate's own."""
+
+    def scenario_command(self, name: str, scenario: Scenario) -> click.Command:
+        def callback(**values: Any) -> None:
+            _gate_command(scenario, values)
+
+        own: list[click.Parameter] = [
+            click.Option(["--baseline-vllm"], required=True,
+                         help="vLLM version of the baseline (the project's or `make engine`)."),
+            click.Option(["--candidate-vllm"], required=True, help="vLLM of the candidate."),
+            click.Option(["--repeats"], type=click.IntRange(min=1), default=2, show_default=True,
+                         help="Runs per side, alternated."),
+            click.Option(["--order"], type=click.Choice(["abba", "abab"]), default="abba",
+                         show_default=True, help="abba: A B B A … (cancels linear drift); abab."),
+            click.Option(["--candidate-vllm-args"], default=None,
+                         help="Extra vLLM arguments for the candidate only."),
+            click.Option(["--gate", "gate_file"], default=None,
+                         type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                         help="Gate file (TOML) overriding analysis/gate_defaults.toml."),
+            click.Option(["--strict"], is_flag=True,
+                         help="Exit 3 when a gated metric is inconclusive."),
+            click.Option(["--out", "out"], type=click.Path(path_type=Path), default=None,
+                         help="Gate directory (default: runs/gate-<scenario>-<UTC time>)."),
+        ]  # fmt: skip
+        options = [o for o in options_for(scenario.Params) if o.name not in _GATE_OWNED]
+        return click.Command(name, callback=callback, params=[*options, *own],
+                             help=f"Regression gate on {name}: {scenario.summary}")  # fmt: skip
+
+
+@click.group(cls=_GateGroup)
+def gate() -> None:
+    """Run a scenario alternately on a baseline and a candidate vLLM, then compare the pooled
+    runs (compare.md). Exit codes as `loadgen compare`, and 4 when a run did not complete."""

@@ -1,0 +1,128 @@
+"""A run followed by its report and its manifest, as ``loadgen run`` and ``loadgen gate`` do it.
+
+This joins the load generator (``loadgen.run``) and the analysis (``analysis.report``), which
+only the composition root may import together; the run itself, its event loop and its
+cancellation are ``loadgen.run``'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from analysis.report import Report
+    from loadgen.workers.process import WorkersConfig
+    from scenarios.base import Scenario
+
+DEFAULT_RUNS_ROOT = Path("runs")
+
+
+def new_run_dir(name: str) -> Path:
+    """A fresh ``runs/<name>-<UTC time>`` (``loadgen.run.new_run_dir``)."""
+    from loadgen.run import new_run_dir as fresh_run_dir
+
+    return fresh_run_dir(DEFAULT_RUNS_ROOT, name)
+
+
+def check_out_dir(run_dir: Path) -> None:
+    """Refuse an ``--out`` that is a file or a directory with something in it.
+
+    Raises:
+        click.UsageError: naming the path.
+    """
+    if run_dir.exists() and not run_dir.is_dir():
+        raise click.UsageError(f"--out {run_dir} is a file, not a directory")
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise click.UsageError(f"{run_dir} exists and is not empty; pick another --out")
+
+
+def run_and_report(
+    scenario: Scenario, params: BaseModel, run_dir: Path, workers: WorkersConfig | None = None
+) -> tuple[str, Report | None]:
+    """Run, build the report, write the manifest, print the summary: (status, report).
+
+    Exits with code 1 when the run was interrupted (Ctrl-C or SIGTERM), after writing what
+    was recorded, its report and its manifest.
+    """
+    from loadgen.progress import RichProgress
+    from loadgen.run import asyncio_run, cancel_on_sigterm, run_scenario
+
+    command = ["loadgen", *sys.argv[1:]]
+    progress = RichProgress()
+    progress.console.print(f"run directory: [bold]{run_dir}[/bold]")
+    status: str = "interrupted"
+    error: str | None = "interrupted (Ctrl-C or SIGTERM)"
+    try:
+        result = asyncio_run(
+            cancel_on_sigterm(
+                run_scenario(scenario, params, run_dir, command, progress.hooks(), workers)
+            )
+        )
+        status, error = result.status, result.error
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        progress.console.print("[red]interrupted: writing what was recorded[/red]")
+    finally:
+        progress.close()
+        report, report_error = finalize(run_dir, status, command)
+    if report is not None:
+        print_summary(report, progress.console)
+    if error:
+        progress.console.print(f"[red]run {status}: {error}[/red]")
+    shown = status
+    if report_error is not None:
+        shown = f"{status}, report failed"
+        progress.console.print(
+            f"[red]report failed: {report_error}[/red]\n"
+            "The records are intact; rebuild the report with "
+            f"`loadgen report {run_dir}` once the cause is fixed."
+        )
+    progress.console.print(f"run directory: [bold]{run_dir}[/bold] (status {shown})")
+    if status == "interrupted":
+        sys.exit(1)
+    return status, report
+
+
+def finalize(run_dir: Path, status: str, command: list[str]) -> tuple[Report | None, str | None]:
+    """Build the report from the raw files, then write the manifest (always, and last):
+    (the report or ``None``, why building it failed or ``None``). A run that never made a
+    plan has no report and no report error (its status says why)."""
+    from loadgen.manifest import write_manifest
+
+    report, error = None, None
+    if (run_dir / "plan.json").exists():
+        try:
+            from analysis.report import build_report
+
+            report = build_report(run_dir)
+        except Exception as exc:  # raw data stays; `loadgen report` can retry
+            error = f"{type(exc).__name__}: {exc}"
+    write_manifest(run_dir, status, command)
+    return report, error
+
+
+def print_summary(report: Report, console: Console) -> None:
+    """The per-phase tables and the verdicts of a built ``analysis.report.Report``."""
+    from rich.table import Table
+
+    for title, headers, rows in report.console_tables():
+        table = Table(title=title)
+        for col in headers:
+            table.add_column(col, justify="right")
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+    mark = {
+        True: "[green]PASS[/green]",
+        False: "[red]FAIL[/red]",
+        None: "[yellow]UNDECIDED[/yellow]",
+    }
+    for v in report.summary.verdicts:
+        console.print(f"{mark[v.passed]} {v.case}: {v.check} — {v.detail}")
