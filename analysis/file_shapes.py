@@ -2,7 +2,7 @@
 JSON file and JSON-lines row against before anything computes with it.
 
 A row is *well typed* when every field a reader uses has the type the writer gives it
-(``loadgen.records.RequestRecord``, the phase rows of ``loadgen.orchestrate``, the sample and
+(``loadgen.records.RequestRecord``, the phase rows of ``loadgen.execute``, the sample and
 scrape lines of ``metrics.store`` / ``metrics.scraper``, ``loadgen.workers.base.ClockOffset``,
 ``gateway.events``): integers are JSON integers (a nanosecond stamp ``"x"`` or ``1.5`` is not
 one), a count is never ``NaN``, a status is one of the known ones. Fields a reader does not use

@@ -135,7 +135,7 @@ def phase_summary(
     )
 
 
-#: Why a phase row marks its phase incomplete (``analysis.load`` / ``loadgen.orchestrate``).
+#: Why a phase row marks its phase incomplete (``analysis.load`` / ``loadgen.execute``).
 REBUILT = (
     "the run ended during it (killed: no phases.jsonl row); its window was rebuilt from its "
     "records, first send → last end, without settle, and requests unfinished then are absent"

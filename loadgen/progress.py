@@ -20,7 +20,7 @@ from rich.progress import (
 )
 from rich.status import Status
 
-from loadgen.orchestrate import RunHooks
+from loadgen.execute import RunHooks
 from loadgen.records import RequestRecord
 from scenarios.plan import CaseSpec
 from server.manager import RunningServer

@@ -1,8 +1,11 @@
-"""One scenario run, end to end: plan → execute → report → manifest (written last).
+"""One scenario run, end to end: plan → execute (``loadgen.execute``) → ``run.json``.
 
-``run.json`` records how the run went (``ok``, ``failed``, ``interrupted``); the CLI then
-builds the report and writes the manifest last, also after a failure or Ctrl-C, so even a run
-cut short leaves complete, flushed records.
+A *run* is one run directory: this module makes the plan from the sizing server's real
+capacity, has ``loadgen.execute`` execute it, and records in ``run.json`` how the run went
+(``ok``, ``failed``, ``interrupted``); the CLI then builds the report and writes the manifest
+last (``loadgen.cli.run_and_report``), also after a failure or Ctrl-C, so even a run cut
+short leaves complete, flushed records. Also here: the event loop a run goes on, SIGTERM
+handled as Ctrl-C, and the order of a gate's runs.
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from loadgen.clock import wall_anchor
+from loadgen.execute import CaseOutcome, RunHooks, execute_plan, open_server
 from loadgen.manifest import environment_facts
-from loadgen.orchestrate import CaseOutcome, RunHooks, execute_plan, open_server
 from loadgen.rundir import RUN_FILE, SERVER_DIR, case_dir, write_json
 from loadgen.workers.process import WorkersConfig
 from scenarios.base import Scenario

@@ -93,7 +93,7 @@ class Options:
     worker_clock_ahead_ns: int = 0
 
 
-#: How ``loadgen.orchestrate`` records the sending thread's placement in ``case.json``.
+#: How ``loadgen.execute`` records the sending thread's placement in ``case.json``.
 CLIENT_PLACEMENT = {
     "policy": "SCHED_FIFO 1",
     "cpus": [1],

@@ -1,4 +1,4 @@
-"""loadgen.orchestrate.run_case against an attached server that dies between phases: the case
+"""loadgen.execute.run_case against an attached server that dies between phases: the case
 stops at once, fails with the reason, and every planned request keeps a record (fault I: the
 run used to send every later phase to the dead server and end ``ok``)."""
 
@@ -13,7 +13,7 @@ from fake_openai_server import FakeOpenAIServer, StreamScript
 
 from analysis.load import read_records
 from loadgen.clock import MonotonicClock
-from loadgen.orchestrate import RunHooks, run_case
+from loadgen.execute import RunHooks, run_case
 from loadgen.records import RequestRecord
 from loadgen.rundir import case_dir
 from loadgen.server_watch import ServerWatch, lost_connection

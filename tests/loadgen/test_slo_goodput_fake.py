@@ -24,7 +24,7 @@ from fake_openai_server import FakeOpenAIServer, StreamScript
 
 from analysis.load import read_jsonl
 from analysis.report import build_report
-from loadgen.orchestrate import RunHooks
+from loadgen.execute import RunHooks
 from loadgen.records import RequestRecord
 from loadgen.run import run_scenario
 from scenarios.slo_goodput import SLOGoodput, SLOGoodputParams
