@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from summary_builders import case, phase
 
 from analysis.checks import evaluate
 from analysis.models import CaseSummary, Verdict
 from analysis.reports import ScenarioReport
 from scenarios.checks import CapacityAtLeast, CheckSpec, LatencyRatio
+from tests.support.summary_builders import case, phase
 
 GENERIC: ScenarioReport[Any] = ScenarioReport()
 

@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from synthetic_run import TEST_CASE
-from synthetic_run import build_run as build_unsealed_run
 
 from analysis.compare import CompareError, compare_paths, exit_code, workload_hash
 from analysis.gate_file import GateFileError, load_gate
@@ -23,6 +21,8 @@ from analysis.report import summarize_run
 from loadgen.cli import main
 from loadgen.manifest import write_manifest
 from metrics.store import SAMPLES_FILE, SCRAPES_FILE
+from tests.support.synthetic_run import TEST_CASE
+from tests.support.synthetic_run import build_run as build_unsealed_run
 
 #: Few enough values for the synthetic run's 6 requests per phase to be compared.
 SMALL_GATE = "min_samples = 4\nmin_tail_samples = 1\n"

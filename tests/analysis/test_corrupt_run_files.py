@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from synthetic_run import TEST_CASE, build_run
 
 from analysis.compare import CompareError, compare_paths
 from analysis.gate_file import load_gate
@@ -24,6 +23,7 @@ from analysis.validate import validate_run
 from loadgen.cli import main
 from loadgen.manifest import write_manifest
 from loadgen.rundir import case_dir
+from tests.support.synthetic_run import TEST_CASE, build_run
 
 COMMAND = ["loadgen", "run", "prefix-eviction"]
 

@@ -14,7 +14,6 @@ import json
 from pathlib import Path
 
 from click.testing import CliRunner
-from synthetic_run import TEST_CASE, build_run
 
 from analysis.report import summarize
 from analysis.validate import validate_run
@@ -22,6 +21,7 @@ from loadgen.cli import main
 from loadgen.manifest import write_manifest
 from loadgen.rundir import REPORT_JSON, case_dir
 from metrics.store import SAMPLES_FILE, SCRAPES_FILE
+from tests.support.synthetic_run import TEST_CASE, build_run
 
 M = {"model_name": "m"}
 

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from synthetic_run import TEST_CASE, Options, build_run
 
 from analysis.compare import compare_paths
 from analysis.gate_file import load_gate
@@ -26,6 +25,7 @@ from analysis.validate import validate_run
 from loadgen.manifest import write_manifest
 from loadgen.records import RecordWriter, RequestRecord
 from loadgen.rundir import REPORT_JSON, case_dir, worker_requests_file
+from tests.support.synthetic_run import TEST_CASE, Options, build_run
 
 MS = 1_000_000
 AHEAD_NS = 1_000 * 1_000_000_000  # worker 1's clock: 1000 s ahead of the coordinator's

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-from fake_metrics_server import Answer, FakeMetricsServer
 
 from analysis.report import build_report
 from analysis.validate import validate_run
@@ -24,6 +23,7 @@ from metrics.scraper import ScraperProcess
 from scenarios.arrivals import AllAtOnce
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
 from scenarios.workloads import UniquePrompts
+from tests.support.fake_metrics_server import Answer, FakeMetricsServer
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 

@@ -13,13 +13,19 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from synthetic_run import CLIENT_PLACEMENT, CONTROL_CASE, TEST_CASE, Options, build_run
 
 from analysis.report import build_report, summarize
 from analysis.validate import validate_run
 from loadgen.cli import main
 from loadgen.manifest import write_manifest
 from loadgen.rundir import REPORT_JSON, REPORT_MD, case_dir
+from tests.support.synthetic_run import (
+    CLIENT_PLACEMENT,
+    CONTROL_CASE,
+    TEST_CASE,
+    Options,
+    build_run,
+)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

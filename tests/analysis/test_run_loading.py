@@ -7,13 +7,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from synthetic_run import TEST_CASE, build_run
 
 from analysis.load import load_run, read_jsonl, rebuild_missing_phases
 from analysis.report import build_report
 from analysis.validate import validate_run
 from loadgen.manifest import write_manifest
 from loadgen.rundir import case_dir
+from tests.support.synthetic_run import TEST_CASE, build_run
 
 JSONL_FILES = (
     "requests.jsonl",

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from synthetic_run import CONTROL_CASE, TEST_CASE, Options, build_run
 
 from analysis.report import summarize
 from analysis.validate import validate_run
 from loadgen.cli import main
 from loadgen.manifest import verify_manifest, write_manifest
 from loadgen.rundir import MANIFEST_FILE, REPORT_JSON, case_dir, read_json
+from tests.support.synthetic_run import CONTROL_CASE, TEST_CASE, Options, build_run
 
 REQUESTS = f"cases/{TEST_CASE}/requests.jsonl"
 COMMAND = ["loadgen", "run", "prefix-eviction", "--cache", "1GiB"]

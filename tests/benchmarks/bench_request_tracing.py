@@ -19,13 +19,13 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
-sys.path.insert(0, str(HERE.parents[1] / "loadgen"))  # fake_openai_server
+sys.path.insert(0, str(HERE.parents[2]))  # the repository root: tests.support
 
 BLOCKS = 6  # per variant
 
 
 async def _serve() -> None:
-    from fake_openai_server import FakeOpenAIServer, StreamScript
+    from tests.support.fake_openai_server import FakeOpenAIServer, StreamScript
 
     fake = FakeOpenAIServer(StreamScript(), keep_seen=False)
     async with fake.serve():

@@ -1,7 +1,8 @@
 """The benchmarks' fake vLLM: a raw asyncio protocol server, run in its own process.
 
-Why not the aiohttp fake of ``tests/loadgen``: a benchmark of the client must never be limited
-by its server, and aiohttp's server costs tens of µs per chunk. This one answers
+Why not the aiohttp fake (``tests.support.fake_openai_server``): a benchmark of the client
+must never be limited by its server, and aiohttp's server costs tens of µs per chunk. Its
+chunks are the shared renderer's (``tests.support.vllm_chunks``). This one answers
 ``POST /v1/completions`` with vLLM 0.32's exact SSE chunks (HTTP/1.1 chunked transfer
 encoding, as uvicorn sends them), keep-alive, and nothing else it does not need:
 
@@ -46,17 +47,32 @@ _SSE_HEAD = (
     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
     b"transfer-encoding: chunked\r\n\r\n"
 )
-_CHOICE = (
-    b'data: {"id":"cmpl-bench","object":"text_completion","created":1,"model":"m",'
-    b'"choices":[{"index":0,"text":"~","logprobs":null,"finish_reason":%s,'
-    b'"stop_reason":null,"prompt_token_ids":null,"token_ids":null}]%s}\n\n'
-)
-_USAGE = b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}'
-_TRAILER = (
-    b'data: {"id":"cmpl-bench","object":"text_completion","created":1,"model":"m",'
-    b'"choices":[],"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d,'
-    b'"prompt_tokens_details":{"cached_tokens":0}}}\n\ndata: [DONE]\n\n'
-)
+
+
+#: The repository root, so the shared renderer imports when this runs as a script.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+_ID = "cmpl-bench"
+
+
+def _templates() -> tuple[bytes, bytes, bytes]:
+    """The token chunk (``%s`` finish reason, ``%s`` usage), the running usage (``%d`` prompt,
+    total, completion) and the trailer with ``[DONE]`` (the same three), as byte templates
+    built once from the shared renderer (``tests.support.vllm_chunks``): rendering each chunk
+    with json would cost the server more per chunk than the clients it measures."""
+    from tests.support.vllm_chunks import DONE, completion_chunk, sse_event, usage_trailer
+
+    choice = sse_event(completion_chunk("~", 0, 0, None, usage=False, completion_id=_ID))
+    choice = choice.replace('"finish_reason":null', '"finish_reason":%s').replace("]}\n", "]%s}\n")
+    with_usage = completion_chunk("~", 1000001, 2000002, None, completion_id=_ID)
+    usage = with_usage[with_usage.index(',"usage"') : -1]
+    trailer = sse_event(usage_trailer(1000001, 2000002, 0, completion_id=_ID)) + sse_event(DONE)
+    numbers = {"1000001": "%d", "3000003": "%d", "2000002": "%d"}
+    for value, slot in numbers.items():
+        usage, trailer = usage.replace(value, slot), trailer.replace(value, slot)
+    return choice.encode(), usage.encode(), trailer.encode()
+
+
+_CHOICE, _USAGE, _TRAILER = _templates()
 
 
 def _chunked(payload: bytes) -> bytes:

@@ -6,10 +6,16 @@ import asyncio
 
 import aiohttp
 import pytest
-from gateway_fakes import Behaviour, FakeUpstream, gateway_config, metric_value, serve_upstream
 
 from gateway.admission import AdmissionController, AdmissionRejected
 from gateway.app import running_gateway
+from tests.support.gateway_fakes import (
+    Behaviour,
+    FakeUpstream,
+    gateway_config,
+    metric_value,
+    serve_upstream,
+)
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
 

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import aiohttp
 import pytest
-from gateway_fakes import FakeUpstream, closed_port, gateway_config, metric_value, serve_upstream
 
 from gateway.app import running_gateway
+from tests.support.gateway_fakes import (
+    FakeUpstream,
+    closed_port,
+    gateway_config,
+    metric_value,
+    serve_upstream,
+)
 
 pytestmark = pytest.mark.timeout(30)
 

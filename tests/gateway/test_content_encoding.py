@@ -11,7 +11,9 @@ import zlib
 
 import aiohttp
 import pytest
-from gateway_fakes import (
+
+from gateway.app import running_gateway
+from tests.support.gateway_fakes import (
     Behaviour,
     FakeUpstream,
     gateway_config,
@@ -19,8 +21,6 @@ from gateway_fakes import (
     serve_upstream,
     sse_events,
 )
-
-from gateway.app import running_gateway
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
 

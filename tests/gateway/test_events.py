@@ -9,12 +9,12 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from gateway_fakes import Behaviour, FakeUpstream, gateway_config, serve_upstream
 
 from gateway.app import running_gateway
 from gateway.breaker import BreakerState, Transition
 from gateway.cli import build_config
 from gateway.events import EventsFile, transition_event
+from tests.support.gateway_fakes import Behaviour, FakeUpstream, gateway_config, serve_upstream
 
 pytestmark = pytest.mark.timeout(30)
 

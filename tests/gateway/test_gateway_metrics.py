@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import aiohttp
 import pytest
-from gateway_fakes import Behaviour, FakeUpstream, gateway_config, metric_value, serve_upstream
 from prometheus_client import REGISTRY
 
 from gateway.app import create_app, running_gateway
 from gateway.state import STATE_KEY
+from tests.support.gateway_fakes import (
+    Behaviour,
+    FakeUpstream,
+    gateway_config,
+    metric_value,
+    serve_upstream,
+)
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from gateway_fakes import FakeUpstream, closed_port, serve_upstream
 
 from loadgen.gateway_process import running_gateway_process
+from tests.support.gateway_fakes import FakeUpstream, closed_port, serve_upstream
 
 pytestmark = pytest.mark.timeout(60)
 

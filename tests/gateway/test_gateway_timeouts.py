@@ -7,7 +7,9 @@ import time
 
 import aiohttp
 import pytest
-from gateway_fakes import (
+
+from gateway.app import running_gateway
+from tests.support.gateway_fakes import (
     Behaviour,
     FakeUpstream,
     closed_port,
@@ -16,8 +18,6 @@ from gateway_fakes import (
     sse_events,
     unaccepting_listener,
 )
-
-from gateway.app import running_gateway
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
 

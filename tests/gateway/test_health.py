@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import aiohttp
 import pytest
-from gateway_fakes import (
+
+from gateway.app import running_gateway
+from tests.support.gateway_fakes import (
     Behaviour,
     FakeUpstream,
     closed_port,
@@ -12,8 +14,6 @@ from gateway_fakes import (
     serve_upstream,
     unaccepting_listener,
 )
-
-from gateway.app import running_gateway
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -11,7 +11,10 @@ import json
 
 import aiohttp
 import pytest
-from gateway_fakes import (
+
+from gateway.app import running_gateway
+from gateway.outcomes import Verdict, is_error_body, status_verdict
+from tests.support.gateway_fakes import (
     Behaviour,
     FakeUpstream,
     gateway_config,
@@ -19,9 +22,6 @@ from gateway_fakes import (
     serve_upstream,
     sse_events,
 )
-
-from gateway.app import running_gateway
-from gateway.outcomes import Verdict, is_error_body, status_verdict
 
 pytestmark = pytest.mark.timeout(30)
 

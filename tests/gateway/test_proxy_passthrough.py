@@ -7,9 +7,15 @@ import time
 
 import aiohttp
 import pytest
-from gateway_fakes import Behaviour, FakeUpstream, gateway_config, serve_upstream, sse_events
 
 from gateway.app import running_gateway
+from tests.support.gateway_fakes import (
+    Behaviour,
+    FakeUpstream,
+    gateway_config,
+    serve_upstream,
+    sse_events,
+)
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
 

@@ -7,13 +7,19 @@ from email.utils import format_datetime
 
 import aiohttp
 import pytest
-from gateway_fakes import Behaviour, FakeUpstream, gateway_config, metric_value, serve_upstream
 
 from gateway.app import running_gateway
 from gateway.breaker import BreakerState
 from gateway.config import BreakerConfig
 from gateway.retry_after import MAX_RETRY_AFTER_S, format_retry_after, parse_retry_after
 from gateway.upstreams import UpstreamPool
+from tests.support.gateway_fakes import (
+    Behaviour,
+    FakeUpstream,
+    gateway_config,
+    metric_value,
+    serve_upstream,
+)
 
 pytestmark = pytest.mark.timeout(30)
 

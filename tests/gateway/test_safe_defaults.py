@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import aiohttp
 import pytest
-from gateway_fakes import Behaviour, FakeUpstream, gateway_config, serve_upstream
 from multidict import CIMultiDict
 
 from gateway.config import GatewayConfig
@@ -13,6 +12,7 @@ from gateway.headers import (
     strip_hop_by_hop,
     upstream_request_headers,
 )
+from tests.support.gateway_fakes import Behaviour, FakeUpstream, gateway_config, serve_upstream
 
 pytestmark = pytest.mark.timeout(30)
 

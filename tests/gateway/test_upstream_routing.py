@@ -7,12 +7,18 @@ from collections import Counter
 
 import aiohttp
 import pytest
-from gateway_fakes import Behaviour, FakeUpstream, gateway_config, metric_value, serve_upstream
 
 from gateway.app import running_gateway
 from gateway.breaker import BreakerState
 from gateway.config import BreakerConfig
 from gateway.upstreams import UpstreamPool
+from tests.support.gateway_fakes import (
+    Behaviour,
+    FakeUpstream,
+    gateway_config,
+    metric_value,
+    serve_upstream,
+)
 
 pytestmark = pytest.mark.timeout(30)
 

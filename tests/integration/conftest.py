@@ -1,3 +1,3 @@
-"""Fixtures of the real-vLLM tier (see ``vllm_fixtures``)."""
+"""Fixtures of the real-vLLM tier (see ``tests.support.vllm_fixtures``)."""
 
-from vllm_fixtures import server_1gib  # noqa: F401  (re-exported fixture)
+from tests.support.vllm_fixtures import server_1gib  # noqa: F401  (re-exported fixture)

@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from vllm_fixtures import loadgen, read_report, run_scenario
+
+from tests.support.vllm_fixtures import loadgen, read_report, run_scenario
 
 pytestmark = pytest.mark.vllm
 

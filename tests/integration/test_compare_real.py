@@ -15,9 +15,9 @@ import json
 from pathlib import Path
 
 import pytest
-from vllm_fixtures import loadgen
 
 from server.engines import project_engine
+from tests.support.vllm_fixtures import loadgen
 
 pytestmark = pytest.mark.vllm
 

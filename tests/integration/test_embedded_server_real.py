@@ -11,7 +11,6 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from vllm_fixtures import SharedServer, loadgen, start_shared, stop_shared
 
 from loadgen.client import Target, send_request
 from loadgen.clock import MonotonicClock
@@ -22,6 +21,7 @@ from server.embedded_model import model_dir
 from server.manager import ServerStartError, start_server
 from server.model_variant import VARIANTS, decide
 from server.process import group_alive, port_is_free
+from tests.support.vllm_fixtures import SharedServer, loadgen, start_shared, stop_shared
 
 pytestmark = pytest.mark.vllm
 

@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 
 import pytest
-from vllm_fixtures import SharedServer, loadgen, read_report, run_scenario
+
+from tests.support.vllm_fixtures import SharedServer, loadgen, read_report, run_scenario
 
 pytestmark = pytest.mark.vllm
 

@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from vllm_fixtures import LOADGEN, loadgen
+
+from tests.support.vllm_fixtures import LOADGEN, loadgen
 
 pytestmark = pytest.mark.vllm
 

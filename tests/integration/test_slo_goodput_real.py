@@ -15,9 +15,9 @@ import os
 from pathlib import Path
 
 import pytest
-from vllm_fixtures import loadgen, read_report, run_scenario
 
 from analysis.load import read_jsonl
+from tests.support.vllm_fixtures import loadgen, read_report, run_scenario
 
 pytestmark = pytest.mark.vllm
 

@@ -10,7 +10,6 @@ import itertools
 
 import aiohttp
 import pytest
-from fake_openai_server import FakeOpenAIServer, StreamScript
 
 from analysis.latency import chunk_gaps, request_frame
 from loadgen.client import Target, send_request
@@ -19,6 +18,7 @@ from loadgen.connections import open_session
 from loadgen.records import RequestRecord
 from scenarios.workloads import PlannedRequest
 from server.process import free_loopback_port
+from tests.support.fake_openai_server import FakeOpenAIServer, StreamScript
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
 

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from fake_openai_server import FakeOpenAIServer, StreamScript
 
 from analysis.load import read_jsonl
 from loadgen.client import Target
@@ -28,6 +27,7 @@ from loadgen.phase import WARMUP_MAX_CONNECTIONS, PhaseTiming, run_phase, warmup
 from loadgen.records import RecordWriter, RequestRecord
 from scenarios.arrivals import AllAtOnce, ClosedLoop, OpenLoop, open_loop_offsets_ns
 from scenarios.workloads import PhaseRequests, PlannedRequest, header_of
+from tests.support.fake_openai_server import FakeOpenAIServer, StreamScript
 
 # asyncio_mode = "auto" runs the async tests; one test here is plain.
 

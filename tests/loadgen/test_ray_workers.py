@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fake_openai_server import FakeOpenAIServer, StreamScript
 
 from analysis.latency import request_frame
 from analysis.load import read_records
@@ -32,6 +31,7 @@ from loadgen.workers.process import run_split_phase
 from scenarios.arrivals import ClosedLoop
 from scenarios.plan import PhaseSpec
 from scenarios.workloads import TokenSpace, UniquePrompts, materialize
+from tests.support.fake_openai_server import FakeOpenAIServer, StreamScript
 
 ray = pytest.importorskip(
     "ray", reason="Ray is not installed (pip install '.[ray]'; make test installs it)"

@@ -9,7 +9,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from fake_openai_server import FakeOpenAIServer, StreamScript
 
 from analysis.load import read_records
 from loadgen.clock import MonotonicClock
@@ -22,6 +21,7 @@ from scenarios.arrivals import ClosedLoop, OpenLoop
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
 from scenarios.workloads import UniquePrompts
 from server.manager import RunningServer
+from tests.support.fake_openai_server import FakeOpenAIServer, StreamScript
 
 pytestmark = [pytest.mark.timeout(60)]
 

@@ -20,7 +20,6 @@ import json
 from pathlib import Path
 
 import pytest
-from fake_openai_server import FakeOpenAIServer, StreamScript
 
 from analysis.load import read_jsonl
 from analysis.report import build_report
@@ -28,6 +27,7 @@ from loadgen.execute import RunHooks
 from loadgen.records import RequestRecord
 from loadgen.run import run_scenario
 from scenarios.slo_goodput import SLOGoodput, SLOGoodputParams
+from tests.support.fake_openai_server import FakeOpenAIServer, StreamScript
 
 pytestmark = [pytest.mark.timeout(120)]
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from fake_openai_server import FakeOpenAIServer, StreamScript
 
 from analysis.load import read_records
 from loadgen.client import Target
@@ -22,6 +21,7 @@ from scenarios.arrivals import AllAtOnce, ClosedLoop, OpenLoop
 from scenarios.partition import merged_open_loop
 from scenarios.plan import PhaseSpec
 from scenarios.workloads import TokenSpace, UniquePrompts
+from tests.support.fake_openai_server import FakeOpenAIServer, StreamScript
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio(loop_scope="session")]
 

@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from fake_metrics_server import Answer, FakeMetricsServer
 
 from analysis.load import iter_raw, read_samples, read_scrapes
 from metrics.samples import counter_delta, counter_resets, gauge_peak_by, series
 from metrics.scraper import ScraperProcess
 from metrics.store import RAW_FILE, SAMPLES_FILE
 from metrics.ticks import count_ticks, deltas_are_stale, tick_problems
+from tests.support.fake_metrics_server import Answer, FakeMetricsServer
 
 pytestmark = pytest.mark.timeout(40)
 MS = 1_000_000

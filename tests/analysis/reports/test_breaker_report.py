@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from summary_builders import case, phase
-
 from analysis.checks import evaluate
 from analysis.load import CaseData, load_case
 from analysis.reports.breaker.report import REPORT, BreakerDetails, episode
 from scenarios.breaker import BreakerEpisode
 from scenarios.plan import CaseSpec
+from tests.support.summary_builders import case, phase
 
 S = 1_000_000_000
 A, B = "http://127.0.0.1:1001", "http://127.0.0.1:1002"

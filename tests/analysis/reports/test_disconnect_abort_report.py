@@ -4,13 +4,13 @@ records and samples."""
 from __future__ import annotations
 
 import pytest
-from summary_builders import case, phase
 
 from analysis.checks import evaluate
 from analysis.load import CaseData
 from analysis.reports.disconnect_abort.report import REPORT, DisconnectDetails, disconnect_row
 from metrics.samples import Sample
 from scenarios.disconnect_abort import DisconnectFreesServer, OrphansRunOn
+from tests.support.summary_builders import case, phase
 
 S = 1_000_000_000  # ns per s
 M = (("model_name", "m"),)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from summary_builders import case, phase
 
 from analysis.checks import evaluate
 from analysis.models import CaseSummary
@@ -17,6 +16,7 @@ from analysis.reports.kv_preemption.report import (
     tradeoffs,
 )
 from scenarios.kv_preemption import KVPeakMatchesWorkingSet, PreemptionAsPredicted
+from tests.support.summary_builders import case, phase
 
 CPU_1GIB = {"tokens": 18_688, "block_size": 128, "num_blocks": 146}
 CPU_4GIB = {"tokens": 74_880, "block_size": 128, "num_blocks": 585}

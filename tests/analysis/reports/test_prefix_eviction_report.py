@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pandas as pd
-from summary_builders import case, phase
 
 from analysis.checks import evaluate
 from analysis.latency import request_frame
@@ -17,6 +16,7 @@ from analysis.reports.prefix_eviction.report import (
     probe_rows,
 )
 from scenarios.prefix_eviction import HitRateCompare, ProbeCache
+from tests.support.summary_builders import case, phase
 
 MS = 1_000_000
 

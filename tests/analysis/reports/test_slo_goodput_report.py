@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from summary_builders import case, phase
 
 from analysis.checks import evaluate
 from analysis.reports.slo_goodput import REPORT
@@ -25,6 +24,7 @@ from scenarios.slo_goodput import (
     OverloadCollapse,
     RatesOrdered,
 )
+from tests.support.summary_builders import case, phase
 
 Q = {"p50": 1.0, "p90": 2.0, "p99": 3.0}
 

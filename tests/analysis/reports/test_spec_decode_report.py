@@ -1,12 +1,11 @@
 """spec-decode's report on a synthetic run whose every figure is computed by hand
-(``tests/analysis/spec_decode_run.py`` describes the run)."""
+(``tests/support/spec_decode_run.py`` describes the run)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from spec_decode_run import build_run
 
 from analysis.load import load_run
 from analysis.report import build_report, summarize_run
@@ -14,6 +13,7 @@ from analysis.reports.spec_decode.acceptance import break_even_alpha
 from analysis.reports.spec_decode.figures import SpecDecodeDetails, SpecRow, answer_line
 from analysis.reports.spec_decode.report import REPORT
 from scenarios.spec_decode import PerPositionNonIncreasing, PerPositionSumsToAccepted
+from tests.support.spec_decode_run import build_run
 
 
 @pytest.fixture(scope="module")

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+
+from tests.support.vllm_chunks import DONE, ERROR_EVENT, completion_chunk, sse_event, usage_trailer
 
 
 @dataclass
@@ -96,68 +97,6 @@ class Seen:
     token_chunks_sent: int = 0
     finished: bool = False
     client_gone_s: float | None = None
-
-
-def completion_chunk(
-    text: str, prompt: int, completion: int, finish: str | None, usage: bool = True
-) -> str:
-    """One token chunk as vLLM streams it (continuous usage included unless ``usage=False``)."""
-    chunk: dict[str, Any] = {
-        "id": "cmpl-fake",
-        "object": "text_completion",
-        "created": 1,
-        "model": "m",
-        "choices": [
-            {
-                "index": 0,
-                "text": text,
-                "logprobs": None,
-                "finish_reason": finish,
-                "stop_reason": None,
-                "prompt_token_ids": None,
-                "token_ids": None,
-            }
-        ],
-    }
-    if usage:
-        chunk["usage"] = {
-            "prompt_tokens": prompt,
-            "total_tokens": prompt + completion,
-            "completion_tokens": completion,
-        }
-    return json.dumps(chunk, separators=(",", ":"))
-
-
-def usage_trailer(prompt: int, completion: int, cached: int) -> str:
-    """The final usage-only chunk (``choices: []``) with the prefix-cache hit tokens."""
-    return json.dumps(
-        {
-            "id": "cmpl-fake",
-            "object": "text_completion",
-            "created": 1,
-            "model": "m",
-            "choices": [],
-            "usage": {
-                "prompt_tokens": prompt,
-                "total_tokens": prompt + completion,
-                "completion_tokens": completion,
-                "prompt_tokens_details": {"cached_tokens": cached},
-            },
-        },
-        separators=(",", ":"),
-    )
-
-
-ERROR_EVENT = json.dumps(
-    {
-        "error": {
-            "message": "fake engine failure",
-            "type": "InternalServerError",
-            "param": None,
-            "code": 500,
-        }
-    }
-)
 
 
 class FakeOpenAIServer:
@@ -239,8 +178,7 @@ class FakeOpenAIServer:
         held: list[bytes] = []  # events held back by a buffering response
 
         async def send(data: str, event: str | None = None, lines_ended: int = 2) -> None:
-            eol = script.eol
-            line = (f"event: {event}{eol}" if event else "") + f"data: {data}" + eol * lines_ended
+            line = sse_event(data, event, script.eol, lines_ended)
             if script.buffered:
                 held.append(line.encode())
             else:
@@ -263,7 +201,7 @@ class FakeOpenAIServer:
                     await asyncio.sleep(script.itl_s)
                 if script.error_after_chunks == i:
                     await send(script.error_payload or ERROR_EVENT, script.error_event_type)
-                    await send("[DONE]")
+                    await send(DONE)
                     await resp.write(b"".join(held))
                     return resp
                 if script.stall_after_chunks == i:
@@ -291,7 +229,7 @@ class FakeOpenAIServer:
             self.active -= 1
             in_flight = False
             if not script.no_final_blank_line:
-                await send("[DONE]")
+                await send(DONE)
             if held:
                 await resp.write(b"".join(held))
             await resp.write_eof()

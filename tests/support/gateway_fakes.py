@@ -22,15 +22,17 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.config import GatewayConfig
+from tests.support.vllm_chunks import DONE, completion_chunk, sse_event
 
 
 @dataclass
 class Behaviour:
     """What the fake answers; a request body's ``fake_delay_s`` overrides the first delay.
 
-    A stream is ``chunks`` token events then ``data: [DONE]`` (left out when ``send_done`` is
-    false), or, when ``stream_writes`` is set, exactly those raw writes; ``chunk_gap_s`` (s)
-    separates writes, so a positive gap puts each write in its own read on the gateway side.
+    A stream is ``chunks`` token events (vLLM's chunks, ``tests.support.vllm_chunks``, text
+    ``"tok{i} "``) then ``data: [DONE]`` (left out when ``send_done`` is false), or, when
+    ``stream_writes`` is set, exactly those raw writes; ``chunk_gap_s`` (s) separates writes,
+    so a positive gap puts each write in its own read on the gateway side.
     ``stream_content_type`` is the Content-Type of a 200 answer to a streaming request,
     ``body`` replaces the JSON of a non-streaming 200, ``health_status`` is what ``/health``
     answers. ``break_stream`` drops the connection after the writes, before the chunked body's
@@ -163,9 +165,13 @@ class FakeUpstream:
         if b.stream_writes is not None:
             writes, tail = list(b.stream_writes), b""
         else:
-            events = [{"choices": [{"index": 0, "text": f"tok{i} "}]} for i in range(b.chunks)]
-            writes = [f"data: {json.dumps(event)}\n\n".encode() for event in events]
-            tail = b"data: [DONE]\n\n" if b.send_done else b""
+            last = b.chunks - 1
+            writes = [
+                sse_event(completion_chunk(f"tok{i} ", 1, i + 1, "length" if i == last else None,
+                                           usage=False)).encode()
+                for i in range(b.chunks)
+            ]  # fmt: skip
+            tail = sse_event(DONE).encode() if b.send_done else b""
         for i, data in enumerate(writes):
             if i:
                 await asyncio.sleep(b.chunk_gap_s)

@@ -1,0 +1,1 @@
+"""The test suite as a package, so shared helpers import as ``tests.support.<module>``."""
