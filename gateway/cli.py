@@ -1,7 +1,8 @@
 """Command line for the gateway: ``gateway_command`` (click) and ``main(argv) -> int``.
 
 Owns turning flags and an optional JSON config file into a :class:`GatewayConfig` (flags
-override the file; validation errors become usage errors) and running the gateway until
+override the file; validation errors become usage errors; the flags are built from the
+config model's fields, their types, bounds and help) and running the gateway until
 Ctrl-C or SIGTERM. Heavy imports (aiohttp) stay inside the command so ``--help`` is instant.
 """
 
@@ -10,9 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import types
+import typing
 from typing import Any
 
+import annotated_types
 import click
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 
 
 def build_config(config_file: str | None, overrides: dict[str, Any]) -> Any:
@@ -75,196 +81,102 @@ def run_event_loop(coro: Any) -> Any:
     return uvloop.run(coro)
 
 
-_SECONDS = click.FloatRange(min=0, min_open=True)
+#: Fields of ``GatewayConfig`` that no flag sets (the JSON config file still can).
+_NO_FLAG = {"shutdown_timeout_s", "admission.retry_after_s"}
+#: Fields whose flag is not the one their name gives (see :func:`_flag`).
+_FLAG_NAMES = {
+    "breaker.consecutive_failures": "breaker-failures",
+    "breaker.half_open_probes": "breaker-probes",
+}
 
 
-@click.command("gateway")
-@click.option(
-    "--upstream",
-    "upstreams",
-    multiple=True,
-    metavar="URL",
-    help="Upstream base URL, e.g. http://127.0.0.1:8000 (repeatable).",
-)
-@click.option(
-    "--config",
-    "config_file",
-    type=click.Path(exists=True, dir_okay=False),
-    help="JSON file with a GatewayConfig; flags override it.",
-)
-@click.option("--host", default=None, help="Address to bind (default 127.0.0.1).")
-@click.option(
-    "--port",
-    type=click.IntRange(0, 65535),
-    default=None,
-    help="Port to bind (default 0 = a free port).",
-)
-@click.option(
-    "--no-propagate-cancellation",
-    "no_propagate",
-    is_flag=True,
-    default=False,
-    help="Emulate a broken proxy: keep upstream requests running after the client "
-    "disconnects (drain and discard).",
-)
-@click.option(
-    "--max-body-bytes",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Request body limit in bytes (413 above it).",
-)
-@click.option(
-    "--max-response-bytes",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Limit in bytes on a buffered upstream body and on one event of a stream (502 above).",
-)
-@click.option(
-    "--events-file",
-    type=click.Path(dir_okay=False, writable=True),
-    default=None,
-    help="Append one JSON line per breaker transition to this file (created at start).",
-)
-@click.option(
-    "--health-check-timeout",
-    "health_check_timeout_s",
-    type=_SECONDS,
-    default=None,
-    help="Seconds each upstream's /health may take when the gateway's /health is asked.",
-)
-@click.option(
-    "--connect-retries",
-    type=click.IntRange(min=0),
-    default=None,
-    help="Retries on another upstream after a refused connection (default 1).",
-)
-@click.option(
-    "--connect-timeout",
-    "connect_s",
-    type=_SECONDS,
-    default=None,
-    help="Upstream connect timeout, seconds.",
-)
-@click.option(
-    "--first-token-timeout",
-    "first_token_s",
-    type=_SECONDS,
-    default=None,
-    help="Streaming: seconds from sending to the first body chunk.",
-)
-@click.option(
-    "--idle-timeout",
-    "idle_s",
-    type=_SECONDS,
-    default=None,
-    help="Seconds allowed between two body chunks.",
-)
-@click.option(
-    "--total-timeout",
-    "total_s",
-    type=_SECONDS,
-    default=None,
-    help="Deadline for the whole exchange, seconds.",
-)
-@click.option(
-    "--breaker-failures",
-    "consecutive_failures",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Consecutive failures that open a breaker.",
-)
-@click.option(
-    "--breaker-error-rate",
-    "error_rate",
-    type=click.FloatRange(0, 1, min_open=True),
-    default=None,
-    help="Failure fraction (0-1) over the window that opens a breaker.",
-)
-@click.option(
-    "--breaker-window", "window_s", type=_SECONDS, default=None, help="Error-rate window, seconds."
-)
-@click.option(
-    "--breaker-min-requests",
-    "min_requests",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Results needed in the window before the error rate counts.",
-)
-@click.option(
-    "--breaker-slow-first-token",
-    "slow_first_token_s",
-    type=_SECONDS,
-    default=None,
-    help="First-token latency (s) above which a streaming request counts as failed.",
-)
-@click.option(
-    "--breaker-cooldown",
-    "cooldown_s",
-    type=click.FloatRange(min=0),
-    default=None,
-    help="Seconds a breaker stays open before half-open probes.",
-)
-@click.option(
-    "--breaker-probes",
-    "half_open_probes",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Concurrent probes admitted while half-open.",
-)
-@click.option(
-    "--max-in-flight", type=click.IntRange(min=1), default=None, help="Requests forwarded at once."
-)
-@click.option(
-    "--max-queue",
-    type=click.IntRange(min=0),
-    default=None,
-    help="Requests waiting for a slot; beyond it 429.",
-)
-@click.option(
-    "--queue-timeout",
-    "queue_timeout_s",
-    type=_SECONDS,
-    default=None,
-    help="Seconds a request may wait for a slot before 429.",
-)
-@click.option(
-    "--log-level",
-    default="INFO",
-    show_default=True,
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
-)
-def gateway_command(
+def _flag(path: str) -> str:
+    """The flag of a config field: its name without the seconds suffix ``_s``, dashed; a
+    timeout's ends in ``-timeout`` (``timeouts.idle_s`` → ``idle-timeout``), a breaker
+    threshold's starts with ``breaker-`` (``breaker.window_s`` → ``breaker-window``)."""
+    if path in _FLAG_NAMES:
+        return _FLAG_NAMES[path]
+    group, _, name = path.rpartition(".")
+    flag = name.removesuffix("_s").replace("_", "-")
+    return {"timeouts": f"{flag}-timeout", "breaker": f"breaker-{flag}"}.get(group, flag)
+
+
+def _click_type(field: FieldInfo) -> click.ParamType:
+    """The field's type as a click type, with its bounds (``gt``/``ge``/``lt``/``le``)."""
+    base = field.annotation
+    if typing.get_origin(base) in (typing.Union, types.UnionType):
+        base = next(a for a in typing.get_args(base) if a is not type(None))
+    bounds: dict[str, Any] = {}
+    for m in field.metadata:
+        if isinstance(m, annotated_types.Gt | annotated_types.Ge):
+            bounds.update(min=m.gt if isinstance(m, annotated_types.Gt) else m.ge,
+                          min_open=isinstance(m, annotated_types.Gt))  # fmt: skip
+        elif isinstance(m, annotated_types.Lt | annotated_types.Le):
+            bounds.update(max=m.lt if isinstance(m, annotated_types.Lt) else m.le,
+                          max_open=isinstance(m, annotated_types.Lt))  # fmt: skip
+    if base is int:
+        return click.IntRange(**bounds) if bounds else click.INT
+    if base is float:
+        return click.FloatRange(**bounds) if bounds else click.FLOAT
+    return click.STRING
+
+
+def config_options(model: type[BaseModel] | None = None, prefix: str = "") -> list[click.Option]:
+    """One option per field of the gateway's config model (nested models: one per field of
+    theirs), its type, bounds and help from the field: default ``None``, so a flag not given
+    leaves the config file's value (or the model's default). The option's name is the field's
+    path with ``__`` for the dots (``breaker__window_s``); :func:`_overrides` nests it back.
+    ``upstreams``, ``propagate_cancellation`` and ``events_file`` have their own flags
+    (``--upstream``, ``--no-propagate-cancellation``, ``--events-file``)."""
+    from gateway.config import GatewayConfig
+
+    options: list[click.Option] = []
+    for name, field in (model or GatewayConfig).model_fields.items():
+        path = f"{prefix}{name}"
+        if path in _NO_FLAG or path in ("upstreams", "propagate_cancellation", "events_file"):
+            continue
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            options += config_options(field.annotation, f"{path}.")
+            continue
+        options.append(
+            click.Option(
+                [f"--{_flag(path)}", path.replace(".", "__")],
+                type=_click_type(field),
+                default=None,
+                help=field.description,
+            )
+        )
+    return options
+
+
+def _overrides(values: dict[str, Any]) -> dict[str, Any]:
+    """``{"breaker__window_s": 5}`` → ``{"breaker": {"window_s": 5}}``."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        *groups, name = key.split("__")
+        target = out
+        for group in groups:
+            target = target.setdefault(group, {})
+        target[name] = value
+    return out
+
+
+def _serve(
     upstreams: tuple[str, ...],
     config_file: str | None,
-    host: str | None,
-    port: int | None,
     no_propagate: bool,
-    max_body_bytes: int | None,
-    max_response_bytes: int | None,
     events_file: str | None,
-    health_check_timeout_s: float | None,
     log_level: str,
-    **limits: Any,
+    **fields: Any,
 ) -> None:
     """Run the reverse proxy in front of vLLM upstreams until Ctrl-C."""
     import logging
 
-    timeouts = {k: limits.pop(k) for k in ("connect_s", "first_token_s", "idle_s", "total_s")}
-    admission = {k: limits.pop(k) for k in ("max_in_flight", "max_queue", "queue_timeout_s")}
-    connect_retries = limits.pop("connect_retries")
     overrides: dict[str, Any] = {
-        "connect_retries": connect_retries,
+        **_overrides(fields),
         "upstreams": list(upstreams) or None,
-        "host": host,
-        "port": port,
         "propagate_cancellation": False if no_propagate else None,
-        "max_body_bytes": max_body_bytes,
-        "max_response_bytes": max_response_bytes,
         "events_file": events_file,
-        "health_check_timeout_s": health_check_timeout_s,
-        "timeouts": timeouts,
-        "breaker": limits,
-        "admission": admission,
     }
     if config_file is None and not upstreams:
         raise click.UsageError("give at least one --upstream URL or a --config file")
@@ -278,6 +190,30 @@ def gateway_command(
         click.echo("gateway stopped", err=True)
     except OSError as exc:  # the port is taken, the events file cannot be created, ...
         raise click.ClickException(f"cannot run the gateway: {exc}") from exc
+
+
+gateway_command = click.Command(
+    "gateway",
+    callback=_serve,
+    help=_serve.__doc__,
+    params=[
+        click.Option(["--upstream", "upstreams"], multiple=True, metavar="URL",
+                     help="Upstream base URL, e.g. http://127.0.0.1:8000 (repeatable)."),
+        click.Option(["--config", "config_file"], type=click.Path(exists=True, dir_okay=False),
+                     help="JSON file with a GatewayConfig; flags override it."),
+        click.Option(["--no-propagate-cancellation", "no_propagate"], is_flag=True,
+                     default=False,
+                     help="Emulate a broken proxy: keep upstream requests running after the "
+                     "client disconnects (drain and discard)."),
+        click.Option(["--events-file"], type=click.Path(dir_okay=False, writable=True),
+                     default=None, help="Append one JSON line per breaker transition to this "
+                     "file (created at start)."),
+        *config_options(),
+        click.Option(["--log-level"], default="INFO", show_default=True,
+                     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"],
+                                       case_sensitive=False)),
+    ],
+)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

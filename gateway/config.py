@@ -30,10 +30,18 @@ class TimeoutConfig(BaseModel):
 
     model_config = _FROZEN
 
-    connect_s: float = Field(default=5.0, gt=0)
-    first_token_s: float = Field(default=120.0, gt=0)
-    idle_s: float = Field(default=60.0, gt=0)
-    total_s: float = Field(default=1800.0, gt=0)
+    connect_s: float = Field(default=5.0, gt=0, description="Upstream connect timeout, seconds.")
+    first_token_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="Streaming: seconds from sending to the first body chunk.",
+    )
+    idle_s: float = Field(
+        default=60.0, gt=0, description="Seconds allowed between two body chunks."
+    )
+    total_s: float = Field(
+        default=1800.0, gt=0, description="Deadline for the whole exchange, seconds."
+    )
 
 
 class BreakerConfig(BaseModel):
@@ -48,13 +56,34 @@ class BreakerConfig(BaseModel):
 
     model_config = _FROZEN
 
-    consecutive_failures: int = Field(default=5, ge=1)
-    error_rate: float = Field(default=0.5, gt=0, le=1)
-    window_s: float = Field(default=30.0, gt=0)
-    min_requests: int = Field(default=10, ge=1)
-    slow_first_token_s: float | None = Field(default=None, gt=0)
-    cooldown_s: float = Field(default=10.0, ge=0)
-    half_open_probes: int = Field(default=1, ge=1)
+    consecutive_failures: int = Field(
+        default=5, ge=1, description="Consecutive failures that open a breaker."
+    )
+    error_rate: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="Failure fraction (0-1) over the window that opens a breaker.",
+    )
+    window_s: float = Field(default=30.0, gt=0, description="Error-rate window, seconds.")
+    min_requests: int = Field(
+        default=10,
+        ge=1,
+        description="Results needed in the window before the error rate counts.",
+    )
+    slow_first_token_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="First-token latency (s) above which a streaming request counts as failed.",
+    )
+    cooldown_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="Seconds a breaker stays open before half-open probes.",
+    )
+    half_open_probes: int = Field(
+        default=1, ge=1, description="Concurrent probes admitted while half-open."
+    )
 
 
 class AdmissionConfig(BaseModel):
@@ -67,9 +96,15 @@ class AdmissionConfig(BaseModel):
 
     model_config = _FROZEN
 
-    max_in_flight: int = Field(default=256, ge=1)
-    max_queue: int = Field(default=256, ge=0)
-    queue_timeout_s: float = Field(default=30.0, gt=0)
+    max_in_flight: int = Field(default=256, ge=1, description="Requests forwarded at once.")
+    max_queue: int = Field(
+        default=256, ge=0, description="Requests waiting for a slot; beyond it 429."
+    )
+    queue_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds a request may wait for a slot before 429.",
+    )
     retry_after_s: int = Field(default=1, ge=0)
 
 
@@ -90,17 +125,34 @@ class GatewayConfig(BaseModel):
     model_config = _FROZEN
 
     upstreams: tuple[str, ...] = Field(min_length=1)
-    host: str = "127.0.0.1"
-    port: int = Field(default=0, ge=0, le=65535)
+    host: str = Field(default="127.0.0.1", description="Address to bind (default 127.0.0.1).")
+    port: int = Field(
+        default=0, ge=0, le=65535, description="Port to bind (default 0 = a free port)."
+    )
     propagate_cancellation: bool = True
-    max_body_bytes: int = Field(default=8 * 2**20, ge=1)
-    max_response_bytes: int = Field(default=64 * 2**20, ge=1)
-    health_check_timeout_s: float = Field(default=1.0, gt=0)
+    max_body_bytes: int = Field(
+        default=8 * 2**20, ge=1, description="Request body limit in bytes (413 above it)."
+    )
+    max_response_bytes: int = Field(
+        default=64 * 2**20,
+        ge=1,
+        description="Limit in bytes on a buffered upstream body and on one event of a stream "
+        "(502 above).",
+    )
+    health_check_timeout_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="Seconds each upstream's /health may take when the gateway's /health is asked.",
+    )
     events_file: Path | None = None
     shutdown_timeout_s: float = Field(default=5.0, ge=0)
     #: Retries on another upstream when the connection is refused (the request never reached
     #: the upstream, so a retry cannot duplicate work). 0 turns retries off.
-    connect_retries: int = Field(default=1, ge=0)
+    connect_retries: int = Field(
+        default=1,
+        ge=0,
+        description="Retries on another upstream after a refused connection (default 1).",
+    )
     timeouts: TimeoutConfig = TimeoutConfig()
     breaker: BreakerConfig = BreakerConfig()
     admission: AdmissionConfig = AdmissionConfig()

@@ -134,3 +134,39 @@ def test_cli_serves_until_interrupted(tmp_path: Path, inherited_sigint: str) -> 
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(timeout=5)
+
+
+def test_every_flag_built_from_the_config_model_reaches_its_field(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The flags are generated from GatewayConfig's fields: each value given lands in the
+    # field its name says (nested ones too), and a flag not given leaves the default.
+    import gateway.cli as cli
+
+    seen: list[GatewayConfig] = []
+    monkeypatch.setattr(cli, "_serve_forever", lambda config: seen.append(config))
+    monkeypatch.setattr(cli, "run_event_loop", lambda _: None)
+    argv = ["--upstream", "http://127.0.0.1:9", "--host", "127.0.0.2", "--port", "7",
+            "--max-body-bytes", "11", "--max-response-bytes", "12",
+            "--health-check-timeout", "0.25", "--connect-retries", "0",
+            "--connect-timeout", "1.5", "--first-token-timeout", "2.5", "--idle-timeout", "3.5",
+            "--total-timeout", "4.5", "--breaker-failures", "2", "--breaker-error-rate", "0.75",
+            "--breaker-window", "6", "--breaker-min-requests", "3",
+            "--breaker-slow-first-token", "0.5", "--breaker-cooldown", "0",
+            "--breaker-probes", "4", "--max-in-flight", "5", "--max-queue", "0",
+            "--queue-timeout", "8", "--no-propagate-cancellation"]  # fmt: skip
+    assert main(argv) == 0
+    (config,) = seen
+    assert (config.host, config.port, config.max_body_bytes, config.max_response_bytes) == (
+        "127.0.0.2", 7, 11, 12)  # fmt: skip
+    assert (config.health_check_timeout_s, config.connect_retries) == (0.25, 0)
+    assert config.propagate_cancellation is False
+    t, b, a = config.timeouts, config.breaker, config.admission
+    assert (t.connect_s, t.first_token_s, t.idle_s, t.total_s) == (1.5, 2.5, 3.5, 4.5)
+    assert (b.consecutive_failures, b.error_rate, b.window_s, b.min_requests) == (2, 0.75, 6, 3)
+    assert (b.slow_first_token_s, b.cooldown_s, b.half_open_probes) == (0.5, 0, 4)
+    assert (a.max_in_flight, a.max_queue, a.queue_timeout_s) == (5, 0, 8)
+    assert a.retry_after_s == 1 and config.shutdown_timeout_s == 5.0  # no flag: defaults
+    # Bounds come from the fields: error_rate ∈ (0, 1], ports ≤ 65535.
+    assert main(["--upstream", "http://127.0.0.1:9", "--breaker-error-rate", "0"]) == 2
+    assert main(["--upstream", "http://127.0.0.1:9", "--port", "65536"]) == 2
