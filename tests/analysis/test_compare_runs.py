@@ -21,7 +21,7 @@ from analysis.gate_file import GateFileError, load_gate
 from analysis.load import load_plan, load_run
 from analysis.report import summarize_run
 from loadgen.cli import main
-from loadgen.manifest import write_manifest
+from loadgen.runformat.manifest import write_manifest
 from metrics.store import SAMPLES_FILE, SCRAPES_FILE
 
 #: Few enough values for the synthetic run's 6 requests per phase to be compared.

@@ -19,8 +19,8 @@ from synthetic_run import TEST_CASE, build_run
 from analysis.report import summarize
 from analysis.validate import validate_run
 from loadgen.cli import main
-from loadgen.manifest import write_manifest
-from loadgen.rundir import REPORT_JSON, case_dir
+from loadgen.runformat.layout import REPORT_JSON, case_dir
+from loadgen.runformat.manifest import write_manifest
 from metrics.store import SAMPLES_FILE, SCRAPES_FILE
 
 M = {"model_name": "m"}

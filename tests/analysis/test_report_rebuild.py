@@ -18,8 +18,8 @@ from synthetic_run import CLIENT_PLACEMENT, CONTROL_CASE, TEST_CASE, Options, bu
 from analysis.report import build_report, summarize
 from analysis.validate import validate_run
 from loadgen.cli import main
-from loadgen.manifest import write_manifest
-from loadgen.rundir import REPORT_JSON, REPORT_MD, case_dir
+from loadgen.runformat.layout import REPORT_JSON, REPORT_MD, case_dir
+from loadgen.runformat.manifest import write_manifest
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
