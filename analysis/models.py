@@ -197,7 +197,7 @@ class VerdictSummary(_Frozen):
     undecided: int
 
 
-class RunInfo(_Frozen):
+class RunFacts(_Frozen):
     """How the run went (from ``run.json``); ``file_problems`` when it could not be read;
     ``format_version`` the run format it was written in (0: read through the migration,
     ``loadgen.runformat.migrate_v0``)."""
@@ -216,7 +216,7 @@ class RunSummary(_Frozen):
 
     scenario: str
     description: str
-    run: RunInfo
+    run: RunFacts
     params: dict[str, Any]
     sizing: dict[str, Any]
     phases: list[str]

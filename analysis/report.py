@@ -18,7 +18,7 @@ from typing import Any
 from analysis import checks, plots
 from analysis.load import RunData, load_run
 from analysis.markdown import phase_rows, render_markdown
-from analysis.models import RunInfo, RunSummary
+from analysis.models import RunFacts, RunSummary
 from analysis.reports import ScenarioReport, report_for
 from analysis.summaries import case_summary
 from loadgen.runformat.layout import PLOTS_DIR, REPORT_JSON, REPORT_MD
@@ -37,9 +37,9 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
-def _run_info(data: RunData) -> RunInfo:
+def _run_info(data: RunData) -> RunFacts:
     run = data.run
-    return RunInfo(
+    return RunFacts(
         file_problems=data.file_problems,
         command=list(run.command or []),
         started_at=run.started_at,
