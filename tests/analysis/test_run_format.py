@@ -294,3 +294,8 @@ def test_the_migration_upgrades_the_shapes_of_older_version_0_writers(
     with pytest.raises(ValueError, match="probe_phases"):
         load_run(run_dir)
 
+
+def test_the_run_format_page_is_what_the_types_generate() -> None:
+    from loadgen.runformat.doc import PAGE, render
+
+    assert PAGE.read_text() == render(), "run: python -m loadgen.runformat.doc"
