@@ -137,7 +137,7 @@ def _descriptions(cls: type) -> dict[str, str]:
 def _table(cls: type[msgspec.Struct]) -> list[str]:
     hints = typing.get_type_hints(cls)
     about = _descriptions(cls)
-    summary = (cls.__doc__ or "").strip().split("\n\n", 1)[0].replace("\n", " ")
+    summary = " ".join((cls.__doc__ or "").strip().split("\n\n", 1)[0].split())
     lines = [summary, "", "| field | type | meaning |", "|---|---|---|"]
     for attr, encoded in zip(cls.__struct_fields__, cls.__struct_encode_fields__, strict=True):
         text = about.get(attr, "").replace("|", "\\|")
