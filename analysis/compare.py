@@ -61,7 +61,8 @@ from analysis.latency import request_frame
 from analysis.load import RunFileError, load_run
 from analysis.models import CaseSummary, PhaseSummary
 from analysis.report import summarize_run
-from loadgen.rundir import MANIFEST_FILE, PLAN_FILE
+from loadgen.runformat import FormatVersionError, ReadRecord, RunInfo
+from loadgen.runformat.layout import MANIFEST_FILE, PLAN_FILE
 from metrics.names import MissingFamilyError
 from scenarios.plan import Plan
 from server.frozen import FrozenModel
@@ -176,7 +177,7 @@ class RunView:
     plan: Plan
     started_at: str | None
     cases: dict[str, CaseSummary]
-    records: dict[str, list[dict[str, Any]]]
+    records: dict[str, list[ReadRecord]]
     verdicts: dict[tuple[str, str], bool | None]
     incomplete: list[str] = field(default_factory=list)
 
@@ -195,13 +196,11 @@ def run_dirs(path: Path) -> list[Path]:
     return found
 
 
-def incompleteness(
-    run_dir: Path, run: Mapping[str, Any], cases: Mapping[str, CaseSummary]
-) -> list[str]:
+def incompleteness(run_dir: Path, run: RunInfo, cases: Mapping[str, CaseSummary]) -> list[str]:
     """Why a run did not complete (module docstring); empty when it did."""
     out = []
-    if run.get("status") != "ok":
-        out.append(f"run status {run.get('status') or 'unknown'}")
+    if run.status != "ok":
+        out.append(f"run status {run.status or 'unknown'}")
     if not (run_dir / MANIFEST_FILE).exists():
         out.append(f"no {MANIFEST_FILE} (the run was not sealed)")
     for name, case in cases.items():
@@ -215,17 +214,18 @@ def load_view(run_dir: Path) -> RunView:
     """Load and summarise one run (``analysis.report.summarize_run``).
 
     Raises:
-        CompareError: its plan is unreadable or invalid.
+        CompareError: its plan is unreadable or invalid, or its format version is neither
+            this one nor 0.
     """
     try:
         data = load_run(run_dir)
-    except RunFileError as exc:
+    except (RunFileError, FormatVersionError) as exc:
         raise CompareError(str(exc)) from None
     report = summarize_run(data)
     return RunView(
         run_dir=run_dir,
         plan=data.plan,
-        started_at=data.run.get("started_at"),
+        started_at=data.run.started_at,
         cases=report.summary.cases,
         records={c.name: c.records for c in data.cases},
         verdicts={(v.case, v.check): v.passed for v in report.summary.verdicts},

@@ -17,7 +17,7 @@ a run (an older vLLM that lacks it, see ``metrics.names``), the figure is *missi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -27,6 +27,7 @@ import pandas as pd
 from analysis.compare_stats import Better
 from analysis.latency import itl_per_token_ms
 from analysis.models import PhaseSummary
+from loadgen.runformat import RequestRecord
 
 Scale = Literal["ratio", "difference"]
 
@@ -131,7 +132,7 @@ RUN_METRICS: tuple[RunMetric, ...] = (
 
 
 def request_samples(
-    frame: pd.DataFrame, records: Sequence[Mapping[str, Any]], phase: str
+    frame: pd.DataFrame, records: Sequence[RequestRecord], phase: str
 ) -> dict[str, list[Any]]:
     """Per-request values of every request metric for the successful requests of ``phase``:
     ``{metric: [float, ...]}``, or for per-token metrics ``{metric: [array per request]}``.

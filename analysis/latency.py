@@ -23,41 +23,44 @@ Definitions (SCENARIOS.md §4; vLLM ``benchmarks/serve.py`` for TPOT and ITL):
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
+import msgspec
 import numpy as np
 import pandas as pd
+
+from loadgen.runformat import RequestRecord
 
 PERCENTILES = (50, 90, 95, 99)
 STAT_KEYS = ("count", "mean", "std", "p50", "p90", "p95", "p99")
 
 
-def token_timing(record: Mapping[str, Any]) -> str | None:
+def token_timing(record: RequestRecord) -> str | None:
     """How the record's token stamps were obtained (see the module docstring), or ``None``
     when no token arrived."""
-    tokens = list(record.get("chunk_tokens") or [])
+    tokens = record.chunk_tokens
     if not tokens:
         return None
     if len(tokens) == 1 and tokens[0] >= 2:
         return "final_only"
-    recorded = record.get("token_timing")
-    return str(recorded) if recorded else "usage"
+    return record.token_timing or "usage"
 
 
-def request_frame(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+def request_frame(records: Iterable[RequestRecord]) -> pd.DataFrame:
     """One row per request record with derived columns.
 
     Added columns: ``output_tokens``, ``ttft_ms``, ``e2el_ms``, ``tpot_ms`` (NaN where
     undefined: no token received, or fewer than 2 tokens for TPOT), ``timing`` (the record's
-    token timing, see :func:`token_timing`) and ``send_lateness_ms`` (sent − scheduled).
+    token timing, see :func:`token_timing`), ``send_lateness_ms`` (sent − scheduled) and
+    ``record`` (the record itself, for figures computed per record: :func:`records_of`); the
+    record's own fields are columns too (and ``worker`` for records read back).
     """
     rows = []
     for r in records:
-        chunks = list(r.get("chunk_ns") or [])
-        tokens = list(r.get("chunk_tokens") or [])
-        sent = r.get("sent_ns")
-        scheduled = r.get("scheduled_ns")
+        chunks = r.chunk_ns
+        tokens = r.chunk_tokens
+        sent = r.sent_ns
+        scheduled = r.scheduled_ns
         out = int(sum(tokens))
         ttft = e2el = tpot = lateness = math.nan
         if chunks and sent is not None:
@@ -69,7 +72,8 @@ def request_frame(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
             lateness = (sent - scheduled) / 1e6
         rows.append(
             {
-                **r,
+                **msgspec.structs.asdict(r),
+                "record": r,
                 "output_tokens": out,
                 "ttft_ms": ttft,
                 "e2el_ms": e2el,
@@ -85,20 +89,25 @@ def request_frame(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     return frame
 
 
-def chunk_gaps(records: Iterable[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+def records_of(frame: pd.DataFrame) -> list[RequestRecord]:
+    """The records behind the rows of ``frame`` (a selection of :func:`request_frame`)."""
+    return [] if frame.empty else list(frame["record"])
+
+
+def chunk_gaps(records: Iterable[RequestRecord]) -> tuple[np.ndarray, np.ndarray]:
     """(gap in ms, tokens of the later chunk) for every successive chunk pair of ``records``."""
     gaps: list[float] = []
     toks: list[int] = []
     for r in records:
-        chunks = list(r.get("chunk_ns") or [])
-        tokens = list(r.get("chunk_tokens") or [])
+        chunks = r.chunk_ns
+        tokens = r.chunk_tokens
         for i in range(1, min(len(chunks), len(tokens))):  # unequal lengths: validate says so
             gaps.append((chunks[i] - chunks[i - 1]) / 1e6)
             toks.append(int(tokens[i]))
     return np.asarray(gaps, dtype=float), np.asarray(toks, dtype=int)
 
 
-def itl_per_token_ms(records: Iterable[Mapping[str, Any]]) -> np.ndarray:
+def itl_per_token_ms(records: Iterable[RequestRecord]) -> np.ndarray:
     """ITL values in ms: each chunk gap g of a k-token chunk gives k values g/k.
 
     Callers pass successful requests only (SCENARIOS.md §4).
@@ -110,9 +119,9 @@ def itl_per_token_ms(records: Iterable[Mapping[str, Any]]) -> np.ndarray:
     return np.repeat(gaps[keep] / tokens[keep], tokens[keep])
 
 
-def tokens_per_chunk(records: Iterable[Mapping[str, Any]]) -> np.ndarray:
+def tokens_per_chunk(records: Iterable[RequestRecord]) -> np.ndarray:
     """Generated tokens of every token-carrying chunk of ``records`` (first chunks included)."""
-    return np.asarray([int(t) for r in records for t in (r.get("chunk_tokens") or [])], dtype=float)
+    return np.asarray([t for r in records for t in r.chunk_tokens], dtype=float)
 
 
 def describe(values: Iterable[float]) -> dict[str, float | int | None]:

@@ -1,7 +1,7 @@
 """Reading a run directory back: the one module of ``analysis`` that opens a run's files.
 
 Everything else in ``analysis`` works on the :class:`RunData` this returns. File names come from
-the writers' layout (``loadgen.rundir``, ``metrics.store``).
+the writers' layout (``loadgen.runformat.layout``, ``metrics.store``).
 
 Request records: a case sent by one process has ``requests.jsonl``; a case whose phases were
 split across workers (``loadgen run --workers N`` / ``--ray``) has one
@@ -14,10 +14,10 @@ every request, never averaged per worker.
 
 Every JSON-lines file is read the same way (:func:`read_jsonl`): a last line cut short by a
 crash (no newline, not valid JSON) is skipped and reported as a torn tail; a complete line that
-is not a JSON object, or not a well-typed row of its file (a record, phase, sample, scrape,
-clock offset, fault or gateway event: ``analysis.file_shapes``), is skipped and reported by line
-number with the reason; everything else is kept. Metric samples whose value is not finite
-(``NaN`` from older runs) are dropped and counted, so no statistic ever sees them. A JSON file
+is not a JSON object, or not a well-typed row of its file (its row type, checked strictly by
+msgspec), is skipped and reported by line number with the reason; everything else is kept.
+Metric samples whose value is not finite (a corrupt file: the scraper writes none) are dropped
+and counted, so no statistic ever sees them. A JSON file
 (``run.json``, ``case.json``, ``report.json``) that is unreadable, not an object or mistyped
 reads as empty with a problem saying so; only a ``plan.json`` that cannot be read stops the
 reading (:class:`RunFileError`), as nothing can be analysed without it.
@@ -33,17 +33,30 @@ from __future__ import annotations
 import gzip
 import json
 import math
-import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
+import msgspec
 from pydantic import ValidationError
 
-from analysis.file_shapes import shape_problem
-from loadgen.rundir import (
+from loadgen.runformat import (
+    CaseInfo,
+    ClockOffsetRow,
+    FaultRow,
+    GatewayEvent,
+    PhaseRow,
+    RawScrape,
+    ReadRecord,
+    RunInfo,
+    SampleRow,
+    ScrapeTick,
+    migrate_v0,
+    run_format_version,
+)
+from loadgen.runformat.layout import (
     CASE_FILE,
     CLOCK_OFFSETS_FILE,
     FAULTS_FILE,
@@ -51,17 +64,40 @@ from loadgen.rundir import (
     GATEWAY_LOG,
     PHASES_FILE,
     PLAN_FILE,
+    RAW_FILE,
     REQUESTS_FILE,
     RUN_FILE,
+    SAMPLES_FILE,
+    SCRAPES_FILE,
     case_dir,
     worker_request_files,
 )
 from metrics.samples import Sample
-from metrics.store import RAW_FILE, SAMPLES_FILE, SCRAPES_FILE
 from scenarios.plan import CaseSpec, Plan
 
-#: Plan fields that older runs wrote and the plan no longer has (report-only settings).
-_LEGACY_PLAN_FIELDS = ("probe_phases", "compare_phases")
+Row = TypeVar("Row", bound=msgspec.Struct)
+
+#: Row type → the name a problem calls its rows by (``not well-typed record rows``).
+ROW_KINDS: dict[type[msgspec.Struct], str] = {
+    ReadRecord: "record", PhaseRow: "phase", SampleRow: "sample", ScrapeTick: "scrape",
+    ClockOffsetRow: "clock offset", FaultRow: "fault", GatewayEvent: "gateway event",
+    CaseInfo: "case", RunInfo: "run",
+}  # fmt: skip
+
+
+def _reason(exc: msgspec.ValidationError) -> str:
+    """msgspec's message with the field first: ``Expected `int`, got `str` - at `$.t_ns``` →
+    ``t_ns: Expected `int`, got `str```; ``Object missing required field `value``` →
+    ``value: missing (a required field)``."""
+    text = str(exc)
+    what, sep, where = text.rpartition(" - at `$")
+    where = where.rstrip("`").lstrip(".") if sep else ""
+    what = what if sep else text
+    missing = what.removeprefix("Object missing required field `")
+    if missing != what:
+        field_name = missing.rstrip("`")
+        return f"{where + '.' if where else ''}{field_name}: missing (a required field)"
+    return f"{where or 'row'}: {what}"
 
 
 class RunFileError(ValueError):
@@ -70,25 +106,28 @@ class RunFileError(ValueError):
 
 
 @dataclass(frozen=True)
-class JsonlFile:
+class JsonlFile(Generic[Row]):
     """What a JSON-lines file held.
 
     Attributes:
-        rows: the JSON objects of its readable, well-typed lines, in file order.
+        rows: its readable, well-typed lines as rows of its type, in file order.
         exists: the file was there.
         torn_tail: its last line was cut short (no newline and not valid JSON): skipped.
         bad_lines: 1-based numbers of complete lines that are not JSON objects: skipped.
         mistyped: (line number, why) of JSON objects that are not well-typed rows of the
-            file's kind (``analysis.file_shapes``): skipped.
-        kind: the row kind the lines were checked against (``None``: any object).
+            file's type: skipped.
+        kind: the name of the row type the lines were read as (``record``, ``phase``, …).
+        raw: the JSON objects of the well-typed lines, as read (before the migration of a
+            version-0 run upgraded them): what :func:`loadgen.runformat.migrate_v0` inspects.
     """
 
-    rows: list[dict[str, Any]]
+    rows: list[Row]
     exists: bool = True
     torn_tail: bool = False
     bad_lines: tuple[int, ...] = ()
     mistyped: tuple[tuple[int, str], ...] = ()
     kind: str | None = None
+    raw: list[dict[str, Any]] = field(default_factory=list)
 
     def problems(self, name: str) -> list[str]:
         """Human-readable findings about this file (empty when it read cleanly)."""
@@ -109,16 +148,21 @@ class JsonlFile:
         return out
 
 
-def read_jsonl(path: Path, kind: str | None = None) -> JsonlFile:
-    """Read a JSON-lines file the tolerant way described in the module docstring; with
-    ``kind`` (a key of ``analysis.file_shapes.SHAPES``) each object must be a well-typed row
-    of it.
+#: How a version-0 row is upgraded before it is typed: (object, its 0-based index) → object.
+Upgrade = Callable[[dict[str, Any], int], dict[str, Any]]
+
+
+def read_jsonl(path: Path, row_type: type[Row], upgrade: Upgrade | None = None) -> JsonlFile[Row]:
+    """Read a JSON-lines file of ``row_type`` rows the tolerant way described in the module
+    docstring; ``upgrade`` (a version-0 migration) rewrites each object before it is typed.
 
     A missing file gives an empty :class:`JsonlFile` with ``exists=False``.
     """
+    kind = ROW_KINDS.get(row_type, row_type.__name__)
     if not path.exists():
         return JsonlFile([], exists=False, kind=kind)
-    rows: list[dict[str, Any]] = []
+    rows: list[Row] = []
+    raw: list[dict[str, Any]] = []
     bad: list[int] = []
     mistyped: list[tuple[int, str]] = []
     torn = False
@@ -136,47 +180,60 @@ def read_jsonl(path: Path, kind: str | None = None) -> JsonlFile:
                 continue
             if not isinstance(obj, dict):
                 bad.append(lineno)
-            elif kind is not None and (why := shape_problem(kind, obj)) is not None:
-                mistyped.append((lineno, why))
+                continue
+            typed = upgrade(obj, len(raw) + len(mistyped)) if upgrade is not None else obj
+            try:
+                rows.append(msgspec.convert(typed, row_type, strict=True))
+            except msgspec.ValidationError as exc:
+                mistyped.append((lineno, _reason(exc)))
             else:
-                rows.append(obj)
-    return JsonlFile(rows, True, torn, tuple(bad), tuple(mistyped), kind)
+                raw.append(obj)
+    return JsonlFile(rows, True, torn, tuple(bad), tuple(mistyped), kind, raw)
 
 
 @dataclass(frozen=True)
-class JsonFile:
-    """What a JSON file held: ``data`` (``{}`` when missing or unusable) and, when it was
-    there but unusable, ``problem`` saying why."""
+class JsonFile(Generic[Row]):
+    """What a JSON file held: ``data`` (the type's defaults when missing or unusable) and,
+    when it was there but unusable, ``problem`` saying why."""
 
-    data: dict[str, Any]
+    data: Row
     exists: bool
     problem: str | None = None
 
 
-def read_json_file(path: Path, kind: str | None = None) -> JsonFile:
-    """Read a JSON object file; with ``kind`` (``run``, ``case``) it must be well typed.
-
-    Never raises for a broken file: an empty, unreadable, non-object or mistyped file gives
-    ``data == {}`` and a ``problem`` naming the file.
-    """
+def read_json_object(path: Path) -> tuple[dict[str, Any] | None, bool, str | None]:
+    """(the JSON object, the file exists, why it is unusable) of a JSON object file; never
+    raises for a broken file: an empty, unreadable or non-object file gives ``None`` and a
+    problem naming the file."""
     if not path.exists():
-        return JsonFile({}, False)
+        return None, False, None
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
-        return JsonFile({}, True, f"{path.name} cannot be read ({exc}); read as empty")
+        return None, True, f"{path.name} cannot be read ({exc}); read as empty"
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
         why = "is empty" if not text.strip() else f"is not valid JSON ({exc})"
-        return JsonFile({}, True, f"{path.name} {why}; read as empty")
+        return None, True, f"{path.name} {why}; read as empty"
     if not isinstance(obj, dict):
-        return JsonFile({}, True, f"{path.name} holds a {type(obj).__name__}, not a JSON "
-                        "object; read as empty")  # fmt: skip
-    mistyped = shape_problem(kind, obj) if kind is not None else None
-    if mistyped is not None:
-        return JsonFile({}, True, f"{path.name} is not well typed ({mistyped}); read as empty")
-    return JsonFile(obj, True)
+        return None, True, (f"{path.name} holds a {type(obj).__name__}, not a JSON "
+                            "object; read as empty")  # fmt: skip
+    return obj, True, None
+
+
+def read_json_file(path: Path, row_type: type[Row]) -> JsonFile[Row]:
+    """Read a JSON object file as a ``row_type`` (``RunInfo``, ``CaseInfo``); it must be well
+    typed. Never raises for a broken file: an empty, unreadable, non-object or mistyped file
+    gives the type's defaults and a ``problem`` naming the file."""
+    obj, exists, problem = read_json_object(path)
+    if obj is None:
+        return JsonFile(row_type(), exists, problem)
+    try:
+        return JsonFile(msgspec.convert(obj, row_type, strict=True), True)
+    except msgspec.ValidationError as exc:
+        why = _reason(exc)
+        return JsonFile(row_type(), True, f"{path.name} is not well typed ({why}); read as empty")
 
 
 #: Record fields holding one monotonic stamp (ns), and the one holding a list of them.
@@ -185,25 +242,22 @@ STAMP_FIELDS = ("scheduled_ns", "admitted_ns", "sent_ns", "connection_ready_ns",
 STAMP_LIST_FIELDS = ("chunk_ns",)
 
 
-def shift_stamps(record: dict[str, Any], offset_ns: int) -> dict[str, Any]:
-    """``record`` with every stamp moved from its worker's clock to the coordinator's
+def shift_stamps(record: ReadRecord, offset_ns: int) -> None:
+    """Move every stamp of ``record`` from its worker's clock to the coordinator's, in place
     (stamp − ``offset_ns``); ``None`` stamps stay ``None``."""
     if not offset_ns:
-        return record
-    out = dict(record)
+        return
     for key in STAMP_FIELDS:
-        if out.get(key) is not None:
-            out[key] = int(out[key]) - offset_ns
-    for key in STAMP_LIST_FIELDS:
-        if out.get(key):
-            out[key] = [int(t) - offset_ns for t in out[key]]
-    return out
+        value = getattr(record, key)
+        if value is not None:
+            setattr(record, key, value - offset_ns)
+    record.chunk_ns = [t - offset_ns for t in record.chunk_ns]
 
 
-def _finish_order(record: dict[str, Any]) -> int:
-    for key in ("end_ns", "sent_ns", "scheduled_ns"):
-        if record.get(key) is not None:
-            return int(record[key])
+def _finish_order(record: ReadRecord) -> int:
+    for stamp in (record.end_ns, record.sent_ns, record.scheduled_ns):
+        if stamp is not None:
+            return stamp
     return 0
 
 
@@ -219,9 +273,9 @@ class RecordFiles:
         workers: how many worker files there were (0: one process wrote ``requests.jsonl``).
     """
 
-    records: list[dict[str, Any]]
-    files: dict[str, JsonlFile]
-    offsets: list[dict[str, Any]]
+    records: list[ReadRecord]
+    files: dict[str, JsonlFile[Any]]
+    offsets: list[ClockOffsetRow]
     workers: int
 
 
@@ -231,37 +285,27 @@ def read_records(cdir: Path) -> RecordFiles:
     A record of worker k in phase p is shifted by the offset measured for (p, k); a worker
     and phase without one is on the coordinator's clock already (same host).
     """
-    offsets_file = read_jsonl(cdir / CLOCK_OFFSETS_FILE, "clock offset")
-    offset = {(str(o["phase"]), int(o["worker"])): int(o["offset_ns"]) for o in offsets_file.rows}
-    files: dict[str, JsonlFile] = {}
-    records: list[dict[str, Any]] = []
-    single = read_jsonl(cdir / REQUESTS_FILE, "record")
+    offsets_file = read_jsonl(cdir / CLOCK_OFFSETS_FILE, ClockOffsetRow)
+    offset = {(o.phase, o.worker): o.offset_ns for o in offsets_file.rows}
+    files: dict[str, JsonlFile[Any]] = {}
+    records: list[ReadRecord] = []
+    single = read_jsonl(cdir / REQUESTS_FILE, ReadRecord)
     if single.exists:
         files[REQUESTS_FILE] = single
         records += single.rows
     workers = worker_request_files(cdir)
     for worker, path in workers:
-        part = read_jsonl(path, "record")
+        part = read_jsonl(path, ReadRecord)
         files[path.name] = part
         for r in part.rows:
-            shifted = shift_stamps(r, offset.get((str(r.get("phase")), worker), 0))
-            records.append({**shifted, "worker": worker})
+            shift_stamps(r, offset.get((r.phase, worker), 0))
+            r.worker = worker
+            records.append(r)
     if workers:
         records.sort(key=_finish_order)  # stable: each file's own order is kept on ties
     if offsets_file.exists:
         files[CLOCK_OFFSETS_FILE] = offsets_file
     return RecordFiles(records, files, offsets_file.rows, len(workers))
-
-
-@dataclass(frozen=True)
-class Transition:
-    """A gateway breaker transition: ``t_ns`` on the run's monotonic clock."""
-
-    t_ns: int
-    upstream: str
-    from_state: str
-    to_state: str
-    reason: str
 
 
 @dataclass
@@ -274,68 +318,73 @@ class CaseData:
         records: request records, merged over the case's record files (:func:`read_records`).
         phases: phase boundaries (``phases.jsonl``).
         samples: finite metric samples (``metrics/samples.jsonl``), in file order.
-        scrapes: one entry per scrape tick (``metrics/scrapes.jsonl``); entries of runs that
-            predate tick accounting get ``outcome`` from their ``ok`` field.
+        scrapes: one entry per scrape tick (``metrics/scrapes.jsonl``).
         faults: injected faults (``faults.jsonl``).
-        transitions: gateway breaker transitions, from the gateway's events file.
-        transitions_source: ``events``, ``log`` (a run that predates the events file: read
-            from the gateway's log lines) or ``None`` (no gateway).
+        transitions: gateway breaker transitions (``gateway_events.jsonl``).
+        transitions_source: ``events``, ``log`` (a version-0 run without the events file,
+            read through its migration) or ``None`` (no gateway).
         nonfinite_samples: samples dropped because their value was not finite.
         duplicate_samples: samples dropped because their series (name, labels) was already
-            read at the same scrape (runs from before the scraper dropped repeats).
-        legacy_scrape_index: the run predates per-tick accounting (skipped ticks unlisted).
+            read at the same scrape (the scraper writes none: ``metrics.parse``).
+        scrape_index_without_ticks: the scrape index does not list skipped ticks (a version-0
+            run from before per-tick accounting, read through its migration).
         file_problems: torn tails and unreadable lines, per file (for ``validate``/report).
         workers: load-generator workers whose record files were merged (0: one process).
         clock_offsets: the worker clock offsets applied (``clock_offsets.jsonl`` rows).
     """
 
     name: str
-    info: dict[str, Any]
-    records: list[dict[str, Any]]
-    phases: list[dict[str, Any]]
+    info: CaseInfo
+    records: list[ReadRecord]
+    phases: list[PhaseRow]
     samples: list[Sample]
-    scrapes: list[dict[str, Any]]
-    faults: list[dict[str, Any]] = field(default_factory=list)
-    transitions: list[Transition] = field(default_factory=list)
+    scrapes: list[ScrapeTick]
+    faults: list[FaultRow] = field(default_factory=list)
+    transitions: list[GatewayEvent] = field(default_factory=list)
     transitions_source: str | None = None
     nonfinite_samples: int = 0
     duplicate_samples: int = 0
     file_problems: list[str] = field(default_factory=list)
     spec: CaseSpec | None = None
-    legacy_scrape_index: bool = False
+    scrape_index_without_ticks: bool = False
     workers: int = 0
-    clock_offsets: list[dict[str, Any]] = field(default_factory=list)
+    clock_offsets: list[ClockOffsetRow] = field(default_factory=list)
 
 
 @dataclass
 class RunData:
     """Raw data of a run: its plan, run facts and cases (in plan order); ``file_problems``
-    says what was wrong with ``run.json`` (it then reads as empty)."""
+    says what was wrong with ``run.json`` (it then reads as empty); ``format_version`` is the
+    version the run was written in (0: read through ``loadgen.runformat.migrate_v0``)."""
 
     run_dir: Path
     plan: Plan
-    run: dict[str, Any]
+    run: RunInfo
     cases: list[CaseData]
     file_problems: list[str] = field(default_factory=list)
+    format_version: int = 1
 
 
 def load_plan(run_dir: Path) -> Plan:
-    """The run's plan (``plan.json``); fields older runs wrote that no longer exist are ignored.
+    """The run's plan (``plan.json``), after the run's format version was checked (a
+    version-0 plan goes through its migration).
 
     Raises:
+        FormatVersionError: the run's format version is neither this one nor 0
+            (``loadgen.runformat.run_format_version``).
         FileNotFoundError: no ``plan.json`` (not a run directory, or it failed before planning).
         RunFileError: ``plan.json`` is empty, not JSON, not an object or not a valid plan.
     """
+    version = run_format_version(run_dir)
     path = run_dir / PLAN_FILE
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: not a run directory, or no plan was made")
-    found = read_json_file(path)
-    if found.problem is not None:
-        why = found.problem.removeprefix(f"{PLAN_FILE} ").removesuffix("; read as empty")
+    data, _, problem = read_json_object(path)
+    if data is None:
+        why = (problem or "").removeprefix(f"{PLAN_FILE} ").removesuffix("; read as empty")
         raise RunFileError(f"{path} {why}")
-    data = dict(found.data)
-    for key in _LEGACY_PLAN_FIELDS:
-        data.pop(key, None)
+    if version == migrate_v0.FROM_VERSION:
+        data = migrate_v0.plan(data)
     try:
         return Plan.model_validate(data)
     except ValidationError as exc:
@@ -352,14 +401,15 @@ def read_samples(case_dir: Path) -> list[Sample]:
     return _samples(case_dir / SAMPLES_FILE)[0]
 
 
-def read_scrapes(case_dir: Path) -> list[dict[str, Any]]:
-    """The scrape index of a case directory (``metrics/scrapes.jsonl``), one dict per tick."""
-    return _scrapes(read_jsonl(case_dir / SCRAPES_FILE, "scrape").rows)
+def read_scrapes(case_dir: Path) -> list[ScrapeTick]:
+    """The scrape index of a case directory (``metrics/scrapes.jsonl``), one row per tick."""
+    return read_jsonl(case_dir / SCRAPES_FILE, ScrapeTick).rows
 
 
-def iter_raw(case_dir: Path) -> Iterator[dict[str, Any]]:
-    """The raw scrapes (``{"scrape", "t_ns", "text"}``) of ``metrics/raw.jsonl.gz``; a file cut
-    short by a crash (gzip stream or last line) ends the iteration, like a torn JSONL tail."""
+def iter_raw(case_dir: Path) -> Iterator[RawScrape]:
+    """The raw scrapes of ``metrics/raw.jsonl.gz``; a file cut short by a crash (gzip stream
+    or last line) ends the iteration, like a torn JSONL tail; a line that is not a raw scrape
+    is skipped."""
     path = case_dir / RAW_FILE
     if not path.exists():
         return
@@ -371,118 +421,102 @@ def iter_raw(case_dir: Path) -> Iterator[dict[str, Any]]:
                         obj = json.loads(line)
                     except json.JSONDecodeError:
                         return  # only the cut-short last line can fail to parse
-                    if isinstance(obj, dict):
-                        yield obj
+                    try:
+                        yield msgspec.convert(obj, RawScrape, strict=True)
+                    except msgspec.ValidationError:
+                        continue
         except (EOFError, OSError, zlib.error):  # gzip.BadGzipFile is an OSError
             return
 
 
-def _samples(path: Path) -> tuple[list[Sample], int, JsonlFile, int]:
+def _samples(path: Path) -> tuple[list[Sample], int, JsonlFile[SampleRow], int]:
     """(finite samples, non-finite dropped, the file, duplicates dropped). A series repeated
-    at one scrape (older scrapers kept every line of a page that repeated it) is read once,
-    its first line, as ``metrics.parse`` does now: summed, it would double a counter."""
-    raw = read_jsonl(path, "sample")
+    at one scrape (the scraper writes none: a corrupt file) is read once, its first line, as
+    ``metrics.parse`` does: summed, it would double a counter."""
+    raw = read_jsonl(path, SampleRow)
     out: list[Sample] = []
     nonfinite = duplicates = 0
     seen: set[tuple[int, str, tuple[tuple[str, str], ...]]] = set()
     for d in raw.rows:
-        labels = tuple(sorted((str(k), str(v)) for k, v in (d.get("labels") or {}).items()))
-        key = (int(d["t_ns"]), str(d["name"]), labels)
+        key = (d.t_ns, d.name, tuple(sorted(d.labels.items())))
         if key in seen:
             duplicates += 1
             continue
         seen.add(key)
-        value = float(d["value"])
-        if not math.isfinite(value):
+        if not math.isfinite(d.value):
             nonfinite += 1
             continue
-        out.append(Sample(*key, value))
+        out.append(Sample(*key, d.value))
     return out, nonfinite, raw, duplicates
 
 
-def _scrapes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Scrape ticks with an ``outcome`` (older runs recorded only ``ok``)."""
-    return [
-        r if "outcome" in r else {**r, "outcome": "ok" if r.get("ok") else "failed"} for r in rows
-    ]
-
-
-_TRANSITION_LOG = re.compile(r"breaker (\S+): ([\w-]+) -> ([\w-]+) at ([\d.]+) s \((.*)\)")
-
-
-def _transitions(cdir: Path, events: JsonlFile) -> tuple[list[Transition], str | None]:
+def _transitions(
+    cdir: Path, events: JsonlFile[GatewayEvent], version: int
+) -> tuple[list[GatewayEvent], str | None]:
     if events.exists:
-        return [
-            Transition(int(e["t_ns"]), str(e["upstream"]), str(e["from"]), str(e["to"]),
-                       str(e.get("reason", "")))
-            for e in events.rows
-            if e.get("event") == "breaker_transition"
-        ], "events"  # fmt: skip
+        return events.rows, "events"
     log = cdir / GATEWAY_LOG
-    if not log.exists():
-        return [], None
-    # Runs written before the gateway had an events file: its log line is all there is.
-    out = []
-    for line in log.read_text(errors="replace").splitlines():
-        m = _TRANSITION_LOG.search(line)
-        if m:
-            up, a, b, t, why = m.groups()
-            out.append(Transition(int(float(t) * 1e9), up.rstrip(":"), a, b, why))
-    return out, "log"
+    if version == migrate_v0.FROM_VERSION and log.exists():
+        return migrate_v0.transitions_from_log(log), "log"
+    return [], None
 
 
-def rebuild_missing_phases(
-    phases: list[dict[str, Any]], records: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
+def rebuild_missing_phases(phases: list[PhaseRow], records: list[ReadRecord]) -> list[PhaseRow]:
     """``phases`` plus a row for every phase that has records but no row (module docstring):
     ``start_ns`` = first ``sent_ns``, ``last_end_ns`` = ``end_ns`` = last ``end_ns`` (the
     last chunk or the send where a record has no end), ``rebuilt_from_records`` true; rows in
     time order. A phase none of whose requests was sent has no window and gets no row.
     """
-    have = {str(p.get("phase")) for p in phases}
+    have = {p.phase for p in phases}
     sent: dict[str, list[int]] = {}
     ends: dict[str, list[int]] = {}
     for r in records:
-        name = str(r.get("phase"))
-        if name in have or r.get("sent_ns") is None:
+        if r.phase in have or r.sent_ns is None:
             continue
-        sent.setdefault(name, []).append(int(r["sent_ns"]))
-        end = r.get("end_ns") or max(r.get("chunk_ns") or [r["sent_ns"]])
-        ends.setdefault(name, []).append(int(end))
+        sent.setdefault(r.phase, []).append(r.sent_ns)
+        end = r.end_ns or max(r.chunk_ns or [r.sent_ns])
+        ends.setdefault(r.phase, []).append(end)
     rebuilt = [
-        {"phase": name, "start_ns": min(starts), "last_end_ns": max(ends[name]),
-         "end_ns": max(ends[name]), "requests": len(starts), "rebuilt_from_records": True}
+        PhaseRow(phase=name, start_ns=min(starts), last_end_ns=max(ends[name]),
+                 end_ns=max(ends[name]), requests=len(starts), rebuilt_from_records=True)
         for name, starts in sent.items()
     ]  # fmt: skip
     if not rebuilt:
         return phases
-    return sorted([*phases, *rebuilt], key=lambda p: int(p["start_ns"]))
+    return sorted([*phases, *rebuilt], key=lambda p: p.start_ns)
 
 
-def load_case(run_dir: Path, spec: CaseSpec) -> CaseData:
-    """Everything recorded for case ``spec`` (empty lists for files it never wrote)."""
+def load_case(run_dir: Path, spec: CaseSpec, version: int | None = None) -> CaseData:
+    """Everything recorded for case ``spec`` (empty lists for files it never wrote); files of
+    a version-0 run (``version``; checked from ``run.json`` when ``None``) go through its
+    migration.
+
+    Raises:
+        FormatVersionError: the run's format version cannot be read (:func:`load_plan`).
+    """
+    version = run_format_version(run_dir) if version is None else version
+    v0 = version == migrate_v0.FROM_VERSION
     cdir = case_dir(run_dir, spec.name)
-    info = read_json_file(cdir / CASE_FILE, "case")
+    info = read_json_file(cdir / CASE_FILE, CaseInfo)
     merged = read_records(cdir)
-    files = {PHASES_FILE: read_jsonl(cdir / PHASES_FILE, "phase"),
-             SCRAPES_FILE: read_jsonl(cdir / SCRAPES_FILE, "scrape")}  # fmt: skip
-    files.update(merged.files)
+    phases = read_jsonl(cdir / PHASES_FILE, PhaseRow)
+    scrapes = read_jsonl(cdir / SCRAPES_FILE, ScrapeTick, migrate_v0.scrape if v0 else None)
     samples, nonfinite, samples_file, duplicates = _samples(cdir / SAMPLES_FILE)
-    files[SAMPLES_FILE] = samples_file
-    faults = read_jsonl(cdir / FAULTS_FILE, "fault")
-    files[FAULTS_FILE] = faults
-    events = read_jsonl(cdir / GATEWAY_EVENTS_FILE, "gateway event")
-    files[GATEWAY_EVENTS_FILE] = events
-    transitions, source = _transitions(cdir, events)
+    faults = read_jsonl(cdir / FAULTS_FILE, FaultRow)
+    events = read_jsonl(cdir / GATEWAY_EVENTS_FILE, GatewayEvent)
+    files: dict[str, JsonlFile[Any]] = {PHASES_FILE: phases, SCRAPES_FILE: scrapes}
+    files.update(merged.files)
+    files |= {SAMPLES_FILE: samples_file, FAULTS_FILE: faults, GATEWAY_EVENTS_FILE: events}
+    transitions, source = _transitions(cdir, events, version)
     problems = [info.problem] if info.problem else []
     problems += [p for rel, f in files.items() for p in f.problems(rel)]
     return CaseData(
         name=spec.name,
         info=info.data,
         records=merged.records,
-        phases=rebuild_missing_phases(files[PHASES_FILE].rows, merged.records),
+        phases=rebuild_missing_phases(phases.rows, merged.records),
         samples=samples,
-        scrapes=_scrapes(files[SCRAPES_FILE].rows),
+        scrapes=scrapes.rows,
         faults=faults.rows,
         transitions=transitions,
         transitions_source=source,
@@ -490,7 +524,7 @@ def load_case(run_dir: Path, spec: CaseSpec) -> CaseData:
         duplicate_samples=duplicates,
         file_problems=problems,
         spec=spec,
-        legacy_scrape_index=any("outcome" not in r for r in files[SCRAPES_FILE].rows),
+        scrape_index_without_ticks=v0 and migrate_v0.scrape_index_predates_ticks(scrapes.raw),
         workers=merged.workers,
         clock_offsets=merged.offsets,
     )
@@ -501,11 +535,14 @@ def load_run(run_dir: Path) -> RunData:
     read as far as they are good and reported (``file_problems`` of the run and its cases).
 
     Raises:
+        FormatVersionError: the run's format version is neither this one nor 0.
         FileNotFoundError: ``plan.json`` is missing (not a run directory, or it failed before
             planning).
         RunFileError: ``plan.json`` cannot be read or is not a valid plan.
     """
     plan = load_plan(run_dir)
-    run = read_json_file(run_dir / RUN_FILE, "run")
-    cases = [load_case(run_dir, spec) for spec in plan.cases]
-    return RunData(run_dir, plan, run.data, cases, [run.problem] if run.problem else [])
+    version = run_format_version(run_dir)
+    run = read_json_file(run_dir / RUN_FILE, RunInfo)
+    cases = [load_case(run_dir, spec, version) for spec in plan.cases]
+    problems = [run.problem] if run.problem else []
+    return RunData(run_dir, plan, run.data, cases, problems, version)

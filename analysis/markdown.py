@@ -260,6 +260,9 @@ def render_markdown(summary: RunSummary, report: ScenarioReport[Any], details: A
             + (f", wall time {run.wall_s:.0f} s" if run.wall_s else ""),
             "",
         ]
+    migrated = " (written before versions were recorded; read through its migration)"
+    out += [f"Run format: version {run.format_version}"
+            + (migrated if run.format_version == 0 else ""), ""]  # fmt: skip
     if run.file_problems:
         out += [f"Run file problem: {p}" for p in run.file_problems] + [""]
     if run.model_variant:

@@ -94,7 +94,7 @@ class PhaseSummary(LatencyStats):
         token_timing: records by how their token stamps were obtained (usage/text/final_only).
         send_lateness_ms: sent − scheduled, over every sent request (open-loop accuracy).
         requested_concurrency: requests the phase asked to keep in flight (closed loop, all
-            at once, an open loop's cap); ``None`` for an uncapped open loop or older runs.
+            at once, an open loop's cap); ``None`` for an uncapped open loop.
         server_in_flight_peak: the most requests the server held at one scrape (running +
             waiting, summed over engines; sampled, a lower bound).
         workers: load-generator workers that sent the phase (``None``: one process).
@@ -195,15 +195,17 @@ class VerdictSummary(FrozenModel):
     undecided: int
 
 
-class RunInfo(FrozenModel):
-    """How the run went (from ``run.json``); ``file_problems`` when it could not be read."""
+class RunFacts(FrozenModel):
+    """How the run went (from ``run.json``); ``file_problems`` when it could not be read;
+    ``format_version`` the run format it was written in (0: read through the migration,
+    ``loadgen.runformat.migrate_v0``)."""
 
     command: list[str] = Field(default_factory=list)
     started_at: str | None = None
     status: str | None = None
     wall_s: float | None = None
     model_variant: dict[str, Any] | None = None
-    cpu: dict[str, Any] | None = None
+    format_version: int = 1
     file_problems: list[str] = Field(default_factory=list)
 
 
@@ -212,7 +214,7 @@ class RunSummary(FrozenModel):
 
     scenario: str
     description: str
-    run: RunInfo
+    run: RunFacts
     params: dict[str, Any]
     sizing: dict[str, Any]
     phases: list[str]

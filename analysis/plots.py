@@ -89,16 +89,16 @@ def timeline(case: CaseData, out: Path) -> Path:
             ax.axvline((first - t0) / 1e9, color="tab:red", linestyle="--", linewidth=1)
         ax_p.annotate("first preemption seen", ((first - t0) / 1e9, 0), fontsize=7, color="tab:red")
         ax_p.set_xlabel("time since first scrape (s)")
-    cuts = [int(r["disconnect_ns"]) for r in case.records if r.get("disconnect_ns")]
+    cuts = [r.disconnect_ns for r in case.records if r.disconnect_ns]
     if cuts:
         for ax in axes:
             ax.axvline((max(cuts) - t0) / 1e9, color="black", linestyle=":", linewidth=1)
         ax_q.annotate("last disconnect", ((max(cuts) - t0) / 1e9, 0), fontsize=7)
     for i, phase in enumerate(case.phases):
-        start = (int(phase["start_ns"]) - t0) / 1e9
-        end = (int(phase["end_ns"]) - t0) / 1e9
+        start = (phase.start_ns - t0) / 1e9
+        end = (phase.end_ns - t0) / 1e9
         for ax in axes:
             ax.axvspan(start, end, alpha=0.08 if i % 2 else 0.16, color="gray")
-        ax_kv.text(start, 100, str(phase["phase"]), fontsize=7, va="top")
+        ax_kv.text(start, 100, phase.phase, fontsize=7, va="top")
     fig.suptitle(f"{case.name}: KV usage, queue, preemptions (sampled; peaks are lower bounds)")
     return save(fig, out)

@@ -18,10 +18,10 @@ from typing import Any
 from analysis import checks, plots
 from analysis.load import RunData, load_run
 from analysis.markdown import phase_rows, render_markdown
-from analysis.models import RunInfo, RunSummary
+from analysis.models import RunFacts, RunSummary
 from analysis.reports import ScenarioReport, report_for
 from analysis.summaries import case_summary
-from loadgen.rundir import PLOTS_DIR, REPORT_JSON, REPORT_MD
+from loadgen.runformat.layout import PLOTS_DIR, REPORT_JSON, REPORT_MD
 
 
 def _clean(obj: Any) -> Any:
@@ -37,15 +37,16 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
-def _run_info(run: dict[str, Any], problems: list[str]) -> RunInfo:
-    return RunInfo(
-        file_problems=problems,
-        command=list(run.get("command") or []),
-        started_at=run.get("started_at"),
-        status=run.get("status"),
-        wall_s=run.get("wall_s"),
-        model_variant=run.get("model_variant"),
-        cpu=run.get("cpu"),
+def _run_info(data: RunData) -> RunFacts:
+    run = data.run
+    return RunFacts(
+        file_problems=data.file_problems,
+        command=list(run.command or []),
+        started_at=run.started_at,
+        status=run.status,
+        wall_s=run.wall_s,
+        model_variant=run.model_variant,
+        format_version=data.format_version,
     )
 
 
@@ -92,7 +93,7 @@ def summarize_run(data: RunData) -> Report:
     summary = RunSummary(
         scenario=plan.scenario,
         description=plan.description,
-        run=_run_info(data.run, data.file_problems),
+        run=_run_info(data),
         params=plan.params,
         sizing=plan.sizing,
         phases=plan.phase_names(),

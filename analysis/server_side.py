@@ -26,6 +26,7 @@ from typing import Any
 
 from analysis.load import CaseData
 from analysis.models import ServerHistogram
+from loadgen.runformat import PhaseRow
 from metrics.histograms import (
     MalformedHistogramError,
     histogram_delta,
@@ -176,7 +177,7 @@ def histogram_figures(
     return out
 
 
-def deltas_flag(case: CaseData, phase: dict[str, Any]) -> str | None:
+def deltas_flag(case: CaseData, phase: PhaseRow) -> str | None:
     """Why a phase's counter deltas are unknown or may be wrong, or ``None`` when they rest on
     readings that bracket exactly its work:
 
@@ -194,7 +195,7 @@ def deltas_flag(case: CaseData, phase: dict[str, Any]) -> str | None:
       scrape and the deltas start from the first one inside the window (an undercount). A base
       that is merely old harms nothing when no earlier work falls after it.
     """
-    start, last_end, end = int(phase["start_ns"]), int(phase["last_end_ns"]), int(phase["end_ns"])
+    start, last_end, end = phase.start_ns, phase.last_end_ns, phase.end_ns
     if not ok_scrape_ended_in(case.scrapes, start, end):
         return (  # nothing measured: where a delta would have started no longer matters
             "no successful scrape ended inside the phase window: its counter deltas are "
@@ -207,7 +208,7 @@ def deltas_flag(case: CaseData, phase: dict[str, Any]) -> str | None:
             "may miss the phase's tail"
         )
     base = base_scrape_start_ns(case.scrapes, start)
-    earlier = [int(p["last_end_ns"]) for p in case.phases if int(p["start_ns"]) < start]
+    earlier = [p.last_end_ns for p in case.phases if p.start_ns < start]
     if base is None:
         reasons.append(
             "no successful scrape ended before the phase started: counter deltas start from "

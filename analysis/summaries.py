@@ -28,11 +28,13 @@ from analysis.latency import (
     chunk_gaps,
     describe,
     itl_per_token_ms,
+    records_of,
     request_frame,
     tokens_per_chunk,
 )
 from analysis.load import CaseData
 from analysis.models import CaseSummary, LatencyStats, PhaseSummary, ScrapeAccounting, Stats
+from loadgen.runformat import PhaseRow
 from metrics.ticks import count_ticks
 
 
@@ -45,7 +47,7 @@ def latency_stats(ok: pd.DataFrame) -> LatencyStats:
     """TTFT/TPOT/E2EL/ITL statistics of the successful requests in ``ok``."""
     if ok.empty:
         return LatencyStats()
-    records = ok.to_dict("records")
+    records = records_of(ok)
     gaps, _ = chunk_gaps(records)
     return LatencyStats(
         ttft_ms=stats(ok["ttft_ms"]),
@@ -85,18 +87,18 @@ def _cached_figures(ok: pd.DataFrame) -> dict[str, Any]:
 
 def phase_summary(
     case: CaseData,
-    phase: dict[str, Any],
+    phase: PhaseRow,
     frame: pd.DataFrame,
     unusable: Collection[str] | None = None,
 ) -> PhaseSummary:
     """Summary of one phase of one case (see the module docstring for definitions); malformed
     server histograms (``unusable``, or ``server_side.unusable_histograms`` of the case when
     not given) are left out."""
-    name = str(phase["phase"])
+    name = phase.phase
     rows = frame[frame["phase"] == name] if not frame.empty else frame
     ok = rows[rows["status"] == "ok"] if not rows.empty else rows
-    start, end = int(phase["start_ns"]), int(phase["end_ns"])
-    duration_s = (int(phase["last_end_ns"]) - start) / 1e9
+    start, end = phase.start_ns, phase.end_ns
+    duration_s = (phase.last_end_ns - start) / 1e9
     deltas, resets = server_side.counter_figures(case.samples, start, end)
     peaks, per_engine, gauge_points = server_side.gauge_figures(case.samples, start, end)
     out_tokens = int(ok["output_tokens"].sum()) if not ok.empty else 0
@@ -124,12 +126,12 @@ def phase_summary(
         gauge_samples=gauge_points,
         server_histograms=server_side.histogram_figures(case.samples, start, end, unusable),
         deltas_flag=server_side.deltas_flag(case, phase),
-        loop_lag_max_ms=phase.get("loop_lag_max_ms"),
-        loop_lag_p99_ms=phase.get("loop_lag_p99_ms"),
-        late_sends=phase.get("late_sends"),
-        requested_concurrency=phase.get("requested_concurrency"),
+        loop_lag_max_ms=phase.loop_lag_max_ms,
+        loop_lag_p99_ms=phase.loop_lag_p99_ms,
+        late_sends=phase.late_sends,
+        requested_concurrency=phase.requested_concurrency,
         server_in_flight_peak=server_side.in_flight_peak(case.samples, start, end),
-        workers=len(phase["workers"]) if phase.get("workers") else None,
+        workers=len(phase.workers) if phase.workers else None,
         clock_offset_bound_ms=_offset_bound_ms(case, name),
         incomplete=incomplete_reason(phase),
     )
@@ -143,23 +145,23 @@ REBUILT = (
 INTERRUPTED = "interrupted (Ctrl-C or SIGTERM) while it ran: its figures cover the part before"
 
 
-def incomplete_reason(phase: dict[str, Any]) -> str | None:
+def incomplete_reason(phase: PhaseRow) -> str | None:
     """Why a phase row's figures cover only part of its phase, or ``None``."""
-    if phase.get("rebuilt_from_records"):
+    if phase.rebuilt_from_records:
         return REBUILT
-    if phase.get("interrupted"):
+    if phase.interrupted:
         return INTERRUPTED
     return None
 
 
 def _offset_bound_ms(case: CaseData, phase: str) -> float | None:
-    bounds = [int(o["bound_ns"]) for o in case.clock_offsets if o.get("phase") == phase]
+    bounds = [o.bound_ns for o in case.clock_offsets if o.phase == phase]
     return max(bounds) / 1e6 if bounds else None
 
 
 def scrape_accounting(case: CaseData) -> ScrapeAccounting:
     """Counts of the case's scrape ticks by outcome, late ticks and NaN samples dropped
-    (by the scraper, or by the reader from older runs' files)."""
+    (by the scraper, or by the reader from a corrupt samples file)."""
     counts = count_ticks(case.scrapes)
     return ScrapeAccounting(
         ticks=counts.ticks,
@@ -178,9 +180,9 @@ def metric_aliases(case: CaseData) -> tuple[dict[str, str], list[str]]:
     aliases: dict[str, str] = {}
     missing: list[str] = []
     for s in case.scrapes:
-        if s.get("aliases") is not None:
-            aliases = dict(s["aliases"])
-            missing = list(s.get("missing") or [])
+        if s.aliases is not None:
+            aliases = dict(s.aliases)
+            missing = list(s.missing or [])
     return dict(sorted(aliases.items())), sorted(missing)
 
 
@@ -262,23 +264,23 @@ def case_summary(case: CaseData, label: str = "", planned: list[str] | None = No
     """All generic summaries of one case."""
     frame = request_frame(case.records)
     unusable = server_side.unusable_histograms(case.samples)
-    phases = {str(p["phase"]): phase_summary(case, p, frame, unusable) for p in case.phases}
+    phases = {p.phase: phase_summary(case, p, frame, unusable) for p in case.phases}
     ok = frame[frame["status"] == "ok"] if not frame.empty else frame
     aliases, missing = metric_aliases(case)
     return CaseSummary(
         name=case.name,
         label=label,
         role=case.spec.role if case.spec is not None else "test",
-        status=case.info.get("status", "missing"),
-        error=case.info.get("error"),
-        server=case.info.get("server") or {},
-        client=client_rows(case.info.get("client")),
+        status=case.info.status or "missing",
+        error=case.info.error,
+        server=case.info.server or {},
+        client=client_rows(case.info.client),
         planned_phases=planned or list(phases),
         phases=phases,
         all_phases=latency_stats(ok),
         requests_total=len(case.records),
-        requests_failed=sum(1 for r in case.records if r.get("status") == "error"),
-        requests_aborted=sum(1 for r in case.records if r.get("status") == "aborted"),
+        requests_failed=sum(1 for r in case.records if r.status == "error"),
+        requests_aborted=sum(1 for r in case.records if r.status == "aborted"),
         token_timing=_timing_counts(frame),
         scrapes=scrape_accounting(case),
         metric_aliases=aliases,

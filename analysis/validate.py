@@ -4,7 +4,7 @@ Problems (the run is invalid): the manifest is missing or a file's size or sha25
 file a case needs is missing; scrape ticks are not accounted for exactly once each; a record's
 stamps are out of order or its values impossible; failure counts disagree between the
 records, ``case.json`` and ``report.json``; a JSON-lines file has a line cut short by a crash,
-a corrupt line or a line that is not a well-typed row of its file (``analysis.file_shapes``); a
+a corrupt line or a line that is not a well-typed row of its file (``loadgen.runformat``); a
 JSON file is empty, corrupt, not an object or mistyped; ``plan.json`` is not a valid plan;
 ``report.json`` holds a non-finite value. Validation never raises for a broken run.
 
@@ -13,7 +13,11 @@ every finding of the case summaries' data quality (``analysis.summaries.data_qua
 non-finite or repeated metric samples that were dropped, phases without a scrape in their
 window or whose counter deltas rest on a scrape older than their last request (or start on one
 older than an earlier phase's), malformed server histograms, requests whose tokens all arrived
-in one chunk, counter resets; and a scrape index from before per-tick accounting.
+in one chunk, counter resets; and a scrape index from before per-tick accounting (a
+version-0 run, read through its migration).
+
+A run whose format version is neither this one nor 0 is not validated: ``validate_run`` raises
+``FormatVersionError`` (the command says so in one line).
 """
 
 from __future__ import annotations
@@ -24,20 +28,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis.load import RunFileError, load_case, load_plan, read_json_file
+from analysis.load import RunFileError, load_case, load_plan, read_json_file, read_json_object
 from analysis.summaries import case_summary
-from loadgen.manifest import verify_manifest
-from loadgen.rundir import (
+from loadgen.runformat import CaseInfo, RequestRecord, RunInfo, run_format_version
+from loadgen.runformat.layout import (
     CASE_FILE,
     PHASES_FILE,
     PLAN_FILE,
     REPORT_JSON,
     REQUESTS_FILE,
     RUN_FILE,
+    SAMPLES_FILE,
+    SCRAPES_FILE,
     case_dir,
     worker_request_files,
 )
-from metrics.store import SAMPLES_FILE, SCRAPES_FILE
+from loadgen.runformat.manifest import verify_manifest
 from metrics.ticks import tick_problems
 from scenarios.plan import CaseSpec, Plan
 
@@ -55,37 +61,42 @@ class ValidationResult:
         return not self.problems
 
 
-def _check_record(rec: dict[str, Any], where: str) -> list[str]:
+def _check_record(rec: RequestRecord, where: str) -> list[str]:
     problems = []
-    chunks = rec.get("chunk_ns") or []
-    tokens = rec.get("chunk_tokens") or []
+    chunks = rec.chunk_ns
+    tokens = rec.chunk_tokens
     if len(chunks) != len(tokens):
         problems.append(f"{where}: chunk_ns and chunk_tokens differ in length")
-    sent = rec.get("sent_ns")
+    sent = rec.sent_ns
     if chunks and sent is not None:
         stamps = [sent, *chunks]
         if any(b < a for a, b in itertools.pairwise(stamps)):
             problems.append(f"{where}: timestamps not in order")
-    if rec.get("status") == "ok" and not chunks:
+    if rec.status == "ok" and not chunks:
         problems.append(f"{where}: status ok but no token arrived")
-    end = rec.get("end_ns")
+    end = rec.end_ns
     if sent is not None and end is not None and end < sent:
         problems.append(f"{where}: ends before it was sent")
     if any(t <= 0 for t in tokens):
         problems.append(f"{where}: a chunk with no token was recorded as token-carrying")
-    prompt = rec.get("prompt_tokens_sent") or 0
-    cached = rec.get("cached_tokens")
+    prompt = rec.prompt_tokens_sent
+    cached = rec.cached_tokens
     if cached is not None and not 0 <= cached <= prompt:
         problems.append(f"{where}: cached_tokens {cached} outside 0..{prompt} prompt tokens")
     for key in ("usage_prompt_tokens", "usage_completion_tokens"):
-        value = rec.get(key)
+        value = getattr(rec, key)
         if value is not None and value < 0:
             problems.append(f"{where}: {key} is negative ({value})")
     return problems
 
 
 def validate_run(run_dir: Path) -> ValidationResult:
-    """Validate ``run_dir``; never raises for a broken run (it reports problems instead)."""
+    """Validate ``run_dir``; never raises for a broken run (it reports problems instead).
+
+    Raises:
+        FormatVersionError: the run's format version is neither this one nor 0.
+    """
+    version = run_format_version(run_dir)
     result = ValidationResult()
     result.problems += verify_manifest(run_dir)
     for name in (RUN_FILE, PLAN_FILE, REPORT_JSON):
@@ -98,19 +109,19 @@ def validate_run(run_dir: Path) -> ValidationResult:
     except RunFileError as exc:
         result.problems.append(str(exc))
         return result
-    run_file = read_json_file(run_dir / RUN_FILE, "run")
-    report_file = read_json_file(run_dir / REPORT_JSON)
-    result.problems += [p for p in (run_file.problem, report_file.problem) if p]
-    report = report_file.data
+    run_problem = read_json_file(run_dir / RUN_FILE, RunInfo).problem
+    report, _, report_problem = read_json_object(run_dir / REPORT_JSON)
+    result.problems += [p for p in (run_problem, report_problem) if p]
+    report = report or {}
     for spec in plan.cases:
         cdir = case_dir(run_dir, spec.name)
         if not (cdir / CASE_FILE).exists():
             result.problems.append(f"{spec.name}: {CASE_FILE} missing (case never started)")
             continue
-        info = read_json_file(cdir / CASE_FILE, "case").data  # a broken one: load_case says so
+        info = read_json_file(cdir / CASE_FILE, CaseInfo).data  # broken: load_case says so
         has_records = (cdir / REQUESTS_FILE).exists() or bool(worker_request_files(cdir))
-        if info.get("status") == "failed" and not has_records:
-            result.facts[spec.name] = {"status": "failed", "error": info.get("error")}
+        if info.status == "failed" and not has_records:
+            result.facts[spec.name] = {"status": "failed", "error": info.error}
             continue
         if not has_records:
             result.problems.append(
@@ -120,12 +131,12 @@ def validate_run(run_dir: Path) -> ValidationResult:
             if not (cdir / rel).exists():
                 result.problems.append(f"{spec.name}: {rel} missing")
         try:
-            _validate_case(result, run_dir, spec, plan, info, report)
+            _validate_case(result, run_dir, spec, plan, info, report, version)
         except Exception as exc:  # a run this broken is a finding, never a crash of validate
             result.problems.append(
                 f"{spec.name}: cannot be summarised ({type(exc).__name__}: {exc})"
             )
-    if report_file.exists and report_file.problem is None:
+    if (run_dir / REPORT_JSON).exists() and report_problem is None:
         text = (run_dir / REPORT_JSON).read_text()
         try:
             json.loads(text, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
@@ -139,13 +150,14 @@ def _validate_case(
     run_dir: Path,
     spec: CaseSpec,
     plan: Plan,
-    info: dict[str, Any],
+    info: CaseInfo,
     report: dict[str, Any],
+    version: int,
 ) -> None:
     """The checks of one case that ran (module docstring), added to ``result``."""
-    case = load_case(run_dir, spec)
+    case = load_case(run_dir, spec, version)
     result.problems += [f"{spec.name}: {p}" for p in case.file_problems]
-    if case.legacy_scrape_index:
+    if case.scrape_index_without_ticks:
         result.warnings.append(
             f"{spec.name}: the scrape index predates per-tick accounting (ticks skipped "
             "while a scrape ran are not listed)"
@@ -153,14 +165,14 @@ def _validate_case(
     else:
         result.problems += [f"{spec.name}: {p}" for p in tick_problems(case.scrapes)]
     for rec in case.records:
-        result.problems += _check_record(rec, f"{spec.name}/{rec.get('request_id')}")
+        result.problems += _check_record(rec, f"{spec.name}/{rec.request_id}")
     summary = case_summary(case, spec.label, [p.name for p in plan.phases_of(spec)])
     result.warnings += [f"{spec.name}: {w}" for w in summary.data_quality
                         if w not in case.file_problems]  # fmt: skip
     failed = summary.requests_failed
-    if info.get("failed_requests") is not None and info["failed_requests"] != failed:
+    if info.failed_requests is not None and info.failed_requests != failed:
         result.problems.append(
-            f"{spec.name}: case.json says {info['failed_requests']} failed, records say {failed}"
+            f"{spec.name}: case.json says {info.failed_requests} failed, records say {failed}"
         )
     cases = report.get("cases")
     entry = cases.get(spec.name) if isinstance(cases, dict) else None
@@ -168,7 +180,7 @@ def _validate_case(
     if reported is not None and reported != failed:
         result.problems.append(f"{spec.name}: report says {reported} failed, records say {failed}")
     result.facts[spec.name] = {
-        "status": info.get("status"),
+        "status": info.status,
         "requests": len(case.records),
         "failed": failed,
         **({"workers": case.workers} if case.workers else {}),

@@ -15,32 +15,56 @@ parsing the log (the log keeps its human line per transition too).
 
 Writing opens, appends and closes the file each time: transitions are rare (a handful per
 run), and a short append to the page cache does not stall the event loop.
+
+The row type, :class:`GatewayEvent`, is defined here because ``gateway`` imports no other
+project package; ``loadgen.runformat`` re-exports it for the readers.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Literal
+
+import msgspec
 
 from gateway.breaker import Transition
 
 logger = logging.getLogger(__name__)
 
-BREAKER_TRANSITION = "breaker_transition"
+BREAKER_TRANSITION: Literal["breaker_transition"] = "breaker_transition"
+
+StateName = Literal["closed", "open", "half_open"]
 
 
-def transition_event(transition: Transition) -> dict[str, Any]:
-    """The events-file object of one breaker transition (format in the module docstring)."""
-    return {
-        "t_ns": round(transition.at_s * 1e9),
-        "event": BREAKER_TRANSITION,
-        "upstream": transition.name,
-        "from": transition.from_state.name.lower(),
-        "to": transition.to_state.name.lower(),
-        "reason": transition.reason,
-    }
+class GatewayEvent(msgspec.Struct, kw_only=True):
+    """One line of ``gateway_events.jsonl``: a breaker transition (the one event kind).
+
+    Attributes:
+        t_ns: when the breaker changed state (monotonic ns, the load generator's clock).
+        event: ``breaker_transition``.
+        upstream: the upstream's URL.
+        from_state / to_state: the states before and after (``from`` / ``to`` in the file).
+        reason: why, in words (e.g. ``3 consecutive failures (connect_error)``).
+    """
+
+    t_ns: int
+    event: Literal["breaker_transition"] = BREAKER_TRANSITION
+    upstream: str
+    from_state: StateName = msgspec.field(name="from")
+    to_state: StateName = msgspec.field(name="to")
+    reason: str = ""
+
+
+def transition_event(transition: Transition) -> GatewayEvent:
+    """The events-file row of one breaker transition (format in the module docstring)."""
+    return GatewayEvent(
+        t_ns=round(transition.at_s * 1e9),
+        upstream=transition.name,
+        from_state=transition.from_state.name.lower(),  # type: ignore[arg-type]
+        to_state=transition.to_state.name.lower(),  # type: ignore[arg-type]
+        reason=transition.reason,
+    )
 
 
 class EventsFile:
@@ -52,11 +76,11 @@ class EventsFile:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
 
-    def append(self, event: dict[str, Any]) -> None:
+    def append(self, event: GatewayEvent) -> None:
         """Write one line and flush it; a write error is logged, never raised into a request."""
         try:
-            with open(self.path, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(event) + "\n")
+            with open(self.path, "ab") as fh:
+                fh.write(msgspec.json.encode(event) + b"\n")
         except OSError as exc:
             logger.error("cannot write gateway event to %s: %s", self.path, exc)
 

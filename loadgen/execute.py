@@ -42,7 +42,8 @@ from loadgen.phase import heap_frozen, run_phase, write_not_sent
 from loadgen.placement import Placement, pin_helpers, placed, placement_for_servers
 from loadgen.records import RecordWriter, RequestRecord
 from loadgen.replicas import Replicas
-from loadgen.rundir import (
+from loadgen.runformat import CaseInfo, PhaseRow, RunStatus
+from loadgen.runformat.layout import (
     CASE_FILE,
     CLOCK_OFFSETS_FILE,
     GATEWAY_EVENTS_FILE,
@@ -95,7 +96,7 @@ class RunHooks:
 @dataclass
 class CaseOutcome:
     name: str
-    status: str = "ok"
+    status: RunStatus = "ok"
     error: str | None = None
     failed_requests: int = 0
     requests: int = 0
@@ -250,10 +251,9 @@ async def _run_one_phase(run: _CaseRun, planned: PhaseSpec, scraper: ScraperProc
         now = run.clock.now_ns()
         append_jsonl(
             run.cdir / PHASES_FILE,
-            {"phase": phase.name, "start_ns": began, "last_end_ns": now, "end_ns": now,
-             "settle_s": 0.0, "requests": len(requests), "resolved": resolution,
-             "loop_lag_max_ms": None, "loop_lag_p99_ms": None, "late_sends": None,
-             "post_scrape_start_ns": None, "post_scrape_waited_s": None, "interrupted": True},
+            PhaseRow(phase=phase.name, start_ns=began, last_end_ns=now, end_ns=now,
+                     settle_s=0.0, requests=len(requests), resolved=resolution,
+                     interrupted=True),
         )  # fmt: skip
         task = asyncio.current_task()
         stopped_by_watch = isinstance(exc, asyncio.CancelledError) and watch.gone is not None
@@ -282,32 +282,32 @@ async def _run_one_phase(run: _CaseRun, planned: PhaseSpec, scraper: ScraperProc
         )
     await run.clock.sleep_until_ns(max(now, timing.last_end_ns) + int(phase.settle_s * 1e9))
     end_ns = run.clock.now_ns()
-    late: dict[str, Any] = {"resolved": resolution} if resolution is not None else {}
-    if facts is not None:
-        late |= _measure(run, phase, facts)
+    measured = _measure(run, phase, facts) if facts is not None else {}
     append_jsonl(
         run.cdir / PHASES_FILE,
-        {
-            "phase": phase.name,
-            "start_ns": timing.start_ns,
-            "last_end_ns": timing.last_end_ns,
-            "end_ns": end_ns,
-            "settle_s": phase.settle_s,
-            "requests": timing.dispatched,
-            **late,
-            "loop_lag_max_ms": timing.loop_lag_max_ms,
-            "loop_lag_p99_ms": timing.loop_lag_p99_ms,
-            "late_sends": timing.late_sends,
-            "warmup_connections": timing.warmup_connections,
-            "warmup_opened": timing.warmup_opened,
-            "warmup_failed": timing.warmup_failed,
-            "warmup_ms": timing.warmup_ms,
-            "server_idle_after": idle,
-            "requested_concurrency": concurrency_limit(phase.arrival, len(requests)),
-            "post_scrape_start_ns": post_scrape,
-            "post_scrape_waited_s": round((now - waited_from) / 1e9, 3),
-            **({"workers": split.workers} if split is not None else {}),
-        },
+        PhaseRow(
+            phase=phase.name,
+            start_ns=timing.start_ns,
+            last_end_ns=timing.last_end_ns,
+            end_ns=end_ns,
+            settle_s=phase.settle_s,
+            requests=timing.dispatched,
+            resolved=resolution,
+            measurement=measured.get("measurement"),
+            derived=measured.get("derived"),
+            loop_lag_max_ms=timing.loop_lag_max_ms,
+            loop_lag_p99_ms=timing.loop_lag_p99_ms,
+            late_sends=timing.late_sends,
+            warmup_connections=timing.warmup_connections,
+            warmup_opened=timing.warmup_opened,
+            warmup_failed=timing.warmup_failed,
+            warmup_ms=timing.warmup_ms,
+            server_idle_after=idle,
+            requested_concurrency=concurrency_limit(phase.arrival, len(requests)),
+            post_scrape_start_ns=post_scrape,
+            post_scrape_waited_s=round((now - waited_from) / 1e9, 3),
+            workers=split.workers if split is not None else None,
+        ),
     )
     if run.hooks.on_phase_end:
         run.hooks.on_phase_end(run.case.name, phase.name)
@@ -421,7 +421,7 @@ async def run_case(
     outcome = CaseOutcome(case.name)
     write_json(
         cdir / CASE_FILE,
-        {"case": case.model_dump(), "server": server.describe(), "status": "running"},
+        CaseInfo(case=case.model_dump(mode="json"), server=server.describe(), status="running"),
     )
     target = Target(server.url, server.model_name)
     scraper = ScraperProcess(server.url, cdir, plan.scrape_interval_s)
@@ -518,15 +518,15 @@ async def run_case(
         await asyncio.to_thread(scraper.stop)
         write_json(
             cdir / CASE_FILE,
-            {
-                "case": case.model_dump(),
-                "server": server.describe(),
-                "status": outcome.status,
-                "error": outcome.error,
-                "requests": outcome.requests,
-                "failed_requests": outcome.failed_requests,
-                "client": client,
-            },
+            CaseInfo(
+                case=case.model_dump(mode="json"),
+                server=server.describe(),
+                status=outcome.status,
+                error=outcome.error,
+                requests=outcome.requests,
+                failed_requests=outcome.failed_requests,
+                client=client,
+            ),
         )
     return outcome
 
@@ -571,7 +571,11 @@ async def execute_plan(
                     outcome = CaseOutcome(case.name, "failed", f"server did not start: {exc}")
                     write_json(
                         case_dir(run_dir, case.name) / CASE_FILE,
-                        {"case": case.model_dump(), "status": "failed", "error": outcome.error},
+                        CaseInfo(
+                            case=case.model_dump(mode="json"),
+                            status="failed",
+                            error=outcome.error,
+                        ),
                     )
                     outcomes.append(outcome)
                     hooks.message(f"case {case.name}: server did not start")

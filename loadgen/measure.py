@@ -36,7 +36,7 @@ inside the window ÷ its length) as a cross-check of the closed-loop figure.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,27 +79,19 @@ class RequestFacts:
     output_tokens: int
 
     @classmethod
-    def of(cls, record: RequestRecord | Mapping[str, Any]) -> RequestFacts:
-        """The facts of a live record or of its JSON form (a ``requests.jsonl`` row)."""
-        row: Mapping[str, Any] = (
-            {k: getattr(record, k) for k in _FACT_FIELDS}
-            if isinstance(record, RequestRecord)
-            else record
-        )
-        chunks = list(row.get("chunk_ns") or [])
+    def of(cls, record: RequestRecord) -> RequestFacts:
+        """The facts of a record (live, or read back from ``requests.jsonl``)."""
+        chunks = record.chunk_ns
         return cls(
-            index=int(row["index"]),
-            status=str(row["status"]),
-            scheduled_ns=int(row["scheduled_ns"]),
-            sent_ns=row.get("sent_ns"),
-            end_ns=row.get("end_ns"),
+            index=record.index,
+            status=record.status,
+            scheduled_ns=record.scheduled_ns,
+            sent_ns=record.sent_ns,
+            end_ns=record.end_ns,
             first_token_ns=chunks[0] if chunks else None,
             last_token_ns=chunks[-1] if chunks else None,
-            output_tokens=int(sum(row.get("chunk_tokens") or [])),
+            output_tokens=sum(record.chunk_tokens),
         )
-
-
-_FACT_FIELDS = ("index", "status", "scheduled_ns", "sent_ns", "end_ns", "chunk_ns", "chunk_tokens")
 
 
 def window_of(phase: PhaseSpec, facts: Sequence[RequestFacts]) -> Window | None:

@@ -13,7 +13,8 @@ import os
 from pathlib import Path
 
 from loadgen.clock import Clock
-from loadgen.rundir import FAULTS_FILE, append_jsonl
+from loadgen.runformat.layout import FAULTS_FILE, append_jsonl
+from loadgen.runformat.rows import FaultRow
 from scenarios.plan import KillReplica
 from server.config import ServerConfig
 from server.manager import RunningServer, start_server
@@ -59,16 +60,14 @@ class Replicas:
         for fault in sorted(faults, key=lambda f: f.at_s):
             await self._clock.sleep_until_ns(phase_start_ns + int(fault.at_s * 1e9))
             server = self.servers[fault.replica]
-            event: dict[str, object] = {
-                "fault": fault.kind,
-                "replica": fault.replica,
-                "url": server.url,
-                "killed_ns": self._clock.now_ns(),
-            }
+            event = FaultRow(
+                fault=fault.kind, replica=fault.replica, url=server.url,
+                killed_ns=self._clock.now_ns(),
+            )  # fmt: skip
             try:
                 await asyncio.to_thread(server.stop, 5.0)
             finally:  # recorded even if the stop itself failed
-                event["stopped_ns"] = self._clock.now_ns()
+                event.stopped_ns = self._clock.now_ns()
                 append_jsonl(self._case_dir / FAULTS_FILE, event)
             if fault.restart:
                 restarted = await start_server(
@@ -77,13 +76,13 @@ class Replicas:
                 self.servers[fault.replica] = restarted
                 append_jsonl(
                     self._case_dir / FAULTS_FILE,
-                    {
-                        "fault": "restarted",
-                        "replica": fault.replica,
-                        "url": restarted.url,
-                        "healthy_ns": self._clock.now_ns(),
-                        "startup_s": restarted.startup_s,
-                    },
+                    FaultRow(
+                        fault="restarted",
+                        replica=fault.replica,
+                        url=restarted.url,
+                        healthy_ns=self._clock.now_ns(),
+                        startup_s=restarted.startup_s,
+                    ),
                 )
 
     async def stop_all(self) -> None:

@@ -23,8 +23,9 @@ from pydantic import BaseModel
 
 from loadgen.clock import wall_anchor
 from loadgen.execute import CaseOutcome, RunHooks, execute_plan, open_server
-from loadgen.manifest import environment_facts
-from loadgen.rundir import RUN_FILE, SERVER_DIR, case_dir, write_json
+from loadgen.runformat import FORMAT_VERSION, RunInfo, RunStatus
+from loadgen.runformat.layout import RUN_FILE, SERVER_DIR, case_dir, write_json
+from loadgen.runformat.manifest import environment_facts
 from loadgen.workers.process import WorkersConfig
 from scenarios.base import Scenario
 
@@ -70,7 +71,7 @@ class RunResult:
     """How a run ended: status, its directory, per-case outcomes, wall time (s)."""
 
     run_dir: Path
-    status: str
+    status: RunStatus
     outcomes: list[CaseOutcome] = field(default_factory=list)
     error: str | None = None
     wall_s: float = 0.0
@@ -137,16 +138,17 @@ async def run_scenario(
     command = command or sys.argv
     run_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    run_info: dict[str, object] = {
-        "scenario": scenario.name,
-        "command": command,
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "clock": wall_anchor(),
-        "versions": environment_facts(),
-        "model_variant": model_variant_of(scenario, params),
-        "load_generator": workers.describe(),
-        "status": "running",
-    }
+    run_info = RunInfo(
+        format_version=FORMAT_VERSION,
+        scenario=scenario.name,
+        command=command,
+        started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        clock=wall_anchor(),
+        versions=environment_facts(),
+        model_variant=model_variant_of(scenario, params),
+        load_generator=workers.describe(),
+        status="running",
+    )
     write_json(run_dir / RUN_FILE, run_info)
     result = RunResult(run_dir, "running")
     try:
@@ -162,6 +164,7 @@ async def run_scenario(
         result.status, result.error = "failed", f"{type(exc).__name__}: {exc}"
     finally:
         result.wall_s = round(time.monotonic() - started, 2)
-        run_info.update(status=result.status, error=result.error, wall_s=result.wall_s)
+        run_info.status, run_info.error = result.status, result.error
+        run_info.wall_s = result.wall_s
         write_json(run_dir / RUN_FILE, run_info)
     return result

@@ -8,7 +8,8 @@ outlasts an interval, every deadline that passed more than half an interval befo
 is *skipped* (recorded, not run, not bunched); the first deadline that passed less than that
 ago runs at once. A tick that starts more than half an interval after its deadline is *late*.
 
-``metrics/scrapes.jsonl`` has exactly one line per tick 0…N, in order, each with ``tick``,
+``metrics/scrapes.jsonl`` has exactly one line per tick 0…N (``metrics.rows.ScrapeTick``),
+in order, each with ``tick``,
 ``deadline_ns`` (monotonic) and ``outcome``:
 
 - ``"ok"`` and ``"failed"`` (run ticks) add ``scrape`` (running index of attempted scrapes,
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import json
 import multiprocessing as mp
 import os
 import time
@@ -40,12 +40,14 @@ from collections.abc import Iterable
 from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Event
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import httpx
+import msgspec
 
 from metrics.names import FAMILIES, FAMILY_OF_SAMPLE
 from metrics.parse import ParsedPage, parse_page
+from metrics.rows import RawScrape, ScrapeTick
 from metrics.samples import Sample
 from metrics.store import RAW_FILE, SAMPLES_FILE, SCRAPES_FILE, sample_to_json
 
@@ -108,12 +110,13 @@ class _Files:
     def __init__(self, samples: IO[str], scrapes: IO[str], raw: IO[str]) -> None:
         self.samples, self.scrapes, self.raw = samples, scrapes, raw
 
-    def tick(self, entry: dict[str, Any]) -> None:
-        self.scrapes.write(json.dumps(entry, allow_nan=False) + "\n")
+    def tick(self, entry: ScrapeTick) -> None:
+        self.scrapes.write(msgspec.json.encode(entry).decode() + "\n")
         self.scrapes.flush()
 
     def page(self, scrape: int, t_ns: int, text: str, samples: list[Sample]) -> None:
-        self.raw.write(json.dumps({"scrape": scrape, "t_ns": t_ns, "text": text}) + "\n")
+        row = RawScrape(scrape=scrape, t_ns=t_ns, text=text)
+        self.raw.write(msgspec.json.encode(row).decode() + "\n")
         self.raw.flush()
         self.samples.write("".join(sample_to_json(s, scrape, strict=True) + "\n" for s in samples))
         self.samples.flush()
@@ -150,39 +153,36 @@ async def _scrape_loop(
                 while (delay := deadline - time.monotonic_ns()) > 0:
                     await asyncio.sleep(delay / 1e9)
                 began = time.monotonic_ns()
-                entry: dict[str, Any] = {
-                    "tick": tick,
-                    "deadline_ns": deadline,
-                    "outcome": "failed",
-                    "scrape": scrape,
-                    "start_ns": began,
-                    "end_ns": None,
-                    "late": began - deadline > half_ns,
-                }
+                entry = ScrapeTick(
+                    tick=tick,
+                    deadline_ns=deadline,
+                    outcome="failed",
+                    scrape=scrape,
+                    start_ns=began,
+                    late=began - deadline > half_ns,
+                )
                 try:
                     response = await _fetch(client, url, timeout_s)
-                    entry["end_ns"] = ended = time.monotonic_ns()
+                    entry.end_ns = ended = time.monotonic_ns()
                     page = _parse(response, ended)
                 except Exception as exc:  # every failure is data: recorded, loop goes on
-                    entry["end_ns"] = entry["end_ns"] or time.monotonic_ns()
-                    entry["error"] = f"{type(exc).__name__}: {exc}"
+                    entry.end_ns = entry.end_ns or time.monotonic_ns()
+                    entry.error = f"{type(exc).__name__}: {exc}"
                     files.tick(entry)
                 else:
                     files.page(scrape, ended, response.text, page.samples)
-                    entry.update(
-                        outcome="ok",
-                        bytes=len(response.content),
-                        samples=len(page.samples),
-                        nan_dropped=page.nan_dropped,
-                        duplicates_dropped=page.duplicates_dropped,
-                    )
+                    entry.outcome = "ok"
+                    entry.bytes = len(response.content)
+                    entry.samples = len(page.samples)
+                    entry.nan_dropped = page.nan_dropped
+                    entry.duplicates_dropped = page.duplicates_dropped
                     if page.aliases != previous_aliases:
-                        entry["aliases"] = page.aliases
-                        entry["missing"] = [c for c in FAMILIES if c not in page.aliases]
+                        entry.aliases = page.aliases
+                        entry.missing = [c for c in FAMILIES if c not in page.aliases]
                         previous_aliases = page.aliases
                     went_down = resets.update(page.samples)
                     if went_down:
-                        entry["resets"] = went_down
+                        entry.resets = went_down
                     files.tick(entry)
                     last_ok_start_ns.value = began  # after the flush: it is on disk
                 scrape += 1
@@ -197,9 +197,8 @@ async def _scrape_loop(
                         else "scraper started the previous tick late"
                     )
                     files.tick(
-                        {"tick": tick, "deadline_ns": passed, "outcome": "skipped",
-                         "reason": reason}
-                    )  # fmt: skip
+                        ScrapeTick(tick=tick, deadline_ns=passed, outcome="skipped", reason=reason)
+                    )
                     tick += 1
 
 

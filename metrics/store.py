@@ -1,15 +1,19 @@
 """Files the scraper writes into a case directory (``analysis.load`` reads them back).
 
-- ``metrics/samples.jsonl``: one canonical sample per line (t_ns, scrape, name, labels, value).
-- ``metrics/scrapes.jsonl``: one line per scrape tick, every tick accounted for (format in
-  ``metrics.scraper``).
+- ``metrics/samples.jsonl``: one canonical sample per line (``metrics.rows.SampleRow``).
+- ``metrics/scrapes.jsonl``: one line per scrape tick, every tick accounted for
+  (``metrics.rows.ScrapeTick``; outcomes in ``metrics.scraper``).
 - ``metrics/raw.jsonl.gz``: the raw exposition text of every scrape (gzip, flushed per scrape).
 """
 
 from __future__ import annotations
 
 import json
+import math
 
+import msgspec
+
+from metrics.rows import SampleRow
 from metrics.samples import Sample
 
 SAMPLES_FILE = "metrics/samples.jsonl"
@@ -17,23 +21,29 @@ SCRAPES_FILE = "metrics/scrapes.jsonl"
 RAW_FILE = "metrics/raw.jsonl.gz"
 
 
+_ENCODER = msgspec.json.Encoder()
+
+
+def sample_row(sample: Sample, scrape: int) -> SampleRow:
+    """The ``samples.jsonl`` row of ``sample``, read at scrape number ``scrape``."""
+    return SampleRow(
+        t_ns=sample.t_ns, scrape=scrape, name=sample.name, labels=dict(sample.labels),
+        value=sample.value,
+    )  # fmt: skip
+
+
 def sample_to_json(sample: Sample, scrape: int, *, strict: bool = False) -> str:
     """One ``samples.jsonl`` line (no newline).
 
     The scraper writes with ``strict=True`` (its parser already drops non-finite values);
-    ``strict=False`` lets tests fabricate a corrupt file for the validator to catch.
+    ``strict=False`` lets tests fabricate a corrupt file (a ``NaN`` value) for the validator
+    to catch.
 
     Raises:
         ValueError: ``strict`` and the value is NaN or ±Inf.
     """
-    return json.dumps(
-        {
-            "t_ns": sample.t_ns,
-            "scrape": scrape,
-            "name": sample.name,
-            "labels": dict(sample.labels),
-            "value": sample.value,
-        },
-        separators=(",", ":"),
-        allow_nan=not strict,
-    )
+    if math.isfinite(sample.value):
+        return _ENCODER.encode(sample_row(sample, scrape)).decode()
+    if strict:
+        raise ValueError(f"{sample.name}: non-finite value {sample.value!r} in a sample row")
+    return json.dumps(msgspec.to_builtins(sample_row(sample, scrape)), separators=(",", ":"))

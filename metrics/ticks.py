@@ -1,15 +1,17 @@
 """Pure reading of a scrape index (``scrapes.jsonl`` entries): tick counts, gaps, staleness.
 
-The entries are the dicts the scraper writes (format in ``metrics.scraper``); whoever reads
-the file passes them in. Nothing here does I/O.
+The entries are the rows the scraper writes (``metrics.rows.ScrapeTick``); whoever reads the
+file passes them in. Nothing here does I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple, get_args
 
-OUTCOMES = ("ok", "failed", "skipped")
+from metrics.rows import ScrapeTick, TickOutcome
+
+OUTCOMES: tuple[TickOutcome, ...] = get_args(TickOutcome)
 
 
 class TickCounts(NamedTuple):
@@ -35,54 +37,50 @@ class TickCounts(NamedTuple):
     duplicates_dropped: int = 0
 
 
-def count_ticks(entries: Iterable[Mapping[str, Any]]) -> TickCounts:
+def count_ticks(entries: Iterable[ScrapeTick]) -> TickCounts:
     """Counts over a scrape index (see ``TickCounts``)."""
     by = dict.fromkeys(OUTCOMES, 0)
     late = nan = dup = total = 0
     for e in entries:
         total += 1
-        outcome = e.get("outcome")
-        if outcome in by:
-            by[outcome] += 1
-        late += bool(e.get("late"))
-        nan += int(e.get("nan_dropped") or 0)
-        dup += int(e.get("duplicates_dropped") or 0)
+        if e.outcome in by:
+            by[e.outcome] += 1
+        late += bool(e.late)
+        nan += e.nan_dropped or 0
+        dup += e.duplicates_dropped or 0
     return TickCounts(total, by["ok"], by["failed"], by["skipped"], late, nan, dup)
 
 
-def tick_problems(entries: Sequence[Mapping[str, Any]]) -> list[str]:
-    """What is wrong with a scrape index: ticks not exactly 0…N in order, unknown outcomes.
+def tick_problems(entries: Sequence[ScrapeTick]) -> list[str]:
+    """What is wrong with a scrape index: ticks not exactly 0…N in order (an unknown outcome
+    cannot be read: ``ScrapeTick`` refuses it).
 
     Empty when every tick is accounted for exactly once.
     """
     problems = []
-    ticks = [e.get("tick") for e in entries]
+    ticks = [e.tick for e in entries]
     if ticks != list(range(len(entries))):
-        seen = [t for t in ticks if isinstance(t, int)]
-        expected = range(max(len(entries), max(seen, default=-1) + 1))
-        missing = sorted(set(expected) - set(seen))
-        duplicated = sorted({t for t in seen if seen.count(t) > 1})
+        expected = range(max(len(entries), max(ticks, default=-1) + 1))
+        missing = sorted(set(expected) - set(ticks))
+        duplicated = sorted({t for t in ticks if ticks.count(t) > 1})
         problems.append(
             f"scrape ticks are not 0…{len(entries) - 1} in order "
             f"(missing {missing[:10]}, repeated {duplicated[:10]})"
         )
-    unknown = [e.get("tick") for e in entries if e.get("outcome") not in OUTCOMES]
-    if unknown:
-        problems.append(f"{len(unknown)} scrape ticks without a known outcome: {unknown[:10]}")
     return problems
 
 
-def first_ok_start_at_or_after(entries: Iterable[Mapping[str, Any]], t_ns: int) -> int | None:
+def first_ok_start_at_or_after(entries: Iterable[ScrapeTick], t_ns: int) -> int | None:
     """Start (monotonic ns) of the first successful scrape that started at or after ``t_ns``."""
     starts = [
-        int(e["start_ns"])
+        e.start_ns
         for e in entries
-        if e.get("outcome") == "ok" and int(e.get("start_ns", -1)) >= t_ns
+        if e.outcome == "ok" and e.start_ns is not None and e.start_ns >= t_ns
     ]
     return min(starts) if starts else None
 
 
-def deltas_are_stale(entries: Iterable[Mapping[str, Any]], last_end_ns: int, end_ns: int) -> bool:
+def deltas_are_stale(entries: Iterable[ScrapeTick], last_end_ns: int, end_ns: int) -> bool:
     """Whether a phase's counter deltas miss work: no successful scrape started at or after
     its last request ended (``last_end_ns``) and ended by the phase's end (``end_ns``).
 
@@ -91,30 +89,28 @@ def deltas_are_stale(entries: Iterable[Mapping[str, Any]], last_end_ns: int, end
     the delta (the 52 % generation-token delta of issue 9).
     """
     return not any(
-        e.get("outcome") == "ok"
-        and int(e.get("start_ns", -1)) >= last_end_ns
-        and int(e.get("end_ns") or end_ns + 1) <= end_ns
+        e.outcome == "ok"
+        and (e.start_ns if e.start_ns is not None else -1) >= last_end_ns
+        and (e.end_ns or end_ns + 1) <= end_ns
         for e in entries
     )
 
 
-def ok_scrape_ended_in(entries: Iterable[Mapping[str, Any]], start_ns: int, end_ns: int) -> bool:
+def ok_scrape_ended_in(entries: Iterable[ScrapeTick], start_ns: int, end_ns: int) -> bool:
     """Whether a successful scrape ended in (``start_ns``, ``end_ns``]: the window has a
     reading of its own (``counter_delta`` is ``None`` without one)."""
     return any(
-        e.get("outcome") == "ok"
-        and e.get("end_ns") is not None
-        and start_ns < int(e["end_ns"]) <= end_ns
+        e.outcome == "ok" and e.end_ns is not None and start_ns < e.end_ns <= end_ns
         for e in entries
     )
 
 
-def base_scrape_start_ns(entries: Iterable[Mapping[str, Any]], start_ns: int) -> int | None:
+def base_scrape_start_ns(entries: Iterable[ScrapeTick], start_ns: int) -> int | None:
     """Start (monotonic ns) of the scrape a window's counter deltas start from: the last
     successful scrape that ended at or before ``start_ns``; ``None`` when there is none."""
     base = [
-        (int(e["end_ns"]), int(e.get("start_ns", e["end_ns"])))
+        (e.end_ns, e.start_ns if e.start_ns is not None else e.end_ns)
         for e in entries
-        if e.get("outcome") == "ok" and e.get("end_ns") is not None and int(e["end_ns"]) <= start_ns
+        if e.outcome == "ok" and e.end_ns is not None and e.end_ns <= start_ns
     ]
     return max(base)[1] if base else None

@@ -94,7 +94,7 @@ def finalize(run_dir: Path, status: str, command: list[str]) -> tuple[Report | N
     """Build the report from the raw files, then write the manifest (always, and last):
     (the report or ``None``, why building it failed or ``None``). A run that never made a
     plan has no report and no report error (its status says why)."""
-    from loadgen.manifest import write_manifest
+    from loadgen.runformat.manifest import write_manifest
 
     report, error = None, None
     if (run_dir / "plan.json").exists():

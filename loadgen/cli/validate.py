@@ -20,6 +20,9 @@ def validate(run_dir: Path, as_json: bool, strict: bool) -> None:
     (or, with --strict, when there are warnings).
     """
     from analysis.validate import ValidationResult, validate_run
+    from loadgen.cli.report import refuse_unreadable_version
+
+    refuse_unreadable_version(run_dir)
 
     try:
         result = validate_run(run_dir)

@@ -39,6 +39,7 @@ from loadgen.phase import (
 )
 from loadgen.placement import AppliedPlacement, Placement, placed
 from loadgen.records import RecordWriter, RequestRecord
+from loadgen.runformat.rows import ClockOffsetRow
 from scenarios.arrivals import AllAtOnce, ClosedLoop, OpenLoop
 from scenarios.partition import WorkerShare
 from scenarios.workloads import (
@@ -290,11 +291,11 @@ class ClockOffset:
     bound_ns: int
     samples: int
 
-    def as_row(self, phase: str) -> dict[str, Any]:
+    def as_row(self, phase: str) -> ClockOffsetRow:
         """The line written to ``clock_offsets.jsonl``."""
-        return {"phase": phase, "worker": self.worker, "node": self.node,
-                "offset_ns": self.offset_ns, "rtt_ns": self.rtt_ns, "bound_ns": self.bound_ns,
-                "samples": self.samples}  # fmt: skip
+        return ClockOffsetRow(phase=phase, worker=self.worker, node=self.node,
+                              offset_ns=self.offset_ns, rtt_ns=self.rtt_ns,
+                              bound_ns=self.bound_ns, samples=self.samples)  # fmt: skip
 
 
 class WorkerPool(ABC):

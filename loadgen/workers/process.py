@@ -30,7 +30,8 @@ from loadgen.client import Target
 from loadgen.clock import Clock
 from loadgen.phase import PhaseTiming
 from loadgen.placement import Placement
-from loadgen.rundir import worker_requests_file
+from loadgen.runformat.layout import worker_requests_file
+from loadgen.runformat.rows import WorkerPhaseRow
 from loadgen.workers.base import (
     ClockOffset,
     WorkerPoll,
@@ -169,14 +170,14 @@ class SplitPhase:
         timing: merged figures: start = first request sent by any worker, last end = the
             last request finished on any, loop lag = the worst worker's (max and p99), late
             sends summed, warm-up connections summed (its duration: the slowest worker's).
-        workers: one dict per worker (its node, requests, statuses, loop lag, late sends,
+        workers: one row per worker (its node, requests, statuses, loop lag, late sends,
             warm-up, clock offset bound, error) for ``phases.jsonl``.
         statuses: records written by all workers, by status.
         offsets: the clock offsets measured before the phase (``None`` on one host).
     """
 
     timing: PhaseTiming
-    workers: list[dict[str, Any]]
+    workers: list[WorkerPhaseRow]
     statuses: dict[str, int]
     offsets: list[ClockOffset] | None = None
     errors: list[str] = field(default_factory=list)
@@ -270,16 +271,16 @@ def merge_results(
         for status, n in r.statuses.items():
             statuses[status] = statuses.get(status, 0) + n
         warm = warmups[r.worker]
-        rows.append({
-            "worker": r.worker, "node": nodes[r.worker], "requests": sum(r.statuses.values()),
-            "statuses": r.statuses, "loop_lag_max_ms": r.timing.loop_lag_max_ms,
-            "loop_lag_p99_ms": r.timing.loop_lag_p99_ms, "late_sends": r.timing.late_sends,
-            "warmup_connections": warm.connections, "warmup_opened": warm.opened,
-            "warmup_failed": warm.failed, "warmup_ms": warm.duration_ms,
-            "clock_offset_ns": offsets[r.worker].offset_ns if offsets else None,
-            "clock_offset_bound_ns": offsets[r.worker].bound_ns if offsets else None,
-            "error": r.error,
-        })  # fmt: skip
+        rows.append(WorkerPhaseRow(
+            worker=r.worker, node=nodes[r.worker], requests=sum(r.statuses.values()),
+            statuses=r.statuses, loop_lag_max_ms=r.timing.loop_lag_max_ms,
+            loop_lag_p99_ms=r.timing.loop_lag_p99_ms, late_sends=r.timing.late_sends,
+            warmup_connections=warm.connections, warmup_opened=warm.opened,
+            warmup_failed=warm.failed, warmup_ms=warm.duration_ms,
+            clock_offset_ns=offsets[r.worker].offset_ns if offsets else None,
+            clock_offset_bound_ns=offsets[r.worker].bound_ns if offsets else None,
+            error=r.error,
+        ))  # fmt: skip
     opened = [w.opened for w in warmups]
     timing = PhaseTiming(
         start_ns=min(firsts) if firsts else start_ns,

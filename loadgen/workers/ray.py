@@ -35,7 +35,7 @@ from typing import Any
 
 from loadgen.clock import Clock, ShiftedClock
 from loadgen.placement import Placement, machine_id
-from loadgen.rundir import worker_requests_file
+from loadgen.runformat.layout import worker_requests_file
 from loadgen.workers.base import ClockOffset, WorkerPool, WorkerRuntime
 
 #: Round trips per worker and phase for the clock offset; the least-delay one is kept.

@@ -19,7 +19,7 @@ from analysis.gate_file import GateFileError, load_gate
 from analysis.load import load_plan, load_run
 from analysis.report import summarize_run
 from loadgen.cli import main
-from loadgen.manifest import write_manifest
+from loadgen.runformat.manifest import write_manifest
 from metrics.store import SAMPLES_FILE, SCRAPES_FILE
 from tests.support.synthetic_run import TEST_CASE
 from tests.support.synthetic_run import build_run as build_unsealed_run

@@ -21,8 +21,9 @@ from analysis.load import RunFileError, load_run
 from analysis.report import build_report
 from analysis.validate import validate_run
 from loadgen.cli import main
-from loadgen.manifest import write_manifest
-from loadgen.rundir import case_dir
+from loadgen.runformat import CaseInfo
+from loadgen.runformat.layout import case_dir
+from loadgen.runformat.manifest import write_manifest
 from tests.support.synthetic_run import TEST_CASE, build_run
 
 COMMAND = ["loadgen", "run", "prefix-eviction"]
@@ -53,17 +54,17 @@ def _replace_line(path: Path, lineno: int, change: Callable[[dict], object]) -> 
 # (file in the tested case, line, damage, the reason the reader gives, the row kind)
 MISTYPED = [
     ("metrics/samples.jsonl", 6, lambda r: {"t_ns": "abc", "name": 5},
-     "t_ns: Input should be a valid integer", "sample"),
+     "t_ns: Expected `int`, got `str`", "sample"),
     ("metrics/samples.jsonl", 7, lambda r: {k: v for k, v in r.items() if k != "value"},
-     "value: Field required", "sample"),
+     "value: missing (a required field)", "sample"),
     ("requests.jsonl", 1, lambda r: r | {"chunk_ns": "x"},
-     "chunk_ns: Input should be a valid list", "record"),
+     "chunk_ns: Expected `array`, got `str`", "record"),
     ("requests.jsonl", 2, lambda r: r | {"sent_ns": 1.5},
-     "sent_ns: Input should be a valid integer", "record"),
+     "sent_ns: Expected `int | null`, got `float`", "record"),
     ("phases.jsonl", 2, lambda r: r | {"start_ns": "x"},
-     "start_ns: Input should be a valid integer", "phase"),
+     "start_ns: Expected `int`, got `str`", "phase"),
     ("metrics/scrapes.jsonl", 3, lambda r: r | {"late": "no"},
-     "late: Input should be a valid boolean", "scrape"),
+     "late: Expected `bool | null`, got `str`", "scrape"),
 ]  # fmt: skip
 
 
@@ -91,7 +92,7 @@ def test_a_nan_cached_count_in_a_record_is_not_a_record(run_dir: Path) -> None:
     case = load_run(run_dir).cases[0]
     assert len(case.records) == 28
     assert case.file_problems == [
-        "requests.jsonl: line(s) 2 (cached_tokens: Input should be a valid integer) are not "
+        "requests.jsonl: line(s) 2 (cached_tokens: Expected `int | null`, got `float`) are not "
         "well-typed record rows and were skipped"
     ]
 
@@ -121,8 +122,8 @@ def test_a_broken_plan_is_one_clear_problem_everywhere(run_dir: Path, text: str,
     ("name", "text", "problem"),
     [
         ("run.json", "[]", "run.json holds a list, not a JSON object; read as empty"),
-        ("run.json", '{"status": 3}', "run.json is not well typed (status: Input should be a "
-                                      "valid string); read as empty"),
+        ("run.json", '{"status": 3}', "run.json is not well typed (status: Expected "
+                                      "`str | null`, got `int`); read as empty"),
         ("report.json", "{\n", "report.json is not valid JSON"),
         ("report.json", "", "report.json is empty; read as empty"),
     ],
@@ -141,7 +142,7 @@ def test_a_broken_json_file_reads_as_empty_with_a_problem(
 def test_a_broken_case_json_is_reported_and_the_case_still_summarised(run_dir: Path) -> None:
     (case_dir(run_dir, TEST_CASE) / "case.json").write_text('{"status": "ok", "failed_re')
     case = load_run(run_dir).cases[0]
-    assert case.info == {}
+    assert case.info == CaseInfo()
     assert case.file_problems[0].startswith("case.json is not valid JSON")
     assert len(case.records) == 29
     write_manifest(run_dir, "ok", COMMAND)

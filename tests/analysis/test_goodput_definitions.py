@@ -17,6 +17,8 @@ from analysis.goodput import (
 )
 from analysis.latency import request_frame
 from loadgen.measure import Window
+from loadgen.runformat import ReadRecord
+from tests.support.row_builders import record as build
 
 MS = 1_000_000
 S = 1_000_000_000
@@ -29,22 +31,22 @@ def record(
     tokens: int = 4,
     itl_ms: float = 10,
     status: str = "ok",
-) -> dict[str, Any]:
+) -> ReadRecord:
     """A request sent at its scheduled time; first token after ``ttft_ms``, then one token
     every ``itl_ms``; ends 1 ms after its last token. A failed one has no token."""
     sent = int(scheduled_s * S)
     chunks = [sent + int(ttft_ms * MS) + k * int(itl_ms * MS) for k in range(tokens)]
     if status != "ok":
         chunks = []
-    return {
+    return build(**{
         "request_id": f"r{i}", "phase": "p", "index": i, "status": status,
         "scheduled_ns": sent, "admitted_ns": sent, "sent_ns": sent,
         "chunk_ns": chunks, "chunk_tokens": [1] * len(chunks),
         "end_ns": (chunks[-1] if chunks else sent + 50 * MS) + MS,
-    }  # fmt: skip
+    })  # fmt: skip
 
 
-def judged(*records: dict[str, Any], slo: SLOLimits) -> Any:
+def judged(*records: ReadRecord, slo: SLOLimits) -> Any:
     return judge(request_frame(records), slo)
 
 
@@ -65,7 +67,7 @@ def test_a_value_exactly_on_the_limit_is_good() -> None:
     assert bool(rows["good"].iloc[0])
     # One nanosecond more TTFT is over the limit.
     late = record(0, 1.0, ttft_ms=200, itl_ms=10)
-    late["chunk_ns"] = [t + 1 for t in late["chunk_ns"]]
+    late.chunk_ns = [t + 1 for t in late.chunk_ns]
     assert not judged(late, slo=SLOLimits(ttft_ms=200, tpot_ms=10))["good"].iloc[0]
 
 

@@ -16,18 +16,22 @@ from analysis.latency import (
     token_timing,
     tokens_per_chunk,
 )
+from loadgen.runformat import ReadRecord
+from tests.support.row_builders import record
 
 MS = 1_000_000
 
 
-def rec(sent: int | None, chunks_ms: list[int], tokens: list[int], **kw: object) -> dict:
-    return {
-        "request_id": "r",
-        "sent_ns": sent,
-        "chunk_ns": [c * MS for c in chunks_ms],
-        "chunk_tokens": tokens,
-        **kw,
-    }
+def rec(sent: int | None, chunks_ms: list[int], tokens: list[int], **kw: object) -> ReadRecord:
+    return record(
+        **{
+            "request_id": "r",
+            "sent_ns": sent,
+            "chunk_ns": [c * MS for c in chunks_ms],
+            "chunk_tokens": tokens,
+            **kw,
+        }
+    )
 
 
 def test_ttft_e2el_tpot_from_token_chunks() -> None:

@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from analysis.report import summarize
 from analysis.validate import validate_run
 from loadgen.cli import main
-from loadgen.manifest import write_manifest
-from loadgen.rundir import REPORT_JSON, case_dir
+from loadgen.runformat.layout import REPORT_JSON, case_dir
+from loadgen.runformat.manifest import write_manifest
 from metrics.store import SAMPLES_FILE, SCRAPES_FILE
 from tests.support.synthetic_run import TEST_CASE, build_run
 

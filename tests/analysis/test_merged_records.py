@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,9 +21,10 @@ from analysis.load import load_run, read_records
 from analysis.report import summarize
 from analysis.summaries import stats
 from analysis.validate import validate_run
-from loadgen.manifest import write_manifest
 from loadgen.records import RecordWriter, RequestRecord
-from loadgen.rundir import REPORT_JSON, case_dir, worker_requests_file
+from loadgen.runformat import ReadRecord
+from loadgen.runformat.layout import REPORT_JSON, case_dir, worker_requests_file
+from loadgen.runformat.manifest import write_manifest
 from tests.support.synthetic_run import TEST_CASE, Options, build_run
 
 MS = 1_000_000
@@ -40,8 +40,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return single, split
 
 
-def _by_id(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {f"{r['phase']}/{r['request_id']}": r for r in records}
+def _by_id(records: list[ReadRecord]) -> dict[str, ReadRecord]:
+    return {f"{r.phase}/{r.request_id}": r for r in records}
 
 
 def test_worker_files_merge_into_the_records_one_process_writes(runs: tuple[Path, Path]) -> None:
@@ -55,11 +55,11 @@ def test_worker_files_merge_into_the_records_one_process_writes(runs: tuple[Path
     # coordinator's again, equal to what one process recorded.
     for key, rec in two.items():
         for field in ("scheduled_ns", "sent_ns", "end_ns", "chunk_ns"):
-            assert rec[field] == one[key][field], (key, field)
-    assert {r["worker"] for r in two.values()} == {0, 1}
+            assert getattr(rec, field) == getattr(one[key], field), (key, field)
+    assert {r.worker for r in two.values()} == {0, 1}
     # Raw worker-1 files keep the worker's own clock (the correction is the reader's).
     raw = json.loads((case_dir(split, TEST_CASE) / worker_requests_file(1)).open().readline())
-    assert raw["sent_ns"] == two[f"{raw['phase']}/{raw['request_id']}"]["sent_ns"] + AHEAD_NS
+    assert raw["sent_ns"] == two[f"{raw['phase']}/{raw['request_id']}"].sent_ns + AHEAD_NS
 
 
 def test_report_of_a_split_run_equals_the_single_process_report(runs: tuple[Path, Path]) -> None:

@@ -17,8 +17,15 @@ import pytest
 
 from analysis.report import build_report
 from analysis.validate import validate_run
-from loadgen.manifest import write_manifest
-from loadgen.rundir import CASE_FILE, PHASES_FILE, PLAN_FILE, REQUESTS_FILE, RUN_FILE, write_json
+from loadgen.runformat.layout import (
+    CASE_FILE,
+    PHASES_FILE,
+    PLAN_FILE,
+    REQUESTS_FILE,
+    RUN_FILE,
+    write_json,
+)
+from loadgen.runformat.manifest import write_manifest
 from metrics.scraper import ScraperProcess
 from scenarios.arrivals import AllAtOnce
 from scenarios.plan import CaseSpec, PhaseSpec, Plan

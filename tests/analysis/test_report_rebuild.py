@@ -17,8 +17,8 @@ from click.testing import CliRunner
 from analysis.report import build_report, summarize
 from analysis.validate import validate_run
 from loadgen.cli import main
-from loadgen.manifest import write_manifest
-from loadgen.rundir import REPORT_JSON, REPORT_MD, case_dir
+from loadgen.runformat.layout import REPORT_JSON, REPORT_MD, case_dir
+from loadgen.runformat.manifest import write_manifest
 from tests.support.synthetic_run import (
     CLIENT_PLACEMENT,
     CONTROL_CASE,

@@ -6,30 +6,47 @@ import json
 import shutil
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from analysis.load import load_run, read_jsonl, rebuild_missing_phases
 from analysis.report import build_report
 from analysis.validate import validate_run
-from loadgen.manifest import write_manifest
-from loadgen.rundir import case_dir
+from loadgen.runformat import (
+    FaultRow,
+    GatewayEvent,
+    PhaseRow,
+    ReadRecord,
+    SampleRow,
+    ScrapeTick,
+)
+from loadgen.runformat.layout import case_dir
+from loadgen.runformat.manifest import write_manifest
+from tests.support.row_builders import record
 from tests.support.synthetic_run import TEST_CASE, build_run
 
-JSONL_FILES = (
-    "requests.jsonl",
-    "phases.jsonl",
-    "metrics/samples.jsonl",
-    "metrics/scrapes.jsonl",
-    "faults.jsonl",
-    "gateway_events.jsonl",
-)
+ROW_TYPES: dict[str, type[msgspec.Struct]] = {
+    "requests.jsonl": ReadRecord,
+    "phases.jsonl": PhaseRow,
+    "metrics/samples.jsonl": SampleRow,
+    "metrics/scrapes.jsonl": ScrapeTick,
+    "faults.jsonl": FaultRow,
+    "gateway_events.jsonl": GatewayEvent,
+}
+JSONL_FILES = tuple(ROW_TYPES)
+
+
+class Row(msgspec.Struct):
+    """A row kind for the reading tests alone: one integer."""
+
+    a: int
 
 
 def test_read_jsonl_keeps_good_lines_and_reports_a_torn_tail_and_bad_lines(tmp_path: Path) -> None:
     path = tmp_path / "x.jsonl"
     path.write_text('{"a": 1}\nnot json\n[1, 2]\n\n{"a": 2}\n{"a": 3, "b"')
-    got = read_jsonl(path)
-    assert got.rows == [{"a": 1}, {"a": 2}]
+    got = read_jsonl(path, Row)
+    assert got.rows == [Row(1), Row(2)]
     assert got.bad_lines == (2, 3)  # a broken line and a line that is not an object
     assert got.torn_tail is True
     assert got.problems("x.jsonl") == [
@@ -42,12 +59,12 @@ def test_read_jsonl_keeps_good_lines_and_reports_a_torn_tail_and_bad_lines(tmp_p
 def test_a_complete_last_line_without_newline_is_kept(tmp_path: Path) -> None:
     path = tmp_path / "x.jsonl"
     path.write_text('{"a": 1}\n{"a": 2}')  # the newline was lost, the object is whole
-    got = read_jsonl(path)
-    assert (got.rows, got.torn_tail, got.bad_lines) == ([{"a": 1}, {"a": 2}], False, ())
+    got = read_jsonl(path, Row)
+    assert (got.rows, got.torn_tail, got.bad_lines) == ([Row(1), Row(2)], False, ())
 
 
 def test_a_missing_file_reads_as_empty(tmp_path: Path) -> None:
-    got = read_jsonl(tmp_path / "nope.jsonl")
+    got = read_jsonl(tmp_path / "nope.jsonl", Row)
     assert (got.rows, got.exists, got.problems("nope.jsonl")) == ([], False, [])
 
 
@@ -65,10 +82,10 @@ def test_a_torn_last_line_in_any_file_is_skipped_reported_and_the_report_still_b
     run_dir = tmp_path / "run"
     shutil.copytree(clean_run, run_dir)
     path = case_dir(run_dir, TEST_CASE) / rel
-    before = len(read_jsonl(path).rows)
+    before = len(read_jsonl(path, ROW_TYPES[rel]).rows)
     with open(path, "a") as fh:
         fh.write('{"t_ns": 12, "na')  # the writer died mid-line
-    assert len(read_jsonl(path).rows) == before
+    assert len(read_jsonl(path, ROW_TYPES[rel]).rows) == before
     case = load_run(run_dir).cases[0]
     expected = (
         f"the last line of {rel} is cut short (a crash while writing it); "
@@ -79,29 +96,6 @@ def test_a_torn_last_line_in_any_file_is_skipped_reported_and_the_report_still_b
     assert expected in report["cases"][TEST_CASE]["data_quality"]
     write_manifest(run_dir, "failed", ["loadgen", "run", "prefix-eviction"])
     assert validate_run(run_dir).problems == [f"{TEST_CASE}: {expected}"]
-
-
-def test_old_scrape_entries_get_an_outcome_and_validate_warns_of_unlisted_ticks(
-    clean_run: Path, tmp_path: Path
-) -> None:
-    run_dir = tmp_path / "run"
-    shutil.copytree(clean_run, run_dir)
-    path = case_dir(run_dir, TEST_CASE) / "metrics/scrapes.jsonl"
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
-    legacy = [{k: v for k, v in r.items() if k not in ("outcome", "nan_dropped")}
-              | {"ok": i != 3} for i, r in enumerate(rows)]  # fmt: skip
-    path.write_text("".join(json.dumps(r) + "\n" for r in legacy))
-    case = load_run(run_dir).cases[0]
-    assert [s["outcome"] for s in case.scrapes[:5]] == ["ok", "ok", "ok", "failed", "ok"]
-    assert case.legacy_scrape_index
-    build_report(run_dir)
-    write_manifest(run_dir, "ok", ["loadgen", "run", "prefix-eviction"])
-    result = validate_run(run_dir)
-    assert result.problems == []
-    assert result.warnings == [
-        f"{TEST_CASE}: the scrape index predates per-tick accounting (ticks skipped while a "
-        "scrape ran are not listed)"
-    ]
 
 
 def test_a_gap_in_the_tick_numbers_is_a_problem(clean_run: Path, tmp_path: Path) -> None:
@@ -115,16 +109,6 @@ def test_a_gap_in_the_tick_numbers_is_a_problem(clean_run: Path, tmp_path: Path)
     [problem] = validate_run(run_dir).problems
     assert problem.startswith(f"{TEST_CASE}: scrape ticks are not 0…")
     assert "missing [4]" in problem
-
-
-def test_a_plan_with_fields_of_older_runs_still_loads(clean_run: Path, tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    shutil.copytree(clean_run, run_dir)
-    plan = json.loads((run_dir / "plan.json").read_text())
-    plan["probe_phases"] = ["cold", "warm", "revisit", "rewarm"]
-    plan["compare_phases"] = [["revisit", "warm"]]
-    (run_dir / "plan.json").write_text(json.dumps(plan))
-    assert load_run(run_dir).plan.scenario == "prefix-eviction"
 
 
 def test_a_phase_killed_before_its_row_was_written_is_rebuilt_from_its_records_and_flagged(
@@ -146,9 +130,9 @@ def test_a_phase_killed_before_its_row_was_written_is_rebuilt_from_its_records_a
     # hit (first token after 20 ms), 4 tokens 10 ms apart, end 1 ms after the last: request 3
     # ends at 450 + 20 + 30 + 1 = 501 ms. No settle: end = last end.
     start = 1_000 * 10**9 + 8 * 10**9
-    assert rewarm == {"phase": "rewarm", "start_ns": start, "last_end_ns": start + 501 * 10**6,
-                      "end_ns": start + 501 * 10**6, "requests": 4,
-                      "rebuilt_from_records": True}  # fmt: skip
+    assert rewarm == PhaseRow(phase="rewarm", start_ns=start, last_end_ns=start + 501 * 10**6,
+                              end_ns=start + 501 * 10**6, requests=4,
+                              rebuilt_from_records=True)  # fmt: skip
     report = build_report(run_dir)
     summary = report.summary.cases[TEST_CASE]
     assert summary.phases["rewarm"].requests == 4
@@ -164,5 +148,5 @@ def test_a_phase_killed_before_its_row_was_written_is_rebuilt_from_its_records_a
 
 
 def test_a_phase_none_of_whose_requests_was_sent_gets_no_rebuilt_row() -> None:
-    unsent = {"phase": "warm", "status": "not_sent", "sent_ns": None}
+    unsent = record(phase="warm", status="not_sent", sent_ns=None)
     assert rebuild_missing_phases([], [unsent]) == []

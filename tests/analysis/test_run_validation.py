@@ -1,4 +1,4 @@
-"""loadgen.manifest + analysis.validate on a synthetic run: what a valid run is, and each way
+"""Manifest + analysis.validate on a synthetic run: what a valid run is, and each way
 a run can be broken (changed, deleted or extra files, bad values, inconsistent counts)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from analysis.report import summarize
 from analysis.validate import validate_run
 from loadgen.cli import main
-from loadgen.manifest import verify_manifest, write_manifest
-from loadgen.rundir import MANIFEST_FILE, REPORT_JSON, case_dir, read_json
+from loadgen.runformat.layout import MANIFEST_FILE, REPORT_JSON, case_dir, read_json
+from loadgen.runformat.manifest import verify_manifest, write_manifest
 from tests.support.synthetic_run import CONTROL_CASE, TEST_CASE, Options, build_run
 
 REQUESTS = f"cases/{TEST_CASE}/requests.jsonl"

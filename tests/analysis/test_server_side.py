@@ -12,7 +12,9 @@ from analysis.server_side import (
     unusable_histograms,
 )
 from analysis.summaries import case_summary, phase_summary
+from loadgen.runformat import CaseInfo, ReadRecord, ScrapeTick
 from metrics.samples import Sample
+from tests.support.row_builders import phase_row, record, scrape
 
 S = 1_000_000_000
 MS = 1_000_000
@@ -57,17 +59,17 @@ def test_a_counter_reset_is_counted_and_its_increments_kept() -> None:
     assert after == {}  # the window after the restart has none
 
 
-def _scrape(start_s: float, end_s: float, outcome: str = "ok") -> dict:
-    return {"outcome": outcome, "start_ns": int(start_s * S), "end_ns": int(end_s * S)}
+def _scrape(start_s: float, end_s: float, outcome: str = "ok") -> ScrapeTick:
+    return scrape(outcome=outcome, start_ns=int(start_s * S), end_ns=int(end_s * S))
 
 
-PHASE = {"phase": "p", "start_ns": 1 * S, "last_end_ns": 10 * S, "end_ns": 11 * S}
+PHASE = phase_row(phase="p", start_ns=1 * S, last_end_ns=10 * S, end_ns=11 * S)
 #: The scrape a phase starting at 1 s takes its base from.
 BASE = _scrape(0.7, 0.8)
 
 
 def test_deltas_rest_on_a_scrape_that_started_after_the_last_request() -> None:
-    ok = CaseData("c", {}, [], [PHASE], [], [BASE, _scrape(9.8, 9.9), _scrape(10.1, 10.2)])
+    ok = CaseData("c", CaseInfo(), [], [PHASE], [], [BASE, _scrape(9.8, 9.9), _scrape(10.1, 10.2)])
     assert deltas_flag(ok, PHASE) is None
 
 
@@ -75,7 +77,7 @@ def test_a_phase_without_a_later_successful_scrape_is_flagged() -> None:
     # The scrape after the last request failed, the one before it is too early, and the next
     # success ends after the window closed.
     scrapes = [BASE, _scrape(9.8, 9.9), _scrape(10.1, 10.2, "failed"), _scrape(10.9, 11.5)]
-    late = CaseData("c", {}, [], [PHASE], [], scrapes)
+    late = CaseData("c", CaseInfo(), [], [PHASE], [], scrapes)
     assert deltas_flag(late, PHASE) == (
         "no successful scrape started after the last request finished: counter deltas may "
         "miss the phase's tail"
@@ -86,7 +88,7 @@ def test_a_phase_without_any_successful_scrape_in_its_window_is_flagged_unknown(
     # Scrapes failed from 0.9 s to after the window closed (the m_html answers): the base at
     # 0.8 s is the last reading, so no delta can be measured.
     scrapes = [BASE, _scrape(5.0, 5.1, "failed"), _scrape(10.1, 10.2, "failed")]
-    case = CaseData("c", {}, [], [PHASE], [], scrapes)
+    case = CaseData("c", CaseInfo(), [], [PHASE], [], scrapes)
     assert deltas_flag(case, PHASE) == (
         "no successful scrape ended inside the phase window: its counter deltas are unknown "
         "(–) and checks that need them are undecided"
@@ -97,10 +99,10 @@ def test_a_base_scrape_older_than_the_previous_phase_s_last_request_is_flagged()
     # Phase 1 ran [1 s, 10 s] (window to 11 s); every scrape from 0.9 s to 11.6 s failed, so
     # phase 2 (from 12 s) starts its deltas from the 0.7 s scrape, 11.3 s before its start
     # and before phase 1's last request ended at 10 s: phase 1's increments land in phase 2.
-    second = {"phase": "q", "start_ns": 12 * S, "last_end_ns": 20 * S, "end_ns": 21 * S}
+    second = phase_row(phase="q", start_ns=12 * S, last_end_ns=20 * S, end_ns=21 * S)
     failed = [_scrape(t, t + 0.1, "failed") for t in (5.0, 10.1, 11.5)]
     scrapes = [BASE, *failed, _scrape(20.1, 20.2)]
-    case = CaseData("c", {}, [], [PHASE, second], [], scrapes)
+    case = CaseData("c", CaseInfo(), [], [PHASE, second], [], scrapes)
     assert deltas_flag(case, second) == (
         "the last successful scrape before the phase started began 11.3 s before it, before "
         "an earlier phase's last request ended: counter deltas may include that phase's late "
@@ -109,23 +111,23 @@ def test_a_base_scrape_older_than_the_previous_phase_s_last_request_is_flagged()
     # With the scrape of 10.1 s (after phase 1's last request) successful, phase 2's base is
     # clean, and so is phase 1's tail.
     scrapes = [BASE, _scrape(10.1, 10.2), _scrape(20.1, 20.2)]
-    case = CaseData("c", {}, [], [PHASE, second], [], scrapes)
+    case = CaseData("c", CaseInfo(), [], [PHASE, second], [], scrapes)
     assert deltas_flag(case, second) is None
     assert deltas_flag(case, PHASE) is None
     # The first phase has no earlier work: an old base is harmless, but none at all is not.
-    case = CaseData("c", {}, [], [PHASE], [], [_scrape(10.1, 10.2)])
+    case = CaseData("c", CaseInfo(), [], [PHASE], [], [_scrape(10.1, 10.2)])
     assert deltas_flag(case, PHASE) == (
         "no successful scrape ended before the phase started: counter deltas start from its "
         "first scrape and may miss the phase's head"
     )
 
 
-def _record(i: int, chunks_ms: list[int], tokens: list[int], status: str = "ok") -> dict:
-    return {
+def _record(i: int, chunks_ms: list[int], tokens: list[int], status: str = "ok") -> ReadRecord:
+    return record(**{
         "request_id": f"r{i}", "phase": "p", "index": i, "status": status,
         "prompt_tokens_sent": 8, "scheduled_ns": 0, "sent_ns": 0,
         "chunk_ns": [c * MS for c in chunks_ms], "chunk_tokens": tokens,
-    }  # fmt: skip
+    })  # fmt: skip
 
 
 def test_itl_is_over_successful_requests_and_a_buffered_stream_is_flagged() -> None:
@@ -134,7 +136,7 @@ def test_itl_is_over_successful_requests_and_a_buffered_stream_is_flagged() -> N
         _record(1, [100, 400], [1, 1], status="aborted"),  # not in latency figures
         _record(2, [300], [3]),  # all 3 tokens in one chunk: TTFT = E2EL
     ]
-    case = CaseData("c", {}, records, [PHASE], [], [BASE, _scrape(10.1, 10.2)])
+    case = CaseData("c", CaseInfo(), records, [PHASE], [], [BASE, _scrape(10.1, 10.2)])
     summary = phase_summary(case, PHASE, request_frame(records))
     assert summary.itl_ms.count == 2 and summary.itl_ms.mean == 10.0
     assert summary.ok == 2 and summary.aborted == 1

@@ -143,17 +143,17 @@ async def _serve() -> None:
 # --- phases -----------------------------------------------------------------------------------
 
 
-def _records(path_or_dir: Path) -> list[dict[str, Any]]:
+def _records(path_or_dir: Path) -> list[Any]:
     from analysis.load import read_records
 
     return read_records(path_or_dir).records
 
 
-def _figures(records: list[dict[str, Any]], timing: Any, rate: float | None) -> dict[str, Any]:
+def _figures(records: list[Any], timing: Any, rate: float | None) -> dict[str, Any]:
     import numpy as np
 
-    ok = [r for r in records if r["status"] == "ok"]
-    chunks = sum(sum(r["chunk_tokens"]) for r in ok)
+    ok = [r for r in records if r.status == "ok"]
+    chunks = sum(sum(r.chunk_tokens) for r in ok)
     duration_s = (timing.last_end_ns - timing.start_ns) / 1e9
     out: dict[str, Any] = {
         "requests": len(records),
@@ -166,10 +166,10 @@ def _figures(records: list[dict[str, Any]], timing: Any, rate: float | None) -> 
         "loop_lag_max_ms": timing.loop_lag_max_ms,
     }
     if rate is not None:
-        sent = sorted(r["sent_ns"] for r in records if r["sent_ns"] is not None)
-        scheduled = sorted(r["scheduled_ns"] for r in records)
-        late_ms = np.array([(r["sent_ns"] - r["scheduled_ns"]) / 1e6 for r in records
-                            if r["sent_ns"] is not None])  # fmt: skip
+        sent = sorted(r.sent_ns for r in records if r.sent_ns is not None)
+        scheduled = sorted(r.scheduled_ns for r in records)
+        late_ms = np.array([(r.sent_ns - r.scheduled_ns) / 1e6 for r in records
+                            if r.sent_ns is not None])  # fmt: skip
         schedule_rate = (len(scheduled) - 1) / ((scheduled[-1] - scheduled[0]) / 1e9)
         send_rate = (len(sent) - 1) / ((sent[-1] - sent[0]) / 1e9)
         out.update(

@@ -287,12 +287,15 @@ async def ours(
     """Send ``n`` requests with the project's client: a closed loop of ``concurrency``
     streams, or an open loop at ``rate_rps`` (Poisson). ``max_tokens`` of request ``i``: a
     constant or a function of ``i``."""
+    import msgspec
+
     from analysis.latency import itl_per_token_ms, request_frame
     from loadgen.client import Target
     from loadgen.clock import MonotonicClock
     from loadgen.connections import open_session
     from loadgen.phase import run_phase
     from loadgen.records import RecordWriter
+    from loadgen.runformat import ReadRecord
     from scenarios.arrivals import ClosedLoop, OpenLoop
     from scenarios.workloads import PhaseRequests, PlannedRequest, RequestHeader
 
@@ -333,7 +336,8 @@ async def ours(
         records = [json.loads(line) for line in path.read_text().splitlines()]
     del timing
     ok = [r for r in records if r["status"] == "ok"]
-    frame = request_frame(ok)
+    typed = [msgspec.convert(r, ReadRecord, strict=True) for r in ok]  # as analysis reads them
+    frame = request_frame(typed)
     ends = [r["end_ns"] for r in records if r["end_ns"] is not None]
     sends = [r["sent_ns"] for r in records if r["sent_ns"] is not None]
     if ends and sends:
@@ -344,12 +348,16 @@ async def ours(
             "key": first_index + r["index"],
             "ttft_ms": float(ttft),
             "e2el_ms": float(e2el),
-            "itl_ms": [float(x) for x in itl_per_token_ms([r])],
+            "itl_ms": [float(x) for x in itl_per_token_ms([t])],
             "sent_ns": r["sent_ns"],
             "first_token_ns": r["chunk_ns"][0],
         }
-        for r, ttft, e2el in zip(
-            ok, frame["ttft_ms"] if ok else [], frame["e2el_ms"] if ok else [], strict=True
+        for r, t, ttft, e2el in zip(
+            ok,
+            typed,
+            frame["ttft_ms"] if ok else [],
+            frame["e2el_ms"] if ok else [],
+            strict=True,
         )
     ]
     return Outcome(
@@ -357,7 +365,7 @@ async def ours(
         cpu_s=cpu,
         per_request=per_request,
         ttft_ms=[float(x) for x in frame["ttft_ms"]] if ok else [],
-        itl_ms=[float(x) for x in itl_per_token_ms(ok)],
+        itl_ms=[float(x) for x in itl_per_token_ms(typed)],
         e2el_ms=[float(x) for x in frame["e2el_ms"]] if ok else [],
         sent_s=[r["sent_ns"] / 1e9 for r in records if r["sent_ns"] is not None],
         failed=len(records) - len(ok),

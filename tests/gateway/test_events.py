@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+import msgspec
 import pytest
 
 from gateway.app import running_gateway
@@ -30,7 +31,7 @@ def read_events(path: Path) -> list[dict]:
 
 def test_transition_event_fields_and_nanosecond_stamp(tmp_path: Path) -> None:
     transition = Transition("http://u:1", BreakerState.OPEN, BreakerState.HALF_OPEN, 12.5, "r")
-    assert transition_event(transition) == {
+    assert msgspec.to_builtins(transition_event(transition)) == {
         "t_ns": 12_500_000_000,  # 12.5 s * 1e9
         "event": "breaker_transition",
         "upstream": "http://u:1",

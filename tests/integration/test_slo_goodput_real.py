@@ -14,9 +14,11 @@ import json
 import os
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from analysis.load import read_jsonl
+from loadgen.runformat import PhaseRow
 from tests.support.vllm_fixtures import loadgen, read_report, run_scenario
 
 pytestmark = pytest.mark.vllm
@@ -80,7 +82,9 @@ def test_the_client_check_is_decided_from_every_rates_figures(reduced_run: Path)
 
 def test_rates_were_resolved_from_the_measured_saturation(reduced_run: Path) -> None:
     case = reduced_run / "cases" / "256MiB"
-    lines = {p["phase"]: p for p in read_jsonl(case / "phases.jsonl").rows}
+    lines = {
+        p.phase: msgspec.to_builtins(p) for p in read_jsonl(case / "phases.jsonl", PhaseRow).rows
+    }
     sat = lines["saturation"]["measurement"]["closed_loop_rps"]
     assert sat > 0
     for name, factor in (("rate-0.50x", 0.5), ("rate-2.00x", 2.0)):

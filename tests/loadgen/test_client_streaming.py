@@ -106,7 +106,7 @@ async def test_speculative_multi_token_chunks_keep_their_token_counts() -> None:
     assert record.status == "ok", record.error
     assert record.chunk_tokens == [1, 3, 3, 1]
     assert record.output_tokens == 8
-    _, tokens = chunk_gaps([{"chunk_ns": record.chunk_ns, "chunk_tokens": record.chunk_tokens}])
+    _, tokens = chunk_gaps([record])
     assert tokens.tolist() == [3, 3, 1]
 
 
@@ -124,15 +124,11 @@ async def test_ttft_covers_the_server_delay_and_e2el_minus_ttft_is_the_sum_of_ga
     gaps_ns = [b - a for a, b in itertools.pairwise(record.chunk_ns)]
     assert e2el_ns - ttft_ns == sum(gaps_ns)
     # And the analysis functions agree with the record (ms).
-    row = request_frame([{"sent_ns": record.sent_ns, **_chunks(record)}]).iloc[0]
-    gaps_ms, _ = chunk_gaps([_chunks(record)])
+    row = request_frame([record]).iloc[0]
+    gaps_ms, _ = chunk_gaps([record])
     assert row["ttft_ms"] == pytest.approx(ttft_ns / 1e6)
     assert row["e2el_ms"] - row["ttft_ms"] == pytest.approx(gaps_ms.sum())
     assert row["tpot_ms"] == pytest.approx((e2el_ns - ttft_ns) / 1e6 / 4)
-
-
-def _chunks(record: RequestRecord) -> dict[str, list[int]]:
-    return {"chunk_ns": record.chunk_ns, "chunk_tokens": record.chunk_tokens}
 
 
 async def test_usage_trailer_adds_no_chunk_and_does_not_stretch_e2el() -> None:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
+import msgspec
 import pytest
 
 from loadgen.measure import RequestFacts, Window, measure_phase, window_of
 from loadgen.records import RequestRecord
+from loadgen.runformat import ReadRecord
 from scenarios.arrivals import ClosedLoop, OpenLoop
 from scenarios.plan import PhaseSpec
 from scenarios.workloads import UniquePrompts
@@ -96,13 +96,13 @@ def test_an_open_loop_window_is_its_schedule_minus_the_warm_up() -> None:
     assert measure_phase(phase, sched)["closed_loop_rps"] is None  # not a closed loop
 
 
-def test_facts_read_the_same_from_a_live_record_and_its_json_row() -> None:
+def test_facts_read_the_same_from_a_live_record_and_its_line_read_back() -> None:
     record = RequestRecord(
         request_id="r", case="c", phase="p", index=3, group=None, prompt_tokens_sent=8,
         max_tokens=2, scheduled_ns=5, sent_ns=7, chunk_ns=[10, 20], chunk_tokens=[1, 1],
         end_ns=25, status="ok",
     )  # fmt: skip
-    row = json.loads(record.to_json())
+    row = msgspec.json.decode(record.to_json(), type=ReadRecord)
     assert (
         RequestFacts.of(record)
         == RequestFacts.of(row)

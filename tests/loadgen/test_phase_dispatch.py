@@ -25,6 +25,7 @@ from loadgen.clock import Clock, MonotonicClock
 from loadgen.connections import open_session
 from loadgen.phase import WARMUP_MAX_CONNECTIONS, PhaseTiming, run_phase, warmup_connections
 from loadgen.records import RecordWriter, RequestRecord
+from loadgen.runformat import ReadRecord
 from scenarios.arrivals import AllAtOnce, ClosedLoop, OpenLoop, open_loop_offsets_ns
 from scenarios.workloads import PhaseRequests, PlannedRequest, header_of
 from tests.support.fake_openai_server import FakeOpenAIServer, StreamScript
@@ -32,8 +33,8 @@ from tests.support.fake_openai_server import FakeOpenAIServer, StreamScript
 # asyncio_mode = "auto" runs the async tests; one test here is plain.
 
 
-def _records(path: Path) -> list[dict]:
-    return read_jsonl(path).rows
+def _records(path: Path) -> list[ReadRecord]:
+    return read_jsonl(path, ReadRecord).rows
 
 
 pytestmark = [pytest.mark.timeout(30)]
@@ -125,19 +126,19 @@ async def test_closed_loop_keeps_exactly_c_in_flight_in_list_order(tmp_path: Pat
     assert fake.max_active == 3
     assert len(fake.seen) == 9
     records = _records(path)
-    assert sorted(r["request_id"] for r in records) == [f"p-{i:04d}" for i in range(9)]
-    assert all(r["status"] == "ok" for r in records)
+    assert sorted(r.request_id for r in records) == [f"p-{i:04d}" for i in range(9)]
+    assert all(r.status == "ok" for r in records)
     # Workers take the next index in turn: send order is list order.
-    by_send = sorted(records, key=lambda r: r["sent_ns"])
-    assert [r["index"] for r in by_send] == list(range(9))
+    by_send = sorted(records, key=lambda r: r.sent_ns)
+    assert [r.index for r in by_send] == list(range(9))
     # The first 3 are admitted at once; request k ≥ 3 only after k − 2 others finished.
-    ends = sorted(r["end_ns"] for r in records)
+    ends = sorted(r.end_ns for r in records)
     for r in by_send:
-        assert r["scheduled_ns"] <= r["admitted_ns"] <= r["sent_ns"]
-        if r["index"] >= 3:
-            assert r["admitted_ns"] >= ends[r["index"] - 3]
-    assert timing.start_ns == min(r["sent_ns"] for r in records)
-    assert timing.last_end_ns == max(r["end_ns"] for r in records)
+        assert r.scheduled_ns <= r.admitted_ns <= r.sent_ns
+        if r.index >= 3:
+            assert r.admitted_ns >= ends[r.index - 3]
+    assert timing.start_ns == min(r.sent_ns for r in records)
+    assert timing.last_end_ns == max(r.end_ns for r in records)
     assert timing.late_sends == 0
 
 
@@ -151,7 +152,7 @@ async def test_each_record_is_on_disk_before_the_writer_closes(tmp_path: Path) -
         done.append(record)
         lines = _records(path)
         on_disk.append(len(lines))
-        assert lines[-1]["request_id"] == record.request_id
+        assert lines[-1].request_id == record.request_id
 
     async with fake.serve():
         await run(fake, ClosedLoop(concurrency=2), requests(5), path, MonotonicClock(), check)
@@ -175,10 +176,10 @@ async def test_open_loop_sends_at_phase_start_plus_offsets_on_time(tmp_path: Pat
     fake = FakeOpenAIServer()
     async with fake.serve(), clock.running():
         timing = await run(fake, arrival, requests(10), tmp_path / "r.jsonl", clock)
-    records = sorted(_records(tmp_path / "r.jsonl"), key=lambda r: r["index"])
-    assert [r["scheduled_ns"] - start for r in records] == offsets
-    assert [r["sent_ns"] for r in records] == [r["scheduled_ns"] for r in records]
-    assert all(r["status"] == "ok" for r in records)
+    records = sorted(_records(tmp_path / "r.jsonl"), key=lambda r: r.index)
+    assert [r.scheduled_ns - start for r in records] == offsets
+    assert [r.sent_ns for r in records] == [r.scheduled_ns for r in records]
+    assert all(r.status == "ok" for r in records)
     assert timing.start_ns == start  # the first offset is 0
     assert timing.late_sends == 0
     assert timing.loop_lag_max_ms == 0.0
@@ -193,7 +194,7 @@ async def test_open_loop_counts_sends_more_than_10ms_late(tmp_path: Path) -> Non
     async with fake.serve(), clock.running():
         timing = await run(fake, arrival, requests(8), tmp_path / "r.jsonl", clock)
     records = _records(tmp_path / "r.jsonl")
-    assert all(r["sent_ns"] - r["scheduled_ns"] == 15 * MS for r in records)
+    assert all(r.sent_ns - r.scheduled_ns == 15 * MS for r in records)
     assert timing.late_sends == 8
     assert timing.loop_lag_max_ms == 15.0
     assert timing.loop_lag_p99_ms == 15.0
@@ -228,7 +229,7 @@ async def test_warm_up_opens_the_connections_so_no_request_connects(tmp_path: Pa
     assert len(fake.connections) == 3
     records = _records(path)
     assert len(records) == 12
-    assert all(r["new_connection"] is False for r in records)
+    assert all(r.new_connection is False for r in records)
 
 
 async def test_open_loop_cap_is_honoured_and_the_wait_is_recorded(tmp_path: Path) -> None:
@@ -241,14 +242,14 @@ async def test_open_loop_cap_is_honoured_and_the_wait_is_recorded(tmp_path: Path
     async with fake.serve():
         await run(fake, arrival, requests(6), path, MonotonicClock())
     assert fake.max_active == 2
-    records = sorted(_records(path), key=lambda r: r["index"])
-    assert all(r["status"] == "ok" for r in records)
-    ends = sorted(r["end_ns"] for r in records)
+    records = sorted(_records(path), key=lambda r: r.index)
+    assert all(r.status == "ok" for r in records)
+    ends = sorted(r.end_ns for r in records)
     for r in records:
-        assert r["scheduled_ns"] <= r["admitted_ns"] <= r["sent_ns"]
-        if r["index"] >= 2:
-            assert r["admitted_ns"] >= ends[r["index"] - 2]
-    assert [r["index"] for r in sorted(records, key=lambda r: r["sent_ns"])] == list(range(6))
+        assert r.scheduled_ns <= r.admitted_ns <= r.sent_ns
+        if r.index >= 2:
+            assert r.admitted_ns >= ends[r.index - 2]
+    assert [r.index for r in sorted(records, key=lambda r: r.sent_ns)] == list(range(6))
 
 
 async def test_uncapped_open_loop_is_admitted_at_its_scheduled_time(tmp_path: Path) -> None:
@@ -256,7 +257,7 @@ async def test_uncapped_open_loop_is_admitted_at_its_scheduled_time(tmp_path: Pa
     fake = FakeOpenAIServer()
     async with fake.serve(), clock.running():
         await run(fake, OpenLoop(rate_rps=20.0, seed=3), requests(4), tmp_path / "r.jsonl", clock)
-    assert all(r["admitted_ns"] == r["scheduled_ns"] for r in _records(tmp_path / "r.jsonl"))
+    assert all(r.admitted_ns == r.scheduled_ns for r in _records(tmp_path / "r.jsonl"))
 
 
 async def test_prompts_are_built_one_at_a_time_and_dropped_once_sent(tmp_path: Path) -> None:
@@ -308,11 +309,11 @@ async def test_a_cut_short_closed_loop_accounts_for_every_request(tmp_path: Path
             )
         )
         await _cancel_when(fake, task, 2)
-    records = sorted(_records(path), key=lambda r: r["index"])
-    assert [r["index"] for r in records] == list(range(10))
-    assert [r["status"] for r in records] == ["error"] * 2 + ["not_sent"] * 8
-    assert records[0]["error"] == "cancelled before completion (run interrupted)"
-    assert all(r["sent_ns"] is None for r in records[2:])
+    records = sorted(_records(path), key=lambda r: r.index)
+    assert [r.index for r in records] == list(range(10))
+    assert [r.status for r in records] == ["error"] * 2 + ["not_sent"] * 8
+    assert records[0].error == "cancelled before completion (run interrupted)"
+    assert all(r.sent_ns is None for r in records[2:])
 
 
 async def test_a_cut_short_open_loop_keeps_the_schedule_of_the_unsent(tmp_path: Path) -> None:
@@ -326,10 +327,10 @@ async def test_a_cut_short_open_loop_keeps_the_schedule_of_the_unsent(tmp_path: 
             run(fake, arrival, requests(5, max_tokens=200), path, MonotonicClock())
         )
         await _cancel_when(fake, task, 1)
-    records = sorted(_records(path), key=lambda r: r["index"])
-    assert [r["status"] for r in records] == ["error"] + ["not_sent"] * 4
-    start = records[0]["scheduled_ns"]
-    assert [r["scheduled_ns"] - start for r in records] == offsets
+    records = sorted(_records(path), key=lambda r: r.index)
+    assert [r.status for r in records] == ["error"] + ["not_sent"] * 4
+    start = records[0].scheduled_ns
+    assert [r.scheduled_ns - start for r in records] == offsets
 
 
 async def test_a_closed_loop_with_a_duration_stops_sending_and_plans_only_what_it_sent(
@@ -347,10 +348,10 @@ async def test_a_closed_loop_with_a_duration_stops_sending_and_plans_only_what_i
     records = _records(path)
     assert 2 <= timing.dispatched < 1000
     assert len(records) == timing.dispatched == fake.served
-    assert {r["status"] for r in records} == {"ok"}
-    assert sorted(r["index"] for r in records) == list(range(timing.dispatched))
+    assert {r.status for r in records} == {"ok"}
+    assert sorted(r.index for r in records) == list(range(timing.dispatched))
     # A closed loop's scheduled time is the phase start: nothing was sent 0.3 s after it.
-    assert all(r["sent_ns"] < r["scheduled_ns"] + 300_000_000 for r in records)
+    assert all(r.sent_ns < r.scheduled_ns + 300_000_000 for r in records)
 
 
 async def test_a_ramped_closed_loop_staggers_its_senders_first_requests(tmp_path: Path) -> None:
@@ -362,8 +363,8 @@ async def test_a_ramped_closed_loop_staggers_its_senders_first_requests(tmp_path
     async with fake.serve(), clock.running():
         await run(fake, ClosedLoop(concurrency=4, ramp_s=1.0), requests(4), tmp_path / "r.jsonl",
                   clock)  # fmt: skip
-    records = sorted(_records(tmp_path / "r.jsonl"), key=lambda r: r["sent_ns"])
-    assert [r["sent_ns"] - r["scheduled_ns"] for r in records] == [0, 250 * MS, 500 * MS, 750 * MS]
+    records = sorted(_records(tmp_path / "r.jsonl"), key=lambda r: r.sent_ns)
+    assert [r.sent_ns - r.scheduled_ns for r in records] == [0, 250 * MS, 500 * MS, 750 * MS]
 
 
 async def test_a_malformed_chunk_fails_its_requests_and_the_phase_goes_on(tmp_path: Path) -> None:
@@ -377,7 +378,7 @@ async def test_a_malformed_chunk_fails_its_requests_and_the_phase_goes_on(tmp_pa
         await run(fake, ClosedLoop(concurrency=2), requests(6), path, MonotonicClock())
     records = _records(path)
     assert len(fake.seen) == 6
-    assert sorted(r["index"] for r in records) == list(range(6))
-    assert {r["status"] for r in records} == {"error"}
-    assert all("`$.usage.completion_tokens`" in r["error"] for r in records)
-    assert all(r["chunk_tokens"] == [1] for r in records)
+    assert sorted(r.index for r in records) == list(range(6))
+    assert {r.status for r in records} == {"error"}
+    assert all("`$.usage.completion_tokens`" in r.error for r in records)
+    assert all(r.chunk_tokens == [1] for r in records)

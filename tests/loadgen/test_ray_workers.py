@@ -25,7 +25,7 @@ from analysis.summaries import stats
 from loadgen.client import Target
 from loadgen.clock import MonotonicClock
 from loadgen.placement import Placement
-from loadgen.rundir import CLOCK_OFFSETS_FILE, append_jsonl, worker_requests_file
+from loadgen.runformat.layout import CLOCK_OFFSETS_FILE, append_jsonl, worker_requests_file
 from loadgen.workers.base import ClockOffset
 from loadgen.workers.process import run_split_phase
 from scenarios.arrivals import ClosedLoop
@@ -112,13 +112,13 @@ async def test_phase_on_two_ray_nodes_merges_records_pools_percentiles_applies_o
 
     merged = read_records(tmp_path)
     assert merged.workers == 2 and len(merged.records) == 200
-    assert sorted(r["index"] for r in merged.records) == list(range(200))
-    assert sum(r["worker"] == 1 for r in merged.records) == 100
+    assert sorted(r.index for r in merged.records) == list(range(200))
+    assert sum(r.worker == 1 for r in merged.records) == 100
     # Applied: every merged stamp is on the coordinator's clock (within the bound), while
     # worker 1's own file keeps its clock, 1000 s ahead.
     bound = max(o.bound_ns for o in offsets)
-    assert all(before - bound <= r["sent_ns"] <= after + bound for r in merged.records)
-    assert split.timing.start_ns == min(r["sent_ns"] for r in merged.records)
+    assert all(before - bound <= r.sent_ns <= after + bound for r in merged.records)
+    assert split.timing.start_ns == min(r.sent_ns for r in merged.records)
     raw = read_records_raw(tmp_path / worker_requests_file(1))
     assert min(raw) > after + AHEAD_NS // 2
 

@@ -14,7 +14,7 @@ from analysis.load import read_records
 from loadgen.clock import MonotonicClock
 from loadgen.execute import RunHooks, run_case
 from loadgen.records import RequestRecord
-from loadgen.rundir import case_dir
+from loadgen.runformat.layout import case_dir
 from loadgen.server_watch import ServerWatch, lost_connection
 from loadgen.workers.process import WorkersConfig
 from scenarios.arrivals import ClosedLoop, OpenLoop
@@ -72,7 +72,7 @@ async def test_a_dead_attached_server_fails_the_case_and_later_phases_are_not_se
     fake, outcome, records = await run_until_the_server_dies(tmp_path, phases, workers)
     assert outcome.status == "failed"
     assert outcome.error == f"server at {fake.url} stopped answering during phase two"
-    by_phase = Counter((r["phase"], r["status"]) for r in records)
+    by_phase = Counter((r.phase, r.status) for r in records)
     assert by_phase[("one", "ok")] == 3
     # Phase two: its refused requests fail (or, if the probe cut the phase first, are not
     # sent): 3 records either way. Phase three never runs: 5 not_sent records.
@@ -88,7 +88,7 @@ async def test_refused_connections_cut_the_phase_without_sending_the_rest(tmp_pa
     phases = (phase("one", 2, ClosedLoop(concurrency=1)), phase("two", 200, OpenLoop(rate_rps=20)))
     fake, outcome, records = await run_until_the_server_dies(tmp_path, phases)
     assert outcome.error == f"server at {fake.url} stopped answering during phase two"
-    two = Counter(r["status"] for r in records if r["phase"] == "two")
+    two = Counter(r.status for r in records if r.phase == "two")
     assert sum(two.values()) == 200
     assert two["not_sent"] > 100
     assert set(two) <= {"error", "not_sent"}

@@ -19,6 +19,7 @@ import gc
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from analysis.load import read_jsonl
@@ -26,6 +27,7 @@ from analysis.report import build_report
 from loadgen.execute import RunHooks
 from loadgen.records import RequestRecord
 from loadgen.run import run_scenario
+from loadgen.runformat import PhaseRow, ReadRecord
 from scenarios.slo_goodput import SLOGoodput, SLOGoodputParams
 from tests.support.fake_openai_server import FakeOpenAIServer, StreamScript
 
@@ -108,16 +110,17 @@ def test_the_maximum_sustainable_rate_is_the_capacity(fake_run: Path) -> None:
 
 
 def test_each_late_rate_is_resolved_from_saturation_and_recorded(fake_run: Path) -> None:
-    lines = {p["phase"]: p for p in read_jsonl(fake_run / "cases/attached/phases.jsonl").rows}
+    phases = read_jsonl(fake_run / "cases/attached/phases.jsonl", PhaseRow).rows
+    lines = {p.phase: msgspec.to_builtins(p) for p in phases}
     sat = lines["saturation"]["measurement"]["closed_loop_rps"]
-    records = read_jsonl(fake_run / "cases/attached/requests.jsonl").rows
+    records = read_jsonl(fake_run / "cases/attached/requests.jsonl", ReadRecord).rows
     for name, factor in (("rate-0.95x", 0.95), ("rate-1.20x", 1.2), ("rate-2.00x", 2.0)):
         resolved = lines[name]["resolved"]
         assert resolved["rate_from"] == {"phase": "saturation", "statistic": "closed_loop_rps",
                                          "measured": sat, "factor": factor,
                                          "value": resolved["rate_rps"]}  # fmt: skip
         assert resolved["rate_rps"] == pytest.approx(factor * sat)
-        assert resolved["requests"] == sum(1 for r in records if r["phase"] == name)
+        assert resolved["requests"] == sum(1 for r in records if r.phase == name)
     derived = lines["unloaded"]["derived"]
     assert derived["slo_ttft_ms"]["value"] == pytest.approx(
         1.5 * lines["unloaded"]["measurement"]["ttft_p50_ms"]

@@ -15,7 +15,7 @@ import pytest
 from analysis.load import read_records
 from loadgen.client import Target
 from loadgen.clock import MonotonicClock
-from loadgen.rundir import worker_request_files
+from loadgen.runformat.layout import worker_request_files
 from loadgen.workers.process import ProcessWorkers, run_split_phase
 from scenarios.arrivals import AllAtOnce, ClosedLoop, OpenLoop
 from scenarios.partition import merged_open_loop
@@ -65,12 +65,12 @@ async def _send(pool: ProcessWorkers, fake: FakeOpenAIServer, phase: PhaseSpec) 
     assert split.errors == []
     assert split.statuses == {"ok": phase.workload.requests}
     assert progress[-1] == (phase.workload.requests, 0)
-    assert [w["worker"] for w in split.workers] == [0, 1]
-    records = [r for r in read_records(pool._cdir).records if r["phase"] == phase.name]
+    assert [w.worker for w in split.workers] == [0, 1]
+    records = [r for r in read_records(pool._cdir).records if r.phase == phase.name]
     # Every planned request exactly once.
-    assert sorted(r["index"] for r in records) == list(range(phase.workload.requests))
-    assert split.timing.start_ns == min(r["sent_ns"] for r in records)
-    assert split.timing.last_end_ns == max(r["end_ns"] for r in records)
+    assert sorted(r.index for r in records) == list(range(phase.workload.requests))
+    assert split.timing.start_ns == min(r.sent_ns for r in records)
+    assert split.timing.last_end_ns == max(r.end_ns for r in records)
     return records
 
 
@@ -81,8 +81,8 @@ async def test_closed_loop_keeps_exactly_the_requested_concurrency(
     # 5 in flight over 2 workers = 3 + 2: the server never sees more than 5, and sees 5.
     assert fake.max_active == 5
     # Slots 0, 2, 4 (worker 0) take 3/5 of the 20 requests, slots 1, 3 (worker 1) 2/5.
-    assert sum(r["worker"] == 0 for r in records) == 12
-    assert sum(r["worker"] == 1 for r in records) == 8
+    assert sum(r.worker == 0 for r in records) == 12
+    assert sum(r.worker == 1 for r in records) == 8
     assert [w for w, _ in worker_request_files(pool._cdir)] == [0, 1]
 
 
@@ -105,12 +105,12 @@ async def test_open_loop_records_follow_the_merged_schedule(
     arrival = OpenLoop(rate_rps=100.0, seed=5)
     records = await _send(pool, fake, _phase("open", 30, arrival))
     offsets, source = merged_open_loop(arrival, 30, 2)
-    start = min(r["scheduled_ns"] for r in records)
+    start = min(r.scheduled_ns for r in records)
     for r in records:
         # Request i was scheduled at the shared start + the i-th merged arrival, by the worker
         # whose stream drew it.
-        assert r["scheduled_ns"] - start == offsets[r["index"]]
-        assert r["worker"] == source[r["index"]]
+        assert r.scheduled_ns - start == offsets[r.index]
+        assert r.worker == source[r.index]
 
 
 def _cores_of_threads(pid: int) -> set[int]:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from analysis.load import iter_raw, read_samples, read_scrapes
+from metrics.rows import ScrapeTick
 from metrics.samples import Sample
 from metrics.store import RAW_FILE, SAMPLES_FILE, SCRAPES_FILE, sample_to_json
 
@@ -47,12 +48,12 @@ def test_missing_files_read_as_empty(tmp_path: Path) -> None:
 def test_scrape_index_skips_blank_lines(tmp_path: Path) -> None:
     (tmp_path / "metrics").mkdir()
     (tmp_path / SCRAPES_FILE).write_text(
-        '{"scrape": 0, "ok": true}\n\n{"scrape": 1, "ok": false}\n'
+        '{"tick": 0, "deadline_ns": 5, "outcome": "ok"}\n\n'
+        '{"tick": 1, "deadline_ns": 9, "outcome": "skipped"}\n'
     )
-    # An index from before tick accounting gets its outcome from "ok".
     assert read_scrapes(tmp_path) == [
-        {"scrape": 0, "ok": True, "outcome": "ok"},
-        {"scrape": 1, "ok": False, "outcome": "failed"},
+        ScrapeTick(tick=0, deadline_ns=5, outcome="ok"),
+        ScrapeTick(tick=1, deadline_ns=9, outcome="skipped"),
     ]
 
 
@@ -67,9 +68,9 @@ def test_raw_pages_cut_short_by_a_crash_keep_every_complete_scrape(tmp_path: Pat
             fh.flush()  # what the scraper does after every scrape
             ends.append(path.stat().st_size)
     data = path.read_bytes()
-    assert [r["scrape"] for r in iter_raw(tmp_path)] == [0, 1, 2]
+    assert [r.scrape for r in iter_raw(tmp_path)] == [0, 1, 2]
     # Cut inside the third scrape's compressed bytes: the first two survive, nothing raises.
     path.write_bytes(data[: (ends[1] + ends[2]) // 2])
-    assert [r["scrape"] for r in iter_raw(tmp_path)] == [0, 1]
+    assert [r.scrape for r in iter_raw(tmp_path)] == [0, 1]
     path.write_bytes(data[: ends[1]])
-    assert [r["scrape"] for r in iter_raw(tmp_path)] == [0, 1]
+    assert [r.scrape for r in iter_raw(tmp_path)] == [0, 1]

@@ -15,10 +15,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from aiohttp import web
 
 from analysis.load import iter_raw, read_samples, read_scrapes
+from metrics.rows import ScrapeTick
 from metrics.samples import counter_delta, counter_resets, gauge_peak_by, series
 from metrics.scraper import ScraperProcess
 from metrics.store import RAW_FILE, SAMPLES_FILE
@@ -31,6 +33,11 @@ S = 1_000_000_000
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "vllm_0.32.0_cpu_1GiB_metrics.txt"
 HITS_LINE = 'vllm:prefix_cache_hits_total{engine="0",model_name="m"} 0.0'
+
+
+def _as_written(ticks: list[ScrapeTick]) -> list[dict[str, Any]]:
+    """The ticks as their lines hold them (a field a tick lacks is absent)."""
+    return [msgspec.to_builtins(t) for t in ticks]
 
 
 class RealPageEndpoint:
@@ -82,8 +89,9 @@ async def test_scraper_records_timed_scrapes_samples_and_raw_pages(tmp_path: Pat
         await runner.cleanup()
     assert scraper._proc.exitcode == 0  # stopped by its event, not terminated
 
-    entries = read_scrapes(tmp_path)
-    assert tick_problems(entries) == []  # one line per tick 0…N
+    ticks = read_scrapes(tmp_path)
+    assert tick_problems(ticks) == []  # one line per tick 0…N
+    entries = _as_written(ticks)
     run = [e for e in entries if e["outcome"] != "skipped"]
     # 1.5 s at 0.1 s after the first ok scrape: about 16 ticks; ≥ 10 leaves room for a busy box.
     assert len(run) >= 10
@@ -126,7 +134,7 @@ async def test_scraper_records_timed_scrapes_samples_and_raw_pages(tmp_path: Pat
     raws = [json.loads(line) for line in raw_lines]
     assert [r["scrape"] for r in raws] == list(range(1, len(run)))
     assert raws[0]["text"] == endpoint.page.replace(HITS_LINE, HITS_LINE.replace(" 0.0", " 1.0"))
-    assert [r["scrape"] for r in iter_raw(tmp_path)] == [r["scrape"] for r in raws]
+    assert [r.scrape for r in iter_raw(tmp_path)] == [r["scrape"] for r in raws]
 
 
 @pytest.mark.asyncio
@@ -149,8 +157,9 @@ async def test_slow_scrapes_skip_overrun_ticks_and_a_phase_waits_for_a_fresh_scr
     finally:
         await asyncio.to_thread(scraper.stop)
         await server.stop()
-    entries = read_scrapes(tmp_path)
-    assert tick_problems(entries) == []
+    ticks = read_scrapes(tmp_path)
+    assert tick_problems(ticks) == []
+    entries = _as_written(ticks)
 
     # Tick 1 (due 0.25 s) ends ≈ 1.25 s: ticks 2–4 (0.5, 0.75, 1.0 s) passed more than half
     # an interval before, so they are skipped; tick 5 (1.25 s) passed just now and runs at
@@ -173,13 +182,13 @@ async def test_slow_scrapes_skip_overrun_ticks_and_a_phase_waits_for_a_fresh_scr
     tokens = series(read_samples(tmp_path), "generation_tokens")
     # Phase window from 0 to after the wait: 0 → 50 tokens, and not stale.
     assert counter_delta(tokens, 0, end_ns) == 50.0
-    assert not deltas_are_stale(entries, last_end_ns, end_ns)
+    assert not deltas_are_stale(ticks, last_end_ns, end_ns)
     # Had the phase ended 1 s after its last request without waiting, the 2.5 s scrape would
     # still be running: the delta would be 0 (wrong), and it is flagged stale.
     early_end = last_end_ns + 1 * S
     assert early_end < entries[6]["end_ns"]
     assert counter_delta(tokens, 0, early_end) == 0.0
-    assert deltas_are_stale(entries, last_end_ns, early_end)
+    assert deltas_are_stale(ticks, last_end_ns, early_end)
 
 
 @pytest.mark.asyncio
@@ -203,8 +212,9 @@ async def test_html_errors_nan_renames_and_resets_are_recorded(tmp_path: Path) -
     finally:
         await asyncio.to_thread(scraper.stop)
         await server.stop()
-    entries = read_scrapes(tmp_path)
-    assert tick_problems(entries) == []
+    ticks = read_scrapes(tmp_path)
+    assert tick_problems(ticks) == []
+    entries = _as_written(ticks)
     run = [e for e in entries if e["outcome"] != "skipped"]
     by_scrape = {e["scrape"]: e for e in run}
     assert [by_scrape[i]["outcome"] for i in range(8)] == [
@@ -229,7 +239,7 @@ async def test_html_errors_nan_renames_and_resets_are_recorded(tmp_path: Path) -
     # 40 → 5 at scrape 5 is a reset, recorded there only.
     assert [i for i in range(8) if "resets" in by_scrape[i]] == [5]
     assert by_scrape[5]["resets"] == ["generation_tokens"]
-    counts = count_ticks(entries)
+    counts = count_ticks(ticks)
     assert counts.failed == 2 and counts.nan_dropped >= 3
 
     # No NaN in any file: samples.jsonl and scrapes.jsonl are strict JSON.
@@ -264,8 +274,9 @@ async def test_a_broken_metrics_page_never_counts_as_a_first_or_post_phase_scrap
     finally:
         await asyncio.to_thread(scraper.stop)
         await server.stop()
-    entries = read_scrapes(tmp_path)
-    assert tick_problems(entries) == []
+    ticks = read_scrapes(tmp_path)
+    assert tick_problems(ticks) == []
+    entries = _as_written(ticks)
     assert {e["outcome"] for e in entries} <= {"failed", "skipped"}
     assert (tmp_path / SAMPLES_FILE).read_text() == ""
 

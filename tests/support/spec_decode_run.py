@@ -25,11 +25,13 @@ every number chosen so the report can be computed by hand:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+import msgspec
+
 from loadgen.records import RecordWriter, RequestRecord
-from loadgen.rundir import (
+from loadgen.runformat import FORMAT_VERSION, CaseInfo, PhaseRow, RunInfo, ScrapeTick
+from loadgen.runformat.layout import (
     CASE_FILE,
     PHASES_FILE,
     PLAN_FILE,
@@ -140,12 +142,10 @@ def _metrics(cdir: Path, case: str, start: int, last_end: int, gap: int | None) 
                     for i, a in enumerate(per_pos)
                 ]  # fmt: skip
             samples.write("".join(sample_to_json(s, n) + "\n" for s in values))
-            scrapes.write(
-                json.dumps({"scrape": n, "tick": n, "deadline_ns": t - 2 * MS,
-                            "start_ns": t - 2 * MS, "end_ns": t, "late": False, "outcome": "ok",
-                            "bytes": 50_000, "samples": len(values), "nan_dropped": 0})
-                + "\n"
-            )  # fmt: skip
+            tick = ScrapeTick(scrape=n, tick=n, deadline_ns=t - 2 * MS, start_ns=t - 2 * MS,
+                              end_ns=t, late=False, outcome="ok", bytes=50_000,
+                              samples=len(values), nan_dropped=0)  # fmt: skip
+            scrapes.write(msgspec.json.encode(tick).decode() + "\n")
 
 
 def build_run(run_dir: Path) -> Plan:
@@ -154,25 +154,27 @@ def build_run(run_dir: Path) -> Plan:
     write_json(run_dir / PLAN_FILE, plan.model_dump(mode="json"))
     write_json(
         run_dir / RUN_FILE,
-        {"command": ["loadgen", "run", "spec-decode"], "status": "ok", "wall_s": 100.0},
-    )
+        RunInfo(format_version=FORMAT_VERSION, command=["loadgen", "run", "spec-decode"],
+                status="ok", wall_s=100.0),
+    )  # fmt: skip
     for spec in plan.cases:
         cdir = case_dir(run_dir, spec.name)
         start, last_end, gap = _records(cdir, plan, spec.name)
         _metrics(cdir, spec.name, start, last_end, gap)
         append_jsonl(
             cdir / PHASES_FILE,
-            {"phase": "c1", "start_ns": start, "last_end_ns": last_end,
-             "end_ns": last_end + S // 2, "settle_s": 0.5, "requests": 2,
-             "loop_lag_max_ms": 0.2, "loop_lag_p99_ms": 0.1, "late_sends": 0,
-             "post_scrape_start_ns": last_end + 98 * MS},
+            PhaseRow(phase="c1", start_ns=start, last_end_ns=last_end,
+                     end_ns=last_end + S // 2, settle_s=0.5, requests=2,
+                     loop_lag_max_ms=0.2, loop_lag_p99_ms=0.1, late_sends=0,
+                     post_scrape_start_ns=last_end + 98 * MS),
         )  # fmt: skip
         write_json(
             cdir / CASE_FILE,
-            {"case": spec.model_dump(mode="json"), "status": "ok", "requests": 2,
-             "failed_requests": 0,
-             "server": {"version": "0.32.0", "startup_s": 25.0,
-                        "capacity": {"tokens": CAPACITY_TOKENS[spec.name], "block_size": 128,
-                                     "num_blocks": CAPACITY_TOKENS[spec.name] // 128}}},
+            CaseInfo(case=spec.model_dump(mode="json"), status="ok", requests=2,
+                     failed_requests=0,
+                     server={"version": "0.32.0", "startup_s": 25.0,
+                             "capacity": {"tokens": CAPACITY_TOKENS[spec.name],
+                                          "block_size": 128,
+                                          "num_blocks": CAPACITY_TOKENS[spec.name] // 128}}),
         )  # fmt: skip
     return plan

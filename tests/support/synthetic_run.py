@@ -22,13 +22,21 @@ with every number chosen so that tests can compute the report by hand:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
+
 from loadgen.records import RecordWriter, RequestRecord
-from loadgen.rundir import (
+from loadgen.runformat import (
+    FORMAT_VERSION,
+    CaseInfo,
+    ClockOffsetRow,
+    PhaseRow,
+    RunInfo,
+    ScrapeTick,
+)
+from loadgen.runformat.layout import (
     CASE_FILE,
     CLOCK_OFFSETS_FILE,
     PHASES_FILE,
@@ -181,35 +189,35 @@ def _write_case(run_dir: Path, plan: Plan, case_index: int, options: Options) ->
                 writers[worker].write(_ahead(rec, worker * options.worker_clock_ahead_ns))
             if options.workers and options.worker_clock_ahead_ns:
                 for w in range(options.workers):
-                    append_jsonl(cdir / CLOCK_OFFSETS_FILE, {
-                        "phase": phase.name, "worker": w, "node": f"node-{w}",
-                        "offset_ns": w * options.worker_clock_ahead_ns,
-                        "rtt_ns": 400_000, "bound_ns": 200_000, "samples": 10,
-                    })  # fmt: skip
+                    append_jsonl(cdir / CLOCK_OFFSETS_FILE, ClockOffsetRow(
+                        phase=phase.name, worker=w, node=f"node-{w}",
+                        offset_ns=w * options.worker_clock_ahead_ns,
+                        rtt_ns=400_000, bound_ns=200_000, samples=10,
+                    ))  # fmt: skip
             last_end = max(ends)
             increments.append((last_end, totals))
             busy.append((start, last_end))
             append_jsonl(
                 cdir / PHASES_FILE,
-                {
-                    "phase": phase.name,
-                    "start_ns": start,
-                    "last_end_ns": last_end,
-                    "end_ns": last_end + int(phase.settle_s * S),
-                    "settle_s": phase.settle_s,
-                    "requests": len(planned),
-                    "loop_lag_max_ms": 0.25,
-                    "loop_lag_p99_ms": 0.125,
-                    "late_sends": 0,
-                },
+                PhaseRow(
+                    phase=phase.name,
+                    start_ns=start,
+                    last_end_ns=last_end,
+                    end_ns=last_end + int(phase.settle_s * S),
+                    settle_s=phase.settle_s,
+                    requests=len(planned),
+                    loop_lag_max_ms=0.25,
+                    loop_lag_p99_ms=0.125,
+                    late_sends=0,
+                ),
             )
     _write_metrics(cdir, spec.name, increments, busy, options)
     requests = sum(1 for path in paths for _ in path.open())
     write_json(
         cdir / CASE_FILE,
-        {
-            "case": spec.model_dump(mode="json"),
-            "server": {
+        CaseInfo(
+            case=spec.model_dump(mode="json"),
+            server={
                 "version": "0.32.0",
                 "startup_s": 31.5,
                 # A control holds what the plan says it must (control_needs_tokens).
@@ -217,22 +225,21 @@ def _write_case(run_dir: Path, plan: Plan, case_index: int, options: Options) ->
                 if spec.role == "test"
                 else {"tokens": 1024, "block_size": 16, "num_blocks": 64},
             },
-            "status": "failed" if failed else "ok",
-            "error": f"{failed} of {requests} requests failed" if failed else None,
-            "requests": requests,
-            "failed_requests": failed
-            if options.case_json_failed is None
+            status="failed" if failed else "ok",
+            error=f"{failed} of {requests} requests failed" if failed else None,
+            requests=requests,
+            failed_requests=failed if options.case_json_failed is None
             else options.case_json_failed,
-            "client": [CLIENT_PLACEMENT],
-        },
-    )
+            client=[CLIENT_PLACEMENT],
+        ),
+    )  # fmt: skip
 
 
 def _ahead(rec: RequestRecord, shift_ns: int) -> RequestRecord:
     """``rec`` as a worker whose clock runs ``shift_ns`` ahead stamps it."""
     if not shift_ns:
         return rec
-    return dataclasses.replace(
+    return msgspec.structs.replace(
         rec,
         scheduled_ns=rec.scheduled_ns + shift_ns,
         sent_ns=None if rec.sent_ns is None else rec.sent_ns + shift_ns,
@@ -281,19 +288,19 @@ def _write_metrics(
                 ),
             ]
             samples_fh.write("".join(sample_to_json(s, scrape) + "\n" for s in samples))
-            scrape_entry = {
-                "scrape": scrape,
-                "tick": scrape,
-                "deadline_ns": t - 2 * MS,
-                "start_ns": t - 2 * MS,
-                "late": False,
-                "end_ns": t,
-                "outcome": "ok",
-                "bytes": 47272,
-                "samples": len(samples),
-                "nan_dropped": 0,
-            }
-            scrapes_fh.write(json.dumps(scrape_entry) + "\n")
+            scrape_entry = ScrapeTick(
+                scrape=scrape,
+                tick=scrape,
+                deadline_ns=t - 2 * MS,
+                start_ns=t - 2 * MS,
+                late=False,
+                end_ns=t,
+                outcome="ok",
+                bytes=47272,
+                samples=len(samples),
+                nan_dropped=0,
+            )
+            scrapes_fh.write(msgspec.json.encode(scrape_entry).decode() + "\n")
 
 
 def build_run(run_dir: Path, options: Options | None = None) -> Plan:
@@ -303,13 +310,14 @@ def build_run(run_dir: Path, options: Options | None = None) -> Plan:
     write_json(run_dir / PLAN_FILE, plan.model_dump(mode="json"))
     write_json(
         run_dir / RUN_FILE,
-        {
-            "command": ["loadgen", "run", "prefix-eviction", "--cache", "1GiB"],
-            "started_at": "2025-11-30T14:00:00Z",
-            "status": "failed" if options.failed_request else "ok",
-            "wall_s": 123.4,
-            "wall_anchor": {"wall_ns": 1_764_511_200_000_000_000, "monotonic_ns": BASE_NS},
-        },
+        RunInfo(
+            format_version=FORMAT_VERSION,
+            command=["loadgen", "run", "prefix-eviction", "--cache", "1GiB"],
+            started_at="2025-11-30T14:00:00Z",
+            status="failed" if options.failed_request else "ok",
+            wall_s=123.4,
+            clock={"wall_ns": 1_764_511_200_000_000_000, "monotonic_ns": BASE_NS},
+        ),
     )
     for i in range(len(plan.cases)):
         _write_case(run_dir, plan, i, options)

@@ -23,6 +23,7 @@ from analysis.markdown import f, pct, table
 from analysis.models import CaseSummary, Verdict
 from analysis.plots import save
 from analysis.reports import Evaluator, ScenarioReport
+from loadgen.runformat import PhaseRow
 from scenarios.breaker import BreakerEpisode
 from server.frozen import FrozenModel
 
@@ -79,51 +80,54 @@ class BreakerDetails(FrozenModel):
     episodes: list[Episode]
 
 
-def episode(case: CaseData, phase: dict[str, Any]) -> Episode:
+def episode(case: CaseData, phase: PhaseRow) -> Episode:
     """Faults, transitions and per-second request outcomes of one phase."""
-    start = int(phase["start_ns"])
-    records = [r for r in case.records if r.get("phase") == phase["phase"]]
-    seconds = max(1, math.ceil((int(phase["last_end_ns"]) - start) / 1e9))
+    start = phase.start_ns
+    records = [r for r in case.records if r.phase == phase.phase]
+    seconds = max(1, math.ceil((phase.last_end_ns - start) / 1e9))
     bins: list[dict[str, Any]] = [
         {"second": s, "ok": 0, "failed": 0, "by_upstream": {}} for s in range(seconds + 1)
     ]
     for r in records:
-        if r.get("sent_ns") is None:
+        if r.sent_ns is None:
             continue
-        b = bins[min(seconds, max(0, (int(r["sent_ns"]) - start) // 1_000_000_000))]
-        ok = r.get("status") == "ok"
+        b = bins[min(seconds, max(0, (r.sent_ns - start) // 1_000_000_000))]
+        ok = r.status == "ok"
         b["ok" if ok else "failed"] += 1
-        if ok and r.get("upstream"):
-            b["by_upstream"][r["upstream"]] = b["by_upstream"].get(r["upstream"], 0) + 1
+        if ok and r.upstream:
+            b["by_upstream"][r.upstream] = b["by_upstream"].get(r.upstream, 0) + 1
 
     def rel(t_ns: int) -> float:
-        return (int(t_ns) - start) / 1e9
+        return (t_ns - start) / 1e9
 
-    ok_total = sum(1 for r in records if r.get("status") == "ok")
-    sent = [r for r in records if r.get("status") != "not_sent"]
+    def rel_or_none(t_ns: int | None) -> float | None:
+        return None if t_ns is None else rel(t_ns)
+
+    ok_total = sum(1 for r in records if r.status == "ok")
+    sent = [r for r in records if r.status != "not_sent"]
     by_upstream: dict[str, int] = {}
     for r in records:
-        if r.get("status") == "ok" and r.get("upstream"):
-            by_upstream[r["upstream"]] = by_upstream.get(r["upstream"], 0) + 1
-    duration_s = (int(phase["last_end_ns"]) - start) / 1e9
+        if r.status == "ok" and r.upstream:
+            by_upstream[r.upstream] = by_upstream.get(r.upstream, 0) + 1
+    duration_s = (phase.last_end_ns - start) / 1e9
     faults = [
         FaultEvent(
-            fault=str(x["fault"]), replica=int(x["replica"]), url=str(x["url"]),
-            startup_s=x.get("startup_s"),
-            **{k.removesuffix("_ns") + "_s": rel(v) for k, v in x.items() if k.endswith("_ns")},
+            fault=x.fault, replica=x.replica, url=x.url, startup_s=x.startup_s,
+            killed_s=rel_or_none(x.killed_ns), stopped_s=rel_or_none(x.stopped_ns),
+            healthy_s=rel_or_none(x.healthy_ns),
         )
         for x in case.faults
     ]  # fmt: skip
     return Episode(
         case=case.name,
-        phase=str(phase["phase"]),
+        phase=phase.phase,
         requests=len(sent),
         ok=ok_total,
         failed=len(sent) - ok_total,
         success_ratio=ok_total / len(sent) if sent else None,
         not_sent=len(records) - len(sent),
         goodput_req_s=ok_total / duration_s if duration_s > 0 else None,
-        last_send_s=max((rel(r["sent_ns"]) for r in records if r.get("sent_ns")), default=None),
+        last_send_s=max((rel(r.sent_ns) for r in records if r.sent_ns), default=None),
         ok_by_upstream=by_upstream,
         faults=faults,
         transitions=[

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import pairwise
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from analysis.load import CaseData, RunData
 from analysis.markdown import f, pct, table
 from analysis.models import CaseSummary, Verdict
 from analysis.reports import Evaluator, ScenarioReport
 from analysis.server_side import max_over_engines
+from loadgen.runformat import PhaseRow, ReadRecord
 from metrics.samples import counter_delta, series, value_at
 from scenarios.disconnect_abort import DisconnectFreesServer, OrphansRunOn
 from server.frozen import FrozenModel
@@ -66,11 +67,11 @@ class DisconnectDetails(FrozenModel):
     rows: list[DisconnectRow]
 
 
-def _open_clients(records: Sequence[dict[str, Any]], t: int) -> int:
+def _open_clients(records: Sequence[ReadRecord], t: int) -> int:
     n = 0
     for r in records:
-        sent = r.get("sent_ns")
-        closed = r.get("disconnect_ns") or r.get("end_ns")
+        sent = r.sent_ns
+        closed = r.disconnect_ns or r.end_ns
         if sent is not None and sent <= t and (closed is None or t < closed):
             n += 1
     return n
@@ -81,15 +82,16 @@ def _first_at_or_after(points: Sequence[tuple[int, float]], t_ns: int) -> float 
     return next((v for t, v in points if t >= t_ns), None)
 
 
-def disconnect_row(case: CaseData, phase: dict[str, Any]) -> DisconnectRow | None:
+def disconnect_row(case: CaseData, phase: PhaseRow) -> DisconnectRow | None:
     """The module docstring's figures for one phase, or ``None`` if nobody disconnected."""
-    name = phase["phase"]
-    records = [r for r in case.records if r.get("phase") == name]
-    cut = [r for r in records if r.get("disconnect_ns")]
-    if not cut:
+    name = phase.phase
+    records = [r for r in case.records if r.phase == name]
+    cuts = [(r, r.disconnect_ns) for r in records if r.disconnect_ns]
+    if not cuts:
         return None
-    start, end = int(phase["start_ns"]), int(phase["end_ns"])
-    last = max(int(r["disconnect_ns"]) for r in cut)
+    cut = [r for r, _ in cuts]
+    start, end = phase.start_ns, phase.end_ns
+    last = max(t for _, t in cuts)
     running = series(case.samples, "num_requests_running")
     kv = max_over_engines(case.samples, "kv_cache_usage_perc")
     run_base = value_at(running, start) or 0.0
@@ -109,16 +111,16 @@ def disconnect_row(case: CaseData, phase: dict[str, Any]) -> DisconnectRow | Non
         if v0 > run_base and _open_clients(records, t0) == 0:
             zombie_ns += t1 - t0
 
-    received = sum(sum(r.get("chunk_tokens") or []) for r in records)
+    received = sum(sum(r.chunk_tokens or []) for r in records)
     generated = counter_delta(series(case.samples, "generation_tokens"), start, end)
-    budget = sum(int(r["max_tokens"]) - sum(r.get("chunk_tokens") or []) for r in cut)
+    budget = sum(r.max_tokens - sum(r.chunk_tokens) for r in cut)
     wasted = None if generated is None else generated - received
     return DisconnectRow(
         case=case.name,
         phase=name,
         requests=len(records),
         disconnected=len(cut),
-        received_tokens_at_disconnect=sorted({sum(r.get("chunk_tokens") or []) for r in cut}),
+        received_tokens_at_disconnect=sorted({sum(r.chunk_tokens or []) for r in cut}),
         last_disconnect_ns=last,
         running_after_last_disconnect=_first_at_or_after(running, last),
         running_samples_after=sum(1 for t, _ in running if last <= t <= end),
@@ -131,7 +133,7 @@ def disconnect_row(case: CaseData, phase: dict[str, Any]) -> DisconnectRow | Non
         zombie_s=zombie_ns / 1e9,
         kv_after_last_disconnect=_first_at_or_after(kv, last),
         kv_release_s=kv_release,
-        server_idle_after=phase.get("server_idle_after"),
+        server_idle_after=phase.server_idle_after,
     )
 
 

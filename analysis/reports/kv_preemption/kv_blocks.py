@@ -30,8 +30,9 @@ full, or nearly, then.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+
+from loadgen.runformat import RequestRecord, ScrapeTick
 
 Interval = tuple[int, int]  # [start_ns, end_ns], monotonic ns
 
@@ -52,12 +53,12 @@ def blocks_after_token(prompt_tokens: int, k: int, output_tokens: int, block_siz
     return math.ceil((prompt_tokens + k - 1) / block_size)
 
 
-def _steps(record: Mapping[str, Any], block_size: int) -> list[tuple[int, int]]:
+def _steps(record: RequestRecord, block_size: int) -> list[tuple[int, int]]:
     """(t_ns, change in blocks held) of one successful request, from its chunk stamps."""
-    prompt = int(record.get("usage_prompt_tokens") or record["prompt_tokens_sent"])
-    stamps = record.get("chunk_ns") or []
-    counts = record.get("chunk_tokens") or [1] * len(stamps)
-    total = int(record.get("usage_completion_tokens") or sum(counts))
+    prompt = record.usage_prompt_tokens or record.prompt_tokens_sent
+    stamps = record.chunk_ns
+    counts = record.chunk_tokens or [1] * len(stamps)
+    total = record.usage_completion_tokens or sum(counts)
     out, held, k = [], 0, 0
     for t_ns, n in zip(stamps, counts, strict=False):
         k = min(total, k + int(n))
@@ -69,7 +70,7 @@ def _steps(record: Mapping[str, Any], block_size: int) -> list[tuple[int, int]]:
 
 
 def peak_window(
-    records: Iterable[Mapping[str, Any]], block_size: int, level_blocks: int
+    records: Iterable[RequestRecord], block_size: int, level_blocks: int
 ) -> list[Interval]:
     """Intervals in which the successful ``records`` (request records with ``chunk_ns``,
     ``chunk_tokens``, token counts) together hold at least ``level_blocks`` blocks, by the
@@ -80,9 +81,7 @@ def peak_window(
     """
     if level_blocks < 1:
         raise ValueError(f"level {level_blocks} blocks: a peak window needs a positive level")
-    steps = sorted(
-        step for r in records if r.get("status") == "ok" for step in _steps(r, block_size)
-    )
+    steps = sorted(step for r in records if r.status == "ok" for step in _steps(r, block_size))
     out: list[Interval] = []
     held, since = 0, None
     i = 0
@@ -99,12 +98,12 @@ def peak_window(
     return out
 
 
-def scrapes_inside(scrapes: Sequence[Mapping[str, Any]], window: Sequence[Interval]) -> list[int]:
+def scrapes_inside(scrapes: Sequence[ScrapeTick], window: Sequence[Interval]) -> list[int]:
     """Indices (``scrape``) of the successful scrapes that lay wholly inside one interval of
     ``window`` (sent at or after its start, answered at or before its end), in order."""
     return [
-        int(s["scrape"])
+        s.scrape
         for s in scrapes
-        if s.get("outcome") == "ok"
-        and any(a <= int(s["start_ns"]) and int(s["end_ns"]) <= b for a, b in window)
-    ]
+        if s.outcome == "ok" and s.scrape is not None and s.start_ns is not None
+        and s.end_ns is not None and any(a <= s.start_ns and s.end_ns <= b for a, b in window)
+    ]  # fmt: skip

@@ -260,13 +260,11 @@ def _coverage_cell(c: PeakCoverage | None) -> str:
 def peak_coverage(data: CaseData, phase: str, calc: HandCalculation) -> PeakCoverage:
     """The :class:`PeakCoverage` of ``phase`` in ``data`` for the hand calculation ``calc``."""
     level = min(calc.usable_blocks, calc.final_working_set_blocks)
-    records = [r for r in data.records if r.get("phase") == phase]
+    records = [r for r in data.records if r.phase == phase]
     window = peak_window(records, calc.block_size, level) if level > 0 else []
     inside = set(scrapes_inside(data.scrapes, window))
     # A sample is stamped with its scrape's answer time (``metrics.samples.Sample``).
-    answered = {
-        int(s["end_ns"]) for s in data.scrapes if s.get("outcome") == "ok" and s["scrape"] in inside
-    }
+    answered = {s.end_ns for s in data.scrapes if s.outcome == "ok" and s.scrape in inside}
     values = [
         s.value for s in data.samples if s.name == "kv_cache_usage_perc" and s.t_ns in answered
     ]

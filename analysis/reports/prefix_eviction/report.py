@@ -125,7 +125,7 @@ def _case(data: CaseData, summary: CaseSummary, probe_phases: tuple[str, ...]) -
     frame = request_frame(data.records)
     rates = {}
     for phase in data.phases:
-        name = str(phase["phase"])
+        name = str(phase.phase)
         p = summary.phases[name]
         rates[name] = HitRates(
             hit_rate_counters=_ratio(
@@ -133,7 +133,7 @@ def _case(data: CaseData, summary: CaseSummary, probe_phases: tuple[str, ...]) -
                 p.counter_deltas.get("prefix_cache_queries"),
             ),
             hit_rate_requests=p.cached_token_rate,
-            lifetime_hit_rate_at_end=_lifetime(data, int(phase["end_ns"])),
+            lifetime_hit_rate_at_end=_lifetime(data, int(phase.end_ns)),
         )
     ratios = [
         TtftRatio(

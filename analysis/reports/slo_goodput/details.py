@@ -25,7 +25,7 @@ from analysis.goodput import (
     replicas_needed,
     window_rates,
 )
-from analysis.latency import itl_per_token_ms, request_frame
+from analysis.latency import itl_per_token_ms, records_of, request_frame
 from analysis.load import CaseData, RunData
 from analysis.markdown import f, pct
 from analysis.reports.slo_goodput.models import (
@@ -41,6 +41,7 @@ from analysis.reports.slo_goodput.models import (
 )
 from analysis.server_side import counter_figures, gauge_figures, histogram_figures
 from loadgen.measure import RequestFacts, Window, window_of
+from loadgen.runformat import PhaseRow
 from metrics.histograms import histogram_delta
 from metrics.samples import series
 from scenarios.arrivals import ClosedLoop, OpenLoop, arrivals_within
@@ -56,7 +57,7 @@ from scenarios.slo_goodput import (
 
 
 def _facts(rows: pd.DataFrame) -> list[RequestFacts]:
-    return [RequestFacts.of(r) for r in rows.to_dict("records")]
+    return [RequestFacts.of(r) for r in records_of(rows)]
 
 
 def _window(spec: PhaseSpec, rows: pd.DataFrame) -> Window | None:
@@ -115,7 +116,7 @@ class _Run:
         self.case: CaseData = next(c for c in data.cases if c.name == spec.case)
         case_spec = data.plan.cases[[c.name for c in data.plan.cases].index(spec.case)]
         self.specs = {p.name: p for p in data.plan.phases_of(case_spec)}
-        self.lines = {str(p["phase"]): p for p in self.case.phases}
+        self.lines = {p.phase: p for p in self.case.phases}
         self.frame = request_frame(self.case.records)
 
     def rows(self, phase: str) -> pd.DataFrame:
@@ -133,8 +134,8 @@ def _late_figures(run: _Run, tolerance: float) -> list[LateFigure]:
     counts), beside its recomputation from the raw files."""
     out: list[LateFigure] = []
     for name, figure in run.data.plan.derived.items():
-        line = run.lines.get(figure.phase) or {}
-        used = ((line.get("derived") or {}).get(name) or {}).get("value")
+        line = run.lines.get(figure.phase)
+        used = (((line.derived if line else None) or {}).get(name) or {}).get("value")
         again = run.recompute(figure)
         out.append(
             LateFigure(name=name, used=used, recomputed=again, inputs=figure.describe(),
@@ -144,7 +145,7 @@ def _late_figures(run: _Run, tolerance: float) -> list[LateFigure]:
         if phase not in run.lines:
             continue  # never ran (the case failed before it): nothing was resolved
         spec, line = run.specs[phase], run.lines[phase]
-        resolved = line.get("resolved") or {}
+        resolved = line.resolved or {}
         rate = spec.arrival.rate_rps if isinstance(spec.arrival, OpenLoop) else None
         if isinstance(rate, Measured):
             again = run.recompute(rate)
@@ -216,8 +217,8 @@ def _server(case: CaseData, window: Window) -> dict[str, Any]:
     }
 
 
-def _rate_source(spec: PhaseSpec, line: dict[str, Any]) -> tuple[float | None, str]:
-    resolved = line.get("resolved") or {}
+def _rate_source(spec: PhaseSpec, line: PhaseRow) -> tuple[float | None, str]:
+    resolved = line.resolved or {}
     rate = spec.arrival.rate_rps if isinstance(spec.arrival, OpenLoop) else None
     if isinstance(rate, Measured):
         src = resolved.get("rate_from") or {}
@@ -274,7 +275,7 @@ def sweep_point(run: _Run, phase: str, slo: SLOLimits) -> SweepPoint | None:
         slot_wait_ms=quantiles(waited) if capped else None,
         ttft_ms=quantiles(ok["ttft_ms"]),
         tpot_ms=quantiles(ok["tpot_ms"]),
-        itl_ms=quantiles(itl_per_token_ms(ok.to_dict("records"))),
+        itl_ms=quantiles(itl_per_token_ms(records_of(ok))),
         e2el_ms=quantiles(ok["e2el_ms"]),
         ttft_adjusted_ms=error_adjusted_quantiles(ok["ttft_ms"], failed),
         e2el_adjusted_ms=error_adjusted_quantiles(ok["e2el_ms"], failed),

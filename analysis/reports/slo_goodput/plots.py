@@ -110,10 +110,10 @@ def ttft_vs_rate(details: SLOGoodputDetails, out: Path) -> Path:
 
 def queue_top_rate(case: CaseData, details: SLOGoodputDetails, out: Path) -> Path:
     top = details.points[-1]
-    line = next(p for p in case.phases if p["phase"] == top.phase)
-    records = [r for r in case.records if r.get("phase") == top.phase and r.get("sent_ns")]
-    t0 = min(int(r["scheduled_ns"]) for r in records) if records else int(line["start_ns"])
-    end = int(line["end_ns"])
+    line = next(p for p in case.phases if p.phase == top.phase)
+    records = [r for r in case.records if r.phase == top.phase and r.sent_ns]
+    t0 = min(int(r.scheduled_ns) for r in records) if records else int(line.start_ns)
+    end = int(line.end_ns)
     fig, (ax_q, ax_t) = plt.subplots(2, 1, figsize=(9, 6.5), sharex=True)
     for name, color in (
         ("num_requests_waiting", "tab:orange"),
@@ -128,17 +128,17 @@ def queue_top_rate(case: CaseData, details: SLOGoodputDetails, out: Path) -> Pat
             label=f"vLLM {name.removeprefix('num_requests_')} (sampled)",
         )
     if records:
-        grid = np.arange(t0, max(int(r["end_ns"] or end) for r in records), 250_000_000)
-        sent = np.sort([int(r["sent_ns"]) for r in records])
-        ended = np.sort([int(r["end_ns"]) for r in records if r.get("end_ns")])
+        grid = np.arange(t0, max(int(r.end_ns or end) for r in records), 250_000_000)
+        sent = np.sort([r.sent_ns for r in records if r.sent_ns is not None])
+        ended = np.sort([int(r.end_ns) for r in records if r.end_ns])
         flight = np.searchsorted(sent, grid, "right") - np.searchsorted(ended, grid, "right")
         ax_q.plot(
             (grid - t0) / 1e9, flight, color="gray", linewidth=1, label="client: requests in flight"
         )
-        ok = [r for r in records if r.get("status") == "ok" and r.get("chunk_ns")]
+        ok = [r for r in records if r.status == "ok" and r.chunk_ns]
         ax_t.scatter(
-            [(int(r["sent_ns"]) - t0) / 1e9 for r in ok],
-            [(int(r["chunk_ns"][0]) - int(r["sent_ns"])) / 1e6 for r in ok],
+            [(r.sent_ns - t0) / 1e9 for r in ok if r.sent_ns is not None],
+            [(r.chunk_ns[0] - r.sent_ns) / 1e6 for r in ok if r.sent_ns is not None],
             s=4,
             label="TTFT of each request",
         )

@@ -178,14 +178,14 @@ class SpecDecodeDetails(FrozenModel):
 def client_chunks(case: CaseData, phase: str, step_max: int) -> ClientChunks:
     """Decode-chunk figures of ``phase`` (see :class:`ClientChunks`); ``step_max`` is the most
     tokens one step delivers (1 without speculation, k + 1 with)."""
-    scrapes = sorted(int(s["start_ns"]) for s in case.scrapes if s.get("start_ns") is not None)
+    scrapes = sorted(int(s.start_ns) for s in case.scrapes if s.start_ns is not None)
     tokens: list[int] = []
     gaps_ms: list[float] = []
     scraped: list[bool] = []
     for r in case.records:
-        if r.get("phase") != phase or r.get("status") != "ok":
+        if r.phase != phase or r.status != "ok":
             continue
-        stamps, counts = list(r.get("chunk_ns") or []), list(r.get("chunk_tokens") or [])
+        stamps, counts = list(r.chunk_ns or []), list(r.chunk_tokens or [])
         for i in range(1, min(len(stamps), len(counts))):
             tokens.append(int(counts[i]))
             gaps_ms.append((stamps[i] - stamps[i - 1]) / 1e6)
@@ -337,10 +337,10 @@ def _row(
     band: float,
 ) -> SpecRow | None:
     p = summary.phases.get(phase)
-    window = next((w for w in data.phases if w.get("phase") == phase), None)
+    window = next((w for w in data.phases if w.phase == phase), None)
     if p is None or window is None:
         return None
-    counters = spec_counters(data.samples, int(window["start_ns"]), int(window["end_ns"]))
+    counters = spec_counters(data.samples, int(window.start_ns), int(window.end_ns))
     kind = case_kind(data.spec)
     k = proposals_k(data.spec, counters)
     planned = run.plan.phases_of(data.spec) if data.spec is not None else ()
@@ -386,10 +386,10 @@ def _random_draft_cost(
     if data is None or summary is None or not base_tpot:
         return None
     p = summary.phases.get(phase)
-    window = next((w for w in data.phases if w.get("phase") == phase), None)
+    window = next((w for w in data.phases if w.phase == phase), None)
     if p is None or window is None or p.tpot_ms.mean is None:
         return None
-    counters = spec_counters(data.samples, int(window["start_ns"]), int(window["end_ns"]))
+    counters = spec_counters(data.samples, int(window.start_ns), int(window.end_ns))
     k = proposals_k(data.spec, counters)
     tau = counters.mean_acceptance_length if counters is not None else None
     if tau is None or not k:

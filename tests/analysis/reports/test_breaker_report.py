@@ -8,6 +8,8 @@ from pathlib import Path
 from analysis.checks import evaluate
 from analysis.load import CaseData, load_case
 from analysis.reports.breaker.report import REPORT, BreakerDetails, episode
+from loadgen.runformat import FORMAT_VERSION, PhaseRow, RunInfo
+from loadgen.runformat.layout import RUN_FILE, append_jsonl, write_json
 from scenarios.breaker import BreakerEpisode
 from scenarios.plan import CaseSpec
 from tests.support.summary_builders import case, phase
@@ -41,12 +43,16 @@ def _events(rows: list[tuple[float, str, str, str]]) -> str:
     )  # fmt: skip
 
 
-def _write(tmp: Path, events: str | None = None) -> tuple[CaseData, dict]:
-    """A case directory with events (or only the legacy log), faults and 40 records."""
-    if events is None:
-        (tmp / "gateway.log").write_text(LOG)
-    else:
+def _write(
+    tmp: Path, events: str | None = None, version: int = FORMAT_VERSION
+) -> tuple[CaseData, PhaseRow]:
+    """A case directory of a run of format ``version`` with events (or only the gateway's
+    log, as version-0 runs from before the events file had), faults and 40 records."""
+    (tmp / "gateway.log").write_text(LOG)
+    if events is not None:
         (tmp / "gateway_events.jsonl").write_text(events)
+    run = tmp.parent.parent
+    write_json(run / RUN_FILE, RunInfo(format_version=version))
     faults = [
         {"fault": "kill_replica", "replica": 1, "url": B, "killed_ns": 110 * S,
          "stopped_ns": 111 * S},
@@ -58,18 +64,19 @@ def _write(tmp: Path, events: str | None = None) -> tuple[CaseData, dict]:
         sent = 100 * S + i * S
         down = 110 * S <= sent < 113 * S and i % 2 == 0  # 2 failures before the breaker opened
         records.append({
-            "request_id": f"r{i}", "phase": "episode", "index": i, "sent_ns": sent,
+            "request_id": f"r{i}", "case": "episode", "phase": "episode", "index": i,
+            "group": None, "scheduled_ns": sent, "sent_ns": sent,
             "prompt_tokens_sent": 8, "max_tokens": 4,
             "status": "error" if down else "ok",
             "upstream": None if down else (A if (i % 2 or 110 * S <= sent < 131 * S) else B),
         })  # fmt: skip
     with open(tmp / "requests.jsonl", "w") as fh:
         fh.writelines(json.dumps(r) + "\n" for r in records)
-    phase_row = {"phase": "episode", "start_ns": 100 * S, "last_end_ns": 140 * S,
-                 "end_ns": 141 * S}  # fmt: skip
-    (tmp / "phases.jsonl").write_text(json.dumps(phase_row) + "\n")
-    run = tmp.parent.parent
-    return load_case(run, CaseSpec(name=tmp.name)), phase_row
+    row = PhaseRow(phase="episode", start_ns=100 * S, last_end_ns=140 * S, end_ns=141 * S)
+    append_jsonl(tmp / "phases.jsonl", row)
+    case_data = load_case(run, CaseSpec(name=tmp.name))
+    assert len(case_data.records) == 40 and case_data.phases == [row]
+    return case_data, row
 
 
 def _case_dir(tmp: Path) -> Path:
@@ -89,12 +96,20 @@ def test_transitions_come_from_the_events_file_with_their_monotonic_times(tmp_pa
     assert case_data.transitions[0].upstream == B
 
 
-def test_a_run_that_predates_the_events_file_falls_back_to_the_gateway_log(
+def test_a_version_0_run_without_the_events_file_reads_the_gateway_log_through_the_migration(
     tmp_path: Path,
 ) -> None:
-    case_data, _ = _write(_case_dir(tmp_path))
+    case_data, _ = _write(_case_dir(tmp_path), version=0)
     assert case_data.transitions_source == "log"
+    # The log's "at 112.500 s" on the monotonic clock: 112.5 × 1e9 ns.
     assert [t.t_ns for t in case_data.transitions][:2] == [112_500_000_000, 115_600_000_000]
+    assert [(t.from_state, t.to_state) for t in case_data.transitions][:2] == [
+        ("closed", "open"), ("open", "half_open")]  # fmt: skip
+
+
+def test_a_version_1_run_never_reads_the_gateway_log(tmp_path: Path) -> None:
+    case_data, _ = _write(_case_dir(tmp_path))
+    assert (case_data.transitions, case_data.transitions_source) == ([], None)
 
 
 def test_episode_counts_goodput_and_traffic_per_upstream(tmp_path: Path) -> None:
@@ -150,7 +165,8 @@ def test_requests_never_sent_are_not_failures_and_no_events_leave_the_verdict_un
     # The run was cut short: 4 more planned requests got not_sent records (no send stamp).
     with open(cdir / "requests.jsonl", "a") as fh:
         for i in range(40, 44):
-            fh.write(json.dumps({"request_id": f"r{i}", "phase": "episode", "index": i,
+            fh.write(json.dumps({"request_id": f"r{i}", "case": "episode", "phase": "episode",
+                                 "index": i, "group": None, "scheduled_ns": 140 * S,
                                  "prompt_tokens_sent": 8, "max_tokens": 4,
                                  "status": "not_sent"}) + "\n")  # fmt: skip
     case_data = load_case(tmp_path, CaseSpec(name="episode"))

@@ -8,21 +8,23 @@ import pytest
 from analysis.checks import evaluate
 from analysis.load import CaseData
 from analysis.reports.disconnect_abort.report import REPORT, DisconnectDetails, disconnect_row
+from loadgen.runformat import CaseInfo, ReadRecord
 from metrics.samples import Sample
 from scenarios.disconnect_abort import DisconnectFreesServer, OrphansRunOn
+from tests.support.row_builders import phase_row, record
 from tests.support.summary_builders import case, phase
 
 S = 1_000_000_000  # ns per s
 M = (("model_name", "m"),)
 
 
-def _record(i: int, sent: int, tokens: int, max_tokens: int, disconnect: int | None) -> dict:
+def _record(i: int, sent: int, tokens: int, max_tokens: int, disconnect: int | None) -> ReadRecord:
     chunks = [sent + (k + 1) * S // 10 for k in range(tokens)]
-    return {
+    return record(**{
         "request_id": f"r{i}", "phase": "abort", "sent_ns": sent, "chunk_ns": chunks,
         "chunk_tokens": [1] * tokens, "max_tokens": max_tokens, "disconnect_ns": disconnect,
         "end_ns": disconnect or chunks[-1], "status": "aborted" if disconnect else "ok",
-    }  # fmt: skip
+    })  # fmt: skip
 
 
 def _case(running: list[float], generated: list[float], records: list[dict]) -> CaseData:
@@ -35,10 +37,10 @@ def _case(running: list[float], generated: list[float], records: list[dict]) -> 
             Sample(t, "generation_tokens", M, gen),
             Sample(t, "kv_cache_usage_perc", M, 0.1 * run),
         ]
-    return CaseData("c", {}, records, [], samples, [])
+    return CaseData("c", CaseInfo(), records, [], samples, [])
 
 
-PHASE = {"phase": "abort", "start_ns": 1 * S, "last_end_ns": 2 * S, "end_ns": 6 * S}
+PHASE = phase_row(phase="abort", start_ns=1 * S, last_end_ns=2 * S, end_ns=6 * S)
 
 
 def test_a_propagated_disconnect_frees_the_server_at_the_next_scrape() -> None:
@@ -103,7 +105,7 @@ def test_kv_usage_of_two_engines_is_judged_by_the_larger_not_the_sum() -> None:
             samples.append(Sample(t, "kv_cache_usage_perc", labels, kv if busy else 0.0))
             samples.append(Sample(t, "num_requests_running", labels, 1.0 if busy else 0.0))
         samples.append(Sample(t, "generation_tokens", M, 10.0 if k >= 3 else 0.0))
-    row = disconnect_row(CaseData("c", {}, records, [], samples, []), PHASE)
+    row = disconnect_row(CaseData("c", CaseInfo(), records, [], samples, []), PHASE)
     assert row is not None
     assert row.kv_after_last_disconnect == 0.3
     assert row.kv_release_s == pytest.approx(0.9)

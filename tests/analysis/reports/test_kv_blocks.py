@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from analysis.reports.kv_preemption.kv_blocks import blocks_after_token, peak_window, scrapes_inside
+from loadgen.runformat import ReadRecord
+from tests.support.row_builders import record, scrape
 
 
 def test_blocks_grow_one_step_after_the_token_that_needs_them() -> None:
@@ -32,11 +34,11 @@ def test_blocks_reject_a_token_outside_the_output_and_a_zero_block() -> None:
         blocks_after_token(256, 1, 4, 0)
 
 
-def _request(stamps: list[int], counts: list[int] | None = None, **extra: Any) -> dict[str, Any]:
+def _request(stamps: list[int], counts: list[int] | None = None, **extra: Any) -> ReadRecord:
     counts = counts or [1] * len(stamps)
-    return {"status": "ok", "prompt_tokens_sent": 256, "usage_prompt_tokens": 256,
-            "usage_completion_tokens": sum(counts), "chunk_ns": stamps, "chunk_tokens": counts,
-            **extra}  # fmt: skip
+    return record(**{"status": "ok", "prompt_tokens_sent": 256, "usage_prompt_tokens": 256,
+                     "usage_completion_tokens": sum(counts), "chunk_ns": stamps,
+                     "chunk_tokens": counts, **extra})  # fmt: skip
 
 
 def test_peak_window_is_where_every_request_holds_its_final_blocks() -> None:
@@ -69,12 +71,14 @@ def test_peak_window_splits_where_the_demand_dips_and_comes_back() -> None:
 def test_scrapes_inside_must_be_sent_and_answered_within_one_interval() -> None:
     window = [(25, 40), (60, 80)]
     scrapes = [
-        {"scrape": 0, "outcome": "ok", "start_ns": 26, "end_ns": 30},  # inside
-        {"scrape": 1, "outcome": "ok", "start_ns": 24, "end_ns": 30},  # sent before
-        {"scrape": 2, "outcome": "ok", "start_ns": 38, "end_ns": 41},  # answered after
-        {"scrape": 3, "outcome": "failed", "start_ns": 30, "end_ns": 32},  # no sample
-        {"scrape": 4, "outcome": "ok", "start_ns": 35, "end_ns": 65},  # spans the dip
-        {"scrape": 5, "outcome": "ok", "start_ns": 60, "end_ns": 80},  # exactly the interval
-        {"tick": 9, "outcome": "skipped", "deadline_ns": 70},
+        scrape(**{"scrape": 0, "outcome": "ok", "start_ns": 26, "end_ns": 30}),  # inside
+        scrape(**{"scrape": 1, "outcome": "ok", "start_ns": 24, "end_ns": 30}),  # sent before
+        scrape(**{"scrape": 2, "outcome": "ok", "start_ns": 38, "end_ns": 41}),  # answered after
+        scrape(**{"scrape": 3, "outcome": "failed", "start_ns": 30, "end_ns": 32}),  # no sample
+        scrape(**{"scrape": 4, "outcome": "ok", "start_ns": 35, "end_ns": 65}),  # spans the dip
+        scrape(
+            **{"scrape": 5, "outcome": "ok", "start_ns": 60, "end_ns": 80}
+        ),  # exactly the interval
+        scrape(tick=9, outcome="skipped", deadline_ns=70),
     ]
     assert scrapes_inside(scrapes, window) == [0, 5]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pandas as pd
 
 from analysis.checks import evaluate
@@ -15,25 +16,29 @@ from analysis.reports.prefix_eviction.report import (
     Probe,
     probe_rows,
 )
+from loadgen.runformat import ReadRecord
 from scenarios.prefix_eviction import HitRateCompare, ProbeCache
+from tests.support.row_builders import record
 from tests.support.summary_builders import case, phase
 
 MS = 1_000_000
 
 
-def rec(phase: str, index: int, group: str | None, cached: int | None, ttft_ms: int) -> dict:
-    return {
-        "request_id": f"{phase}-{index:04d}",
-        "phase": phase,
-        "index": index,
-        "group": group,
-        "status": "ok",
-        "prompt_tokens_sent": 1056,
-        "cached_tokens": cached,
-        "sent_ns": 0,
-        "chunk_ns": [ttft_ms * MS, (ttft_ms + 5) * MS],
-        "chunk_tokens": [1, 1],
-    }
+def rec(phase: str, index: int, group: str | None, cached: int | None, ttft_ms: int) -> ReadRecord:
+    return record(
+        **{
+            "request_id": f"{phase}-{index:04d}",
+            "phase": phase,
+            "index": index,
+            "group": group,
+            "status": "ok",
+            "prompt_tokens_sent": 1056,
+            "cached_tokens": cached,
+            "sent_ns": 0,
+            "chunk_ns": [ttft_ms * MS, (ttft_ms + 5) * MS],
+            "chunk_tokens": [1, 1],
+        }
+    )
 
 
 def test_first_request_per_group_by_index_not_by_file_order() -> None:
@@ -91,11 +96,9 @@ def test_first_request_per_group_by_index_not_by_file_order() -> None:
 
 
 def test_failed_probe_is_still_the_probe_with_no_ttft() -> None:
-    failed = rec("warm", 0, "anchors-0", None, 0) | {
-        "status": "error",
-        "chunk_ns": [],
-        "chunk_tokens": [],
-    }
+    failed = msgspec.structs.replace(
+        rec("warm", 0, "anchors-0", None, 0), status="error", chunk_ns=[], chunk_tokens=[]
+    )
     rows = probe_rows(request_frame([failed, rec("warm", 4, "anchors-0", 1024, 20)]), ("warm",))
     assert [(r.request_id, r.status, r.ttft_ms) for r in rows] == [("warm-0000", "error", None)]
 

@@ -13,9 +13,12 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from loadgen.rundir import MANIFEST_FILE, read_json, write_json
+import msgspec
 
-_PROJECT_ROOT = Path(__file__).resolve().parent.parent
+from loadgen.runformat.layout import MANIFEST_FILE, write_json
+from loadgen.runformat.rows import Manifest, ManifestFile
+
+_PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def sha256_file(path: Path) -> str:
@@ -61,14 +64,14 @@ def environment_facts() -> dict[str, object]:
     }
 
 
-def list_files(run_dir: Path) -> list[dict[str, object]]:
+def list_files(run_dir: Path) -> list[ManifestFile]:
     """Every file under ``run_dir`` except the manifest, with size (bytes) and sha256."""
     files = []
     for path in sorted(p for p in run_dir.rglob("*") if p.is_file()):
         rel = path.relative_to(run_dir).as_posix()
         if rel == MANIFEST_FILE or rel.endswith(".tmp"):
             continue
-        files.append({"path": rel, "bytes": path.stat().st_size, "sha256": sha256_file(path)})
+        files.append(ManifestFile(path=rel, bytes=path.stat().st_size, sha256=sha256_file(path)))
     return files
 
 
@@ -77,13 +80,13 @@ def write_manifest(run_dir: Path, status: str, command: list[str]) -> Path:
     path = run_dir / MANIFEST_FILE
     write_json(
         path,
-        {
-            "status": status,
-            "command": command,
-            "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "versions": environment_facts(),
-            "files": list_files(run_dir),
-        },
+        Manifest(
+            status=status,
+            command=command,
+            written_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            versions=environment_facts(),
+            files=list_files(run_dir),
+        ),
     )
     return path
 
@@ -98,25 +101,26 @@ def verify_manifest(run_dir: Path) -> list[str]:
     if not path.exists():
         return [f"{MANIFEST_FILE} missing: the run is incomplete"]
     try:
-        manifest = read_json(path)
-    except ValueError as exc:  # not JSON (json.JSONDecodeError) or not an object
+        raw = msgspec.json.decode(path.read_bytes())
+    except (OSError, msgspec.DecodeError) as exc:
         return [f"{MANIFEST_FILE} cannot be read ({exc}): no file can be checked against it"]
-    entries = manifest.get("files")
-    if not isinstance(entries, list) or not all(
-        isinstance(e, dict) and isinstance(e.get("path"), str) for e in entries
-    ):
+    if not isinstance(raw, dict):
+        return [f"{MANIFEST_FILE} cannot be read (expected a JSON object): no file can be "
+                "checked against it"]  # fmt: skip
+    try:
+        entries = msgspec.convert(raw.get("files"), list[ManifestFile], strict=True)
+    except msgspec.ValidationError:
         return [f"{MANIFEST_FILE} has no well-formed file list: no file can be checked"]
     problems: list[str] = []
     listed = {}
     for entry in entries:
-        rel = str(entry["path"])
-        listed[rel] = entry
-        file = run_dir / rel
+        listed[entry.path] = entry
+        file = run_dir / entry.path
         if not file.exists():
-            problems.append(f"{rel}: listed in the manifest but missing")
-        elif file.stat().st_size != entry["bytes"] or sha256_file(file) != entry["sha256"]:
-            problems.append(f"{rel}: size or sha256 differs from the manifest")
-    for entry in list_files(run_dir):
-        if entry["path"] not in listed:
-            problems.append(f"{entry['path']}: present but not in the manifest")
+            problems.append(f"{entry.path}: listed in the manifest but missing")
+        elif file.stat().st_size != entry.bytes or sha256_file(file) != entry.sha256:
+            problems.append(f"{entry.path}: size or sha256 differs from the manifest")
+    for found in list_files(run_dir):
+        if found.path not in listed:
+            problems.append(f"{found.path}: present but not in the manifest")
     return problems

@@ -1,26 +1,29 @@
 """The run directory layout: the contract between the writers (loadgen, metrics, server) and
 the readers (analysis, validate). One run = one directory; ``manifest.json`` is written last.
+Every JSON file and JSON line is one row type of :mod:`loadgen.runformat` (named below).
 
     RUN/
-      run.json                 command, versions, wall-clock anchor, status
+      run.json                 format version, command, versions, wall-clock anchor, status
+                               (RunInfo)
       plan.json                the resolved plan (cases, phases, checks, sizing)
       cases/NAME/
-        case.json              case status, error, server facts (capacity, version, argv)
+        case.json              case status, error, server facts (CaseInfo)
         server/                vllm.log, command.json, server.json (spawned servers only)
         gateway.log            the gateway's log (cases sent through the gateway)
-        gateway_events.jsonl   the gateway's breaker transitions, one JSON line each (t_ns
-                               monotonic, event, upstream, from, to, reason; gateway.events)
-        faults.jsonl           injected faults (replica killed / restarted), monotonic ns
-        requests.jsonl         one record per request (loadgen.records); with several
+        gateway_events.jsonl   the gateway's breaker transitions (GatewayEvent)
+        faults.jsonl           injected faults: replica killed / restarted (FaultRow)
+        requests.jsonl         one record per request (RequestRecord); with several
                                load-generator workers, one file per worker instead:
         requests.worker-K.jsonl  worker K's records, stamped on its own clock
         clock_offsets.jsonl    per phase and worker (Ray): the worker's clock offset to the
                                coordinator's, its error bound; readers subtract it
+                               (ClockOffsetRow)
         phases.jsonl           phase boundaries (monotonic ns), loop-lag figures, the requested
-                               concurrency; with workers, per-worker figures (``workers``)
-        metrics/               samples.jsonl, scrapes.jsonl, raw.jsonl.gz (metrics.store)
+                               concurrency; with workers, per-worker figures (PhaseRow)
+        metrics/               samples.jsonl (SampleRow), scrapes.jsonl (ScrapeTick),
+                               raw.jsonl.gz (metrics.store)
       report.md, report.json, plots/*.png
-      manifest.json            files with sizes and sha256, status — written last
+      manifest.json            files with sizes and sha256, status — written last (Manifest)
 """
 
 from __future__ import annotations
@@ -29,6 +32,13 @@ import json
 import os
 from pathlib import Path
 from typing import Any
+
+import msgspec
+
+# The scraper's files, named beside it (``metrics`` imports no project package): re-exported.
+from metrics.store import RAW_FILE as RAW_FILE
+from metrics.store import SAMPLES_FILE as SAMPLES_FILE
+from metrics.store import SCRAPES_FILE as SCRAPES_FILE
 
 RUN_FILE = "run.json"
 PLAN_FILE = "plan.json"
@@ -69,7 +79,10 @@ def worker_request_files(cdir: Path) -> list[tuple[int, Path]]:
 
 
 def write_json(path: Path, obj: object) -> None:
-    """Write JSON atomically (temp file + rename), so a reader never sees half a file."""
+    """Write JSON atomically (temp file + rename), so a reader never sees half a file; a row
+    type (a msgspec Struct) is written with its fields in order."""
+    if isinstance(obj, msgspec.Struct):
+        obj = msgspec.to_builtins(obj, enc_hook=str)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
@@ -89,8 +102,8 @@ def read_json(path: Path) -> dict[str, Any]:
     return obj
 
 
-def append_jsonl(path: Path, obj: object) -> None:
-    """Append one JSON line and flush it."""
+def append_jsonl(path: Path, row: msgspec.Struct) -> None:
+    """Append one row (a row type of :mod:`loadgen.runformat`) as a JSON line and flush it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(obj, default=str) + "\n")
+    with open(path, "ab") as fh:
+        fh.write(msgspec.json.encode(row) + b"\n")

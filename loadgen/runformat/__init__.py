@@ -1,0 +1,59 @@
+"""The run format: every file a run directory holds, as types, with its layout and version.
+
+The contract between the writers (``loadgen``, ``metrics``' scraper, ``gateway``) and every
+reader (``analysis``: report, validate, compare, gate). Readers import run files only from
+here, never from the load generator's internals:
+
+- :mod:`loadgen.runformat.layout`: file names and the directory tree, JSON helpers;
+- :mod:`loadgen.runformat.rows`: request record, phase row, clock offset, fault, ``case.json``,
+  ``run.json``, ``manifest.json``; metric sample and scrape tick (``metrics.rows``) and
+  gateway event (``gateway.events``) are defined beside their writers, which may import no
+  other project package, and re-exported here;
+- :mod:`loadgen.runformat.version`: :data:`FORMAT_VERSION` and the check every reader makes;
+- :mod:`loadgen.runformat.migrate_v0`: the one migration, from version 0;
+- :mod:`loadgen.runformat.manifest`: ``manifest.json``, written last.
+
+Field lists with units: ``docs/run-format.md``.
+"""
+
+from gateway.events import GatewayEvent
+from loadgen.runformat import migrate_v0
+from loadgen.runformat.rows import (
+    CaseInfo,
+    ClockOffsetRow,
+    FaultRow,
+    Manifest,
+    ManifestFile,
+    PhaseRow,
+    ReadRecord,
+    RequestRecord,
+    RunInfo,
+    RunStatus,
+    Status,
+    WorkerPhaseRow,
+)
+from loadgen.runformat.version import FORMAT_VERSION, FormatVersionError, run_format_version
+from metrics.rows import RawScrape, SampleRow, ScrapeTick
+
+__all__ = [
+    "FORMAT_VERSION",
+    "CaseInfo",
+    "ClockOffsetRow",
+    "FaultRow",
+    "FormatVersionError",
+    "GatewayEvent",
+    "Manifest",
+    "ManifestFile",
+    "PhaseRow",
+    "RawScrape",
+    "ReadRecord",
+    "RequestRecord",
+    "RunInfo",
+    "RunStatus",
+    "SampleRow",
+    "ScrapeTick",
+    "Status",
+    "WorkerPhaseRow",
+    "migrate_v0",
+    "run_format_version",
+]
