@@ -21,6 +21,8 @@ the readers (analysis, validate). One run = one directory; ``manifest.json`` is 
         metrics/               samples.jsonl, scrapes.jsonl, raw.jsonl.gz (metrics.store)
       report.md, report.json, plots/*.png
       manifest.json            files with sizes and sha256, status — written last
+
+See docs/run-directory.md.
 """
 
 from __future__ import annotations

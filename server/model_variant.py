@@ -15,6 +15,8 @@ Draft models for speculative decoding (:class:`DraftSpec`) follow the variant th
 vLLM runs a draft in the target's dtype, so a draft has the variant's dtype, heads, hidden size
 and vocabulary, only fewer layers; its KV also lives in the cache (per token: its layers × the
 variant's per-layer KV bytes), which lowers the capacity (:meth:`ModelVariant.capacity_tokens`).
+
+See docs/embedded-model.md.
 """
 
 from __future__ import annotations
