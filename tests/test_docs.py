@@ -4,7 +4,7 @@ files users never see.
 - README.md is a guide of at most 12 KiB (12,288 bytes, issue 20); the rest lives in docs/.
 - Every relative Markdown link in README.md and docs/**/*.md names an existing file, and a
   ``#fragment`` names a heading of that file (GitHub's anchors: lower case, punctuation
-  dropped, spaces as hyphens).
+  dropped, spaces as hyphens); docs/index.md links every page; each scenario has its page.
 - No tracked source or documentation file mentions the scenario specification kept outside
   the repository (its file name, or the shared folder it sits in): users never see it, so
   docstrings point to the docs/ pages instead.
@@ -86,6 +86,14 @@ def test_relative_links_resolve(page: Path) -> None:
         elif fragment and dest.suffix == ".md" and fragment not in anchors(dest):
             broken.append(f"{target}: no heading #{fragment} in {dest.relative_to(REPO)}")
     assert not broken, f"{page.relative_to(REPO)}: " + "; ".join(broken)
+
+
+def test_the_index_lists_every_page() -> None:
+    index = REPO / "docs" / "index.md"
+    listed = {(index.parent / t.partition("#")[0]).resolve() for t in links(index.read_text())}
+    pages = {p.resolve() for p in (REPO / "docs").rglob("*.md")} - {index.resolve()}
+    missing = sorted(p.relative_to(REPO).as_posix() for p in pages - listed)
+    assert not missing, f"docs/index.md does not link: {missing}"
 
 
 def test_every_scenario_has_its_page() -> None:
