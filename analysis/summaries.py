@@ -1,7 +1,7 @@
 """Generic per-phase and per-case summaries: what every run has, whatever its scenario.
 
 Phase-level claims use counter *deltas* over the phase window, never lifetime totals
-(SCENARIOS.md §3). Window of a phase: [start, end] where start = first request sent and end =
+(docs/reports.md). Window of a phase: [start, end] where start = first request sent and end =
 last request finished + settle wait (the ``end_ns`` the run recorded). Throughput = output
 tokens (of successful requests) / duration and successful requests / duration, where the
 duration is last request finished − first request sent, in s. Latency statistics are over

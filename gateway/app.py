@@ -5,6 +5,8 @@ Owns the aiohttp ``Application`` (routes, body-size limit, typed state under
 ``cleanup_ctx``, with explicit timeouts: aiohttp's default 5-minute total would cut long
 generations), and starting/stopping on ``AppRunner`` + ``TCPSite`` with
 ``handler_cancellation=True`` so that client disconnects cancel handlers.
+
+See docs/gateway.md.
 """
 
 from __future__ import annotations

@@ -31,6 +31,8 @@ traffic), and the probe continues *on probation*: if its stream then fails befor
 changes state again, the breaker re-opens at once instead of waiting for
 ``consecutive_failures``. So an upstream that fails inside its streams is held to about one
 probe per cool-down, like one that fails outright.
+
+See docs/gateway.md.
 """
 
 from __future__ import annotations

@@ -38,6 +38,8 @@ retries 429 only when told to (``retriable_status_codes``). A half-open probe an
 frees its probe slot and the breaker stays half-open. The wait an upstream asks for (on a
 429 or 503) does not stop routing to it; it is remembered per upstream and lengthens the
 ``Retry-After`` of the gateway's own 503 when no upstream takes traffic.
+
+See docs/gateway.md.
 """
 
 from __future__ import annotations

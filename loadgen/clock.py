@@ -2,12 +2,9 @@
 
 Waits end at their deadline, never before it. asyncio's timers count in whole milliseconds
 (uvloop's are libuv's, on a loop time read once per iteration and floored to the ms; the
-default loop rounds its epoll timeout): measured here (AMD EPYC family 25 model 17, 2 cores,
-uvloop, 500 sleeps to deadlines 1–20 ms ahead while vLLM served on the other core), a bare
-``asyncio.sleep`` to a deadline returned early in 158 of 500 (by up to 0.83 ms) and late by
-p50 0.20 / p99 1.52 ms. An open-loop scheduler that slept that way sent 97 and 101 of 920
-requests before their time (by up to 0.92 ms) in two slo-goodput runs against vLLM here, and
-spread the rest over a millisecond. So the real clock sleeps
+default loop rounds its epoll timeout), so a bare ``asyncio.sleep`` to a deadline can return
+early by most of a millisecond, and an open-loop scheduler that slept that way sent requests
+before their time (measured: docs/benchmarks.md, "Other measurements"). So the real clock sleeps
 on the loop's timer only until :data:`TIMER_GRAIN_NS` before the deadline and then waits on a
 Linux ``timerfd`` armed at the deadline itself (an hrtimer: it wakes the loop within the
 thread's timer slack, 50 µs by default; ``man 2 timerfd_create``). Where there is no timerfd

@@ -1,40 +1,23 @@
 """Where the load generator runs and how soon its sending thread wakes: off the cores the
 server computes on, the sending thread at real-time priority.
 
-Why. On a small machine the load generator shares the host with the server it measures.
-vLLM's CPU worker computes on the cores it binds (on 2 cores: core 0); its API server and
-engine core run on the rest, with our scraper and the load generator. Two things were seen
-here (AMD EPYC family 25 model 17, 2 cores, AVX-512, no AMX; Linux 6.18 with autogroups;
-vLLM 0.32.0 CPU, fp32 model, engine core at nice 19):
+On a small machine the load generator shares the host with the server it measures: vLLM's CPU
+worker computes on the cores it binds (``server.cpus``), its API server and engine core run on
+the rest, with our scraper and the load generator. A thread that lands on the worker's busy
+core can wait there for tens of seconds, and at normal priority the sending thread waits its
+turn behind vLLM's API server, so open-loop sends go out late. So every thread of the load
+generator, its scraper and its gateway is pinned to the cores the server leaves free, and the
+sending thread runs at ``SCHED_FIFO`` priority 1 (with ``SCHED_RESET_ON_FORK``: threads and
+processes started from it, and a server spawned meanwhile, start at normal priority with the
+process's whole CPU set, ``server.process.spawn_group``). Real-time only goes with the
+pinning: unpinned, it preempts vLLM's worker.
 
-- **A task that lands on the worker's busy core can wait there for tens of seconds.** A
-  fresh process pinning itself to core 0 while the worker computed took 21, 30, 34 and 42 s
-  to be scheduled again (runnable the whole time, in ``sched_setaffinity``'s migration),
-  from this session's scheduling group or a new one alike; on the free core it took
-  microseconds. A load-generator or scraper thread the kernel moves there stalls the same
-  way: in one CI run the load generator stamped nothing for 7 s, and the scraper froze 7.8 s.
-  So every thread of the load generator, its scraper and its gateway is pinned to the cores
-  the server leaves free (``server.cpus``).
-- **At normal priority the sending thread waits its turn** behind vLLM's API server
-  (streaming, rendering ``/metrics``) when its timer fires, and open-loop sends go out late.
-  ``loadgen run slo-goodput --url … --rates 6,10,14,18 --duration 30s`` on one server, modes
-  alternating: send lateness p99 per rate 2.5–5.8 ms at normal priority and unpinned,
-  0.7–1.1 ms with the sending thread at ``SCHED_FIFO`` priority 1 on core 1. Real-time but
-  free to run on core 0, it preempted vLLM's worker (unloaded TPOT p50 24.4 vs 17.0 ms):
-  real-time only goes with the pinning.
-
-The sending thread takes CPU sooner, not more, as long as it is not saturated: it sleeps
-between sends and reads (against vLLM here it used about 6 % of its core). A saturated one
-(its loop lag and the client check show it) leaves the other tasks of its core, the scraper
-and gateway among them, the 5 % of each second the kernel keeps from real-time tasks
-(``/proc/sys/kernel/sched_rt_runtime_us``), which also keeps a runaway loop from locking the
-core. Its policy is set with ``SCHED_RESET_ON_FORK``, so threads and processes started from
-it (helper threads, a restarted replica) start at normal priority; a server spawned
-meanwhile also gets back the process's whole CPU set (``server.process.spawn_group``).
 Real-time scheduling needs root, ``CAP_SYS_NICE`` or an ``RLIMIT_RTPRIO`` of at least 1
 (``ulimit -r``); refused, the threads are still pinned and the run records why. Worker
 processes place themselves the same way (``loadgen.workers.base``); Ray actors on this machine do
 too, those on other hosts run as Ray starts them (``loadgen.workers.ray``).
+
+See docs/placement.md (the modes of ``--client-priority``, and the measurements).
 """
 
 from __future__ import annotations

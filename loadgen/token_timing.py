@@ -1,7 +1,7 @@
 """Which chunk of a stream carried which generated tokens, and how sure we are (pure).
 
 TTFT, TPOT and ITL need the arrival of every token-carrying chunk and its token count
-(SCENARIOS.md §4). Three situations, named in the record's ``token_timing``:
+(``analysis.latency``). Three situations, named in the record's ``token_timing``:
 
 - ``usage``: the server reports a running usage on every chunk with a choice
   (``continuous_usage_stats``); a chunk's tokens are the growth of that count. Exact.

@@ -110,10 +110,10 @@ def counter_delta(points: Sequence[Point], start_ns: int, end_ns: int) -> float 
     """Increase of a counter over a window, surviving resets.
 
     delta = sum of increments from the last point at or before ``start_ns`` to the last
-    point at or before ``end_ns`` (SCENARIOS.md §3). A decrease means the counter restarted
-    from zero (server restart), so the increment across it is the new value itself: the
-    increments on both sides of a reset are kept, never dropped (Prometheus ``increase()``
-    does the same). ``counter_resets`` lists those decreases.
+    point at or before ``end_ns`` (a phase's claims use deltas, never lifetime totals). A
+    decrease means the counter restarted from zero (server restart), so the increment across
+    it is the new value itself: the increments on both sides of a reset are kept, never
+    dropped (Prometheus ``increase()`` does the same). ``counter_resets`` lists those decreases.
 
     Returns ``None`` when the counter was not read inside the window: no point lies in
     (base, ``end_ns``], so the end would be read from the same point as the start and the

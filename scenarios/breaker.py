@@ -4,6 +4,8 @@ Two identical vLLM replicas behind the gateway, open-loop (Poisson) load for the
 episode. Partway through, replica 1 is stopped and restarted on the same port. Expected: the
 breaker for it opens after a few failures, traffic moves to replica 0, half-open probes fail
 while it is down, and the breaker closes once it is back; goodput dips little.
+
+See docs/scenarios/breaker.md.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ Paths (cases, one shared vLLM start): directly to vLLM; through the gateway; thr
 gateway with cancellation propagation off (the misbehaving proxy). Expected: with propagation
 the running count is back within about a second and few tokens are wasted; without it the
 orphaned requests run to completion, generating for nobody.
+
+See docs/scenarios/disconnect-abort.md.
 """
 
 from __future__ import annotations

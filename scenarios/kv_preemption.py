@@ -5,6 +5,8 @@ All prompts fit at the start; during decode every request grows by one token per
 when C × (prompt + output) exceeds the capacity vLLM must preempt (recompute) requests. Cases
 are (cache size, C) pairs; cases with the same cache share one server start. The hand
 calculation (``analysis.preemption``) is made from each case's real capacity.
+
+See docs/scenarios/kv-preemption.md.
 """
 
 from __future__ import annotations

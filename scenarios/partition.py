@@ -27,6 +27,8 @@ sent exactly as a single process sends it.
   are no longer gamma-distributed themselves. A ``constant`` pattern's single schedule is
   dealt round-robin instead (every merged gap stays exactly 1/λ). A ``max_concurrency`` cap
   is split like a closed loop's concurrency (each worker caps its own in-flight requests).
+
+See docs/scaling-out.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """prefix-eviction: does the prefix cache keep the prefixes you care about under pollution?
 
-Phases (SCENARIOS.md §5): cold, warm (anchors), pollution (fresh prefixes, a working set
+Phases: cold, warm (anchors), pollution (fresh prefixes, a working set
 several times the KV capacity), revisit, rewarm (anchors again). Within a phase only the first
 request per anchor (the *probe*) can miss, so the signal is in the probes and the TTFT p95.
 Cases: the requested cache and a control large enough to hold anchors and pollution.
+See docs/scenarios/prefix-eviction.md.
 """
 
 from __future__ import annotations

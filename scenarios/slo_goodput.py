@@ -7,62 +7,20 @@ server; phases in order:
    no SLO is given, the SLOs are derived from it: ``slo_factor`` (3) × its TTFT p50 and TPOT
    p50 (``Plan.derived``, resolved and printed right after it; the report re-derives them).
 2. ``saturation`` — a closed loop at a concurrency that fills the batch
-   (:func:`saturation_concurrency`) for ``saturation_duration``: the server's maximum
-   completed requests/s with this workload (``closed_loop_rps``, ``loadgen.measure``).
+   (:func:`saturation_concurrency`: twice the batch limit, never more than the KV cache holds
+   at full length; the senders start spread over the warm-up, ``ramp_s``) for
+   ``saturation_duration``: the server's maximum completed requests/s with this workload
+   (``closed_loop_rps``, ``loadgen.measure``).
 3. ``rate-…`` — open-loop phases at increasing offered rates, each sending for ``duration``
-   (the request count is the number of arrivals of its seeded schedule in that time). With
-   ``--rates auto`` each rate is a fraction of the saturation throughput (a late-bound figure,
-   ``scenarios.late``: the plan says "0.5 × saturation's completed req/s", the orchestrator
-   resolves it right before the phase and records it), default 0.25, 0.5, 0.75, 0.9, 1.0,
-   1.5, 2.0: from a quarter to twice the saturation, two rates past it.
+   (the first ``warmup`` seconds sent and recorded but not counted; the request count is the
+   number of arrivals of its seeded schedule in that time). With ``--rates auto`` each rate is
+   a fraction of the saturation throughput (a late-bound figure, ``scenarios.late``), default
+   0.25, 0.5, 0.75, 0.9, 1.0, 1.5, 2.0: from a quarter to twice the saturation.
 
-Why these defaults:
-
-- **Batch limit.** The started server runs with ``max_num_seqs`` 16. vLLM's CPU default (128)
-  lets the running batch grow until the KV cache is full (72 requests of 128 + 32 tokens at
-  1 GiB), so an overload first shows as every request decoding slower and queueing only
-  later: measured here (fp32 model, which ``auto`` picks on this CPU), 32 in flight decode at
-  TPOT 72 ms, 3.7× the unloaded 19 ms, for 11.2 req/s. A batch of 16 gives about 90 % of that
-  throughput (10.0–10.3 req/s) with TPOT at a full batch of 48–50 ms under open-loop load
-  (3.4× the unloaded 14 ms): with the default SLOs (3×) the TPOT limit binds as the batch
-  fills, a little before the queue grows, so the maximum sustainable rate is about two thirds
-  of the saturation throughput, and past saturation the waiting queue grows without bound
-  and TTFT with it. ``--max-num-seqs`` changes it (for an attached server, give its value).
-- **What happens past saturation.** vLLM's scheduler (V1, FCFS) admits waiting requests
-  from the head of its queue while the running batch has room (``max_num_seqs``) and the KV
-  cache has blocks for their prompts. At 16 running requests of 2 blocks each only 32 of the
-  145 usable blocks of 1 GiB are in use, so the KV cache never binds and nothing is
-  preempted; every arrival beyond the server's rate joins the waiting queue, which grows by
-  (λ − μ) requests a second (unbounded: ``--max-num-queued-reqs`` is off by default), and a
-  request's TTFT is its wait behind the queue ahead of it (queue length ÷ μ) plus its prefill.
-  At 2 × saturation the queue holds μ·t requests after t seconds, so after the 5 s warm-up
-  every counted request waits seconds, far past a TTFT SLO of a few hundred ms, while the
-  server completes μ requests a second throughout. The report shows that cause: vLLM's
-  waiting gauge over time, its peak and mean, its queue-time histogram, and TTFT per SLO.
-- **Saturation concurrency.** Twice the batch limit. A closed loop at exactly the batch limit
-  leaves slots empty for a client round trip whenever requests finish (the client must read
-  ``[DONE]`` and send the next, which then misses the engine's next step). With a whole batch
-  more waiting in vLLM's queue, every freed slot is refilled at the next step, however many
-  free at once, as the deep queue of an open-loop overload does, so the closed loop measures
-  the throughput that overload gets. Never more than the KV cache holds at full length, so
-  the waiting requests cannot cause preemptions once admitted. The senders start one after
-  the other over the warm-up
-  (``ramp_s``): started together, fixed-length requests finish together, and the server then
-  runs in lockstep cohorts — one 2,048-token prefill step, then decode-only steps — which an
-  open-loop load never produces and which were faster here (closed loop 9.6 req/s at TPOT
-  38 ms; the open-loop overload that followed completed 8.2–9.2 req/s at TPOT 53–55 ms, every
-  step mixing a new request's prefill with the others' decodes). Spread over the 5 s warm-up,
-  longer than a request's time in the server at saturation, the starts leave no cohort.
-- **Durations.** Each rate sends for 40 s; its first 5 s are a warm-up: every phase starts on
-  an idle server (the previous one drained), so its first requests see an empty batch and no
-  queue; 5 s is more than twice the time a request spends in the server at saturation
-  (about 1.6 s here: 16 in flight at 10 req/s), after which the batch is as full as the rate
-  keeps it. The warm-up's requests are sent and recorded but left out of the statistics.
-  Past saturation a phase then drains its backlog, so it lasts about rate/saturation × 40 s;
-  the whole default run is about seven minutes plus the server start, on any machine (the
-  rates follow the measured saturation).
-- **Workload.** Unique 128-token prompts, exactly 32 output tokens: short prompts keep the
-  prefill cheap on every CPU kind, and 32 tokens give TPOT a meaning.
+The started server runs with ``max_num_seqs`` 16, so an overload shows as a waiting queue that
+grows without bound rather than as every request decoding slower. Why these defaults (batch
+limit, saturation concurrency, ramp, durations, workload), with the measurements behind them:
+see docs/scenarios/slo-goodput.md.
 
 Definitions (measurement window, good request, goodput, attainment) are stated in
 ``analysis.goodput``; the checks below are evaluated in ``analysis.reports.slo_goodput``.

@@ -10,7 +10,8 @@ Cases, each its own server with the same KV cache size, all sent the same reques
   wherever the target repeats one token (the embedded model often does, greedily);
 - ``draft-truncated`` (not a default case): the target's first layers with its embeddings
   and head; on the embedded model its acceptance stays near 0 (α 0.000 with 2 layers, 0.057
-  with 24 of 28; README), so the echo draft is the case between the other two.
+  with 24 of 28; docs/scenarios/spec-decode.md), so the echo draft is the case between the
+  other two.
 
 Phases: the same requests (the same prompts: ``AnchoredPrompts`` with one prompt per
 request) sent at each concurrency of ``--concurrency``, closed loop, greedy, ``ignore_eos``,

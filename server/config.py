@@ -52,8 +52,8 @@ class ServerConfig(FrozenModel):
         speculative_config: passed through as ``--speculative-config`` JSON.
         draft: speculative decoding with an embedded draft model (the embedded model only;
             not with ``speculative_config``).
-        enforce_eager: skip torch.compile warm-up (about 30 s instead of 100+ s on this CPU,
-            same decode throughput measured; see README).
+        enforce_eager: skip torch.compile warm-up (a much shorter start, about the same
+            decode throughput; figures in docs/embedded-model.md).
         dtype: vLLM's ``--dtype``; ``None`` means the variant's dtype for the embedded model
             and ``bfloat16`` for any other model.
         extra_args: appended verbatim to the vLLM command line.
@@ -62,11 +62,12 @@ class ServerConfig(FrozenModel):
             ``None`` means the project's own.
         engine_core_nice: nice value (1–19) for vLLM's engine-core process once it is
             healthy, so its busy-wait yields the core it shares with the load generator
-            (``server.priority`` says why, with figures); ``None`` or 0 leaves it alone.
+            (``server.priority`` says why; figures in docs/placement.md); ``None`` or 0
+            leaves it alone.
         server_group_nice: nice value (1–19) of the server's session (its autogroup: API
             server, engine core and worker against other sessions) once healthy, so the load
             generator wins the core they share; ``None`` (default) or 0 leaves it alone: it
-            slows vLLM (``server.priority`` has the A/B).
+            slows vLLM (the A/B is in docs/placement.md).
     """
 
     model: str | None = None

@@ -14,6 +14,7 @@ An attached server is found on this host by the socket it listens on (``/proc/ne
 gives the socket's inode, ``/proc/PID/fd`` the processes holding it). A URL whose address no
 interface of this machine holds counts as another host; a server in a container or VM of
 this machine therefore counts as elsewhere too (its processes are not visible here).
+See docs/placement.md.
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@ way, per variant (a draft runs in its target's dtype), into directories named af
 target's build, the draft's kind and layers and ``DRAFT_BUILD_VERSION``: ``random`` from a
 seed of its own, ``truncated`` and ``echo`` from the target's own weights
 (:func:`truncated_state`, :func:`echo_state`), so they are built after the target.
+
+See docs/embedded-model.md.
 """
 
 from __future__ import annotations

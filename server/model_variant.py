@@ -15,6 +15,8 @@ Draft models for speculative decoding (:class:`DraftSpec`) follow the variant th
 vLLM runs a draft in the target's dtype, so a draft has the variant's dtype, heads, hidden size
 and vocabulary, only fewer layers; its KV also lives in the cache (per token: its layers × the
 variant's per-layer KV bytes), which lowers the capacity (:meth:`ModelVariant.capacity_tokens`).
+
+See docs/embedded-model.md.
 """
 
 from __future__ import annotations
@@ -149,7 +151,7 @@ def choose_variant(choice: str, flags: frozenset[str] | None) -> VariantDecision
     """Resolve ``auto | bf16 | fp32`` to a variant with the reason.
 
     ``auto`` picks ``fp32`` unless the CPU has AMX-BF16. Measured with vLLM 0.32.0 CPU, eager,
-    1 GiB, one request at a time (README, "Two variants"): prefill of 1,056 tokens on an
+    1 GiB, one request at a time (docs/embedded-model.md): prefill of 1,056 tokens on an
     AVX2-only EPYC 4.2 s bf16 vs 0.65 s fp32; on an EPYC with AVX-512 BF16 0.59 s vs 0.38 s;
     decode equal within 5 % on both. With AMX, vLLM runs bfloat16 on AMX tiles and float32
     without them, so ``bf16`` is expected to be faster there (not measured: no AMX machine).

@@ -1,39 +1,24 @@
 """Run vLLM at a lower CPU priority than the load generator that shares its cores.
 
-Why: vLLM's CPU backend runs the model in a worker process whose threads it binds to the
-cores it computes on (``VLLM_CPU_OMP_THREADS_BIND``; on 2 cores: core 0, one core reserved).
-The engine-core process waits for the worker's output on a shared-memory queue and, for
-1 s after each read, busy-waits with ``sched_yield()`` instead of sleeping (vLLM
-``distributed/device_communicators/shm_broadcast.py``: ``SpinCondition``,
-``busy_loop_s=1``). Under load it is always runnable on the core that the API server, the
-load generator and the scraper share. Measured here (AMD EPYC, 2 vCPUs, vLLM 0.32.0, fp32
-model, open loop at 6 and 14 req/s): the engine core took 61 % of that core; the load
-generator's event loop woke late by p99 13–36 ms (max 475 ms) and its send lateness p99 was
-339 ms at 6 req/s. With the engine core at nice 19, the same load gave loop lag p99
-3.5–3.9 ms and send lateness p99 2.3 and 3.8 ms. A/B on one server, alternating, two runs
-each (closed-loop saturation over 25 s, open loops at 6 and 14 req/s): send lateness p99 at
-6 req/s 3.1–4.6 ms at nice 19 vs 34–118 ms at 0; saturation 9.79–10.23 vs 9.63–10.08 req/s;
-at 14 req/s completed 8.84–9.36 vs 9.36–10.36 req/s, TPOT p50 53–55 vs 47–50 ms. The server
-figures lie within this machine's run-to-run spread (two identical runs at nice 5 gave
-saturation 8.37 and 9.79 req/s), so no cost to vLLM is shown, but a small one in overload,
-where the engine core's real work waits behind the API server, is not ruled out.
+vLLM's CPU backend runs the model in a worker process whose threads it binds to the cores it
+computes on (``VLLM_CPU_OMP_THREADS_BIND``; on 2 cores: core 0, one core reserved). The
+engine-core process waits for the worker's output on a shared-memory queue and, for 1 s after
+each read, busy-waits with ``sched_yield()`` instead of sleeping (vLLM
+``distributed/device_communicators/shm_broadcast.py``: ``SpinCondition``, ``busy_loop_s=1``),
+so under load it is always runnable on the core that the API server, the load generator and
+the scraper share. :func:`lower_engine_core_priority` therefore sets it to nice 19 once the
+server is healthy (``--engine-core-nice``).
 
-What remains is the rest of vLLM's session on that core: its API server answering
-``/metrics`` and streaming, in a scheduling group of its own (the kernel's autogroup: one per
-session, and the server is started in a new one), which competes with the load generator's
-group as an equal whatever its members' nice values. :func:`lower_session_priority` can set
-that group's nice value, but it is off by default because it slows vLLM: A/B on one server,
-alternating (open loops at 6 and 14 req/s, closed-loop saturation over 25 s): at nice 10
-the load generator's send lateness p99 was 1.8–3.1 ms (1.7–6.4 ms at 0), but saturation fell
-from 10.26–10.62 to 9.48–9.73 req/s and TPOT p50 at 6 req/s rose from 22.3 to 25.4–28.8 ms:
-the favoured load generator and scraper also take turns on the worker's core. A testbed must
-not slow the server it measures, so ``--server-group-nice`` is there for whoever prefers the
-client's timing on a small machine, and says what it did in ``server.json``.
+:func:`lower_session_priority` can also lower the rest of vLLM's session (its scheduling
+group, the kernel's autogroup), but it is off by default because it slows vLLM: a testbed must
+not slow the server it measures (``--server-group-nice`` is there for whoever prefers the
+client's timing on a small machine).
 
 Only the embedded servers this project starts are changed, never an attached one, and only
 by raising nice values (allowed without privileges). ``server.json`` records what was done.
 The load generator's own side (its threads off the server's compute cores, its sending
-thread at real-time priority) is ``loadgen.placement``.
+thread at real-time priority) is ``loadgen.placement``. See docs/placement.md (the A/B
+measurements behind both defaults).
 """
 
 from __future__ import annotations

@@ -24,6 +24,8 @@ Every JSON file and JSON line is one row type of :mod:`loadgen.runformat` (named
                                raw.jsonl.gz (metrics.store)
       report.md, report.json, plots/*.png
       manifest.json            files with sizes and sha256, status — written last (Manifest)
+
+See docs/run-directory.md.
 """
 
 from __future__ import annotations

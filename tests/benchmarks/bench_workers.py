@@ -29,8 +29,9 @@ and wake on time.
 
 Timing-sensitive: run it under the machine lock, with nothing else running.
 Run: ``flock /tmp/serving-testbed-vllm.lock .venv/bin/python tests/benchmarks/bench_workers.py
-[--out bench_workers.json] [--no-ray] [--client-priority auto,realtime]`` (about three
-minutes).
+[--out FILE] [--no-ray] [--client-priority auto,realtime]`` (about three minutes; the JSON goes
+to ``runs/bench_workers-<UTC time>.json`` unless ``--out`` says otherwise). Figures measured
+with it: docs/scaling-out.md.
 """
 
 from __future__ import annotations
@@ -451,7 +452,10 @@ def _print_open(o: dict[str, Any]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--out", type=Path, default=Path("bench_workers.json"))
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    # A git-ignored file by default: a benchmark never writes into the checkout's tracked tree.
+    default_out = HERE.parents[2] / "runs" / f"bench_workers-{stamp}.json"
+    parser.add_argument("--out", type=Path, default=default_out)
     parser.add_argument("--overload", default="0.5,0.6,0.7",
                         help="Open-loop rates as multiples of one worker's closed-loop "
                         "capacity, comma-separated.")  # fmt: skip
@@ -475,6 +479,7 @@ def main() -> None:
             parser.error(f"--client-priority: unknown mode {mode!r}")
     result = uvloop.run(_main(args))
     result["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     _print(result)
     print(f"\n{args.out}")

@@ -496,7 +496,19 @@ progress = _stderr
 
 # -- one benchmark as a command ----------------------------------------------------------------
 
-DEFAULT_OUT = HERE / "results"
+#: Where results go by default: a fresh, git-ignored run directory ``runs/bench-<UTC time>/``
+#: (one per command), never a tracked file; the published figures live in docs/benchmarks.md
+#: and change only through ``make bench-publish``.
+RUNS_DIR = REPO / "runs"
+
+
+def new_out_dir(now: datetime | None = None) -> Path:
+    """``runs/bench-<UTC time>/`` for a run starting ``now`` (not created here)."""
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
+    return RUNS_DIR / f"bench-{stamp}"
+
+
+DEFAULT_OUT = new_out_dir()
 
 
 def row(

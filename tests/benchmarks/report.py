@@ -352,7 +352,7 @@ WHY = {
 
 
 def headline(results: list[dict[str, Any]], machine: dict[str, Any]) -> list[str]:
-    """The figures that have a target, one line each (what the README quotes)."""
+    """The figures that have a target, one line each (the headline of docs/benchmarks.md)."""
     lines = [
         f"Measured {machine['date_utc']} on {machine['cpu_model']}, {machine['cores']} cores "
         f"(AVX-512{', AMX' if any(f.startswith('amx') for f in machine['cpu_flags']) else ''}"
@@ -478,7 +478,7 @@ def render(
         "```",
         "make bench            # all six (installs nginx with apt-get when missing)",
         ".venv/bin/python tests/benchmarks/run_all.py --only client_throughput,gateway",
-        ".venv/bin/python tests/benchmarks/bench_client_timing.py   # one, JSON to results/",
+        ".venv/bin/python tests/benchmarks/bench_client_timing.py   # one, JSON to runs/bench-*/",
         "```",
         "",
     ]

@@ -4,6 +4,9 @@ Each benchmark runs in a fresh process (``bench_*.py --out DIR``), one after the
 that fails is recorded as failed and the others still run. Then ``RESULTS.md`` is generated
 from the JSON files: the machine (CPU model, AVX-512/AMX flags, cores, load), the date, one
 table of every benchmark's figures (ours, anchor, ratio, target, met) and per-benchmark details.
+Everything goes into one git-ignored run directory, ``runs/bench-<UTC time>/`` unless ``--out``
+names another, and the last line printed says where; nothing tracked is rewritten (the
+published figures in docs/benchmarks.md change only through ``publish.py``).
 ``make bench`` runs this under the machine lock; ``--tiny`` runs seconds-long sizes (what the
 test suite checks).
 Run: ``python tests/benchmarks/run_all.py [--tiny] [--out DIR] [--results FILE] [--only a,b]``;
@@ -60,14 +63,25 @@ def run_one(name: str, script: str, out_dir: Path, tiny: bool) -> dict[str, Any]
     return failure
 
 
-def render_only(out_dir: Path, results_md: Path) -> int:
-    """Rewrite ``results_md`` from the JSON files of a run (its own run.json says the rest)."""
-    run = json.loads((out_dir / "run.json").read_text())
+def load_run(out_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A run's benchmark JSON files (in :data:`BENCHMARKS` order, those present) and its
+    ``run.json``.
+
+    Raises:
+        FileNotFoundError: ``out_dir`` has no ``run.json``.
+    """
+    run: dict[str, Any] = json.loads((out_dir / "run.json").read_text())
     results = [
         json.loads((out_dir / f"{name}.json").read_text())
         for name, _ in BENCHMARKS
         if (out_dir / f"{name}.json").exists()
     ]
+    return results, run
+
+
+def render_only(out_dir: Path, results_md: Path) -> int:
+    """Rewrite ``results_md`` from the JSON files of a run (its own run.json says the rest)."""
+    results, run = load_run(out_dir)
     results_md.write_text(render_run(results, run), encoding="utf-8")
     return 0
 
@@ -80,18 +94,28 @@ def render_run(results: list[dict[str, Any]], run: dict[str, Any]) -> str:
     )  # fmt: skip
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line; ``--results`` defaults to ``RESULTS.md`` inside ``--out``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true")
-    parser.add_argument("--out", type=Path, default=h.DEFAULT_OUT)
-    parser.add_argument("--results", type=Path, default=h.HERE / "RESULTS.md")
+    parser.add_argument(
+        "--out", type=Path, default=h.DEFAULT_OUT, help="run directory (runs/bench-<UTC time>)"
+    )
+    parser.add_argument("--results", type=Path, help="RESULTS.md to write (default: in --out)")
     parser.add_argument("--only", help="comma-separated benchmark names")
     parser.add_argument(
         "--render-only",
         action="store_true",
         help="only rewrite RESULTS.md from the JSON files in --out (machine: the first file's)",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.results is None:
+        args.results = args.out / "RESULTS.md"
+    return args
+
+
+def main() -> int:
+    args = parse_args()
     if args.render_only:
         return render_only(args.out, args.results)
     chosen = set(args.only.split(",")) if args.only else None
@@ -124,7 +148,10 @@ def main() -> int:
         ]
     run_file.write_text(json.dumps(run, indent=1) + "\n", encoding="utf-8")
     args.results.write_text(render_run(results, run), encoding="utf-8")
-    h.progress(f"all benchmarks: {total_s} s; {args.results}")
+    h.progress(f"all benchmarks: {total_s} s")
+    # The last line says where everything went (stdout, for scripts and `make bench`).
+    print(f"benchmark results: {args.out}/ (RESULTS.md: {args.results}); publish them with "
+          f"`make bench-publish RUN={args.out}`")  # fmt: skip
     return 1 if any(r.get("failed") for r in results) else 0
 
 
