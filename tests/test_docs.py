@@ -120,27 +120,9 @@ def tracked_files() -> list[Path]:
     ]  # fmt: skip
 
 
-#: Files the docs branch was not to edit (other branches move or rewrite them at the same
-#: time); their references are listed for the lead to fix at the merge, and each entry must go
-#: then: the test fails as soon as a listed file no longer holds the reference, or is gone.
-PENDING_AT_MERGE = (
-    "analysis/kv_blocks.py",
-    "analysis/reports/kv_preemption.py",
-    "analysis/spec_decode_figures.py",
-    "analysis/speculative.py",
-)
-
-
 def test_no_file_points_to_files_users_never_see() -> None:
     found = []
-    for name in PENDING_AT_MERGE:
-        path = REPO / name
-        assert path.exists() and FORBIDDEN[0] in path.read_text(encoding="utf-8"), (
-            f"{name} was fixed or moved: remove it from PENDING_AT_MERGE"
-        )
     for path in tracked_files():
-        if path.relative_to(REPO).as_posix() in PENDING_AT_MERGE:
-            continue
         text = path.read_text(encoding="utf-8", errors="replace")
         for needle in FORBIDDEN:
             for lineno, line in enumerate(text.splitlines(), 1):

@@ -1,7 +1,7 @@
 """When a phase's KV-cache usage should be at its predicted peak, from the client's own token
 stamps, and which scrapes looked at the server then.
 
-A sampled gauge peak is a lower bound (SCENARIOS.md): a scrape every 250 ms can miss a peak
+A sampled gauge peak is a lower bound (docs/reports.md): a scrape every 250 ms can miss a peak
 that lasts about a second (a request reaches its last block at most B decode steps before its
 end, B = 128 tokens on CPU), and one slow scrape blinds the scraper for as long as it takes.
 A peak check must therefore know whether any scrape looked while the peak was there.

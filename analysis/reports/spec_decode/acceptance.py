@@ -21,7 +21,7 @@ independently with probability α, and a draft step costing c target steps:
   (the verification of k + 1 tokens is assumed to cost one target step);
 - break-even acceptance α*: the α where the predicted speedup is 1, i.e. E(α*) = k·c + 1; none
   when c ≥ 1 (E < k + 1 for every α < 1). Since E(α) ≤ 1 + k·α, α* ≥ c: speculation cannot
-  pay when α ≤ c (SCENARIOS.md §5).
+  pay when α ≤ c (docs/scenarios/spec-decode.md).
 
 **Draft cost c from measured figures.** A step takes TPOT × (tokens it delivers) of wall time,
 and delivers τ tokens on average, so a case's step time is TPOT_case × τ_case; the model's
