@@ -154,6 +154,10 @@ class Prediction:
         query_tokens: per request, its prompt tokens, as ``vllm:prefix_cache_queries`` counts.
         lent_blocks: per request, blocks the pool could not give when it started (the model
             lent them; vLLM would have queued or preempted; see the module doc).
+        pool_blocks: blocks the pool ended with: ``capacity_blocks``, or for an unbounded
+            cache the blocks it had to make, i.e. the smallest capacity at which this event
+            order never evicts a cached block (the footprint; partial blocks are reused first
+            as in vLLM, so they do not count twice).
     """
 
     capacity_blocks: int | None
@@ -161,6 +165,7 @@ class Prediction:
     hit_tokens: tuple[int, ...]
     query_tokens: tuple[int, ...]
     lent_blocks: tuple[int, ...]
+    pool_blocks: int = 0
 
     @property
     def total_hit_tokens(self) -> int:
@@ -230,6 +235,8 @@ class _Pool:
         self.first: dict[int, int] = {}
         self.dups: dict[int, list[int]] = {}
         self.lent: set[int] = set()
+        # Unbounded pool: freed blocks without a hash, reused before a block is made.
+        self.spare: list[int] = []
 
     def uncache(self, bid: int) -> None:
         key = self.key[bid]
@@ -291,6 +298,13 @@ class _Pool:
                     self.uncache(bid)
             ref[bid] = 1
             blocks.append(bid)
+        if not self.bounded:
+            reuse = min(n, len(self.spare))
+            for _ in range(reuse):
+                bid = self.spare.pop()
+                ref[bid] = 1
+                blocks.append(bid)
+            taken = reuse
         made = range(len(self.key), len(self.key) + n - taken)
         self.key.extend([None] * len(made))
         self.ref.extend([1] * len(made))
@@ -316,13 +330,17 @@ class _Pool:
 
     def free_request(self, blocks: list[int]) -> None:
         """``SingleTypeKVCacheManager.free`` + ``BlockPool.free_blocks``: reverse order; hashed
-        blocks to the tail, unhashed ones to the head. In an unbounded pool nothing returns to
-        a queue (nothing is evicted); lent blocks leave the model."""
+        blocks to the tail, unhashed ones to the head. In an unbounded pool hashed blocks stay
+        cached for good and unhashed ones are kept for reuse; lent blocks leave the model."""
         ref, key, free = self.ref, self.key, self.free
         to_head: list[int] = []
         for bid in reversed(blocks):
             ref[bid] -= 1
-            if ref[bid] or not self.bounded:
+            if ref[bid]:
+                continue
+            if not self.bounded:
+                if key[bid] is None:
+                    self.spare.append(bid)
                 continue
             if self.lent and bid in self.lent:
                 self.lent.discard(bid)
@@ -417,6 +435,7 @@ def predict_hits(
         hit_tokens=tuple(hits),
         query_tokens=tuple(r.prompt_tokens for r in requests),
         lent_blocks=tuple(lent),
+        pool_blocks=len(pool.key) if capacity_blocks is None else capacity_blocks,
     )
 
 

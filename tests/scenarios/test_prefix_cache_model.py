@@ -217,3 +217,24 @@ def test_sample_maximum_hit_rate_at_the_trace_block() -> None:
     scaled = scale_trace(trace, Fraction(1, 16))
     small = predict_hits(trace_cache_requests(scaled, 32), None, 32)
     assert 0.6 < small.hit_rate < 0.7
+
+
+def test_unbounded_footprint_is_the_smallest_capacity_that_never_evicts() -> None:
+    """The six requests sequentially, unbounded: r0 makes blocks 0 (a1) and 1 (p); p is
+    reused by every later request, so r1 makes 1 block (b1), r3 one (c1): 4 blocks. At 4
+    blocks nothing is evicted (same hits as unbounded). At 3 (queue [0 1 2]): r0 0 = a1,
+    1 = p → [1 2 0]; r1 takes 1, 2 (1 = b1, 2 = p) → [2 0 1]; r2 hits a1, takes 2 → [2 1 0];
+    r3 takes 2 and 1, evicting b1 (2 = c1, 1 = p) → [1 0 2]; r4 misses b1, takes 1 and 0,
+    evicting a1 → [0 2 1]; r5 misses a1. Hits (0, 0, 4, 0, 0, 0)."""
+    unbounded = predict_hits(SIX, None, 4)
+    assert unbounded.pool_blocks == 4
+    assert predict_hits(SIX, 4, 4).hit_tokens == unbounded.hit_tokens == (0, 0, 4, 0, 4, 4)
+    assert predict_hits(SIX, 3, 4).hit_tokens == (0, 0, 4, 0, 0, 0)
+
+
+def test_sample_at_its_footprint_reaches_the_maximum() -> None:
+    requests = trace_cache_requests(load_trace(SAMPLE), 512)
+    unbounded = predict_hits(requests, None, 512)
+    at_footprint = predict_hits(requests, unbounded.pool_blocks, 512)
+    assert at_footprint.hit_tokens == unbounded.hit_tokens
+    assert at_footprint.short_requests == 0
