@@ -663,5 +663,9 @@ from gateway.cli import gateway_command  # noqa: E402
 
 main.add_command(gateway_command, "gateway")
 
+from loadgen.trace_cli import trace  # noqa: E402
+
+main.add_command(trace)
+
 if __name__ == "__main__":
     main()

@@ -238,3 +238,19 @@ def test_sample_at_its_footprint_reaches_the_maximum() -> None:
     at_footprint = predict_hits(requests, unbounded.pool_blocks, 512)
     assert at_footprint.hit_tokens == unbounded.hit_tokens
     assert at_footprint.short_requests == 0
+
+
+@pytest.mark.parametrize("block", [512, 128])
+def test_sequential_fast_replay_equals_the_general_replay(block: int) -> None:
+    """``events=None`` with a bounded pool takes a faster path; the general replay given the
+    same order as explicit events must agree request by request (full sample, sizes from
+    starved to ample; 512 and 128-token blocks, the latter on a 1/4 slice to stay fast)."""
+    trace = load_trace(SAMPLE)
+    requests = trace_cache_requests(trace, block)
+    if block == 128:
+        requests = requests[:1000]
+    events = [(kind, i) for i in range(len(requests)) for kind in ("start", "end")]
+    for capacity in (40, 400, 4_000, 40_000):
+        fast = predict_hits(requests, capacity, block)
+        general = predict_hits(requests, capacity, block, events)
+        assert fast == general
