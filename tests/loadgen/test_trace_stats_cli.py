@@ -148,3 +148,26 @@ def test_full_sample(tmp_path: Path) -> None:
     assert rates[-1] == pytest.approx(got["max_hit_rate"])  # the footprint reaches it
     assert got["target_cache_tokens"] is not None
     assert plot.exists()
+
+
+def test_sessions_trace(tmp_path: Path) -> None:
+    """Two sessions given by lengths (trace blocks of 8, server blocks of 4). Session a:
+    turn 0 (12 tokens, fresh ids -1 -2), turn 1 (20 tokens: -1 -2 then fresh -3) extends
+    it; session b one turn of 8 tokens (-4). Server keys: a0 k(-1) k(-1) k(-1,-2); a1 the
+    same three, then k(-1,-2), k(-1,-2,-3); b k(-4) k(-4). Unbounded, in file order a0, b,
+    a1: a1 may hit (20 − 1) // 4 = 4 blocks and finds the first 3 (12 tokens) cached: 12 of
+    12 + 8 + 20 = 40 tokens."""
+    path = tmp_path / "sessions.jsonl"
+    lines = [
+        {"session_id": "a", "timestamp": 0, "input_length": 12, "output_length": 2},
+        {"session_id": "b", "timestamp": 500, "input_length": 8, "output_length": 1},
+        {"session_id": "a", "delay": 1000, "input_length": 20, "output_length": 3},
+    ]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    code, out = run(str(path), *HAND_ARGS, "--json", "--cache-tokens", "400")
+    assert code == 0, out
+    got = json.loads(out)
+    assert got["trace"]["kind"] == "sessions"
+    assert (got["summary"]["sessions"], got["summary"]["session_turns"]) == (2, 3)
+    assert got["summary"]["span_s"] == 0.5  # the later turn carries no timestamp
+    assert got["max_hit_rate"] == pytest.approx(12 / 40)
