@@ -134,19 +134,26 @@ def test_bad_trace_line_exits_2_naming_the_line(tmp_path: Path) -> None:
 
 
 def test_full_sample(tmp_path: Path) -> None:
-    """The 3,993-request sample at vLLM CPU's 128-token blocks, default sweep and plot: the
-    unbounded maximum is the model's 65.10 % (see docs/traces.md for the paper's 66 %)."""
+    """The 3,993-request sample with the default sweep and plot, at the trace's own 512-token
+    blocks to keep the fast tier fast (vLLM CPU's 128 is the default; its maximum, 65.10 %, is
+    pinned in tests/scenarios/test_prefix_cache_model.py): the maximum is the model's 65.04 %
+    (docs/traces.md explains the paper's 66 %)."""
     plot = tmp_path / "sample.png"
-    code, out = run(str(SAMPLE), "--json", "--plot", str(plot))
+    code, out = run(str(SAMPLE), "--block-tokens", "512", "--json", "--plot", str(plot))
     assert code == 0, out
     got = json.loads(out)
     assert got["summary"]["requests"] == 3993
-    assert got["block_tokens"] == 128 and got["kv_bytes_per_token"] == 57_344
-    assert got["max_hit_rate"] == pytest.approx(0.6510, abs=5e-5)
+    assert got["block_tokens"] == 512 and got["kv_bytes_per_token"] == 57_344
+    assert got["max_hit_rate"] == pytest.approx(0.6504, abs=5e-5)
     rates = [p["hit_rate"] for p in got["predicted"]]
     assert len(rates) == 8 and rates == sorted(rates)
     assert rates[-1] == pytest.approx(got["max_hit_rate"])  # the footprint reaches it
-    assert got["target_cache_tokens"] is not None
+    target = got["target_cache_tokens"]
+    assert target is not None
+    # The first swept size at or above the target reaches 90 % of the maximum; all below miss.
+    reached = [p["cache_tokens"] for p in got["predicted"] if p["hit_rate"] >= 0.9 * rates[-1]]
+    missed = [p["cache_tokens"] for p in got["predicted"] if p["hit_rate"] < 0.9 * rates[-1]]
+    assert max(missed) < target <= min(reached)
     assert plot.exists()
 
 
