@@ -9,7 +9,6 @@ Heavy modules (numpy via the trace modules, matplotlib) are imported inside the 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -309,13 +308,6 @@ def _json(
     help=f"PNG of the hit-rate curve (default: {DEFAULT_PLOT_DIR}/<file>-block<B>[-scale<S>].png).",
 )
 @click.option("--no-plot", is_flag=True, help="Do not draw the plot.")
-@click.option(
-    "--workers",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Cache sizes replayed at once, in forked processes (default: the CPU count, "
-    "at most 4; the results do not depend on it).",
-)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 def stats(
     file: Path,
@@ -328,7 +320,6 @@ def stats(
     peak_window_s: float,
     plot_path: Path | None,
     no_plot: bool,
-    workers: int | None,
     as_json: bool,
 ) -> None:
     """Statistics of trace FILE and its predicted prefix-cache hit rate against cache size.
@@ -343,9 +334,7 @@ def stats(
     loaded = _load(file, trace_block_tokens, token_scale)
     summary = summarize(loaded, peak_window_s)
     try:
-        curve = hit_curve(
-            loaded, block_tokens, sizes, workers=workers or min(os.cpu_count() or 1, 4)
-        )
+        curve = hit_curve(loaded, block_tokens, sizes)
     except ValueError as exc:
         raise BadInput(str(exc)) from None
     plot: Path | None = None

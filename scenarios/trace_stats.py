@@ -7,9 +7,7 @@ plotting live in the command (``loadgen trace stats``).
 
 from __future__ import annotations
 
-import multiprocessing
-from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -159,80 +157,15 @@ def _point(requests: Sequence[CacheRequest], cache_tokens: int, block_tokens: in
     return CachePoint(cache_tokens, blocks, prediction.hit_rate, prediction.short_requests)
 
 
-#: The requests a forked worker replays (set before the pool forks; copy-on-write).
-_FORKED_REQUESTS: Sequence[CacheRequest] = ()
-
-
-def _forked_point(args: tuple[int, int]) -> CachePoint:
-    return _point(_FORKED_REQUESTS, *args)
-
-
-class _Points:
-    """Evaluates cache sizes, several at once in forked worker processes when ``workers`` > 1
-    (each size is an independent replay; the results do not depend on ``workers``)."""
-
-    def __init__(self, requests: Sequence[CacheRequest], block_tokens: int, workers: int):
-        self.requests, self.block_tokens = requests, block_tokens
-        self.pool: ProcessPoolExecutor | None = None
-        if workers > 1 and "fork" in multiprocessing.get_all_start_methods():
-            global _FORKED_REQUESTS
-            _FORKED_REQUESTS = requests
-            self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
-
-    def __call__(self, sizes: Sequence[int]) -> list[CachePoint]:
-        if self.pool is None or len(sizes) < 2:
-            return [_point(self.requests, size, self.block_tokens) for size in sizes]
-        return list(self.pool.map(_forked_point, [(size, self.block_tokens) for size in sizes]))
-
-    def close(self) -> None:
-        global _FORKED_REQUESTS
-        if self.pool is not None:
-            self.pool.shutdown()
-        _FORKED_REQUESTS = ()
-
-
-def _smallest_reaching(
-    points: Sequence[CachePoint],
-    target: float,
-    block_tokens: int,
-    evaluate: Callable[[Sequence[int]], list[CachePoint]],
-) -> int | None:
-    """The smallest cache (tokens) whose hit rate reaches ``target``: the first swept size that
-    does, bisected (in whole blocks) between it and the last swept size below it until the
-    interval is at most one block or ``KNEE_PRECISION`` of its top (one replay a step, so the
-    answer does not depend on how many sizes are replayed at once). Assumes the hit rate
-    grows with the cache. ``None`` when no swept size reaches it (or the target is 0)."""
-    reached = [p for p in points if p.hit_rate >= target]
-    if not reached or target <= 0:
-        return None
-    hi = reached[0].cache_tokens
-    below = [p.cache_tokens for p in points if p.cache_tokens < hi]
-    if not below:
-        return hi
-    lo = below[-1]
-    while hi - lo > max(block_tokens, KNEE_PRECISION * hi):
-        mid = (lo + hi) // 2 // block_tokens * block_tokens
-        if mid <= lo:
-            break
-        if evaluate([mid])[0].hit_rate >= target:
-            hi = mid
-        else:
-            lo = mid
-    return hi
-
-
 def hit_curve(
     trace: Trace,
     block_tokens: int,
     cache_tokens: Sequence[int] | None = None,
     target_fraction: float = TARGET_FRACTION,
-    workers: int = 1,
 ) -> HitCurve:
     """The predicted hit rate of ``trace`` (requests one after another, in file order) at each
     cache size in ``cache_tokens`` (default: :func:`default_cache_tokens`), its maximum, and
-    the smallest cache reaching ``target_fraction`` of that maximum (:func:`_smallest_reaching`).
-    ``workers`` > 1 replays that many swept sizes at once in forked processes (the results do
-    not depend on it; the bisection runs one replay a step).
+    the smallest cache reaching ``target_fraction`` of that maximum.
 
     Raises:
         ValueError: a cache size smaller than one block plus the null block.
@@ -249,13 +182,24 @@ def hit_curve(
                 f"cache of {size} tokens: needs at least 2 blocks of {block_tokens} tokens "
                 "(one is vLLM's null block)"
             )
-    evaluate = _Points(requests, block_tokens, workers)
-    try:
-        points = evaluate(sizes)
-        target = target_fraction * unbounded.hit_rate
-        target_tokens = _smallest_reaching(points, target, block_tokens, evaluate)
-    finally:
-        evaluate.close()
+    points = [_point(requests, size, block_tokens) for size in sizes]
+    target = target_fraction * unbounded.hit_rate
+    reached = [p for p in points if p.hit_rate >= target]
+    target_tokens: int | None = None
+    if reached and unbounded.hit_rate > 0:
+        hi = reached[0].cache_tokens
+        below = [p.cache_tokens for p in points if p.cache_tokens < hi]
+        lo = below[-1] if below else None
+        # Bisect (in blocks) between the last size below the target and the first above.
+        while lo is not None and hi - lo > max(block_tokens, KNEE_PRECISION * hi):
+            mid = (lo + hi) // 2 // block_tokens * block_tokens
+            if mid <= lo:
+                break
+            if _point(requests, mid, block_tokens).hit_rate >= target:
+                hi = mid
+            else:
+                lo = mid
+        target_tokens = hi
     return HitCurve(
         block_tokens=block_tokens,
         max_hit_rate=unbounded.hit_rate,

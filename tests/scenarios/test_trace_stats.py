@@ -2,20 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from scenarios.trace_stats import (
-    cache_tokens_for_bytes,
-    default_cache_tokens,
-    hit_curve,
-    summarize,
-)
-from scenarios.traces import Trace, TraceRequest, load_trace
-
-#: The Mooncake FAST'25 synthetic trace (Apache-2.0; see the NOTICE.md beside it).
-SAMPLE = Path(__file__).parents[1] / "fixtures/traces/mooncake_fast25_synthetic_trace.jsonl"
+from scenarios.trace_stats import cache_tokens_for_bytes, default_cache_tokens, summarize
+from scenarios.traces import Trace, TraceRequest
 
 
 def trace_of(timestamps_ms: list[float], inputs: list[int] | None = None) -> Trace:
@@ -62,8 +52,3 @@ def test_default_sweep_halves_down_from_the_footprint_in_whole_blocks() -> None:
 def test_bytes_to_tokens_in_whole_blocks() -> None:
     # 1 GiB of the embedded model's 57,344 B/token at 128-token blocks: 146 blocks.
     assert cache_tokens_for_bytes(2**30, 57_344, 128) == 146 * 128 == 18_688
-
-
-def test_forked_workers_give_the_same_curve() -> None:
-    trace = load_trace(SAMPLE)
-    assert hit_curve(trace, 512, workers=1) == hit_curve(trace, 512, workers=2)
