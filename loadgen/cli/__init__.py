@@ -1,6 +1,7 @@
 """``loadgen``: the command line, and the project's composition root (it may import every
 package; nothing else imports it). One module per command: ``run``, ``report``,
-``validate``, ``compare``, ``gate``, ``server``, ``gateway``; ``scenario_commands`` holds what
+``validate``, ``compare``, ``gate``, ``server``, ``gateway``,
+``trace``; ``scenario_commands`` holds what
 ``run`` and ``gate`` share (one subcommand per scenario, the checks before any start),
 ``run_and_report`` a run followed by its report and manifest.
 
@@ -19,6 +20,7 @@ from loadgen.cli.report import report
 from loadgen.cli.run import run
 from loadgen.cli.scenario_commands import list_scenarios
 from loadgen.cli.server import server
+from loadgen.cli.trace import trace
 from loadgen.cli.validate import validate
 
 
@@ -35,5 +37,6 @@ main.add_command(compare, "compare")
 main.add_command(gate, "gate")
 main.add_command(server, "server")
 main.add_command(gateway_command, "gateway")
+main.add_command(trace, "trace")
 
 __all__ = ["main"]

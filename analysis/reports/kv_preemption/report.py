@@ -1,8 +1,8 @@
 """kv-preemption's report: the hand calculation from each case's real capacity, the cases side
 by side, trade-offs, and its verdicts.
 
-Hand calculation (docs/scenarios/kv-preemption.md), from a case's real capacity of N blocks of B tokens
-(T = N·B tokens) and C requests of P prompt + O output tokens:
+Hand calculation (docs/scenarios/kv-preemption.md), from a case's real capacity of N blocks
+of B tokens (T = N·B tokens) and C requests of P prompt + O output tokens:
 
 - initial working set = C·P tokens; headroom = T − C·P tokens; average growth per request
   before the cache is full = headroom / C tokens;
