@@ -1,7 +1,7 @@
-"""``loadgen``: the command line, and the project's composition root (it may import every
-package; nothing else imports it). One module per command: ``run``, ``report``,
-``validate``, ``compare``, ``gate``, ``server``, ``gateway``, ``trace``;
-``scenario_commands`` holds what ``run`` and ``gate`` share (one subcommand per scenario, the checks before any start),
+"""``loadgen``: the command line, and the project's composition root (it may import every package;
+nothing else imports it). One module per command: ``run``, ``report``, ``validate``,
+``compare``, ``gate``, ``server``, ``gateway``, ``trace``; ``scenario_commands`` holds what
+``run`` and ``gate`` share (one subcommand per scenario, the checks before any start),
 ``run_and_report`` a run followed by its report and manifest.
 
 Thin: build a config, validate it, call one entry point. Heavy modules (pandas, matplotlib,

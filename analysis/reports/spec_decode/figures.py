@@ -47,9 +47,9 @@ make the model match the case's TPOT exactly. Break-even: α* with E(α*) = k·c
 
 Keep or disable, with hysteresis (docs/scenarios/spec-decode.md): with a band h
 (``--hysteresis``) around a speedup of 1, a case **pays** when the measured speedup ≥ 1 + h,
-**does not pay** when ≤ 1 − h, and is **break-even** in between (keep the current setting: no flapping). For a live
-switch on the acceptance: disable below α_off (predicted speedup 1 − h), enable above α_on
-(predicted speedup 1 + h).
+**does not pay** when ≤ 1 − h, and is **break-even** in between (keep the current setting: no
+flapping). For a live switch on the acceptance: disable below α_off (predicted speedup 1 − h),
+enable above α_on (predicted speedup 1 + h).
 """
 
 from __future__ import annotations
