@@ -13,7 +13,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from analysis.compare import CLASSES, Comparison, MetricComparison, exit_code
+from analysis.compare import CLASSES, Comparison, MetricComparison
+from analysis.gate_decision import Decision, decide
 from analysis.markdown import f, table
 from analysis.plots import save
 
@@ -26,11 +27,6 @@ _COLOURS = {
     "no change": "tab:gray",
     "inconclusive": "tab:orange",
     "missing": "black",
-}
-_RESULT = {
-    0: "NO REGRESSION",
-    1: "REGRESSION",
-    3: "INCOMPLETE (a gated metric is missing, or inconclusive under --strict)",
 }
 
 
@@ -69,18 +65,37 @@ def metric_rows(metrics: list[MetricComparison]) -> list[list[str]]:
     return rows
 
 
+def decision_markdown(d: Decision, strict: bool = False) -> list[str]:
+    """The headline and, per undecided key metric, why and what would decide it."""
+    out = [f"**{d.line}** (exit code {d.exit_code}" + (", --strict" if strict else "") + ")", ""]
+    if d.undecided:
+        rows = [[u.label, u.classification,
+                 "–" if u.estimate is None or u.estimate.extra_pairs is None
+                 else str(u.estimate.extra_pairs),
+                 "–" if u.estimate is None or u.estimate.requests_factor is None
+                 else f"×{u.estimate.requests_factor:.2g}",
+                 (u.estimate.why if u.estimate else "") or u.reason]
+                for u in d.undecided]  # fmt: skip
+        out += [
+            "Undecided key metrics, and what would decide them (the extra pairs: each "
+            "half-width of the interval shrinking as √(runs) at the observed spread and "
+            "effect; × requests per phase: the same, if run-to-run shifts are small; "
+            "docs/gate-decisions.md):",
+            "",
+            table(["key metric", "class", "extra pairs", "or requests", "how / why"], rows),
+            "",
+        ]
+    return out
+
+
 def render_markdown(c: Comparison, strict: bool = False) -> str:
     """The comparison as Markdown."""
-    code = exit_code(c, strict)
     b, k = c.baseline, c.candidate
     s = c.settings
     out = [
         f"# Regression gate: {c.scenario}",
         "",
-        f"**{_RESULT.get(code, str(code))}** (exit code {code}"
-        + (", --strict" if strict else "")
-        + ")",
-        "",
+        *decision_markdown(decide(c, strict), strict),
         table(
             ["side", "vLLM (served)", "runs", "workload hash"],
             [
@@ -171,7 +186,9 @@ def write_comparison(c: Comparison, out_dir: Path, strict: bool = False) -> Path
     for case in c.pairs:
         ratio_plot(c, case, plots / f"compare_{case}.png")
     data = c.model_dump(mode="json")
-    data["exit_code"] = exit_code(c, strict)
+    decision = decide(c, strict)
+    data["exit_code"] = decision.exit_code
+    data["decision"] = decision.model_dump(mode="json")
     data["strict"] = strict
     (out_dir / COMPARE_JSON).write_text(json.dumps(data, indent=2) + "\n")
     path = out_dir / COMPARE_MD

@@ -452,17 +452,22 @@ def _compare_and_report(
     allow_workload_mismatch: bool = False,
     pairs: dict[str, str] | None = None,
     allow_incomplete: bool = False,
+    confidence: float | None = None,
 ) -> int:
-    """Compare, write compare.md/.json/plots into ``out``, print the findings; the exit code."""
+    """Compare, write compare.md/.json/plots into ``out``, print the findings; the exit code.
+    ``confidence`` replaces the gate file's (a sequential gate's per-look level)."""
     from rich.table import Table
 
     from analysis.compare import CompareError, compare_paths, exit_code
     from analysis.compare_report import metric_rows, write_comparison
+    from analysis.gate_decision import decide, undecided_line
     from analysis.gate_file import GateFileError, load_gate
     from loadgen.progress import make_console
 
     try:
         gate = load_gate(gate_file)
+        if confidence is not None:
+            gate = gate.model_copy(update={"confidence": confidence})
         comparison = compare_paths(
             baseline, candidate, gate, allow_workload_mismatch=allow_workload_mismatch,
             pairs=pairs, allow_incomplete=allow_incomplete,
@@ -498,6 +503,13 @@ def _compare_and_report(
         f"baseline vLLM {', '.join(comparison.baseline.vllm_versions)} vs candidate vLLM "
         f"{', '.join(comparison.candidate.vllm_versions)}: {counts}"
     )
+    decision = decide(comparison, strict)
+    for u in decision.undecided[:20]:
+        console.print(f"[yellow]undecided {undecided_line(u)}[/yellow]")
+    if len(decision.undecided) > 20:
+        console.print(f"… {len(decision.undecided) - 20} more undecided key metrics: compare.md")
+    style = {0: "green", 1: "red"}.get(code, "yellow")
+    console.print(f"[bold {style}]{decision.line}[/bold {style}]")
     console.print(f"{path} (exit code {code})")
     return code
 
@@ -581,6 +593,11 @@ def _gate_command(scenario: Any, values: dict[str, Any]) -> None:
     from loadgen.progress import make_console
 
     repeats = int(values["repeats"])
+    max_repeats = values.get("max_repeats")
+    if max_repeats is not None and not values.get("until_decided"):
+        raise click.UsageError("--max-repeats needs --until-decided")
+    if values.get("until_decided") and (max_repeats or 0) < repeats:
+        raise click.UsageError(f"--until-decided needs --max-repeats ≥ --repeats ({repeats})")
     shared = {k: v for k, v in values.items() if k not in _GATE_OWNED}
     extra = values.get("candidate_vllm_args")
     sides = {
@@ -604,7 +621,8 @@ def _gate_command(scenario: Any, values: dict[str, Any]) -> None:
     sequence = gate_order(repeats, values["order"])
     console.print(f"gate {out}: {' '.join('A' if s == 'baseline' else 'B' for s in sequence)}")
     seen = {"baseline": 0, "candidate": 0}
-    for side in sequence:
+
+    def run_side(side: str) -> None:
         seen[side] += 1
         run_dir = out / side / f"run-{seen[side]}"
         status, report = _execute_run(scenario, sides[side], run_dir)
@@ -613,10 +631,48 @@ def _gate_command(scenario: Any, values: dict[str, Any]) -> None:
             sys.exit(4)
         if report is None:  # complete records, but the analysis cannot read them
             _fail_compare(f"the report of {side} run {run_dir} failed (said above)")
-    sys.exit(
-        _compare_exit_code(out / "baseline", out / "candidate", out, values.get("gate_file"),
-                           bool(values.get("strict")))
+
+    for side in sequence:
+        run_side(side)
+
+    def compare(confidence: float | None = None) -> int:
+        return _compare_exit_code(out / "baseline", out / "candidate", out,
+                                  values.get("gate_file"), bool(values.get("strict")),
+                                  confidence=confidence)  # fmt: skip
+
+    if not values.get("until_decided"):
+        sys.exit(compare())
+    most = int(max_repeats or repeats)
+    sys.exit(_until_decided(out, repeats, most, values, run_side, compare, console))
+
+
+def _until_decided(
+    out: Path, repeats: int, max_repeats: int, values: dict[str, Any],
+    run_side: Any, compare: Any, console: Any,
+) -> int:  # fmt: skip
+    """Add pairs in the gate's order until decided (``analysis.gate_sequential``)."""
+    from analysis.gate_file import load_gate
+    from analysis.gate_sequential import LOOKS_FILE, decision_of, run_until_decided
+
+    def add_pair(k: int) -> None:
+        for side in gate_order(k, values["order"])[-2:]:
+            run_side(side)
+
+    def look(confidence: float) -> Any:
+        compare(confidence)
+        return decision_of(out)
+
+    def show(entry: Any) -> None:
+        console.print(
+            f"look {entry.look}/{entry.looks} at {entry.pairs} pairs "
+            f"({entry.confidence:.2%} per look): {entry.headline}; {entry.why}"
+        )
+
+    decision = run_until_decided(
+        repeats, max_repeats, load_gate(values.get("gate_file")).confidence, add_pair, look,
+        out / LOOKS_FILE, show,
     )  # fmt: skip
+    return int(decision.exit_code)
 
 
 class _GateGroup(_ScenarioGroup):
@@ -631,7 +687,14 @@ class _GateGroup(_ScenarioGroup):
                          help="vLLM version of the baseline (the project's or `make engine`)."),
             click.Option(["--candidate-vllm"], required=True, help="vLLM of the candidate."),
             click.Option(["--repeats"], type=click.IntRange(min=1), default=2, show_default=True,
-                         help="Runs per side, alternated."),
+                         help="Runs per side, alternated (with --until-decided: before the "
+                         "first look)."),
+            click.Option(["--until-decided"], is_flag=True,
+                         help="Add alternated pairs until every key metric is decided or "
+                         "--max-repeats per side; each look in looks.jsonl, its intervals at "
+                         "the confidence split over the planned looks (Bonferroni)."),
+            click.Option(["--max-repeats"], type=click.IntRange(min=1), default=None,
+                         help="With --until-decided: most runs per side."),
             click.Option(["--order"], type=click.Choice(["abba", "abab"]), default="abba",
                          show_default=True, help="abba: A B B A … (cancels linear drift); abab."),
             click.Option(["--candidate-vllm-args"], default=None,
@@ -652,7 +715,9 @@ class _GateGroup(_ScenarioGroup):
 @main.group(cls=_GateGroup)
 def gate() -> None:
     """Run a scenario alternately on a baseline and a candidate vLLM, then compare the pooled
-    runs (compare.md). Exit codes as `loadgen compare`, and 4 when a run did not complete."""
+    runs (compare.md); with --until-decided, pair by pair until decided. Exit codes as
+    `loadgen compare` (0 no regression, 1 regression, 3 inconclusive), and 4 when a run did
+    not complete."""
 
 
 from loadgen.server_cli import server  # noqa: E402
