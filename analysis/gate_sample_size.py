@@ -31,11 +31,20 @@ The range of k runs does not shrink as runs are added: its expectation grows as 
 Quality Control*, table of d_2), while d settles on the true difference. So an interval that
 straddles an edge at k ≥ 2 runs is expected to straddle it at any k: more pairs do not decide
 it; a smaller run-to-run spread (longer phases) or a wider tolerance does.
+
+**Planning** (:func:`runs_for_power`, before any run): for log-normal latencies with a
+request-level log-s.d. σ_req and a run shift of log-s.d. σ_run, the log-ratio of two sides of k
+runs of m requests has s.e. √(2 (σ_run² + κ² σ_req² / m) / k), κ = √(π/2) for a median (the
+s.e. of a normal median, 1.2533 σ/√n) and √(e^(σ²) − 1)/σ for a mean (the delta method on
+the log-normal's coefficient of variation). A decision at distance D on the log scale from the
+nearer tolerance edge (D = ln(1 + t) for a true ratio of 1) with probability P needs
+(z_c + z_P) · s.e. ≤ D, z_c the normal quantile of the (per-look) confidence.
 """
 
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -178,3 +187,33 @@ def per_run_pairs_needed(runs: int, tolerance: float) -> PairsEstimate:
         f"to grow, not shrink: more pairs do not decide it; a run-to-run spread below the "
         f"tolerance ({tolerance:g}) does (longer phases), or a wider tolerance",
     )  # fmt: skip
+
+
+def runs_for_power(
+    sigma_request: float,
+    sigma_run: float,
+    requests: int,
+    stat: Statistic,
+    *,
+    distance: float,
+    confidence: float,
+    power: float = 0.8,
+) -> int:
+    """Runs per side that decide, with probability ``power``, a metric whose true log-ratio
+    lies ``distance`` (log scale, > 0) from the nearer tolerance edge, at the per-look
+    ``confidence`` (module docstring, *Planning*).
+
+    Raises:
+        ValueError: a non-positive ``distance`` or ``requests``, or a level outside (0, 1).
+    """
+    if distance <= 0 or requests <= 0 or not (0 < confidence < 1 and 0 < power < 1):
+        raise ValueError("distance and requests > 0, confidence and power in (0, 1) needed")
+    if stat == "mean":
+        kappa = math.sqrt(math.expm1(sigma_request**2)) / sigma_request if sigma_request else 1.0
+    elif stat == "p50":
+        kappa = math.sqrt(math.pi / 2)
+    else:
+        raise ValueError(f"planning covers the mean and p50 (got {stat})")
+    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2) + NormalDist().inv_cdf(power)
+    per_run = 2 * (sigma_run**2 + (kappa * sigma_request) ** 2 / requests)
+    return max(1, math.ceil(per_run * (z / distance) ** 2 - 1e-9))

@@ -10,6 +10,7 @@ docs/gate-decisions.md.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,7 @@ from gate_simulation import (
 from analysis.gate_sample_size import (
     per_run_pairs_needed,
     ratio_pairs_needed,
+    runs_for_power,
     too_few_pairs_needed,
 )
 from analysis.gate_sequential import look_confidence, planned_looks, stop_reason
@@ -132,3 +134,16 @@ def test_each_look_is_recorded_and_an_undecided_metric_names_its_extra_pairs(
 def test_stop_reasons() -> None:
     outcome = run_gate(0, {}, spreads={"ttft_ms": QUIET_TTFT}, gate=QUIET_P50)
     assert stop_reason(outcome.decision, 2, 6) == "every key metric decided"
+
+
+def test_planning_runs_for_power_by_hand() -> None:
+    # σ_req 0.25, σ_run 0.04, 48 requests, p50, a true ratio of 1 (D = ln 1.15 = 0.13976),
+    # 99 % a look, power 0.8: z = 2.5758 + 0.8416 = 3.4174; per run 2 × (0.04² + (1.2533 ×
+    # 0.25)² / 48) = 0.0072906; k = 0.0072906 × (3.4174 / 0.13976)² = 4.36 → 5 runs per side.
+    k = runs_for_power(0.25, 0.04, 48, "p50", distance=math.log(1.15), confidence=0.99)
+    assert k == 5
+    # The run shift is a floor more requests cannot lower: σ_run 0.04 alone needs
+    # 2 × 0.0016 × 597.9 = 1.91 → 2 runs however many requests a phase has.
+    assert runs_for_power(0.25, 0.04, 10**9, "p50", distance=math.log(1.15), confidence=0.99) == 2
+    with pytest.raises(ValueError, match="planning covers"):
+        runs_for_power(0.25, 0.04, 48, "p99", distance=0.1, confidence=0.99)
