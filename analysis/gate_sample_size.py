@@ -108,15 +108,18 @@ def ratio_pairs_needed(
         better: which direction of the ratio is an improvement.
         runs: runs per side the interval was built from (the fewer side's, ≥ 1).
 
+    A percentile bootstrap interval can miss its own point estimate (a median among tied
+    values); a half-width that would be negative is taken as 0.
+
     Raises:
-        ValueError: ``runs`` < 1 or ``low`` > ``point`` > ``high`` out of order.
+        ValueError: ``runs`` < 1 or ``low`` > ``high``.
     """
     if runs < 1:
         raise ValueError(f"runs must be ≥ 1 (got {runs})")
-    if not low <= point <= high:
-        raise ValueError(f"interval [{low}, {high}] does not hold its point {point}")
+    if low > high:
+        raise ValueError(f"interval low {low} above high {high}")
     upper, lower = 1 + tolerance, 1 - tolerance
-    below, above = point - low, high - point
+    below, above = max(point - low, 0.0), max(high - point, 0.0)
     worse_up = better == "lower"
     if lower < point < upper:
         need = max(below / (point - lower), above / (upper - point)) ** 2

@@ -58,6 +58,11 @@ def test_pairs_needed_by_hand() -> None:
     # On the edge: nothing decides it.
     edge = ratio_pairs_needed(1.15, 1.05, 1.25, tolerance=0.15, better="lower", runs=2)
     assert edge.runs_needed is None and "edge" in edge.why
+    # An interval that misses its point (a bootstrap median among ties): its half-width
+    # on that side is 0; only the high end (0.10 above 1.0, with 0.15 room to 1.15) counts:
+    # k′ = 2 × (0.10 / 0.15)² = 0.89 → at least one more pair.
+    odd = ratio_pairs_needed(1.0, 1.02, 1.10, tolerance=0.15, better="lower", runs=2)
+    assert (odd.runs_needed, odd.toward) == (3, "no change")
     # Too few values: a p50 needs max(10, 4 / 0.5) = 10 per side; 6 per run → 2 runs.
     few = too_few_pairs_needed("p50", 6, 1, min_samples=10, min_tail=4)
     assert (few.runs_needed, few.extra_pairs) == (2, 1)
