@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
@@ -14,7 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from analysis.compare import CLASSES, Comparison, MetricComparison
-from analysis.gate_decision import Decision, decide
+from analysis.gate_decision import Decision, decide, is_key, key_selectors
 from analysis.markdown import f, table
 from analysis.plots import save
 
@@ -49,12 +50,16 @@ def _change(m: MetricComparison) -> tuple[str, str, str]:
     return change, interval, f"±{m.tolerance:g}"
 
 
-def metric_rows(metrics: list[MetricComparison]) -> list[list[str]]:
-    """Table rows: phase, metric, baseline, candidate, change, interval, tolerance, class."""
+def metric_rows(
+    metrics: list[MetricComparison], key: Callable[[MetricComparison], bool] | None = None
+) -> list[list[str]]:
+    """Table rows: phase, metric, baseline, candidate, change, interval, tolerance, class;
+    ``key`` marks the key metrics (``**name**``)."""
     rows = []
     for m in metrics:
         change, interval, tol = _change(m)
         name = m.metric + (f" {m.stat}" if m.stat else "")
+        name = f"**{name}**" if key is not None and key(m) else name
         klass = m.classification.upper() if m.classification == "regression" else m.classification
         klass += "" if m.gated else " (not gated)"
         klass += " (incomplete run)" if m.incomplete else ""
@@ -92,6 +97,11 @@ def render_markdown(c: Comparison, strict: bool = False) -> str:
     """The comparison as Markdown."""
     b, k = c.baseline, c.candidate
     s = c.settings
+    selectors = key_selectors(c)
+
+    def keyed(m: MetricComparison) -> bool:
+        return is_key(m, selectors, strict)
+
     out = [
         f"# Regression gate: {c.scenario}",
         "",
@@ -120,7 +130,8 @@ def render_markdown(c: Comparison, strict: bool = False) -> str:
         "side; no change: inside the tolerance; inconclusive: it straddles a tolerance edge, or "
         f"too few values (a statistic needs {s['min_samples']} values, a percentile "
         f"{s['min_tail_samples']} beyond it); missing: a server metric family is absent from a "
-        "run (never read as 0).",
+        "run (never read as 0). Key metrics (in bold) and every verdict decide the headline; "
+        "the others are information.",
         "",
     ]
     for run_list, label in ((b.runs, "Baseline runs"), (k.runs, "Candidate runs")):
@@ -141,7 +152,7 @@ def render_markdown(c: Comparison, strict: bool = False) -> str:
         metrics = [m for m in c.metrics if m.case == b_case]
         headers = ["phase", "metric", "baseline", "candidate", "change", "interval",
                    "tolerance", "class", "note"]  # fmt: skip
-        out += [table(headers, metric_rows(metrics)), ""]
+        out += [table(headers, metric_rows(metrics, keyed)), ""]
         out += [f"![ratios](plots/compare_{b_case}.png)", ""]
     return "\n".join(out)
 

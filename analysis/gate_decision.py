@@ -95,6 +95,12 @@ def is_key(m: MetricComparison, selectors: Sequence[str], strict: bool = False) 
     return m.metric in selectors or (m.stat is not None and f"{m.metric}.{m.stat}" in selectors)
 
 
+def key_selectors(c: Comparison) -> tuple[str, ...]:
+    """The key-metric selectors the comparison's gate settings name for its scenario."""
+    lists = c.settings.get("key_metrics") or {}
+    return tuple(lists.get(c.scenario, lists.get("default", ())))
+
+
 def runs_per_side(c: Comparison) -> int:
     """Runs of the fewer side."""
     return min(len(c.baseline.runs), len(c.candidate.runs))
@@ -139,8 +145,7 @@ def undecided_line(u: Undecided) -> str:
 
 def decide(c: Comparison, strict: bool = False) -> Decision:
     """The gate's headline, exit code and undecided key metrics (module docstring)."""
-    lists = c.settings.get("key_metrics") or {}
-    selectors = tuple(lists.get(c.scenario, lists.get("default", ())))
+    selectors = key_selectors(c)
     runs = runs_per_side(c)
     key = [m for m in c.metrics if is_key(m, selectors, strict)]
     regressions = [metric_label(m) for m in key if m.classification == "regression"]
