@@ -18,6 +18,8 @@ interval (z 2.58 instead of 1.96, 1.31× wider); the estimates of
 ``analysis.gate_sample_size`` are made at that same per-look confidence, so they predict this
 gate's later looks.
 
+**The first look** comes after at least ``MIN_FIRST_PAIRS`` = 2 pairs (see there).
+
 **Stopping.** After each look: stop when the headline is *no regression* (every key metric
 decided) or *regression* (a key metric or verdict regressed: the no-go stands at the stated
 error bound, so more pairs would only cost time), or when N pairs are done; otherwise add a
@@ -37,6 +39,12 @@ from analysis.compare_report import COMPARE_JSON
 from analysis.gate_decision import Decision, undecided_line
 
 LOOKS_FILE = "looks.jsonl"
+
+#: Fewest pairs before the first look. With one run per side the request bootstrap cannot see
+#: a shift of a whole run and a per-run figure has no interval (its point alone decides), so
+#: no interval of that look is valid at any confidence. Seen here: a same-vLLM gate of one pair
+#: on the shared machine "regressed" TPOT 1.8-2.8x and output tokens/s 0.65x in three phases.
+MIN_FIRST_PAIRS = 2
 
 
 class Look(BaseModel):
@@ -75,11 +83,16 @@ def planned_looks(first_pairs: int, max_pairs: int) -> int:
     """L = ``max_pairs − first_pairs + 1``.
 
     Raises:
-        ValueError: ``first_pairs`` < 1 or ``max_pairs`` < ``first_pairs``.
+        ValueError: ``first_pairs`` < ``MIN_FIRST_PAIRS`` or ``max_pairs`` < ``first_pairs``.
     """
-    if first_pairs < 1 or max_pairs < first_pairs:
+    if first_pairs < MIN_FIRST_PAIRS:
         raise ValueError(
-            f"max repeats ({max_pairs}) must be at least the first repeats ({first_pairs}) ≥ 1"
+            f"the first look needs {MIN_FIRST_PAIRS} pairs (got {first_pairs}): with one run "
+            "per side no run-to-run shift can show"
+        )
+    if max_pairs < first_pairs:
+        raise ValueError(
+            f"max repeats ({max_pairs}) must be at least the first repeats ({first_pairs})"
         )
     return max_pairs - first_pairs + 1
 

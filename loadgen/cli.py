@@ -598,6 +598,9 @@ def _gate_command(scenario: Any, values: dict[str, Any]) -> None:
         raise click.UsageError("--max-repeats needs --until-decided")
     if values.get("until_decided") and (max_repeats or 0) < repeats:
         raise click.UsageError(f"--until-decided needs --max-repeats ≥ --repeats ({repeats})")
+    if values.get("until_decided") and repeats < 2:
+        raise click.UsageError("--until-decided needs --repeats ≥ 2: with one run per side no "
+                               "run-to-run shift can show (docs/gate-decisions.md)")  # fmt: skip
     shared = {k: v for k, v in values.items() if k not in _GATE_OWNED}
     extra = values.get("candidate_vllm_args")
     sides = {

@@ -40,6 +40,8 @@ def test_bonferroni_splits_the_confidence_over_the_planned_looks() -> None:
     assert look_confidence(0.95, 1) == pytest.approx(0.95)
     with pytest.raises(ValueError, match="at least the first"):
         planned_looks(3, 2)
+    with pytest.raises(ValueError, match="needs 2 pairs"):
+        planned_looks(1, 6)  # one run per side: no run shift can show
 
 
 def test_pairs_needed_by_hand() -> None:

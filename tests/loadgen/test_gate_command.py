@@ -55,6 +55,7 @@ def test_until_decided_needs_max_repeats_at_least_repeats_before_any_start(tmp_p
         (["--max-repeats", "4"], "--max-repeats needs --until-decided"),
         (["--until-decided"], "--until-decided needs --max-repeats"),
         (["--until-decided", "--repeats", "3", "--max-repeats", "2"], "≥ --repeats (3)"),
+        (["--until-decided", "--repeats", "1", "--max-repeats", "2"], "--repeats ≥ 2"),
     ):
         result = runner.invoke(main, [*base, *extra])
         assert result.exit_code == 2, result.output
