@@ -42,8 +42,8 @@ LOOKS_FILE = "looks.jsonl"
 
 #: Fewest pairs before the first look. With one run per side the request bootstrap cannot see
 #: a shift of a whole run and a per-run figure has no interval (its point alone decides), so
-#: no interval of that look is valid at any confidence. Seen here: a same-vLLM gate of one pair
-#: on the shared machine "regressed" TPOT 1.8-2.8x and output tokens/s 0.65x in three phases.
+#: no interval of that look is valid at any confidence (a same-vLLM one-pair gate on the
+#: shared machine: docs/gate-decisions.md).
 MIN_FIRST_PAIRS = 2
 
 
