@@ -524,7 +524,11 @@ def _compare_and_report(
     default=None,
     help="Gate file (TOML) overriding analysis/gate_defaults.toml.",
 )
-@click.option("--strict", is_flag=True, help="Exit 3 when a gated metric is inconclusive.")
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Every gated metric is key, not only the gate file's key metrics.",
+)
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
@@ -561,11 +565,13 @@ def compare(
     """Compare CANDIDATE against BASELINE (each a run directory, or a directory of runs that
     are pooled) and classify every metric: regression, improvement, no change, inconclusive.
 
-    Exit code 0 when no gated metric or verdict regressed, 1 on a regression, 2 on usage
+    Exit code 0 when every key metric and verdict is decided and none regressed, 1 on a
+    regression of one, 2 on usage
     errors (including runs whose workloads differ and runs that did not complete: status not
     ok, a case not ok, no manifest, an incomplete phase; --allow-incomplete compares them
-    anyway) and when the runs cannot be compared at all (one line says why), 3 when a gated
-    metric is missing from a run (or, with --strict, inconclusive).
+    anyway) and when the runs cannot be compared at all (one line says why), 3 when no key
+    metric regressed but one is inconclusive or missing (the key metrics: the gate file's
+    [key_metrics] for the scenario, and every verdict; --strict: every gated metric).
     """
     out = out or _new_run_dir("compare")
     sys.exit(
@@ -706,7 +712,7 @@ class _GateGroup(_ScenarioGroup):
                          type=click.Path(exists=True, dir_okay=False, path_type=Path),
                          help="Gate file (TOML) overriding analysis/gate_defaults.toml."),
             click.Option(["--strict"], is_flag=True,
-                         help="Exit 3 when a gated metric is inconclusive."),
+                         help="Every gated metric is key, not only the gate file's."),
             click.Option(["--out", "out"], type=click.Path(path_type=Path), default=None,
                          help="Gate directory (default: runs/gate-<scenario>-<UTC time>)."),
         ]  # fmt: skip
