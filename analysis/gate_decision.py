@@ -179,7 +179,7 @@ def decide(c: Comparison, strict: bool = False) -> Decision:
     elif undecided:
         headline, code = "inconclusive", EXIT_INCONCLUSIVE
         decide_by = (
-            f"~{extra} more pair(s) would decide them all"
+            f"an estimated ~{extra} more pair(s) would decide them all"
             if extra is not None
             else "some cannot be decided by more pairs (see each)"
         )
