@@ -20,9 +20,11 @@ that is incomplete (``PhaseSummary.incomplete``) is refused, naming the run and 
 ``allow_incomplete``; then every metric and verdict comparison is marked ``incomplete`` and its
 note names the incomplete runs.
 
-Exit codes (:func:`exit_code`): 0 nothing gated regressed; 1 a gated metric or a verdict
-regressed; 3 nothing regressed, but a gated metric is *missing* (its server metric family is
-absent from a run) or, with ``strict``, inconclusive. Usage errors (not runs, unreadable plans,
+Exit codes (:func:`exit_code`, decided by ``analysis.gate_decision`` from the *key* metrics the
+gate file names per scenario and every verdict): 0 no key metric or verdict regressed and every
+one is decided; 1 a key metric or a verdict regressed; 3 nothing regressed, but a key metric is
+inconclusive or *missing* (its server metric family is absent from a run); with ``strict``
+every gated metric is key. Usage errors (not runs, unreadable plans,
 workloads that differ, incomplete runs) are raised as :class:`CompareError` for the CLI to turn
 into exit code 2.
 
@@ -599,11 +601,7 @@ def compare_paths(
 
 
 def exit_code(comparison: Comparison, strict: bool = False) -> int:
-    """0, 1 or 3 as in the module docstring (gated metrics and every verdict count)."""
-    gated = [m.classification for m in comparison.metrics if m.gated]
-    gated += [v.classification for v in comparison.verdicts]
-    if "regression" in gated:
-        return 1
-    if "missing" in gated or (strict and "inconclusive" in gated):
-        return 3
-    return 0
+    """0, 1 or 3 as in the module docstring: ``analysis.gate_decision.decide``'s exit code."""
+    from analysis.gate_decision import decide  # it builds on this module's types
+
+    return decide(comparison, strict).exit_code

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
@@ -13,7 +14,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from analysis.compare import CLASSES, Comparison, MetricComparison, exit_code
+from analysis.compare import CLASSES, Comparison, MetricComparison
+from analysis.gate_decision import Decision, decide, is_key, key_selectors
 from analysis.markdown import f, table
 from analysis.plots import save
 
@@ -26,11 +28,6 @@ _COLOURS = {
     "no change": "tab:gray",
     "inconclusive": "tab:orange",
     "missing": "black",
-}
-_RESULT = {
-    0: "NO REGRESSION",
-    1: "REGRESSION",
-    3: "INCOMPLETE (a gated metric is missing, or inconclusive under --strict)",
 }
 
 
@@ -53,12 +50,16 @@ def _change(m: MetricComparison) -> tuple[str, str, str]:
     return change, interval, f"±{m.tolerance:g}"
 
 
-def metric_rows(metrics: list[MetricComparison]) -> list[list[str]]:
-    """Table rows: phase, metric, baseline, candidate, change, interval, tolerance, class."""
+def metric_rows(
+    metrics: list[MetricComparison], key: Callable[[MetricComparison], bool] | None = None
+) -> list[list[str]]:
+    """Table rows: phase, metric, baseline, candidate, change, interval, tolerance, class;
+    ``key`` marks the key metrics (``**name**``)."""
     rows = []
     for m in metrics:
         change, interval, tol = _change(m)
         name = m.metric + (f" {m.stat}" if m.stat else "")
+        name = f"**{name}**" if key is not None and key(m) else name
         klass = m.classification.upper() if m.classification == "regression" else m.classification
         klass += "" if m.gated else " (not gated)"
         klass += " (incomplete run)" if m.incomplete else ""
@@ -69,18 +70,42 @@ def metric_rows(metrics: list[MetricComparison]) -> list[list[str]]:
     return rows
 
 
+def decision_markdown(d: Decision, strict: bool = False) -> list[str]:
+    """The headline and, per undecided key metric, why and what would decide it."""
+    out = [f"**{d.line}** (exit code {d.exit_code}" + (", --strict" if strict else "") + ")", ""]
+    if d.undecided:
+        rows = [[u.label, u.classification,
+                 "–" if u.estimate is None or u.estimate.extra_pairs is None
+                 else str(u.estimate.extra_pairs),
+                 "–" if u.estimate is None or u.estimate.requests_factor is None
+                 else f"×{u.estimate.requests_factor:.2g}",
+                 (u.estimate.why if u.estimate else "") or u.reason]
+                for u in d.undecided]  # fmt: skip
+        out += [
+            "Undecided key metrics, and what would decide them (the extra pairs: each "
+            "half-width of the interval shrinking as √(runs) at the observed spread and "
+            "effect; × requests per phase: the same, if run-to-run shifts are small; "
+            "docs/gate-decisions.md):",
+            "",
+            table(["key metric", "class", "extra pairs", "or requests", "how / why"], rows),
+            "",
+        ]
+    return out
+
+
 def render_markdown(c: Comparison, strict: bool = False) -> str:
     """The comparison as Markdown."""
-    code = exit_code(c, strict)
     b, k = c.baseline, c.candidate
     s = c.settings
+    selectors = key_selectors(c)
+
+    def keyed(m: MetricComparison) -> bool:
+        return is_key(m, selectors, strict)
+
     out = [
         f"# Regression gate: {c.scenario}",
         "",
-        f"**{_RESULT.get(code, str(code))}** (exit code {code}"
-        + (", --strict" if strict else "")
-        + ")",
-        "",
+        *decision_markdown(decide(c, strict), strict),
         table(
             ["side", "vLLM (served)", "runs", "workload hash"],
             [
@@ -105,7 +130,8 @@ def render_markdown(c: Comparison, strict: bool = False) -> str:
         "side; no change: inside the tolerance; inconclusive: it straddles a tolerance edge, or "
         f"too few values (a statistic needs {s['min_samples']} values, a percentile "
         f"{s['min_tail_samples']} beyond it); missing: a server metric family is absent from a "
-        "run (never read as 0).",
+        "run (never read as 0). Key metrics (in bold) and every verdict decide the headline; "
+        "the others are information.",
         "",
     ]
     for run_list, label in ((b.runs, "Baseline runs"), (k.runs, "Candidate runs")):
@@ -126,7 +152,7 @@ def render_markdown(c: Comparison, strict: bool = False) -> str:
         metrics = [m for m in c.metrics if m.case == b_case]
         headers = ["phase", "metric", "baseline", "candidate", "change", "interval",
                    "tolerance", "class", "note"]  # fmt: skip
-        out += [table(headers, metric_rows(metrics)), ""]
+        out += [table(headers, metric_rows(metrics, keyed)), ""]
         out += [f"![ratios](plots/compare_{b_case}.png)", ""]
     return "\n".join(out)
 
@@ -171,7 +197,9 @@ def write_comparison(c: Comparison, out_dir: Path, strict: bool = False) -> Path
     for case in c.pairs:
         ratio_plot(c, case, plots / f"compare_{case}.png")
     data = c.model_dump(mode="json")
-    data["exit_code"] = exit_code(c, strict)
+    decision = decide(c, strict)
+    data["exit_code"] = decision.exit_code
+    data["decision"] = decision.model_dump(mode="json")
     data["strict"] = strict
     (out_dir / COMPARE_JSON).write_text(json.dumps(data, indent=2) + "\n")
     path = out_dir / COMPARE_MD

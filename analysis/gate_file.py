@@ -7,6 +7,11 @@ Unknown keys and metrics are errors, so a typo never silently keeps a default; s
 that would be ignored or could never classify: ``stats`` (or a ``metric.stat`` key) on a per-run
 figure, which has one value per run and no statistics to choose, an unknown statistic, and a
 tolerance that is not a finite number ≥ 0 (``inf`` would call every change "no change").
+
+``[key_metrics]`` names, per scenario (``default`` for the rest), the metrics that decide the
+headline (``analysis.gate_decision``); a user's list for a scenario replaces that scenario's
+list. A selector is a metric (``ttft_ms``: every statistic compared; ``num_preemptions``: a
+per-run figure) or a per-request metric and statistic (``ttft_ms.p50``); unknown ones are errors.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from analysis.compare_metrics import REQUEST_METRICS
+from analysis.compare_metrics import REQUEST_METRICS, RUN_METRICS
 from analysis.compare_stats import Statistic
 
 DEFAULTS_FILE = Path(__file__).with_name("gate_defaults.toml")
@@ -53,6 +58,11 @@ class GateConfig(BaseModel):
     min_samples: int = Field(default=10, ge=1)
     min_tail_samples: int = Field(default=2, ge=1)
     metrics: dict[str, MetricRule]
+    key_metrics: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+
+    def key_selectors(self, scenario: str) -> tuple[str, ...]:
+        """The key-metric selectors of ``scenario`` (its own list, else ``default``)."""
+        return self.key_metrics.get(scenario, self.key_metrics.get("default", ()))
 
     def rule(self, metric: str, stat: str | None = None) -> MetricRule | None:
         """The rule of ``metric`` (``metric.stat`` first when a statistic is given)."""
@@ -71,6 +81,28 @@ def _read(path: Path) -> dict[str, Any]:
 
 
 _PER_REQUEST = tuple(m.name for m in REQUEST_METRICS)
+_PER_RUN = tuple(m.name for m in RUN_METRICS)
+
+
+def _selector_problems(key_metrics: Any) -> list[str]:
+    """Key-metric selectors that name no metric (or a statistic of a per-run figure)."""
+    if not isinstance(key_metrics, dict):
+        return ["[key_metrics] must be a table of scenario = [selectors]"]
+    out = []
+    for scenario, selectors in key_metrics.items():
+        if not isinstance(selectors, list):
+            out.append(f"[key_metrics] {scenario}: a list of metric selectors")
+            continue
+        for sel in selectors:
+            base, _, stat = str(sel).partition(".")
+            if base not in _PER_REQUEST + _PER_RUN:
+                out.append(f"[key_metrics] {scenario}: unknown metric {sel!r}; known: "
+                           + ", ".join(_PER_REQUEST + _PER_RUN))  # fmt: skip
+            elif stat and (base in _PER_RUN or stat not in get_args(Statistic)):
+                out.append(f"[key_metrics] {scenario}: {sel!r} names no statistic compared "
+                           f"(statistics: {', '.join(get_args(Statistic))}, of "
+                           f"{', '.join(_PER_REQUEST)})")  # fmt: skip
+    return out
 
 
 def _shape_problems(metrics: dict[str, Any]) -> list[str]:
@@ -97,14 +129,17 @@ def load_gate(path: Path | None = None) -> GateConfig:
 
     Raises:
         GateFileError: unreadable TOML, an unknown key, metric or statistic, ``stats`` on a
-            per-run figure, or an invalid value (a tolerance below 0 or not finite).
+            per-run figure, a key-metric selector that names no metric, or an invalid value
+            (a tolerance below 0 or not finite).
     """
     data = _read(DEFAULTS_FILE)
     known = set(data.get("metrics", {}))
     if path is not None:
         user = _read(path)
         for key, value in user.items():
-            if key != "metrics":
+            if key == "key_metrics" and isinstance(value, dict):
+                data["key_metrics"] = {**data.get("key_metrics", {}), **value}
+            elif key != "metrics":
                 data[key] = value
         for name, table in (user.get("metrics") or {}).items():
             base_name = name.split(".", 1)[0]
@@ -120,6 +155,7 @@ def load_gate(path: Path | None = None) -> GateConfig:
             data["metrics"][name] = merged
     where = path or DEFAULTS_FILE
     shape = _shape_problems(data.get("metrics") or {})
+    shape += _selector_problems(data.get("key_metrics", {}))
     if shape:
         raise GateFileError(f"{where}: " + "; ".join(shape))
     try:

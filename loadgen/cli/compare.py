@@ -44,6 +44,7 @@ def compare_exit_code(
     allow_workload_mismatch: bool = False,
     pairs: dict[str, str] | None = None,
     allow_incomplete: bool = False,
+    confidence: float | None = None,
 ) -> int:
     """``_compare_and_report``'s exit code; an unexpected error (a bug, a file nobody
     foresaw) becomes one line and ``COMPARE_ERROR_EXIT``, never a traceback whose exit code 1
@@ -51,7 +52,7 @@ def compare_exit_code(
     try:
         return _compare_and_report(
             baseline, candidate, out, gate_file, strict, allow_workload_mismatch, pairs,
-            allow_incomplete,
+            allow_incomplete, confidence,
         )  # fmt: skip
     except click.ClickException:
         raise  # usage errors: click prints them and exits 2
@@ -68,17 +69,22 @@ def _compare_and_report(
     allow_workload_mismatch: bool = False,
     pairs: dict[str, str] | None = None,
     allow_incomplete: bool = False,
+    confidence: float | None = None,
 ) -> int:
-    """Compare, write compare.md/.json/plots into ``out``, print the findings; the exit code."""
+    """Compare, write compare.md/.json/plots into ``out``, print the findings; the exit code.
+    ``confidence`` replaces the gate file's (a sequential gate's per-look level)."""
     from rich.table import Table
 
     from analysis.compare import CompareError, compare_paths, exit_code
     from analysis.compare_report import metric_rows, write_comparison
+    from analysis.gate_decision import decide, undecided_line
     from analysis.gate_file import GateFileError, load_gate
     from loadgen.progress import make_console
 
     try:
         gate = load_gate(gate_file)
+        if confidence is not None:
+            gate = gate.model_copy(update={"confidence": confidence})
         comparison = compare_paths(
             baseline, candidate, gate, allow_workload_mismatch=allow_workload_mismatch,
             pairs=pairs, allow_incomplete=allow_incomplete,
@@ -114,6 +120,13 @@ def _compare_and_report(
         f"baseline vLLM {', '.join(comparison.baseline.vllm_versions)} vs candidate vLLM "
         f"{', '.join(comparison.candidate.vllm_versions)}: {counts}"
     )
+    decision = decide(comparison, strict)
+    for u in decision.undecided[:20]:
+        console.print(f"[yellow]undecided {undecided_line(u)}[/yellow]")
+    if len(decision.undecided) > 20:
+        console.print(f"… {len(decision.undecided) - 20} more undecided key metrics: compare.md")
+    style = {0: "green", 1: "red"}.get(code, "yellow")
+    console.print(f"[bold {style}]{decision.line}[/bold {style}]")
     console.print(f"{path} (exit code {code})")
     return code
 
@@ -128,7 +141,11 @@ def _compare_and_report(
     default=None,
     help="Gate file (TOML) overriding analysis/gate_defaults.toml.",
 )
-@click.option("--strict", is_flag=True, help="Exit 3 when a gated metric is inconclusive.")
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Every gated metric is key, not only the gate file's key metrics.",
+)
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
@@ -165,11 +182,13 @@ def compare(
     """Compare CANDIDATE against BASELINE (each a run directory, or a directory of runs that
     are pooled) and classify every metric: regression, improvement, no change, inconclusive.
 
-    Exit code 0 when no gated metric or verdict regressed, 1 on a regression, 2 on usage
-    errors (including runs whose workloads differ and runs that did not complete: status not
-    ok, a case not ok, no manifest, an incomplete phase; --allow-incomplete compares them
-    anyway) and when the runs cannot be compared at all (one line says why), 3 when a gated
-    metric is missing from a run (or, with --strict, inconclusive).
+    Exit code 0 when every key metric and verdict is decided and none regressed, 1 on a
+    regression of one, 2 on usage errors (including runs whose workloads differ and runs that
+    did not complete: status not ok, a case not ok, no manifest, an incomplete phase;
+    --allow-incomplete compares them anyway) and when the runs cannot be compared at all (one
+    line says why), 3 when no key metric regressed but one is inconclusive or missing (the key
+    metrics: the gate file's [key_metrics] for the scenario, and every verdict; --strict:
+    every gated metric).
     """
     out = out or new_run_dir("compare")
     sys.exit(

@@ -15,6 +15,10 @@ from loadgen.cli.scenario_commands import ScenarioGroup, nominal_check
 from loadgen.params_cli import options_for, params_from_options
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from rich.console import Console
+
     from scenarios.base import Scenario
 
 #: Scenario knobs a gate sets per side itself.
@@ -26,6 +30,14 @@ def _gate_command(scenario: Scenario, values: dict[str, Any]) -> None:
     from loadgen.run import gate_order
 
     repeats = int(values["repeats"])
+    max_repeats = values.get("max_repeats")
+    if max_repeats is not None and not values.get("until_decided"):
+        raise click.UsageError("--max-repeats needs --until-decided")
+    if values.get("until_decided") and (max_repeats or 0) < repeats:
+        raise click.UsageError(f"--until-decided needs --max-repeats ≥ --repeats ({repeats})")
+    if values.get("until_decided") and repeats < 2:
+        raise click.UsageError("--until-decided needs --repeats ≥ 2: with one run per side no "
+                               "run-to-run shift can show (docs/gate-decisions.md)")  # fmt: skip
     shared = {k: v for k, v in values.items() if k not in _GATE_OWNED}
     extra = values.get("candidate_vllm_args")
     sides = {
@@ -49,7 +61,8 @@ def _gate_command(scenario: Scenario, values: dict[str, Any]) -> None:
     sequence = gate_order(repeats, values["order"])
     console.print(f"gate {out}: {' '.join('A' if s == 'baseline' else 'B' for s in sequence)}")
     seen = {"baseline": 0, "candidate": 0}
-    for side in sequence:
+
+    def run_side(side: str) -> None:
         seen[side] += 1
         run_dir = out / side / f"run-{seen[side]}"
         status, report = run_and_report(scenario, sides[side], run_dir)
@@ -58,10 +71,49 @@ def _gate_command(scenario: Scenario, values: dict[str, Any]) -> None:
             sys.exit(4)
         if report is None:  # complete records, but the analysis cannot read them
             fail_compare(f"the report of {side} run {run_dir} failed (said above)")
-    sys.exit(
-        compare_exit_code(out / "baseline", out / "candidate", out, values.get("gate_file"),
-                           bool(values.get("strict")))
+
+    for side in sequence:
+        run_side(side)
+
+    def compare(confidence: float | None = None) -> int:
+        return compare_exit_code(out / "baseline", out / "candidate", out,
+                                 values.get("gate_file"), bool(values.get("strict")),
+                                 confidence=confidence)  # fmt: skip
+
+    if not values.get("until_decided"):
+        sys.exit(compare())
+    most = int(max_repeats or repeats)
+    sys.exit(_until_decided(out, repeats, most, values, run_side, compare, console))
+
+
+def _until_decided(
+    out: Path, repeats: int, max_repeats: int, values: dict[str, Any],
+    run_side: Callable[[str], None], compare: Callable[[float], int], console: Console,
+) -> int:  # fmt: skip
+    """Add pairs in the gate's order until decided (``analysis.gate_sequential``)."""
+    from analysis.gate_file import load_gate
+    from analysis.gate_sequential import LOOKS_FILE, decision_of, run_until_decided
+    from loadgen.run import gate_order
+
+    def add_pair(k: int) -> None:
+        for side in gate_order(k, values["order"])[-2:]:
+            run_side(side)
+
+    def look(confidence: float) -> Any:
+        compare(confidence)
+        return decision_of(out)
+
+    def show(entry: Any) -> None:
+        console.print(
+            f"look {entry.look}/{entry.looks} at {entry.pairs} pairs "
+            f"({entry.confidence:.2%} per look): {entry.headline}; {entry.why}"
+        )
+
+    decision = run_until_decided(
+        repeats, max_repeats, load_gate(values.get("gate_file")).confidence, add_pair, look,
+        out / LOOKS_FILE, show,
     )  # fmt: skip
+    return int(decision.exit_code)
 
 
 class _GateGroup(ScenarioGroup):
@@ -76,7 +128,14 @@ class _GateGroup(ScenarioGroup):
                          help="vLLM version of the baseline (the project's or `make engine`)."),
             click.Option(["--candidate-vllm"], required=True, help="vLLM of the candidate."),
             click.Option(["--repeats"], type=click.IntRange(min=1), default=2, show_default=True,
-                         help="Runs per side, alternated."),
+                         help="Runs per side, alternated (with --until-decided: before the "
+                         "first look)."),
+            click.Option(["--until-decided"], is_flag=True,
+                         help="Add alternated pairs until every key metric is decided or "
+                         "--max-repeats per side; each look in looks.jsonl, its intervals at "
+                         "the confidence split over the planned looks (Bonferroni)."),
+            click.Option(["--max-repeats"], type=click.IntRange(min=1), default=None,
+                         help="With --until-decided: most runs per side."),
             click.Option(["--order"], type=click.Choice(["abba", "abab"]), default="abba",
                          show_default=True, help="abba: A B B A … (cancels linear drift); abab."),
             click.Option(["--candidate-vllm-args"], default=None,
@@ -85,7 +144,7 @@ class _GateGroup(ScenarioGroup):
                          type=click.Path(exists=True, dir_okay=False, path_type=Path),
                          help="Gate file (TOML) overriding analysis/gate_defaults.toml."),
             click.Option(["--strict"], is_flag=True,
-                         help="Exit 3 when a gated metric is inconclusive."),
+                         help="Every gated metric is key, not only the gate file's."),
             click.Option(["--out", "out"], type=click.Path(path_type=Path), default=None,
                          help="Gate directory (default: runs/gate-<scenario>-<UTC time>)."),
         ]  # fmt: skip
@@ -97,4 +156,6 @@ class _GateGroup(ScenarioGroup):
 @click.group(cls=_GateGroup)
 def gate() -> None:
     """Run a scenario alternately on a baseline and a candidate vLLM, then compare the pooled
-    runs (compare.md). Exit codes as `loadgen compare`, and 4 when a run did not complete."""
+    runs (compare.md); with --until-decided, pair by pair until decided. Exit codes as
+    `loadgen compare` (0 no regression, 1 regression, 3 inconclusive), and 4 when a run did
+    not complete."""

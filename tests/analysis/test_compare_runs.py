@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from analysis.compare import CompareError, compare_paths, exit_code, workload_hash
+from analysis.gate_decision import decide
 from analysis.gate_file import GateFileError, load_gate
 from analysis.load import load_plan, load_run
 from analysis.report import summarize_run
@@ -78,7 +79,9 @@ def _gate_file(tmp_path: Path, text: str) -> Path:
     return path
 
 
-def test_the_same_run_twice_has_no_regression_and_exit_code_0(pair: tuple[Path, Path]) -> None:
+def test_the_same_run_twice_has_no_regression_and_its_undecided_key_metrics_say_why(
+    pair: tuple[Path, Path], tmp_path: Path
+) -> None:
     comparison = compare_paths(*pair, load_gate())
     assert comparison.counts["regression"] == 0
     assert comparison.counts["improvement"] == 0
@@ -87,7 +90,22 @@ def test_the_same_run_twice_has_no_regression_and_exit_code_0(pair: tuple[Path, 
     # A sampled KV peak from one run per side: equal here (0.5), yet no spread is known.
     peaks = [m for m in comparison.metrics if m.metric == "kv_cache_usage_peak"]
     assert {(m.change, m.classification) for m in peaks} == {(0.0, "inconclusive")}
-    assert exit_code(comparison) == 0
+    # 6 requests a phase: a mean or p50 needs 10 values per side (p50: max(10, 4 / 0.5)), so
+    # the key TTFT/TPOT statistics are inconclusive; ⌈10 / 6⌉ = 2 runs decide whether they can
+    # be computed: 1 more pair. Not a regression: exit 3, not 1.
+    decision = decide(comparison)
+    assert (decision.headline, exit_code(comparison)) == ("inconclusive", 3)
+    assert decision.regressions == []
+    too_few = [u for u in decision.undecided if u.label.endswith(("ttft_ms p50", "tpot_ms mean"))]
+    assert too_few and {(u.estimate.runs_needed, u.estimate.extra_pairs)  # type: ignore[union-attr]
+                        for u in too_few} == {(2, 1)}  # fmt: skip
+    # With statistics allowed on 6 values, identical runs give ratio 1 everywhere; what stays
+    # undecided are the phases whose 6 TTFTs are bimodal (cold: 2 probes miss at 80 ms, 4 hit
+    # at 20 ms), whose resampled ratios spread far beyond ±15 %: never a regression.
+    small = decide(compare_paths(*pair, load_gate(_gate_file(tmp_path, SMALL_GATE))))
+    assert small.regressions == [] and small.exit_code == 3
+    assert {u.label.split("/")[1].split()[0] for u in small.undecided} == {"cold", "revisit"}
+    assert all(u.estimate and u.estimate.toward == "no change" for u in small.undecided)
 
 
 def test_a_slower_candidate_regresses_with_the_exact_ratio(
@@ -148,7 +166,9 @@ def test_a_missing_family_that_is_not_gated_does_not_fail_the_gate(
     assert {m.classification for m in comparison.metrics if m.metric == "num_preemptions"} == {
         "missing"
     }
-    assert exit_code(comparison) == 0
+    # num_preemptions is no longer key (gate = false): its missing family does not count.
+    assert not [u for u in decide(comparison).undecided if "num_preemptions" in u.label]
+    assert exit_code(comparison) == 3  # the 6-request statistics are still undecided
 
 
 def test_runs_with_different_workloads_are_refused_unless_allowed(tmp_path: Path) -> None:
@@ -227,17 +247,30 @@ def test_a_well_sampled_peak_with_repeats_is_compared(
 
 def test_cli_exit_codes_and_files(pair: tuple[Path, Path], tmp_path: Path) -> None:
     runner = CliRunner()
-    same = runner.invoke(main, ["compare", *map(str, pair), "--out", str(tmp_path / "o1")])
+    # Key metrics that identical runs decide (TPOT is 10 ms in every request: ratio exactly 1).
+    decided = tmp_path / "decided.toml"
+    decided.write_text(SMALL_GATE + '[key_metrics]\n"prefix-eviction" = ["tpot_ms.mean"]\n')
+    same = runner.invoke(
+        main, ["compare", *map(str, pair), "--gate", str(decided), "--out", str(tmp_path / "o1")]
+    )
     assert same.exit_code == 0, same.output
+    assert "NO REGRESSION" in same.output
     assert (tmp_path / "o1" / "compare.md").exists()
     data = json.loads((tmp_path / "o1" / "compare.json").read_text())
     assert data["exit_code"] == 0 and data["baseline"]["vllm_versions"] == ["0.32.0"]
     assert (tmp_path / "o1" / "plots" / f"compare_{TEST_CASE}.png").exists()
-    # --strict: the synthetic runs' 6-request phases leave statistics inconclusive.
+    # --strict: every gated metric decides, and the 6-request phases leave statistics
+    # inconclusive; so do the default key metrics (a mean needs 10 values): exit 3, naming
+    # them and the one more pair that gives them enough values.
     strict = runner.invoke(
-        main, ["compare", *map(str, pair), "--strict", "--out", str(tmp_path / "o2")]
-    )
+        main, ["compare", *map(str, pair), "--gate", str(decided), "--strict",
+               "--out", str(tmp_path / "o2")],
+    )  # fmt: skip
     assert strict.exit_code == 3, strict.output
+    default = runner.invoke(main, ["compare", *map(str, pair), "--out", str(tmp_path / "o5")])
+    assert default.exit_code == 3, default.output
+    assert "INCONCLUSIVE" in default.output and "~1 more pair" in default.output
+    assert "~1 more pair" in (tmp_path / "o5" / "compare.md").read_text()
     _slow_down(pair[1], 2.0)
     gate = _gate_file(tmp_path, SMALL_GATE)
     worse = runner.invoke(

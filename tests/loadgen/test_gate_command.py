@@ -46,3 +46,25 @@ def test_an_engine_that_is_not_installed_fails_before_any_start(monkeypatch, tmp
     assert gate.exit_code == 2
     assert "make engine VLLM=0.1.0" in gate.output
     assert not (tmp_path / "gate").exists()
+
+
+def test_until_decided_needs_max_repeats_at_least_repeats_before_any_start(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    runner = CliRunner()
+    base = ["gate", "prefix-eviction", "--baseline-vllm", "0.1.0", "--candidate-vllm", "0.1.0",
+            "--out", str(tmp_path / "gate")]  # fmt: skip
+    for extra, why in (
+        (["--max-repeats", "4"], "--max-repeats needs --until-decided"),
+        (["--until-decided"], "--until-decided needs --max-repeats"),
+        (["--until-decided", "--repeats", "3", "--max-repeats", "2"], "≥ --repeats (3)"),
+        (["--until-decided", "--repeats", "1", "--max-repeats", "2"], "--repeats ≥ 2"),
+    ):
+        result = runner.invoke(main, [*base, *extra])
+        assert result.exit_code == 2, result.output
+        assert why in result.output
+    assert not (tmp_path / "gate").exists()
+
+
+def test_added_pairs_continue_the_gate_order() -> None:
+    # --until-decided adds pair k as the last two of gate_order(k): A B B A then A B, B A, …
+    added = [gate_order(k, "abba")[-2:] for k in (3, 4)]
+    assert added == [["baseline", "candidate"], ["candidate", "baseline"]]

@@ -1,0 +1,178 @@
+"""Sequential gating (``loadgen gate … --until-decided --max-repeats N``): add alternated
+baseline/candidate pairs, look after each, stop once the gate is decided, without inflating
+false alarms by the repeated looks.
+
+**Method: Bonferroni over the planned looks.** A gate that starts with r pairs and may grow to
+N plans L = N − r + 1 looks (after r, r + 1, …, N pairs). Every look builds its intervals at
+the confidence 1 − α/L, where 1 − α is the gate file's ``confidence``. A wrong decision at any
+look needs some look's interval to miss the true value, so by the union bound the chance of a
+wrong decision of a metric over all looks is at most L · α/L = α, and of a false regression (the
+interval wholly above the band while the truth is inside it) at most α/2, whatever the
+dependence between looks and whenever the gate stops. Why this and not Pocock's or O'Brien–
+Fleming's boundaries (Lan–DeMets spending): those assume a normal test statistic with a known
+correlation between looks (information fractions), which a two-level percentile bootstrap of
+a percentile does not give; they also bound one test of a null, while a gate decides
+equivalence (no change) and regression at once. Bonferroni needs neither and is the simplest
+rule decided before the run. Its price is width: at α = 0.05 and L = 5 each look is a 99 %
+interval (z 2.58 instead of 1.96, 1.31× wider); the estimates of
+``analysis.gate_sample_size`` are made at that same per-look confidence, so they predict this
+gate's later looks.
+
+**The first look** comes after at least ``MIN_FIRST_PAIRS`` = 2 pairs (see there).
+
+**Stopping.** After each look: stop when the headline is *no regression* (every key metric
+decided) or *regression* (a key metric or verdict regressed: the no-go stands at the stated
+error bound, so more pairs would only cost time), or when N pairs are done; otherwise add a
+pair. Every look is appended to ``looks.jsonl`` in the gate directory (:class:`Look`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from analysis.compare_report import COMPARE_JSON
+from analysis.gate_decision import Decision, undecided_line
+
+LOOKS_FILE = "looks.jsonl"
+
+#: Fewest pairs before the first look. With one run per side the request bootstrap cannot see
+#: a shift of a whole run and a per-run figure has no interval (its point alone decides), so
+#: no interval of that look is valid at any confidence (a same-vLLM one-pair gate on the
+#: shared machine: docs/gate-decisions.md).
+MIN_FIRST_PAIRS = 2
+
+
+class Look(BaseModel):
+    """One look of a sequential gate (a line of ``looks.jsonl``).
+
+    Attributes:
+        look: 1-based look number; ``looks``: the planned number L.
+        pairs: runs per side the look compared.
+        confidence: the per-look interval confidence 1 − α/L.
+        headline, exit_code, line: the look's decision (``analysis.gate_decision``).
+        regressions: key metrics and verdicts that regressed.
+        undecided: one line per undecided key metric, with the extra pairs estimated.
+        extra_pairs: the most extra pairs any undecided key metric needs (``None``: unknown
+            or not decidable by pairs).
+        stop: whether the gate stopped after this look, and ``why``.
+        at: UTC time of the look.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    look: int
+    looks: int
+    pairs: int
+    confidence: float
+    headline: str
+    exit_code: int
+    line: str
+    regressions: list[str] = Field(default_factory=list)
+    undecided: list[str] = Field(default_factory=list)
+    extra_pairs: int | None = None
+    stop: bool
+    why: str
+    at: str
+
+
+def planned_looks(first_pairs: int, max_pairs: int) -> int:
+    """L = ``max_pairs − first_pairs + 1``.
+
+    Raises:
+        ValueError: ``first_pairs`` < ``MIN_FIRST_PAIRS`` or ``max_pairs`` < ``first_pairs``.
+    """
+    if first_pairs < MIN_FIRST_PAIRS:
+        raise ValueError(
+            f"the first look needs {MIN_FIRST_PAIRS} pairs (got {first_pairs}): with one run "
+            "per side no run-to-run shift can show"
+        )
+    if max_pairs < first_pairs:
+        raise ValueError(
+            f"max repeats ({max_pairs}) must be at least the first repeats ({first_pairs})"
+        )
+    return max_pairs - first_pairs + 1
+
+
+def look_confidence(confidence: float, looks: int) -> float:
+    """Per-look confidence 1 − (1 − ``confidence``)/``looks`` (Bonferroni, module docstring).
+
+    Raises:
+        ValueError: ``confidence`` outside (0, 1) or ``looks`` < 1.
+    """
+    if not 0 < confidence < 1 or looks < 1:
+        raise ValueError(f"confidence in (0, 1) and looks ≥ 1 needed ({confidence}, {looks})")
+    return 1 - (1 - confidence) / looks
+
+
+def stop_reason(decision: Decision, pairs: int, max_pairs: int) -> str | None:
+    """Why the gate stops after a look with ``decision`` at ``pairs`` pairs, or ``None``."""
+    if decision.headline == "regression":
+        return "a key metric or verdict regressed"
+    if decision.headline == "no regression":
+        return "every key metric decided"
+    if pairs >= max_pairs:
+        return f"{max_pairs} pairs reached (--max-repeats) with key metrics undecided"
+    return None
+
+
+def decision_of(gate_dir: Path) -> Decision:
+    """The decision ``loadgen compare`` wrote into ``gate_dir``'s ``compare.json``."""
+    data = json.loads((gate_dir / COMPARE_JSON).read_text())
+    return Decision.model_validate(data["decision"])
+
+
+def record_look(path: Path, look: Look) -> None:
+    """Append ``look`` to ``looks.jsonl`` at ``path`` (one JSON object a line)."""
+    with path.open("a") as out:
+        out.write(look.model_dump_json() + "\n")
+
+
+def run_until_decided(
+    first_pairs: int,
+    max_pairs: int,
+    confidence: float,
+    add_pair: Callable[[int], None],
+    compare: Callable[[float], Decision],
+    looks_file: Path,
+    on_look: Callable[[Look], None] | None = None,
+) -> Decision:
+    """Look after ``first_pairs`` pairs (already run), then add pairs until :func:`stop_reason`.
+
+    Args:
+        first_pairs, max_pairs: pairs run before the first look, and at most.
+        confidence: the gate's overall confidence 1 − α.
+        add_pair: runs pair number k (1-based; its two runs in the gate's order).
+        compare: compares what has run at the given per-look confidence, returns the decision.
+        looks_file: ``looks.jsonl``, appended to.
+        on_look: called with each look (the CLI prints it).
+
+    Raises:
+        ValueError: see :func:`planned_looks`.
+    """
+    looks = planned_looks(first_pairs, max_pairs)
+    level = look_confidence(confidence, looks)
+    pairs = first_pairs
+    for number in range(1, looks + 1):
+        decision = compare(level)
+        why = stop_reason(decision, pairs, max_pairs)
+        look = Look(
+            look=number, looks=looks, pairs=pairs, confidence=level,
+            headline=decision.headline, exit_code=decision.exit_code, line=decision.line,
+            regressions=decision.regressions,
+            undecided=[undecided_line(u) for u in decision.undecided],
+            extra_pairs=decision.extra_pairs, stop=why is not None,
+            why=why or "key metrics undecided: one more pair",
+            at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        )  # fmt: skip
+        record_look(looks_file, look)
+        if on_look is not None:
+            on_look(look)
+        if why is not None:
+            return decision
+        pairs += 1
+        add_pair(pairs)
+    raise AssertionError("unreachable: the last look stops at max_pairs")  # pragma: no cover
