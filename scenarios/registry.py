@@ -9,6 +9,7 @@ from scenarios.kv_preemption import KVPreemption
 from scenarios.prefix_eviction import PrefixEviction
 from scenarios.slo_goodput import SLOGoodput
 from scenarios.spec_decode import SpecDecode
+from scenarios.trace_replay import TraceReplay
 
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
@@ -19,6 +20,7 @@ SCENARIOS: dict[str, Scenario] = {
         Breaker(),
         SpecDecode(),
         SLOGoodput(),
+        TraceReplay(),
     )
 }
 

@@ -115,7 +115,61 @@ class UniquePrompts(BaseModel):
         return int(rng.integers(p_lo, p_hi + 1)), int(rng.integers(o_lo, o_hi + 1))
 
 
-Workload = Annotated[AnchoredPrompts | UniquePrompts, Field(discriminator="kind")]
+class TraceItem(BaseModel):
+    """One trace request as sent (after scaling and any truncation).
+
+    Attributes:
+        line: its line in the trace file (1-based): request ids and reports name it.
+        input_tokens / output_tokens: prompt length and exact output length (tokens).
+        hash_ids: its prefix-block hashes, one per ``TracePrompts.block_tokens`` tokens (the
+            last block partial), covering ``input_tokens``.
+        session_id / turn: the session it belongs to and its turn (0 = first), if any.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    line: int = Field(gt=0)
+    input_tokens: int = Field(gt=0)
+    output_tokens: int = Field(gt=0)
+    hash_ids: tuple[int, ...]
+    session_id: str | None = None
+    turn: int = Field(default=0, ge=0)
+
+
+class TracePrompts(BaseModel):
+    """The requests of a trace slice, prompts built from their hash ids (``scenarios.traces``).
+
+    Each hash id becomes a deterministic block of ``block_tokens`` token IDs keyed by the
+    run seed, ``salt`` and the hash id (``scenarios.traces.block_token_ids``); a prompt is
+    its blocks in order, cut to ``input_tokens``. Two requests sharing their first k hash ids
+    share exactly their first k blocks. A different ``salt`` (the scenario uses the phase
+    name) gives every block new tokens, so phases replaying the same slice share nothing.
+
+    ``trace_sha256`` (the file's content hash), ``token_scale`` and the slice options are part
+    of the plan and so of the workload hash that ``compare`` checks.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    kind: Literal["trace"] = "trace"
+    trace_path: str
+    trace_sha256: str
+    token_scale: str
+    block_tokens: int = Field(gt=0)
+    salt: str
+    items: tuple[TraceItem, ...] = Field(min_length=1)
+
+    @property
+    def requests(self) -> int:
+        """The request count (one per item)."""
+        return len(self.items)
+
+    def block_seed(self, seed: int) -> int:
+        """The integer seed the blocks of this workload are drawn with: sha256 of
+        ``{seed}:{salt}`` (its first 8 bytes, little-endian)."""
+        digest = hashlib.sha256(f"{seed}:{self.salt}".encode()).digest()
+        return int.from_bytes(digest[:8], "little")
+
+
+Workload = Annotated[AnchoredPrompts | UniquePrompts | TracePrompts, Field(discriminator="kind")]
 
 
 def _token_array(seed: int, key: str, n: int, space: TokenSpace) -> np.ndarray:
@@ -202,16 +256,23 @@ def _request_id(phase: str, i: int) -> str:
 
 
 def materialize(
-    workload: AnchoredPrompts | UniquePrompts, phase: str, seed: int, space: TokenSpace
+    workload: AnchoredPrompts | UniquePrompts | TracePrompts,
+    phase: str,
+    seed: int,
+    space: TokenSpace,
 ) -> PhaseRequests:
     """The concrete requests of one phase (deterministic for a given seed), built lazily.
 
     Request i of an anchored workload is anchor ``i % anchors``'s prefix (the same tokens in
     every phase) + a suffix keyed by (phase, i); of a unique workload, tokens keyed by
-    (phase, i). Anchor prefixes are drawn once per call and kept as compact arrays.
+    (phase, i). Anchor prefixes are drawn once per call and kept as compact arrays. Request
+    i of a trace workload is item i's blocks (:class:`TracePrompts`); its id names its trace
+    line (``{phase}-L{line}``) and its group its session (``session-{id}``), if any.
     """
     if isinstance(workload, AnchoredPrompts):
         return _anchored(workload, phase, seed, space)
+    if isinstance(workload, TracePrompts):
+        return _traced(workload, phase, seed, space)
     return _unique(workload, phase, seed, space)
 
 
@@ -274,3 +335,45 @@ def _unique(workload: UniquePrompts, phase: str, seed: int, space: TokenSpace) -
         )
 
     return PhaseRequests(workload.requests, build, header)
+
+
+def trace_request_id(phase: str, line: int) -> str:
+    """The request id of the trace request on ``line`` in ``phase``: ``{phase}-L{line:05d}``."""
+    return f"{phase}-L{line:05d}"
+
+
+def _traced(workload: TracePrompts, phase: str, seed: int, space: TokenSpace) -> PhaseRequests:
+    from scenarios.traces import TraceRequest, prompt_token_ids  # traces imports TokenSpace
+
+    block_seed = workload.block_seed(seed)
+
+    def header(i: int) -> RequestHeader:
+        item = workload.items[i]
+        return RequestHeader(
+            request_id=trace_request_id(phase, item.line),
+            group=None if item.session_id is None else f"session-{item.session_id}",
+            prompt_tokens=item.input_tokens,
+            max_tokens=item.output_tokens,
+        )
+
+    def build(i: int) -> PlannedRequest:
+        item = workload.items[i]
+        request = TraceRequest(
+            line=item.line,
+            timestamp_ms=None,
+            input_length=item.input_tokens,
+            output_length=item.output_tokens,
+            hash_ids=item.hash_ids,
+            session_id=item.session_id,
+            turn=item.turn,
+        )
+        ids = prompt_token_ids(request, block_seed, workload.block_tokens, space)
+        h = header(i)
+        return PlannedRequest(
+            request_id=h.request_id,
+            prompt_token_ids=tuple(ids.tolist()),
+            max_tokens=h.max_tokens,
+            group=h.group,
+        )
+
+    return PhaseRequests(len(workload.items), build, header)
