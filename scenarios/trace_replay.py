@@ -23,7 +23,8 @@ milliseconds; START inclusive, END exclusive; ``all`` for the whole file), then
 in the slice when the turn before it is.
 
 Too long for the server (prompt + output > ``max_model_len``, the value the case's server
-is started with): ``--too-long skip`` leaves the request out, ``truncate`` cuts its prompt to
+is started with; for an attached server ``--max-model-len`` must give its own):
+``--too-long skip`` leaves the request out, ``truncate`` cuts its prompt to
 ``max_model_len − output`` tokens (its hash ids to the blocks that remain); either way the
 plan's sizing counts and names them. A session turn after a skipped one is skipped too (it
 would follow a turn never sent).
@@ -53,7 +54,7 @@ from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_va
 from scenarios.arrivals import TraceArrival
 from scenarios.base import Scenario
 from scenarios.checks import Check, CheckSpec
-from scenarios.common import MAX_REQUESTS, RunParams
+from scenarios.common import MAX_REQUESTS, HttpUrlText, RunParams
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
 from scenarios.slo_goodput import parse_slo
 from scenarios.traces import (
@@ -215,6 +216,10 @@ class TraceReplayParams(RunParams):
     cache: str = Field(
         default="1GiB", description="KV cache size, or a list of them (1GiB,4GiB): one case each."
     )
+    url: HttpUrlText | None = Field(
+        default=None,
+        description="Attach to this running server (one case; give its --max-model-len).",
+    )
     speedup: str = Field(
         default="0.5",
         description="Trace clock speedup, or a list (0.5,1,2): one phase each, in order.",
@@ -302,6 +307,12 @@ class TraceReplayParams(RunParams):
     def _slo(cls, value: str) -> str:
         parse_slo(value)
         return value
+
+    @model_validator(mode="after")
+    def _one_attached_server(self) -> TraceReplayParams:
+        if self.url and len(parse_caches(self.cache)) > 1:
+            raise ValueError("url attaches one server: give one cache size (or none) with it")
+        return self
 
     @model_validator(mode="after")
     def _slice_not_empty(self) -> TraceReplayParams:
@@ -451,6 +462,8 @@ class TraceReplay(Scenario):
     )
 
     def _case(self, p: TraceReplayParams, cache: int) -> CaseSpec:
+        if p.url:
+            return CaseSpec(name="attached", url=p.url, label=f"attached {p.url}")
         return CaseSpec(
             name=format_size(cache), server=p.server(cache), label=f"cache {format_size(cache)}"
         )
@@ -479,7 +492,6 @@ class TraceReplay(Scenario):
             PhaseSpec(
                 name=phase_name(s),
                 workload=TracePrompts(
-                    trace_path=p.trace,
                     trace_sha256=trace.sha256,
                     token_scale=str(trace.token_scale),
                     block_tokens=trace.block_tokens,
@@ -497,7 +509,8 @@ class TraceReplay(Scenario):
             )
             for s in speedups
         )
-        cases = tuple(self._case(p, c) for c in parse_caches(p.cache))
+        caches = parse_caches(p.cache)[:1] if p.url else parse_caches(p.cache)
+        cases = tuple(self._case(p, c) for c in caches)
         checks: list[Check] = []
         for case in cases:
             for phase in phases:

@@ -144,13 +144,14 @@ class TracePrompts(BaseModel):
     share exactly their first k blocks. A different ``salt`` (the scenario uses the phase
     name) gives every block new tokens, so phases replaying the same slice share nothing.
 
-    ``trace_sha256`` (the file's content hash), ``token_scale`` and the slice options are part
-    of the plan and so of the workload hash that ``compare`` checks.
+    ``trace_sha256`` (the file's content hash), ``token_scale``, the block size and the items
+    (what the slice, the length rule and the scale made of the file) are part of the plan and
+    so of the workload hash that ``compare`` checks; the file's path is not (the plan's sizing
+    keeps it): the same content elsewhere is the same workload.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     kind: Literal["trace"] = "trace"
-    trace_path: str
     trace_sha256: str
     token_scale: str
     block_tokens: int = Field(gt=0)

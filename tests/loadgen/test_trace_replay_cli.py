@@ -38,3 +38,17 @@ def test_the_trace_is_required() -> None:
     result = CliRunner().invoke(main, ["run", "trace-replay"])
     assert result.exit_code == 2
     assert "--trace" in result.output
+
+
+def test_gate_takes_the_same_trace_check(tmp_path: Path) -> None:
+    trace = tmp_path / "bad.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": []}\n')
+    out = tmp_path / "gate"
+    result = CliRunner().invoke(
+        main,
+        ["gate", "trace-replay", "--trace", str(trace), "--baseline-vllm", "0.32.0",
+         "--candidate-vllm", "0.32.0", "--out", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert f"{trace}:1:" in result.output
+    assert not out.exists()
