@@ -52,3 +52,9 @@ def test_gate_takes_the_same_trace_check(tmp_path: Path) -> None:
     assert result.exit_code == 2, result.output
     assert f"{trace}:1:" in result.output
     assert not out.exists()
+
+
+def test_help_marks_the_trace_as_required() -> None:
+    result = CliRunner().invoke(main, ["run", "trace-replay", "--help"])
+    assert result.exit_code == 0
+    assert "[required]" in result.output and "PydanticUndefined" not in result.output
