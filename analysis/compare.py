@@ -598,10 +598,3 @@ def compare_paths(
         base, cand, gate, allow_workload_mismatch=allow_workload_mismatch, pairs=pairs,
         allow_incomplete=allow_incomplete,
     )  # fmt: skip
-
-
-def exit_code(comparison: Comparison, strict: bool = False) -> int:
-    """0, 1 or 3 as in the module docstring: ``analysis.gate_decision.decide``'s exit code."""
-    from analysis.gate_decision import decide  # it builds on this module's types
-
-    return decide(comparison, strict).exit_code

@@ -193,3 +193,8 @@ def decide(c: Comparison, strict: bool = False) -> Decision:
         verdicts=len(c.verdicts), regressions=regressions, undecided=undecided, runs=runs,
         extra_pairs=extra if undecided else None,
     )  # fmt: skip
+
+
+def exit_code(comparison: Comparison, strict: bool = False) -> int:
+    """0, 1 or 3 as in ``analysis.compare``'s module docstring: :func:`decide`'s exit code."""
+    return decide(comparison, strict).exit_code

@@ -74,6 +74,7 @@ from loadgen.runformat.layout import (
 )
 from metrics.samples import Sample
 from scenarios.plan import CaseSpec, Plan
+from scenarios.registry import plan_from_data
 
 Row = TypeVar("Row", bound=msgspec.Struct)
 
@@ -386,7 +387,7 @@ def load_plan(run_dir: Path) -> Plan:
     if version == migrate_v0.FROM_VERSION:
         data = migrate_v0.plan(data)
     try:
-        return Plan.model_validate(data)
+        return plan_from_data(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(x) for x in err["loc"]) or "plan"

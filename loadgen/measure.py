@@ -9,8 +9,8 @@ definitions and checks that they agree.
 **Measurement window** of a phase (the single definition, also used by the analysis):
 
 - open loop: [t0 + warm-up, t0 + duration) on the schedule, t0 = the phase's schedule start
-  (the scheduled time of its first request); without a duration, up to its last scheduled
-  time. Requests *scheduled* inside it are the phase's counted requests.
+  (the scheduled time of its first request); without a duration (and for a trace), up to
+  its last scheduled time. Requests *scheduled* inside it are the phase's counted requests.
 - closed loop and all-at-once: [first send + warm-up, last send]. Between the first and the
   last send a closed loop is full (each finished request is replaced at once); after the last
   send it drains.
@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from loadgen.records import RequestRecord
-from scenarios.arrivals import ClosedLoop, OpenLoop
+from scenarios.arrivals import ClosedLoop, OpenLoop, TraceArrival
 from scenarios.plan import PhaseSpec
 
 
@@ -106,9 +106,9 @@ def window_of(phase: PhaseSpec, facts: Sequence[RequestFacts]) -> Window | None:
         return None
     warmup_ns = int(phase.warmup_s * 1e9)
     arrival = phase.arrival
-    if isinstance(arrival, OpenLoop):
+    if isinstance(arrival, OpenLoop | TraceArrival):
         t0 = min(f.scheduled_ns for f in facts)
-        if arrival.duration_s is not None:
+        if isinstance(arrival, OpenLoop) and arrival.duration_s is not None:
             return Window(t0 + warmup_ns, t0 + int(arrival.duration_s * 1e9) - 1)
         return Window(t0 + warmup_ns, max(f.scheduled_ns for f in facts))
     sent = [f.sent_ns for f in facts if f.sent_ns is not None]

@@ -48,12 +48,17 @@ def options_for(model: type[BaseModel]) -> list[click.Option]:
             )
             continue
         click_type = {int: click.INT, float: click.FLOAT}.get(base, click.STRING)
+        shown = (
+            "required"  # the model refuses a missing value with the flag's name
+            if field.is_required()
+            else f"default: {'none' if field.default is None else field.default}"
+        )
         opts.append(
             click.Option(
                 [f"--{flag}", name],
                 type=click_type,
                 default=None,
-                help=f"{help_text} [default: {'none' if field.default is None else field.default}]",
+                help=f"{help_text} [{shown}]",
             )
         )
     return opts

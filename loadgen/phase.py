@@ -26,7 +26,7 @@ from loadgen.client import PlannedRequest, Target, send_request
 from loadgen.clock import Clock
 from loadgen.connections import warm_up
 from loadgen.records import RecordWriter, RequestRecord
-from scenarios.arrivals import AllAtOnce, ClosedLoop, OpenLoop, concurrency_limit
+from scenarios.arrivals import AllAtOnce, ClosedLoop, OpenLoop, TraceArrival, concurrency_limit
 from scenarios.partition import WorkerShare, partition_phase
 from scenarios.workloads import PhaseRequests
 
@@ -122,12 +122,18 @@ def heap_frozen() -> Iterator[None]:
         gc.unfreeze()
 
 
-def warmup_connections(arrival: ClosedLoop | AllAtOnce | OpenLoop, n: int) -> int:
+def warmup_connections(arrival: ClosedLoop | AllAtOnce | OpenLoop | TraceArrival, n: int) -> int:
     """Connections to open before a phase of ``n`` requests: as many as it will have in
-    flight (its concurrency; an open loop's cap, or else its first second of arrivals),
-    at most :data:`WARMUP_MAX_CONNECTIONS`."""
+    flight (its concurrency; an open loop's cap, or else its first second of arrivals; a
+    trace's timed requests due in its first second), at most :data:`WARMUP_MAX_CONNECTIONS`."""
     limit = concurrency_limit(arrival, n)
-    if limit is None:
+    if isinstance(arrival, TraceArrival):
+        limit = sum(
+            1
+            for i in range(n)
+            if arrival.follows[i] is None and arrival.offset_ns(i) < OPEN_LOOP_WARMUP_S * 1e9
+        )
+    elif limit is None:
         assert isinstance(arrival, OpenLoop)
         limit = math.ceil(arrival.rate() * OPEN_LOOP_WARMUP_S)
     return max(0, min(limit, n, WARMUP_MAX_CONNECTIONS))
@@ -170,6 +176,9 @@ class _Dispatch:
         self.target, self.session, self.writer, self.clock = target, session, writer, clock
         self.on_done = on_done
         self.dispatched = 0
+        #: Positions (in ``order``) handed to a sender; a trace's session turns are handed
+        #: out of order, so the unsent ones are those not in here.
+        self.admitted: set[int] = set()
         self.in_flight: dict[int, RequestRecord] = {}
         self.late = 0
         self.first_sent_ns: int | None = None
@@ -196,7 +205,8 @@ class _Dispatch:
         record = self.record(i, scheduled_ns)
         record.admitted_ns = admitted_ns
         self.in_flight[i] = record
-        self.dispatched = position + 1
+        self.admitted.add(position)
+        self.dispatched = len(self.admitted)
         return record
 
     def finish(self, record: RequestRecord, flush: bool = True) -> None:
@@ -234,8 +244,9 @@ class _Dispatch:
         """
         for record in sorted(self.in_flight.values(), key=lambda r: r.index):
             self.finish(record, flush=False)
-        for position in range(self.dispatched, planned):
-            self.finish(self.record(self.order[position], scheduled_ns(position)), flush=False)
+        for position in range(planned):
+            if position not in self.admitted:
+                self.finish(self.record(self.order[position], scheduled_ns(position)), flush=False)
         self.writer.flush()
 
     async def closed_loop(
@@ -263,6 +274,41 @@ class _Dispatch:
         async with asyncio.TaskGroup() as group:
             for k in range(workers):
                 group.create_task(worker(k))
+
+    async def trace(self, phase_start: int, offsets: Sequence[int], arrival: TraceArrival) -> None:
+        """A trace with session turns: the timed requests on the open loop's absolute
+        schedule (``offsets``, by position), each session turn ``arrival.delay_ns`` after the
+        END of the turn it follows (its ``scheduled_ns``; lateness is sent − that).
+
+        Only for a single process (``order`` is every index): a turn's sender must see the
+        end of the turn before it.
+        """
+        position_of = {index: position for position, index in enumerate(self.order)}
+        followers: dict[int, list[int]] = {}
+        for index in self.order:
+            before = arrival.follows[index]
+            if before is not None:
+                followers.setdefault(before, []).append(index)
+
+        async with asyncio.TaskGroup() as group:
+
+            async def turn(index: int, scheduled: int) -> None:
+                if scheduled > self.clock.now_ns():
+                    await self.clock.sleep_until_ns(scheduled)
+                if self.clock.now_ns() - scheduled > LATE_NS:
+                    self.late += 1
+                record = self.admit(position_of[index], scheduled, scheduled)
+                await self.send(record)
+                ended = record.end_ns if record.end_ns is not None else self.clock.now_ns()
+                for nxt in followers.get(index, ()):
+                    group.create_task(turn(nxt, ended + arrival.delay_ns(nxt)))
+
+            for position, index in enumerate(self.order):
+                if arrival.follows[index] is not None:
+                    continue
+                scheduled = phase_start + offsets[position]
+                await self.clock.sleep_until_ns(scheduled)
+                group.create_task(turn(index, scheduled))
 
     async def open_loop(self, phase_start: int, offsets: Sequence[int], cap: int | None) -> None:
         """One scheduler: sleep until start + offset (absolute), then start request i.
@@ -302,7 +348,7 @@ async def run_phase(
     case: str,
     phase: str,
     requests: Sequence[PlannedRequest],
-    arrival: ClosedLoop | AllAtOnce | OpenLoop,
+    arrival: ClosedLoop | AllAtOnce | OpenLoop | TraceArrival,
     target: Target,
     session: aiohttp.ClientSession,
     writer: RecordWriter,
@@ -345,7 +391,10 @@ async def run_phase(
         if start_at_ns is not None:
             await clock.sleep_until_ns(start_at_ns)
         with LoopLagMonitor(clock) as monitor:
-            if isinstance(arrival, OpenLoop):
+            if isinstance(arrival, TraceArrival) and arrival.has_sessions:
+                assert offsets is not None
+                await dispatch.trace(phase_start, offsets, arrival)
+            elif isinstance(arrival, OpenLoop | TraceArrival):
                 assert offsets is not None
                 await dispatch.open_loop(phase_start, offsets, share.concurrency)
             else:

@@ -14,6 +14,10 @@
   slot, and the record keeps that wait (``admitted_ns``). With ``duration_s`` the phase sends
   exactly the arrivals of its schedule that fall in [0, duration_s) (:func:`arrivals_within`);
   its rate may be late-bound (``scenarios.late``), resolved by the orchestrator before it runs.
+- trace: requests sent on a trace's own timestamps (``offsets_ms``, trace time), compressed
+  by ``speedup`` (offset ÷ speedup), on the same absolute schedule as the open loop; a
+  session's later turn is instead sent its delay ÷ speedup after the end of the turn it
+  follows (closed within a session, open across sessions).
 
 Offsets are a pure, seeded function; the sender sleeps until start + offset (absolute, so
 lateness does not accumulate) and the records keep the scheduled time to show lateness. The
@@ -28,7 +32,7 @@ import math
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from scenarios.late import LateBindingError, Measured
 
@@ -97,7 +101,68 @@ class OpenLoop(BaseModel):
         return self.rate_rps
 
 
-Arrival = Annotated[ClosedLoop | AllAtOnce | OpenLoop, Field(discriminator="kind")]
+class TraceArrival(BaseModel):
+    """Send on a trace's own clock, ``speedup`` times faster (0.5 = half as fast).
+
+    Attributes:
+        speedup: time compression: request i of a timed start leaves at offset_ms[i] ÷
+            speedup after the phase start.
+        offsets_ms: per request, its trace time (ms) from the slice's first request, or
+            ``None`` for a session turn sent after the turn it follows.
+        follows: per request, the index (in this phase) of the session turn whose END it
+            waits for, or ``None`` for a timed start.
+        delays_ms: per request, the trace's delay (ms) between the end of the turn it follows
+            and its send; 0 for timed starts.
+        compress_delays: divide session delays by ``speedup`` too (default: the whole trace
+            clock, think times included, runs ``speedup`` times faster).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    kind: Literal["trace"] = "trace"
+    speedup: float = Field(gt=0)
+    offsets_ms: tuple[float | None, ...]
+    follows: tuple[int | None, ...]
+    delays_ms: tuple[float, ...]
+    compress_delays: bool = True
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TraceArrival:
+        n = len(self.offsets_ms)
+        if len(self.follows) != n or len(self.delays_ms) != n:
+            raise ValueError("offsets_ms, follows and delays_ms must have one entry a request")
+        for i, (offset, follows) in enumerate(zip(self.offsets_ms, self.follows, strict=True)):
+            if (offset is None) == (follows is None):
+                raise ValueError(f"request {i}: give either a trace offset or the turn it follows")
+            if follows is not None and not 0 <= follows < i:
+                raise ValueError(f"request {i} must follow an earlier request, not {follows}")
+            if offset is not None and offset < 0:
+                raise ValueError(f"request {i}: negative trace offset {offset}")
+        return self
+
+    @property
+    def has_sessions(self) -> bool:
+        """Whether some request waits for the end of another (a session turn)."""
+        return any(f is not None for f in self.follows)
+
+    def offset_ns(self, i: int) -> int:
+        """When timed request ``i`` is due, ns after the phase start (trace ms ÷ speedup).
+
+        Raises:
+            ValueError: request ``i`` is a session turn (it has no fixed time).
+        """
+        offset = self.offsets_ms[i]
+        if offset is None:
+            raise ValueError(f"request {i} follows request {self.follows[i]}: no fixed time")
+        return round(offset * 1e6 / self.speedup)
+
+    def delay_ns(self, i: int) -> int:
+        """The wait after the end of the turn request ``i`` follows, ns (÷ speedup when
+        ``compress_delays``)."""
+        scale = self.speedup if self.compress_delays else 1.0
+        return round(self.delays_ms[i] * 1e6 / scale)
+
+
+Arrival = Annotated[ClosedLoop | AllAtOnce | OpenLoop | TraceArrival, Field(discriminator="kind")]
 
 
 def open_loop_offsets_ns(arrival: OpenLoop, n: int) -> list[int]:
@@ -138,8 +203,13 @@ def arrivals_within(arrival: OpenLoop, duration_s: float) -> int:
         n *= 2
 
 
-def concurrency_limit(arrival: ClosedLoop | AllAtOnce | OpenLoop, n: int) -> int | None:
-    """How many requests may be in flight (``None`` = unlimited: an uncapped open loop)."""
+def concurrency_limit(
+    arrival: ClosedLoop | AllAtOnce | OpenLoop | TraceArrival, n: int
+) -> int | None:
+    """How many requests may be in flight (``None`` = unlimited: an uncapped open loop or
+    a trace)."""
+    if isinstance(arrival, TraceArrival):
+        return None
     if isinstance(arrival, ClosedLoop):
         return arrival.concurrency
     if isinstance(arrival, AllAtOnce):

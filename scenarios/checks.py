@@ -5,8 +5,8 @@ is written down before the run, and the report says PASS or FAIL for each from r
 
 A check kind is a frozen model subclassing :class:`CheckSpec` with a ``kind`` literal; defining
 the class registers the kind, so a scenario declares its own check kinds in its own module and
-a plan (``plan.json``) restores each check as its own class. The checks any scenario can use
-live here.
+a plan (``plan.json``) read through ``scenarios.registry.plan_from_data`` restores each check
+as its own class. The checks any scenario can use live here.
 """
 
 from __future__ import annotations
@@ -45,16 +45,17 @@ def _check_from_data(value: Any) -> Any:
     """A check model from its JSON form (``{"kind": …, …}``), by its registered kind.
 
     Raises:
-        ValueError: the kind is unknown (no scenario defines it).
+        ValueError: the kind is unknown (no imported scenario defines it).
     """
     if isinstance(value, CheckSpec) or not isinstance(value, dict):
         return value
     kind = value.get("kind")
-    if kind not in CheckSpec.registry:
-        import scenarios.registry  # noqa: F401  (defines every built-in scenario's checks)
     cls = CheckSpec.registry.get(str(kind))
     if cls is None:
-        raise ValueError(f"unknown check kind {kind!r}; known: {sorted(CheckSpec.registry)}")
+        raise ValueError(
+            f"unknown check kind {kind!r} (read plans with scenarios.registry.plan_from_data, "
+            f"which defines every built-in kind); known: {sorted(CheckSpec.registry)}"
+        )
     return cls.model_validate(value)
 
 

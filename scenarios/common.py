@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
 from scenarios.plan import REQUEST_TIMEOUT_S, STALL_TIMEOUT_S, ClientPriority
-from scenarios.workloads import TokenSpace
+from scenarios.tokens import TokenSpace
 from server.config import ServerConfig
 from server.engines import EngineNotFoundError, project_engine, resolve_engine
 from server.frozen import FrozenModel

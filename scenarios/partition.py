@@ -27,6 +27,9 @@ sent exactly as a single process sends it.
   are no longer gamma-distributed themselves. A ``constant`` pattern's single schedule is
   dealt round-robin instead (every merged gap stays exactly 1/λ). A ``max_concurrency`` cap
   is split like a closed loop's concurrency (each worker caps its own in-flight requests).
+- **Trace.** Its timestamps are the schedule: the requests are dealt round-robin (request i
+  to worker i mod N), each keeping its own offset. A trace with session turns (sent after
+  the end of another request) cannot be split: the turn's sender must see that end.
 
 See docs/scaling-out.md.
 """
@@ -38,7 +41,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scenarios.arrivals import AllAtOnce, ClosedLoop, OpenLoop, open_loop_offsets_ns
+from scenarios.arrivals import (
+    AllAtOnce,
+    ClosedLoop,
+    OpenLoop,
+    TraceArrival,
+    open_loop_offsets_ns,
+)
 
 
 @dataclass(frozen=True)
@@ -122,7 +131,7 @@ def _slot_shares(n: int, slots: int, workers: int) -> list[WorkerShare]:
 
 
 def partition_phase(
-    arrival: ClosedLoop | AllAtOnce | OpenLoop, n: int, workers: int
+    arrival: ClosedLoop | AllAtOnce | OpenLoop | TraceArrival, n: int, workers: int
 ) -> list[WorkerShare]:
     """Split a phase of ``n`` requests across ``workers`` (see the module docstring).
 
@@ -131,10 +140,12 @@ def partition_phase(
     schedule (``open_loop_offsets_ns``) and concurrency.
 
     Raises:
-        ValueError: ``workers`` < 1.
+        ValueError: ``workers`` < 1, or a trace with session turns over several workers.
     """
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
+    if isinstance(arrival, TraceArrival):
+        return _trace_shares(arrival, n, workers)
     if isinstance(arrival, ClosedLoop):
         return _slot_shares(n, max(1, min(arrival.concurrency, n)), workers)
     if isinstance(arrival, AllAtOnce):
@@ -161,3 +172,22 @@ def partition_phase(
         mine = np.flatnonzero(source == k)
         shares.append(WorkerShare(k, tuple(mine.tolist()), tuple(offsets[mine].tolist()), caps[k]))
     return shares
+
+
+def _trace_shares(arrival: TraceArrival, n: int, workers: int) -> list[WorkerShare]:
+    """A trace's requests dealt round-robin with their own offsets (a session turn's offset
+    is 0: it is sent after the end of the turn it follows, not on the clock)."""
+    if n != len(arrival.offsets_ms):
+        raise ValueError(f"the trace arrival times {len(arrival.offsets_ms)} requests, not {n}")
+    if workers > 1 and arrival.has_sessions:
+        raise ValueError("a trace with session turns cannot be split across workers")
+    offsets = [0 if arrival.follows[i] is not None else arrival.offset_ns(i) for i in range(n)]
+    return [
+        WorkerShare(
+            k,
+            tuple(range(k, n, workers)),
+            tuple(offsets[k::workers]),
+            None,
+        )
+        for k in range(workers)
+    ]

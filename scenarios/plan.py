@@ -20,7 +20,8 @@ from pydantic import Field, model_validator
 from scenarios.arrivals import Arrival, OpenLoop, arrivals_within
 from scenarios.checks import Check
 from scenarios.late import RATE_STATISTICS, Measured, Measurements
-from scenarios.workloads import TokenSpace, Workload
+from scenarios.tokens import TokenSpace
+from scenarios.workloads import Workload
 from server.config import ServerConfig
 from server.frozen import FrozenModel
 

@@ -44,7 +44,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from scenarios.workloads import TokenSpace, _token_array
+from scenarios.tokens import TokenSpace, token_array
 
 #: Tokens per hash id in Mooncake's traces.
 MOONCAKE_BLOCK_TOKENS = 512
@@ -436,7 +436,7 @@ def block_token_ids(seed: int, hash_id: int, block_tokens: int, space: TokenSpac
     prompts (a generator seeded by SHA-256 of the key) under a key of its own
     (``trace-block/{hash_id}``), so trace blocks never coincide with other workloads' prompts.
     """
-    return _token_array(seed, f"trace-block/{hash_id}", block_tokens, space)
+    return token_array(seed, f"trace-block/{hash_id}", block_tokens, space)
 
 
 def _blocks(

@@ -180,17 +180,6 @@ def strongly_connected(edges: dict[str, set[str]]) -> list[frozenset[str]]:
     return found
 
 
-#: Module cycles that exist today, each to be removed and then deleted from this set (the test
-#: below fails on an entry that no longer is a cycle); nothing new may be added.
-KNOWN_CYCLES: set[frozenset[str]] = {
-    # ``scenarios.checks`` imports ``scenarios.registry`` lazily (inside a function) so that
-    # a plan read back from JSON finds every built-in check kind; the registry imports every
-    # scenario, which imports ``scenarios.checks``. Not yet scheduled for removal.
-    frozenset({"scenarios.base", "scenarios.breaker", "scenarios.checks", "scenarios.common",
-               "scenarios.disconnect_abort", "scenarios.kv_preemption", "scenarios.plan",
-               "scenarios.prefix_eviction", "scenarios.registry", "scenarios.slo_goodput",
-               "scenarios.spec_decode"}),
-}  # fmt: skip
 
 
 def test_strongly_connected_finds_a_two_module_cycle_and_not_a_chain() -> None:
@@ -200,9 +189,5 @@ def test_strongly_connected_finds_a_two_module_cycle_and_not_a_chain() -> None:
 
 @pytest.mark.parametrize("package", PACKAGES)
 def test_modules_inside_a_package_have_no_import_cycle(package: str) -> None:
-    cycles = set(strongly_connected(module_graph(package)))
-    mine = {c for c in KNOWN_CYCLES if next(iter(c)).split(".")[0] == package}
-    new = [sorted(c) for c in cycles - mine]
-    gone = [sorted(c) for c in mine - cycles]
-    assert not new, f"import cycle(s) inside {package}: {new}"
-    assert not gone, f"no longer cycles, remove them from KNOWN_CYCLES: {gone}"
+    cycles = [sorted(c) for c in strongly_connected(module_graph(package))]
+    assert not cycles, f"import cycle(s) inside {package}: {cycles}"

@@ -75,9 +75,9 @@ def _compare_and_report(
     ``confidence`` replaces the gate file's (a sequential gate's per-look level)."""
     from rich.table import Table
 
-    from analysis.compare import CompareError, compare_paths, exit_code
+    from analysis.compare import CompareError, compare_paths
     from analysis.compare_report import metric_rows, write_comparison
-    from analysis.gate_decision import decide, undecided_line
+    from analysis.gate_decision import decide, exit_code, undecided_line
     from analysis.gate_file import GateFileError, load_gate
     from loadgen.progress import make_console
 

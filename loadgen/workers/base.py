@@ -40,12 +40,13 @@ from loadgen.phase import (
 from loadgen.placement import AppliedPlacement, Placement, placed
 from loadgen.records import RecordWriter, RequestRecord
 from loadgen.runformat.rows import ClockOffsetRow
-from scenarios.arrivals import AllAtOnce, ClosedLoop, OpenLoop
+from scenarios.arrivals import AllAtOnce, ClosedLoop, OpenLoop, TraceArrival
 from scenarios.partition import WorkerShare
 from scenarios.workloads import (
     AnchoredPrompts,
     PhaseRequests,
     TokenSpace,
+    TracePrompts,
     UniquePrompts,
     materialize,
 )
@@ -68,8 +69,8 @@ class WorkerTask:
     worker: int
     case: str
     phase: str
-    workload: AnchoredPrompts | UniquePrompts
-    arrival: ClosedLoop | AllAtOnce | OpenLoop
+    workload: AnchoredPrompts | UniquePrompts | TracePrompts
+    arrival: ClosedLoop | AllAtOnce | OpenLoop | TraceArrival
     seed: int
     tokens: TokenSpace
     share: WorkerShare

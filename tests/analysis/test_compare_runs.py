@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from analysis.compare import CompareError, compare_paths, exit_code, workload_hash
-from analysis.gate_decision import decide
+from analysis.compare import CompareError, compare_paths, workload_hash
+from analysis.gate_decision import decide, exit_code
 from analysis.gate_file import GateFileError, load_gate
 from analysis.load import load_plan, load_run
 from analysis.report import summarize_run

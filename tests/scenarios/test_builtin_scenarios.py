@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from scenarios.base import Scenario
 from scenarios.plan import Plan
@@ -15,6 +17,16 @@ from server.capacity import KVCapacity
 NOMINAL = KVCapacity(
     tokens=18_688, block_size=128, num_blocks=146, memory_bytes=2**30, source="metrics"
 )
+
+
+#: Parameters a scenario requires (no default): the values its default plan is built with.
+SAMPLE_TRACE = Path(__file__).parents[1] / "fixtures/traces/mooncake_fast25_synthetic_trace.jsonl"
+REQUIRED: dict[str, dict[str, object]] = {"trace-replay": {"trace": str(SAMPLE_TRACE)}}
+
+
+def default_params(scenario: Scenario) -> BaseModel:
+    """The scenario's parameters with every default, and its required ones from REQUIRED."""
+    return scenario.Params(**REQUIRED.get(scenario.name, {}))
 
 
 @pytest.fixture(params=sorted(SCENARIOS), ids=str)
@@ -34,7 +46,7 @@ def test_unknown_scenario_lists_the_known_ones() -> None:
 
 
 def test_default_params_build_a_valid_plan(scenario: Scenario) -> None:
-    params = scenario.Params()
+    params = default_params(scenario)
     plan = scenario.plan(params, NOMINAL)
     assert isinstance(plan, Plan)
     assert plan.scenario == scenario.name
@@ -45,13 +57,13 @@ def test_default_params_build_a_valid_plan(scenario: Scenario) -> None:
 
 
 def test_plan_round_trips_through_json(scenario: Scenario) -> None:
-    plan = scenario.plan(scenario.Params(), NOMINAL)
+    plan = scenario.plan(default_params(scenario), NOMINAL)
     text = json.dumps(plan.model_dump(mode="json"))
     assert Plan.model_validate(json.loads(text)) == plan
 
 
 def test_plan_is_internally_consistent(scenario: Scenario) -> None:
-    plan = scenario.plan(scenario.Params(), NOMINAL)
+    plan = scenario.plan(default_params(scenario), NOMINAL)
     cases = [c.name for c in plan.cases]
     phases = plan.phase_names()
     assert len(set(cases)) == len(cases)
@@ -72,7 +84,7 @@ def test_every_check_kind_has_an_evaluator(scenario: Scenario) -> None:
     from analysis.reports import report_for
 
     evaluators = GENERIC_EVALUATORS | report_for(scenario.name).evaluators
-    plan = scenario.plan(scenario.Params(), NOMINAL)
+    plan = scenario.plan(default_params(scenario), NOMINAL)
     assert {type(c) for c in plan.checks} <= set(evaluators)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from scenarios.tokens import TokenSpace
 from scenarios.traces import (
     MAX_LISTED_ERRORS,
     TraceError,
@@ -22,7 +23,6 @@ from scenarios.traces import (
     prompt_token_ids,
     scale_trace,
 )
-from scenarios.workloads import TokenSpace
 
 SPACE = TokenSpace(low=10, high=4000)
 #: The Mooncake FAST'25 synthetic trace (Apache-2.0; see the NOTICE.md beside it).

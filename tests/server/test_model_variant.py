@@ -66,12 +66,19 @@ def test_capacity_in_tokens_is_the_same_for_both_variants(
     assert VARIANTS[variant].capacity_tokens(cache_bytes) == tokens
 
 
+#: Parameters a scenario requires (no default).
+_SAMPLE = Path(__file__).parents[1] / "fixtures/traces/mooncake_fast25_synthetic_trace.jsonl"
+_REQUIRED: dict[str, dict[str, object]] = {"trace-replay": {"trace": str(_SAMPLE)}}
+
+
 def _cache_sizes_planned(variant: str) -> dict[str, set[int]]:
     """Every server cache size each built-in scenario plans with its defaults and ``variant``,
     planned against the capacity that variant gives (as the real run plans from the server)."""
     sizes: dict[str, set[int]] = {}
     for name, scenario in SCENARIOS.items():
-        params = scenario.Params.model_validate({"model_variant": variant})
+        params = scenario.Params.model_validate(
+            {"model_variant": variant, **_REQUIRED.get(name, {})}
+        )
         sizing = scenario.sizing_case(params).server
         assert sizing is not None
         model = VARIANTS[variant]
@@ -96,6 +103,7 @@ HAND_SCENARIOS = {
     "disconnect-abort": {1 * GiB},
     "breaker": {1 * GiB},
     "spec-decode": {1 * GiB},
+    "trace-replay": {1 * GiB},
 }
 
 

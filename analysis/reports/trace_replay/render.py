@@ -1,0 +1,76 @@
+"""trace-replay's Markdown: the trace and slice, per case a phase table of hit rates, rates,
+latency, goodput and server state, and the capacity answer."""
+
+from __future__ import annotations
+
+from analysis.markdown import f, pct, table
+from analysis.reports.trace_replay.details import CaseFigures, TraceReplayDetails
+
+DEFINITIONS = (
+    "Hit rate (counters) = Δprefix_cache_hits / Δprefix_cache_queries over the phase; "
+    "per request = Σ cached tokens / Σ prompt tokens (usage.prompt_tokens_details); "
+    "predicted = the offline model of vLLM's prefix cache (scenarios.prefix_cache_model) on "
+    "the phase's sent requests with the case's real usable blocks and block size, in the "
+    "start (sent) / end order of the records; maximum = the same with an unbounded cache; "
+    "sequential = real capacity, one request at a time. Scheduled rate = (n − 1) ÷ span of "
+    "the timed requests' offsets ÷ speedup; achieved = (sent − 1) ÷ span of their sends. "
+    "Goodput and attainment as slo-goodput (analysis.goodput) over [first, last scheduled]."
+)
+
+
+def trace_lines(d: TraceReplayDetails) -> list[str]:
+    """The trace, the slice and what the length rule did."""
+    slo = ", ".join(f"{k} ≤ {v:g} ms" for k, v in d.slo_ms.items())
+    return [
+        "## Trace",
+        "",
+        f"File {d.trace_path} (sha256 {d.trace_sha256[:16]}…), token scale {d.token_scale}; "
+        f"{d.slice_requests} requests in the slice, {d.sent_per_phase} sent per phase; "
+        f"longer than max_model_len {d.max_model_len}: {d.skipped} skipped, {d.truncated} "
+        f"truncated (--too-long {d.too_long}; lines in plan.json's sizing). SLOs: {slo}; "
+        f"hit-rate tolerance {d.hit_rate_tolerance:g}.",
+        "",
+        DEFINITIONS,
+        "",
+    ]
+
+
+HIT_HEADERS = ["phase", "hit (counters)", "hit (requests)", "predicted", "gap", "sequential",
+               "maximum", "requests = prediction", "started short"]  # fmt: skip
+RATE_HEADERS = ["phase", "sent", "failed", "sched. req/s", "achieved req/s", "rate err %",
+                "lateness p99 ms", "TTFT p50", "TTFT p99", "TPOT p50", "ITL p99", "E2EL p99",
+                "goodput req/s", "attainment", "KV peak %", "preemptions",
+                "waiting peak"]  # fmt: skip
+
+
+def case_lines(c: CaseFigures) -> list[str]:
+    """A case's hit-rate table, rate and latency table, and its capacity answer."""
+    hit_rows = [
+        [p.phase, f(p.hit_rate_counters, 4), f(p.hit_rate_requests, 4), f(p.predicted_hit_rate, 4),
+         f(p.prediction_gap, 4), f(p.sequential_hit_rate, 4), f(p.max_hit_rate, 4),
+         f"{f(p.requests_matching_prediction)}/{p.sent}", f(p.predicted_short_requests)]
+        for p in c.phases.values()
+    ]  # fmt: skip
+    rate_rows = [
+        [p.phase, f"{p.sent}/{p.planned}", str(p.failed), f(p.scheduled_rate_rps, 4),
+         f(p.achieved_rate_rps, 4), pct(p.rate_error), f(p.lateness_ms.p99, 3),
+         f(p.ttft_ms.p50), f(p.ttft_ms.p99), f(p.tpot_ms.p50), f(p.itl_ms.p99),
+         f(p.e2el_ms.p99), f(p.goodput_rps, 3), f(p.attainment, 3), pct(p.kv_usage_peak),
+         f(p.preemptions, 0), f(p.waiting_peak, 0)]
+        for p in c.phases.values()
+    ]  # fmt: skip
+    return [
+        f"Capacity: {f(c.capacity_blocks)} usable blocks of {f(c.block_size)} tokens.",
+        "",
+        table(HIT_HEADERS, hit_rows),
+        "",
+        table(RATE_HEADERS, rate_rows),
+        "",
+        f"Capacity answer: {c.answer.text}.",
+        "",
+    ]
+
+
+def closing_lines(d: TraceReplayDetails) -> list[str]:
+    """Per case, the capacity answer (the sentence a reader came for)."""
+    return [f"Case {name}: {c.answer.text}." for name, c in d.cases.items()]

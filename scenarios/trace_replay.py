@@ -1,0 +1,568 @@
+"""trace-replay: send a Mooncake-format trace (or multi-turn sessions) on its own clock and
+check the server's prefix-cache hit rate against what the trace should get.
+
+Cases are cache sizes (``--cache 1GiB,4GiB``: one server each); phases are speedups
+(``--speedup 0.5,1,2``: the slice replayed ``speedup`` times faster). Every phase replays the
+same slice, its blocks drawn under its own salt (the phase name), so no phase hits the
+blocks of another and each starts from a cache holding nothing it can use.
+
+What a request is: its trace line's lengths and hash ids, scaled by ``--token-scale``
+(``scenarios.traces.scale_trace``: lengths and the block size shrink together), its prompt
+built block by block (``scenarios.traces.prompt_token_ids``), its output exact
+(``max_tokens`` with ``ignore_eos``). Its id is ``{phase}-L{line}``: the trace line it came
+from.
+
+When: a timed request at (timestamp − the slice's first timestamp) ÷ speedup after the phase
+start, on the open loop's absolute schedule; a session's later turn its delay ÷ speedup
+after the END of the turn before (``--no-compress-delays``: the delay as written), so a
+session is a closed loop and sessions are open to each other.
+
+Slice: ``--window START-END`` in trace time (``960s-1023s``, ``500ms-90s`` or bare
+milliseconds; START inclusive, END exclusive; ``all`` for the whole file), then
+``--max-requests N`` keeps the first N requests of it (file order). A later session turn is
+in the slice when the turn before it is.
+
+Too long for the server (prompt + output > ``max_model_len``, the value the case's server
+is started with; for an attached server ``--max-model-len`` must give its own):
+``--too-long skip`` leaves the request out, ``truncate`` cuts its prompt to
+``max_model_len − output`` tokens (its hash ids to the blocks that remain); either way the
+plan's sizing counts and names them. A session turn after a skipped one is skipped too (it
+would follow a turn never sent).
+
+Why these defaults (measured on the shared sample, 2 cores, see
+docs/scenarios/trace-replay.md): the sample's prefix reuse grows along the trace (an
+unbounded cache gets 6 % of the first minute's prompt tokens, 59 % of the last minute's at
+1/32), so the default slice is its last minute, ``960s-1023s`` (251 requests); at
+``--token-scale 1/32`` (16-token trace blocks, 8 to vLLM's 128-token CPU block) the mean
+prompt is about 650 tokens and 14 of them exceed the default 2,048-token context; at speedup
+0.5 that slice asks about 1,200 prompt tokens/s of which about half hit, within what this
+CPU prefills (about 1,900 tokens/s for one 1,000-token prompt), and lasts about 2 minutes.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
+
+from scenarios.arrivals import TraceArrival
+from scenarios.base import Scenario
+from scenarios.checks import Check, CheckSpec
+from scenarios.common import MAX_REQUESTS, HttpUrlText, RunParams
+from scenarios.plan import CaseSpec, PhaseSpec, Plan
+from scenarios.slo_goodput import parse_slo
+from scenarios.traces import (
+    MOONCAKE_BLOCK_TOKENS,
+    Trace,
+    TraceRequest,
+    load_trace,
+    parse_token_scale,
+    scale_trace,
+)
+from scenarios.workloads import TraceItem, TracePrompts
+from server.capacity import KVCapacity
+from server.sizes import format_size, parse_size
+
+#: Ceiling of a speedup: at 1000× a one-hour trace lasts 3.6 s; beyond it the client's send
+#: loop, not the trace, decides when requests leave.
+MAX_SPEEDUP = 1000.0
+#: Lines named in the plan's sizing for skipped/truncated requests (the counts are complete).
+LISTED_LINES = 20
+
+_TIME = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|min)?\s*$")
+
+
+def _trace_time_ms(text: str) -> float:
+    m = _TIME.match(text)
+    if not m:
+        raise ValueError(f"{text!r} is not a trace time; e.g. 960s, 500ms, 16m or 90000 (ms)")
+    scale = {"ms": 1.0, None: 1.0, "s": 1e3, "m": 6e4, "min": 6e4}[m.group(2)]
+    return float(m.group(1)) * scale
+
+
+def parse_window(text: str) -> tuple[float, float] | None:
+    """``"960s-1023s"`` → (960000.0, 1023000.0) ms of trace time; ``"all"`` → ``None``.
+
+    A bare number is milliseconds (the trace's own unit). START is inclusive, END exclusive.
+
+    Raises:
+        ValueError: not ``START-END`` with END > START ≥ 0.
+    """
+    if text.strip().lower() == "all":
+        return None
+    start, sep, end = text.partition("-")
+    if not sep:
+        raise ValueError(f"window {text!r}: expected START-END, e.g. 960s-1023s, or all")
+    lo, hi = _trace_time_ms(start), _trace_time_ms(end)
+    if hi <= lo:
+        raise ValueError(f"window {text!r}: its end must be after its start")
+    return lo, hi
+
+
+def parse_speedups(text: str) -> list[float]:
+    """``"0.5,1,2"`` → [0.5, 1.0, 2.0] (increasing; each > 0 and ≤ :data:`MAX_SPEEDUP`).
+
+    Raises:
+        ValueError: an item is not a positive number, is repeated or too large.
+    """
+    values = []
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        try:
+            value = float(item)
+        except ValueError:
+            raise ValueError(f"speedup {item!r} is not a number") from None
+        if not math.isfinite(value) or value <= 0 or value > MAX_SPEEDUP:
+            raise ValueError(f"speedup {item!r} must be in (0, {MAX_SPEEDUP:g}]")
+        values.append(value)
+    if not values:
+        raise ValueError("no speedup given; e.g. 1 or 0.5,1,2")
+    if len(set(values)) != len(values):
+        raise ValueError("a speedup is given twice")
+    return sorted(values)
+
+
+def parse_caches(text: str) -> list[int]:
+    """``"1GiB,4GiB"`` → [2^30, 2^32] bytes (in the order given, no repeats).
+
+    Raises:
+        ValueError: an item is not a size, or a size is given twice.
+    """
+    sizes = [parse_size(x.strip()) for x in text.split(",") if x.strip()]
+    if not sizes:
+        raise ValueError("no cache size given; e.g. 1GiB or 1GiB,4GiB")
+    if len(set(sizes)) != len(sizes):
+        raise ValueError("a cache size is given twice")
+    return sizes
+
+
+def phase_name(speedup: float) -> str:
+    """The phase of one speedup: ``speedup-0.5x``."""
+    return f"speedup-{speedup:g}x"
+
+
+@functools.lru_cache(maxsize=8)
+def _load_cached(path: str, mtime_ns: int, size: int, block_tokens: int) -> Trace:
+    return load_trace(Path(path), block_tokens=block_tokens)
+
+
+def read_trace(path: str, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> Trace:
+    """``load_trace`` once per file version (path, mtime, size): parameter validation, the
+    nominal plan and the real plan all read the same file.
+
+    Raises:
+        scenarios.traces.TraceError: unreadable file or a bad line (named with its number).
+    """
+    try:
+        st = os.stat(path)
+    except OSError:
+        return load_trace(Path(path), block_tokens=block_tokens)  # raises its TraceError
+    return _load_cached(os.path.abspath(path), st.st_mtime_ns, st.st_size, block_tokens)
+
+
+# --- Checks (evaluated in analysis.reports.trace_replay) -----------------------------------
+
+
+class TraceHitRatePredicted(CheckSpec):
+    """|measured counter hit rate − predicted hit rate| ≤ ``tolerance`` (absolute, 0–1) in
+    ``phase``: measured = Δprefix_cache_hits ÷ Δprefix_cache_queries over the phase; predicted
+    = ``scenarios.prefix_cache_model.predict_hits`` on the phase's requests with the case's
+    real block count and block size, in the start/end order its records show."""
+
+    kind: Literal["trace_hit_rate_predicted"] = "trace_hit_rate_predicted"
+    families: ClassVar[tuple[str, ...]] = ("prefix_cache_hits", "prefix_cache_queries")
+    phase: str
+    tolerance: float = Field(ge=0, le=1)
+
+
+class TraceRateKept(CheckSpec):
+    """The timed requests of ``phase`` left at the scaled trace rate: achieved = (sent − 1) ÷
+    (last send − first send) within ``max_rate_error`` (relative) of scheduled = (n − 1) ÷
+    (last offset − first offset) with offsets ÷ speedup."""
+
+    kind: Literal["trace_rate_kept"] = "trace_rate_kept"
+    phase: str
+    max_rate_error: float = Field(default=0.01, ge=0)
+
+
+class TraceSendLateness(CheckSpec):
+    """Send lateness (sent − scheduled, ms) p99 of ``phase`` below ``max_p99_ms``."""
+
+    kind: Literal["trace_send_lateness"] = "trace_send_lateness"
+    phase: str
+    max_p99_ms: float = Field(default=5.0, gt=0)
+
+
+# --- Parameters -----------------------------------------------------------------------------
+
+
+class TraceReplayParams(RunParams):
+    """Knobs of trace-replay (each becomes a ``--flag``)."""
+
+    # Before ``trace``: the trace's validation needs it.
+    trace_block_tokens: int = Field(
+        default=MOONCAKE_BLOCK_TOKENS, gt=0, description="Tokens per hash id in the trace file."
+    )
+    trace: str = Field(
+        description="Trace file (Mooncake JSONL, or sessions JSONL); validated whole first."
+    )
+    cache: str = Field(
+        default="1GiB", description="KV cache size, or a list of them (1GiB,4GiB): one case each."
+    )
+    url: HttpUrlText | None = Field(
+        default=None,
+        description="Attach to this running server (one case; give its --max-model-len).",
+    )
+    speedup: str = Field(
+        default="0.5",
+        description="Trace clock speedup, or a list (0.5,1,2): one phase each, in order.",
+    )
+    token_scale: str = Field(
+        default="1/32",
+        description="Scale of every length and the trace's block (e.g. 1/32: 512-token "
+        "blocks become 16).",
+    )
+    window: str = Field(
+        default="960s-1023s",
+        description="Trace-time slice START-END (960s-1023s, 500ms-90s, bare ms), or all.",
+    )
+    max_requests: int | None = Field(
+        default=None, gt=0, le=MAX_REQUESTS, description="Keep the first N requests of the slice."
+    )
+    too_long: Literal["skip", "truncate"] = Field(
+        default="skip",
+        description="Requests longer than max_model_len: skip them or truncate their prompt "
+        "(counted either way).",
+    )
+    compress_delays: bool = Field(
+        default=True, description="Divide session think delays by the speedup too."
+    )
+    slo: str = Field(
+        default="ttft=2s,tpot=250ms",
+        description="SLOs a good request meets (≤), as slo-goodput: ttft=…,tpot=…[,e2el=…].",
+    )
+    attainment: float = Field(
+        default=0.9, gt=0, le=1, description="SLO attainment a sustainable speedup reaches."
+    )
+    target_speedup: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_SPEEDUP,
+        description="Planned growth of the traffic (× the trace's rate): replicas it needs.",
+    )
+    hit_rate_tolerance: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="Allowed |measured − predicted| prefix-cache hit rate (absolute).",
+    )
+    max_rate_error: float = Field(
+        default=0.01, ge=0, description="Allowed relative error of the achieved request rate."
+    )
+    max_lateness_p99_ms: float = Field(
+        default=5.0, gt=0, description="Allowed send lateness p99 (ms)."
+    )
+
+    @field_validator("trace")
+    @classmethod
+    def _trace_readable(cls, value: str, info: ValidationInfo) -> str:
+        # TraceError (a ValueError) names the bad line; a bad block size fails on its own.
+        if "trace_block_tokens" in info.data:
+            read_trace(value, info.data["trace_block_tokens"])
+        return value
+
+    @field_validator("cache")
+    @classmethod
+    def _caches(cls, value: str) -> str:
+        parse_caches(value)
+        return value
+
+    @field_validator("speedup")
+    @classmethod
+    def _speedups(cls, value: str) -> str:
+        parse_speedups(value)
+        return value
+
+    @field_validator("token_scale")
+    @classmethod
+    def _scale(cls, value: str) -> str:
+        parse_token_scale(value)
+        return value
+
+    @field_validator("window")
+    @classmethod
+    def _window(cls, value: str) -> str:
+        parse_window(value)
+        return value
+
+    @field_validator("slo")
+    @classmethod
+    def _slo(cls, value: str) -> str:
+        parse_slo(value)
+        return value
+
+    @model_validator(mode="after")
+    def _one_attached_server(self) -> TraceReplayParams:
+        if self.url and len(parse_caches(self.cache)) > 1:
+            raise ValueError("url attaches one server: give one cache size (or none) with it")
+        return self
+
+    @model_validator(mode="after")
+    def _slice_not_empty(self) -> TraceReplayParams:
+        if "trace" in self.__dict__:  # the field validator passed
+            select(self)  # raises on an empty slice or a bad scale
+        return self
+
+
+# --- The slice ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The requests one phase sends, and what was left out or cut on the way.
+
+    Attributes:
+        trace: the scaled trace.
+        requests: the slice's requests that are sent, in file order (lengths final).
+        offsets_ms: per request, trace ms from the slice's first timestamp (``None`` for a
+            later session turn).
+        follows: per request, the index (in ``requests``) of the turn it follows.
+        in_slice: requests the window and ``max_requests`` picked (before the length rule).
+        skipped_lines / truncated_lines: trace lines left out / cut by the length rule.
+        first_timestamp_ms: trace time of the slice's first timed request.
+    """
+
+    trace: Trace
+    requests: tuple[TraceRequest, ...]
+    offsets_ms: tuple[float | None, ...]
+    follows: tuple[int | None, ...]
+    in_slice: int
+    skipped_lines: tuple[int, ...]
+    truncated_lines: tuple[int, ...]
+    first_timestamp_ms: float
+
+
+def _fit(request: TraceRequest, block: int, max_model_len: int, mode: str) -> TraceRequest | None:
+    """``request`` as sent under the length rule: unchanged, truncated, or ``None`` (skip)."""
+    if request.input_length + request.output_length <= max_model_len:
+        return request
+    keep = max_model_len - request.output_length
+    if mode == "skip" or keep < 1:
+        return None
+    return TraceRequest(
+        line=request.line,
+        timestamp_ms=request.timestamp_ms,
+        input_length=keep,
+        output_length=request.output_length,
+        hash_ids=request.hash_ids[: math.ceil(keep / block)],
+        session_id=request.session_id,
+        turn=request.turn,
+        delay_ms=request.delay_ms,
+    )
+
+
+def select(p: TraceReplayParams) -> Selection:
+    """The slice of ``p.trace`` one phase sends (module docstring: window, max requests,
+    too-long rule).
+
+    Raises:
+        scenarios.traces.TraceError: a bad trace line.
+        ValueError: a scale that does not divide the block, or a slice with no request left.
+    """
+    trace = scale_trace(read_trace(p.trace, p.trace_block_tokens), parse_token_scale(p.token_scale))
+    window = parse_window(p.window)
+    picked: list[TraceRequest] = []
+    last_turn_in: dict[str, int] = {}  # session → turn of its last picked request
+    for r in trace.requests:
+        if r.timestamp_ms is not None:
+            if window is not None and not window[0] <= r.timestamp_ms < window[1]:
+                continue
+        elif r.session_id is None or last_turn_in.get(r.session_id) != r.turn - 1:
+            continue  # a later turn whose previous turn is not in the slice
+        if p.max_requests is not None and len(picked) >= p.max_requests:
+            break
+        picked.append(r)
+        if r.session_id is not None:
+            last_turn_in[r.session_id] = r.turn
+    if not picked:
+        where = "the trace" if window is None else f"window {p.window}"
+        raise ValueError(f"{p.trace}: no request in {where}")
+    sent: list[TraceRequest] = []
+    offsets: list[float | None] = []
+    follows: list[int | None] = []
+    skipped: list[int] = []
+    truncated: list[int] = []
+    index_of_turn: dict[tuple[str, int], int] = {}
+    first_ts = min(r.timestamp_ms for r in picked if r.timestamp_ms is not None)
+    for r in picked:
+        before: int | None = None
+        if r.timestamp_ms is None:
+            assert r.session_id is not None
+            before = index_of_turn.get((r.session_id, r.turn - 1))
+            if before is None:  # the turn before was skipped
+                skipped.append(r.line)
+                continue
+        fitted = _fit(r, trace.block_tokens, p.max_model_len, p.too_long)
+        if fitted is None:
+            skipped.append(r.line)
+            continue
+        if fitted is not r:
+            truncated.append(r.line)
+        if r.session_id is not None:
+            index_of_turn[(r.session_id, r.turn)] = len(sent)
+        offsets.append(None if r.timestamp_ms is None else r.timestamp_ms - first_ts)
+        follows.append(before)
+        sent.append(fitted)
+    if not sent:
+        raise ValueError(
+            f"{p.trace}: all {len(picked)} requests of the slice are longer than max_model_len "
+            f"{p.max_model_len} at token scale {p.token_scale}; lower --token-scale"
+        )
+    return Selection(
+        trace=trace,
+        requests=tuple(sent),
+        offsets_ms=tuple(offsets),
+        follows=tuple(follows),
+        in_slice=len(picked),
+        skipped_lines=tuple(skipped),
+        truncated_lines=tuple(truncated),
+        first_timestamp_ms=first_ts,
+    )
+
+
+def scheduled_rate_rps(selection: Selection, speedup: float) -> float | None:
+    """Timed requests per second the phase of ``speedup`` is scheduled to send: (n − 1) ÷
+    ((last − first offset) ÷ speedup); ``None`` with fewer than two timed requests or a
+    zero span."""
+    offsets = [o for o in selection.offsets_ms if o is not None]
+    span_ms = max(offsets) - min(offsets) if offsets else 0.0
+    if len(offsets) < 2 or span_ms <= 0:
+        return None
+    return (len(offsets) - 1) / (span_ms / 1e3 / speedup)
+
+
+class TraceReplay(Scenario):
+    name: ClassVar[str] = "trace-replay"
+    summary: ClassVar[str] = (
+        "Replay a Mooncake-format trace (or sessions) on its own clock, sped up per phase: "
+        "prefix-cache hit rate against the model's prediction, latency and goodput under "
+        "SLOs, and the highest speedup that meets them (replicas for a growth factor)."
+    )
+    Params: ClassVar[type[BaseModel]] = TraceReplayParams
+    single_process_reason: ClassVar[str | None] = (
+        "a session's next turn is sent after its previous turn ends, which only the process "
+        "that sent that turn sees; and the hit-rate prediction follows one start/end order"
+    )
+
+    def _case(self, p: TraceReplayParams, cache: int) -> CaseSpec:
+        if p.url:
+            return CaseSpec(name="attached", url=p.url, label=f"attached {p.url}")
+        return CaseSpec(
+            name=format_size(cache), server=p.server(cache), label=f"cache {format_size(cache)}"
+        )
+
+    def sizing_case(self, params: BaseModel) -> CaseSpec:
+        p = TraceReplayParams.model_validate(params.model_dump())
+        return self._case(p, parse_caches(p.cache)[0])
+
+    def plan(self, params: BaseModel, capacity: KVCapacity) -> Plan:
+        p = TraceReplayParams.model_validate(params.model_dump())
+        sel = select(p)
+        trace = sel.trace
+        items = tuple(
+            TraceItem(
+                line=r.line,
+                input_tokens=r.input_length,
+                output_tokens=r.output_length,
+                hash_ids=r.hash_ids,
+                session_id=r.session_id,
+                turn=r.turn,
+            )
+            for r in sel.requests
+        )
+        speedups = parse_speedups(p.speedup)
+        phases = tuple(
+            PhaseSpec(
+                name=phase_name(s),
+                workload=TracePrompts(
+                    trace_sha256=trace.sha256,
+                    token_scale=str(trace.token_scale),
+                    block_tokens=trace.block_tokens,
+                    salt=phase_name(s),
+                    items=items,
+                ),
+                arrival=TraceArrival(
+                    speedup=s,
+                    offsets_ms=sel.offsets_ms,
+                    follows=sel.follows,
+                    delays_ms=tuple(r.delay_ms for r in sel.requests),
+                    compress_delays=p.compress_delays,
+                ),
+                settle_s=p.settle_s,
+            )
+            for s in speedups
+        )
+        caches = parse_caches(p.cache)[:1] if p.url else parse_caches(p.cache)
+        cases = tuple(self._case(p, c) for c in caches)
+        checks: list[Check] = []
+        for case in cases:
+            for phase in phases:
+                checks += [
+                    TraceHitRatePredicted(
+                        case=case.name, phase=phase.name, tolerance=p.hit_rate_tolerance
+                    ),
+                    TraceRateKept(
+                        case=case.name, phase=phase.name, max_rate_error=p.max_rate_error
+                    ),
+                    TraceSendLateness(
+                        case=case.name, phase=phase.name, max_p99_ms=p.max_lateness_p99_ms
+                    ),
+                ]
+        prompt_tokens = sum(r.input_length for r in sel.requests)
+        span_ms = max(o for o in sel.offsets_ms if o is not None)
+        sizing: dict[str, Any] = {
+            "trace_path": p.trace,
+            "trace_sha256": trace.sha256,
+            "trace_kind": trace.kind,
+            "trace_requests": len(trace.requests),
+            "token_scale": str(trace.token_scale),
+            "trace_block_tokens": trace.block_tokens,
+            "window": p.window,
+            "window_first_timestamp_ms": sel.first_timestamp_ms,
+            "slice_span_ms": span_ms,
+            "in_slice": sel.in_slice,
+            "sent_per_phase": len(sel.requests),
+            "sessions": len({r.session_id for r in sel.requests if r.session_id is not None}),
+            "too_long": p.too_long,
+            "max_model_len": p.max_model_len,
+            "skipped": len(sel.skipped_lines),
+            "skipped_lines": list(sel.skipped_lines[:LISTED_LINES]),
+            "truncated": len(sel.truncated_lines),
+            "truncated_lines": list(sel.truncated_lines[:LISTED_LINES]),
+            "prompt_tokens_per_phase": prompt_tokens,
+            "output_tokens_per_phase": sum(r.output_length for r in sel.requests),
+            "scheduled_rate_rps": {phase_name(s): scheduled_rate_rps(sel, s) for s in speedups},
+            "sizing_capacity_tokens": capacity.tokens,
+            "sizing_block_size": capacity.block_size,
+            "slo": p.slo,
+            "attainment": p.attainment,
+            "target_speedup": p.target_speedup,
+            "hit_rate_tolerance": p.hit_rate_tolerance,
+        }
+        return Plan(
+            scenario=self.name,
+            description=self.summary,
+            params=p.model_dump(),
+            sizing=sizing,
+            cases=cases,
+            phases=phases,
+            checks=tuple(checks),
+            **p.plan_fields(),
+        )

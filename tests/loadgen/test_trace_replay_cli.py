@@ -1,0 +1,60 @@
+"""``loadgen run trace-replay``: a bad trace is refused before anything starts (exit 2, the
+line number and reason, no run directory), as any bad parameter is."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from loadgen.cli import main
+
+
+def test_a_bad_trace_line_exits_2_naming_the_line_and_leaves_no_run_directory(
+    tmp_path: Path,
+) -> None:
+    trace = tmp_path / "bad.jsonl"
+    good = {"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}
+    backwards = {"timestamp": -1, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}
+    trace.write_text("\n".join(json.dumps(x) for x in (good, good, backwards)) + "\n")
+    out = tmp_path / "run"
+    result = CliRunner().invoke(
+        main, ["run", "trace-replay", "--trace", str(trace), "--out", str(out)]
+    )
+    assert result.exit_code == 2, result.output
+    assert f"{trace}:3:" in result.output
+    assert "timestamp" in result.output
+    assert not out.exists()
+
+
+def test_a_missing_trace_is_a_usage_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["run", "trace-replay", "--trace", str(tmp_path / "no")])
+    assert result.exit_code == 2
+    assert "cannot read the trace" in result.output
+
+
+def test_the_trace_is_required() -> None:
+    result = CliRunner().invoke(main, ["run", "trace-replay"])
+    assert result.exit_code == 2
+    assert "--trace" in result.output
+
+
+def test_gate_takes_the_same_trace_check(tmp_path: Path) -> None:
+    trace = tmp_path / "bad.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": []}\n')
+    out = tmp_path / "gate"
+    result = CliRunner().invoke(
+        main,
+        ["gate", "trace-replay", "--trace", str(trace), "--baseline-vllm", "0.32.0",
+         "--candidate-vllm", "0.32.0", "--out", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert f"{trace}:1:" in result.output
+    assert not out.exists()
+
+
+def test_help_marks_the_trace_as_required() -> None:
+    result = CliRunner().invoke(main, ["run", "trace-replay", "--help"])
+    assert result.exit_code == 0
+    assert "[required]" in result.output and "PydanticUndefined" not in result.output
