@@ -250,9 +250,10 @@ def _execute_run(
 ) -> tuple[str, Any | None]:
     """Run, build the report, write the manifest, print the summary: (status, report)."""
     from loadgen.progress import RichProgress
+    from loadgen.redact import redact_command
     from loadgen.run import run_scenario
 
-    command = ["loadgen", *sys.argv[1:]]
+    command = redact_command(["loadgen", *sys.argv[1:]])
     progress = RichProgress()
     progress.console.print(f"run directory: [bold]{run_dir}[/bold]")
     status, error = "interrupted", "interrupted (Ctrl-C or SIGTERM)"

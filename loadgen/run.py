@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from loadgen.clock import wall_anchor
 from loadgen.manifest import environment_facts
 from loadgen.orchestrate import CaseOutcome, RunHooks, execute_plan, open_server
+from loadgen.redact import redact_command
 from loadgen.rundir import RUN_FILE, SERVER_DIR, case_dir, write_json
 from loadgen.workers import WorkersConfig
 from scenarios.base import Scenario
@@ -92,7 +93,7 @@ async def run_scenario(
     """
     hooks = hooks or RunHooks()
     workers = workers or WorkersConfig()
-    command = command or sys.argv
+    command = redact_command(command or sys.argv)
     run_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     run_info: dict[str, object] = {

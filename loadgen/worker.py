@@ -37,6 +37,7 @@ from loadgen.phase import (
 from loadgen.placement import AppliedPlacement, Placement, placed
 from loadgen.records import RecordWriter, RequestRecord
 from scenarios.arrivals import AllAtOnce, ClosedLoop, OpenLoop
+from scenarios.bench_workload import BenchRequests
 from scenarios.partition import WorkerShare
 from scenarios.workloads import (
     AnchoredPrompts,
@@ -64,7 +65,7 @@ class WorkerTask:
     worker: int
     case: str
     phase: str
-    workload: AnchoredPrompts | UniquePrompts
+    workload: AnchoredPrompts | UniquePrompts | BenchRequests
     arrival: ClosedLoop | AllAtOnce | OpenLoop
     seed: int
     tokens: TokenSpace

@@ -11,10 +11,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Literal, overload
+from typing import Annotated, Any, Literal, overload
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
+
+from scenarios.bench_workload import BenchRequests, materialize_bench
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,13 @@ class PlannedRequest:
         group: prefix group shared by requests with the same prefix, else ``None``.
         sampling: extra body fields (``temperature`` etc.); default greedy.
         disconnect_after_tokens: close the connection after this many generated tokens.
+        endpoint: ``completions`` (``/v1/completions``) or ``chat`` (``/v1/chat/completions``).
+        prompt_text: a text prompt instead of token IDs (``prompt_token_ids`` then empty; its
+            length in tokens is the server's, read from the usage).
+        messages: a chat conversation as (role, content) pairs (``chat`` only).
+        extra_body: fields merged last into the request body (``--extra-body``).
+        headers: HTTP headers sent with the request, as (name, value) pairs.
+        ignore_eos: ask for ``ignore_eos`` (exact output length); off for servers without it.
     """
 
     request_id: str
@@ -36,6 +45,12 @@ class PlannedRequest:
     group: str | None = None
     sampling: dict[str, float] = field(default_factory=lambda: {"temperature": 0.0})
     disconnect_after_tokens: int | None = None
+    endpoint: Literal["completions", "chat"] = "completions"
+    prompt_text: str | None = None
+    messages: tuple[tuple[str, str], ...] | None = None
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    headers: tuple[tuple[str, str], ...] = ()
+    ignore_eos: bool = True
 
 
 class TokenSpace(BaseModel):
@@ -115,7 +130,7 @@ class UniquePrompts(BaseModel):
         return int(rng.integers(p_lo, p_hi + 1)), int(rng.integers(o_lo, o_hi + 1))
 
 
-Workload = Annotated[AnchoredPrompts | UniquePrompts, Field(discriminator="kind")]
+Workload = Annotated[AnchoredPrompts | UniquePrompts | BenchRequests, Field(discriminator="kind")]
 
 
 def _token_array(seed: int, key: str, n: int, space: TokenSpace) -> np.ndarray:
@@ -126,6 +141,10 @@ def _token_array(seed: int, key: str, n: int, space: TokenSpace) -> np.ndarray:
 
 def _tokens(seed: int, key: str, n: int, space: TokenSpace) -> tuple[int, ...]:
     return tuple(_token_array(seed, key, n, space).tolist())
+
+
+#: ``n`` token IDs of ``space`` keyed by (seed, key): the same for the same key, in any run.
+token_ids = _tokens
 
 
 @dataclass(frozen=True)
@@ -202,7 +221,10 @@ def _request_id(phase: str, i: int) -> str:
 
 
 def materialize(
-    workload: AnchoredPrompts | UniquePrompts, phase: str, seed: int, space: TokenSpace
+    workload: AnchoredPrompts | UniquePrompts | BenchRequests,
+    phase: str,
+    seed: int,
+    space: TokenSpace,
 ) -> PhaseRequests:
     """The concrete requests of one phase (deterministic for a given seed), built lazily.
 
@@ -212,6 +234,8 @@ def materialize(
     """
     if isinstance(workload, AnchoredPrompts):
         return _anchored(workload, phase, seed, space)
+    if isinstance(workload, BenchRequests):
+        return materialize_bench(workload, phase, seed, space)
     return _unique(workload, phase, seed, space)
 
 

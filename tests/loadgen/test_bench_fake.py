@@ -1,0 +1,116 @@
+"""bench against the fake server: chat streams, the count-bounded closed loop, extra body
+fields and headers, and what the run files keep of a secret."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fake_openai_server import FakeOpenAIServer, StreamScript
+
+from analysis.report import build_report
+from loadgen.client import Target, send_request
+from loadgen.clock import MonotonicClock
+from loadgen.connections import open_session
+from loadgen.records import RequestRecord
+from loadgen.redact import redact_command
+from loadgen.run import run_scenario
+from scenarios.bench import Bench, BenchParams
+from scenarios.workloads import PlannedRequest
+
+pytestmark = [pytest.mark.timeout(120)]
+
+
+def _chat_request(max_tokens: int) -> PlannedRequest:
+    return PlannedRequest(
+        request_id="r", prompt_token_ids=(), max_tokens=max_tokens, endpoint="chat",
+        messages=(("user", "hello"),),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("continuous_usage", [True, False])
+async def test_chat_ttft_at_the_first_content_chunk(continuous_usage: bool) -> None:
+    """The role chunk comes 50 ms after the request, an empty chunk right after it, the first
+    token at 300 ms: TTFT must be ≥ 300 ms (the sleeps are lower bounds), not ≈ 50 ms, with
+    the server's running usage (role and empty chunks show 0 completion tokens) and without
+    it (role and empty chunks carry no text; the final usage of 4 equals the text chunks)."""
+    script = StreamScript(
+        ttft_s=0.3, itl_s=0.01, chat_role_delay_s=0.05, chat_empty_chunk=True,
+        continuous_usage=continuous_usage,
+    )  # fmt: skip
+    fake = FakeOpenAIServer(script)
+    clock = MonotonicClock()
+    record = RequestRecord("r", "c", "p", 0, None, 5, 4, clock.now_ns())
+    async with (
+        fake.serve(),
+        open_session(read_timeout_s=5, total_timeout_s=10, pool_limit=4) as session,
+    ):
+        await send_request(session, Target(fake.url, "m"), _chat_request(4), record, clock)
+    assert fake.seen[0].path == "/v1/chat/completions"
+    assert fake.seen[0].body["max_completion_tokens"] == 4
+    assert record.status == "ok", record.error
+    assert record.chunk_tokens == [1, 1, 1, 1]
+    assert record.sent_ns is not None
+    ttft_ms = (record.chunk_ns[0] - record.sent_ns) / 1e6
+    assert ttft_ms >= 300, ttft_ms
+
+
+async def test_closed_loop_n10_c3(tmp_path: Path) -> None:
+    """N = 10 at C = 3: the fake never sees more than 3 at once, the phase has exactly 10
+    records, and every verdict passes (each request takes ≥ 200 + 3 × 50 = 350 ms, so a
+    100 ms scrape sees 3 running)."""
+    fake = FakeOpenAIServer(StreamScript(ttft_s=0.2, itl_s=0.05))
+    async with fake.serve():
+        params = BenchParams(
+            url=fake.url, requests=10, concurrency="3", input_len=8, output_len=4,
+            settle_s=0.2, scrape_interval_s=0.1,
+        )  # fmt: skip
+        result = await run_scenario(Bench(), params, tmp_path / "run")
+    assert result.status == "ok", result.error
+    assert fake.max_active == 3
+    records = [
+        json.loads(line)
+        for line in (tmp_path / "run/cases/attached/requests.jsonl").read_text().splitlines()
+    ]
+    assert len([r for r in records if r["phase"] == "c3"]) == 10
+    report = build_report(tmp_path / "run")
+    failed = [v for v in report.summary.verdicts if v.passed is not True]
+    assert not failed, failed
+    assert (tmp_path / "run/plots/throughput_latency_attached.png").exists()
+
+
+async def test_extra_body_and_headers_reach_the_server(tmp_path: Path) -> None:
+    """--extra-body fields are merged into every body (overriding the defaults: temperature
+    0.5 instead of 0), --header pairs arrive as headers; the secret value of X-Api-Key is in
+    no run file while the harmless X-Trace value is kept."""
+    fake = FakeOpenAIServer(StreamScript())
+    async with fake.serve():
+        params = BenchParams(
+            url=fake.url, requests=2, concurrency="1", input_len=4, output_len=2,
+            extra_body='{"priority": 3, "temperature": 0.5}',
+            header=("X-Api-Key: sekrit-123", "X-Trace: abc"), settle_s=0.2,
+            scrape_interval_s=0.1,
+        )  # fmt: skip
+        command = ["loadgen", "run", "bench", "--header", "X-Api-Key: sekrit-123"]
+        result = await run_scenario(Bench(), params, tmp_path / "run", command=command)
+    assert result.status == "ok", result.error
+    for seen in fake.seen:
+        assert seen.body["priority"] == 3 and seen.body["temperature"] == 0.5
+        assert seen.headers is not None
+        assert seen.headers["X-Api-Key"] == "sekrit-123"
+        assert seen.headers["X-Trace"] == "abc"
+    build_report(tmp_path / "run")
+    for path in (tmp_path / "run").rglob("*"):
+        if path.is_file() and path.suffix in (".json", ".jsonl", ".md"):
+            assert "sekrit" not in path.read_text(), path
+    assert "abc" in (tmp_path / "run/plan.json").read_text()
+
+
+def test_redact_command() -> None:
+    argv = ["run", "--header", "Authorization: Bearer x", "--header=X-Trace: 1",
+            "--header=api-key:y"]  # fmt: skip
+    assert redact_command(argv) == [
+        "run", "--header", "Authorization: <redacted>", "--header=X-Trace: 1",
+        "--header=api-key: <redacted>",
+    ]  # fmt: skip
