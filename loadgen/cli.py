@@ -660,6 +660,10 @@ from loadgen.server_cli import server  # noqa: E402
 
 main.add_command(server)
 
+from loadgen.export_cli import export  # noqa: E402
+
+main.add_command(export)
+
 from gateway.cli import gateway_command  # noqa: E402
 
 main.add_command(gateway_command, "gateway")

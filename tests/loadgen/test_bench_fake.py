@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from fake_openai_server import FakeOpenAIServer, StreamScript
 
@@ -114,3 +115,52 @@ def test_redact_command() -> None:
         "run", "--header", "Authorization: <redacted>", "--header=X-Trace: 1",
         "--header=api-key: <redacted>",
     ]  # fmt: skip
+
+
+#: The fields ``vllm bench serve --save-result --percentile-metrics ttft,tpot,itl,e2el``
+#: writes (vLLM 0.32 benchmarks/serve.py, without --save-detailed or --metadata).
+VLLM_BENCH_FIELDS = {
+    "date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id", "num_prompts",
+    "request_rate", "burstiness", "max_concurrency", "duration", "completed", "failed",
+    "total_input_tokens", "total_output_tokens", "request_throughput", "request_goodput",
+    "output_throughput", "total_token_throughput", "max_output_tokens_per_s",
+    "max_concurrent_requests", "rtfx",
+    *(f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el")
+      for s in ("mean", "median", "std", "p99")),
+}  # fmt: skip
+
+
+async def test_export_formats(tmp_path: Path) -> None:
+    """A closed loop of 6 at C = 2 (prompts of 8 token IDs, outputs of 4; first token after
+    ≥ 100 ms, then ≥ 20 ms a token) exported three ways. By hand: 6 completed, 48 input and
+    24 output tokens; TPOT ≥ 20 ms and E2EL ≥ 100 + 3 × 20 = 160 ms (sleeps are lower
+    bounds); each throughput is its total ÷ the same duration (6, 24 and 48 + 24 = 72); under
+    --slo ttft=10s every request is good, so goodput = request throughput."""
+    fake = FakeOpenAIServer(StreamScript(ttft_s=0.1, itl_s=0.02))
+    async with fake.serve():
+        params = BenchParams(
+            url=fake.url, requests=6, concurrency="2", input_len=8, output_len=4,
+            settle_s=0.2, scrape_interval_s=0.1, slo="ttft=10s",
+        )  # fmt: skip
+        result = await run_scenario(Bench(), params, tmp_path / "run")
+    assert result.status == "ok", result.error
+    from analysis.export import write_requests, write_vllm_bench
+
+    run = tmp_path / "run"
+    csv = pd.read_csv(write_requests(run, tmp_path / "r.csv", "csv"))
+    parquet = pd.read_parquet(write_requests(run, tmp_path / "r.parquet", "parquet"))
+    for table in (csv, parquet):
+        assert len(table) == 6 and set(table["status"]) == {"ok"}
+        assert (table["e2el_ms"] >= 160).all() and (table["tpot_ms"] >= 20).all()
+    assert list(parquet["chunk_tokens"].iloc[0]) == [1, 1, 1, 1]
+    (path,) = write_vllm_bench(run, tmp_path / "vb", (99,))
+    got = json.loads(path.read_text())
+    assert set(got) == VLLM_BENCH_FIELDS
+    assert (got["completed"], got["failed"], got["num_prompts"]) == (6, 0, 6)
+    assert (got["total_input_tokens"], got["total_output_tokens"]) == (48, 24)
+    assert got["max_concurrency"] == 2 and got["request_rate"] == "inf"
+    assert got["request_throughput"] == pytest.approx(6 / got["duration"])
+    assert got["output_throughput"] == pytest.approx(24 / got["duration"])
+    assert got["total_token_throughput"] == pytest.approx(72 / got["duration"])
+    assert got["request_goodput"] == pytest.approx(got["request_throughput"])
+    assert got["mean_tpot_ms"] >= 20 and got["median_e2el_ms"] >= 160
