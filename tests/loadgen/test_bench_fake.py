@@ -79,6 +79,7 @@ async def test_closed_loop_n10_c3(tmp_path: Path) -> None:
     failed = [v for v in report.summary.verdicts if v.passed is not True]
     assert not failed, failed
     assert (tmp_path / "run/plots/throughput_latency_attached.png").exists()
+    assert "server attached (not started by this run)" in (tmp_path / "run/report.md").read_text()
 
 
 async def test_extra_body_and_headers_reach_the_server(tmp_path: Path) -> None:
