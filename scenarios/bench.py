@@ -404,7 +404,7 @@ class Bench(Scenario):
                 rate_rps=r, burstiness=p.burstiness, pattern=p.arrival_pattern, seed=p.seed,
                 max_concurrency=p.max_concurrency, ramp_s=ramp,
             )  # fmt: skip
-            loads.append((f"r{r:g}".replace(".", "_"), open_loop))
+            loads.append((f"r{r:g}", open_loop))
         counts = ([p.warmup_requests] if p.warmup_requests else []) + [p.requests] * len(loads)
         sizing: dict[str, object] = {}
         slices: list[tuple[BenchItem, ...]] = [()] * len(counts)
