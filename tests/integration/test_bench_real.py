@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 from vllm_fixtures import SharedServer, loadgen, read_report, run_scenario
 
@@ -60,3 +61,14 @@ def test_chat_dataset(tmp_path_factory: pytest.TempPathFactory, server_1gib: Sha
     assert all(sum(r["chunk_tokens"]) == 16 and r["token_timing"] == "usage" for r in records)
     export = loadgen("export", str(run), "--format", "vllm-bench")
     assert export.returncode == 0, export.stderr
+    # The server's own /tokenize agrees with the plan's count for the first prompt.
+    plan = json.loads((run / "plan.json").read_text())
+    item = plan["phases"][0]["workload"]["items"][0]
+    messages = [{"role": r, "content": c} for r, c in item["messages"]]
+    answer = httpx.post(
+        f"{server_1gib.url}/tokenize",
+        json={"model": server_1gib.model_name, "messages": messages, "add_generation_prompt": True},
+        timeout=10,
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["count"] == item["prompt_tokens"]
