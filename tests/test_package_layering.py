@@ -2,7 +2,9 @@
 
 Every ``import`` and ``from … import`` in a package's modules counts, including imports inside
 functions (lazy imports still tie packages together). The command line (``loadgen/cli.py``) is
-the composition root and the one module allowed to import everything, so it is left out.
+the composition root and the one module allowed to import everything, so it is left out, with
+the commands it registers from their own modules (``loadgen export`` reads a run through
+``analysis``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("server", "gateway", "metrics", "scenarios", "loadgen", "analysis")
-COMPOSITION_ROOTS = {Path("loadgen/cli.py")}
+COMPOSITION_ROOTS = {Path("loadgen/cli.py"), Path("loadgen/export_cli.py")}
 
 #: What each package may import (data flows scenario → loadgen + metrics → run dir → analysis).
 ALLOWED: dict[str, set[str]] = {
