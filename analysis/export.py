@@ -4,8 +4,8 @@
 request, the derived TTFT/TPOT/E2EL in ms, wall-clock send time from the run's anchor);
 ``vllm_bench_result`` writes one phase as the JSON ``vllm bench serve --save-result`` writes
 (vLLM 0.32 ``benchmarks/serve.py``: ``calculate_metrics`` and the result dict of
-``main``), computed from the records alone, by vLLM's own rules where they differ from
-ours:
+``main``; checked field by field against a file it wrote on 2026-12-02: the same keys),
+computed from the records alone, by vLLM's own rules where they differ from ours:
 
 - ``duration`` = first request sent → last request finished (s); ``request_throughput`` =
   completed ÷ duration; ``output_throughput`` = output tokens ÷ duration;
@@ -173,6 +173,7 @@ def vllm_bench_result(
         if isinstance(started, str)
         else None
     )
+    ordered = sorted(records, key=lambda r: int(r["index"]))
     per_sec = (lambda x: x / duration) if duration > 0 else (lambda x: 0.0)
     max_tokens_s, max_active = _buckets(ok)
     result: dict[str, Any] = {
@@ -199,6 +200,19 @@ def vllm_bench_result(
         "max_output_tokens_per_s": max_tokens_s,
         "max_concurrent_requests": max_active,
         "rtfx": 0.0,
+        # Written by vLLM even without --save-detailed: per request, in request order, E2EL
+        # in s (0.0 for a failure, as vLLM's unset latency) and the client-side wait from its
+        # arrival (the phase start, or its open-loop offset) to its send, s.
+        "latencies": [
+            (r["chunk_ns"][-1] - r["sent_ns"]) / 1e9
+            if r.get("status") == "ok" and r.get("chunk_ns")
+            else 0.0
+            for r in ordered
+        ],
+        "queue_times": [
+            (r["sent_ns"] - r["scheduled_ns"]) / 1e9 if r.get("sent_ns") is not None else 0.0
+            for r in ordered
+        ],
     }
     columns = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2el": "e2el_ms"}
     for name in ("ttft", "tpot", "itl", "e2el"):

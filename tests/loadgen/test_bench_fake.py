@@ -125,7 +125,7 @@ VLLM_BENCH_FIELDS = {
     "request_rate", "burstiness", "max_concurrency", "duration", "completed", "failed",
     "total_input_tokens", "total_output_tokens", "request_throughput", "request_goodput",
     "output_throughput", "total_token_throughput", "max_output_tokens_per_s",
-    "max_concurrent_requests", "rtfx",
+    "max_concurrent_requests", "rtfx", "latencies", "queue_times",
     *(f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el")
       for s in ("mean", "median", "std", "p99")),
 }  # fmt: skip
@@ -165,3 +165,5 @@ async def test_export_formats(tmp_path: Path) -> None:
     assert got["total_token_throughput"] == pytest.approx(72 / got["duration"])
     assert got["request_goodput"] == pytest.approx(got["request_throughput"])
     assert got["mean_tpot_ms"] >= 20 and got["median_e2el_ms"] >= 160
+    assert len(got["latencies"]) == 6 and min(got["latencies"]) >= 0.16
+    assert len(got["queue_times"]) == 6 and min(got["queue_times"]) >= 0
