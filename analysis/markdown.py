@@ -191,7 +191,12 @@ def _case_lines(
         + (f"; model variant {variant}" if variant else "")
         + f"; KV capacity {cap.get('tokens', '?')} tokens "
         f"(block size {cap.get('block_size', '?')}, {cap.get('num_blocks', '?')} blocks); "
-        f"server start {f(server.get('startup_s'))} s; requests {case.requests_total}, "
+        + (
+            f"server start {f(server.get('startup_s'))} s; "
+            if server.get("pid") is not None or not server.get("url")
+            else "server attached (not started by this run); "
+        )
+        + f"requests {case.requests_total}, "
         f"failed {case.requests_failed}; scrapes {scrapes.ticks} "
         f"(late {scrapes.late}, failed {scrapes.failed}, skipped {scrapes.skipped}"
         + (f", {scrapes.nan_dropped} NaN samples dropped" if scrapes.nan_dropped else "")

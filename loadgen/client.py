@@ -1,4 +1,4 @@
-"""One streamed ``/v1/completions`` request → one :class:`RequestRecord`.
+"""One streamed ``/v1/completions`` or ``/v1/chat/completions`` request → one record.
 
 Nothing raised inside a request escapes: connection errors, HTTP errors, error events inside
 a 200 stream, protocol errors (a chunk field of the wrong type), a stalled or overlong
@@ -21,7 +21,7 @@ from loadgen.connections import RecordTrace
 from loadgen.records import RequestRecord, Status
 from loadgen.sse import DONE, CompletionChunk, SSEDecoder, SSEEvent, parse_chunk, parse_event
 from loadgen.token_timing import TokenTally
-from scenarios.workloads import PlannedRequest
+from scenarios.requests import PlannedRequest
 
 _JSON = {"Content-Type": "application/json"}
 
@@ -34,28 +34,50 @@ class Target:
     model: str
 
 
+#: Request path of each endpoint.
+ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+
+
 def completion_body(planned: PlannedRequest, model: str) -> dict[str, object]:
-    """The JSON body for ``/v1/completions``: token-ID prompt, exact length, streamed usage."""
-    return {
-        "model": model,
-        "prompt": list(planned.prompt_token_ids),
-        "max_tokens": planned.max_tokens,
-        "ignore_eos": True,
-        "stream": True,
-        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-        **planned.sampling,
-    }
+    """The JSON body for the request's endpoint: the prompt (token IDs or text to
+    ``/v1/completions``, messages to ``/v1/chat/completions``), the exact output length
+    (``max_tokens``; chat: ``max_completion_tokens``) with ``ignore_eos`` unless the request
+    turns it off, streamed running usage, sampling, then ``extra_body`` (it wins)."""
+    body: dict[str, object] = {"model": model}
+    if planned.endpoint == "chat":
+        body["messages"] = [{"role": r, "content": c} for r, c in planned.messages or ()]
+        body["max_completion_tokens"] = planned.max_tokens
+    else:
+        body["prompt"] = (
+            planned.prompt_text
+            if planned.prompt_text is not None
+            else list(planned.prompt_token_ids)
+        )
+        body["max_tokens"] = planned.max_tokens
+    if planned.ignore_eos:
+        body["ignore_eos"] = True
+    body["stream"] = True
+    body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+    body.update(planned.sampling)
+    body.update(planned.extra_body)
+    return body
 
 
-def _check_usage(record: RequestRecord) -> str | None:
+def _check_usage(
+    record: RequestRecord, prompt_exact: bool = True, exact_output: bool = True
+) -> str | None:
     """A mismatch between what was asked and what the server says it did, else ``None``.
 
     In ``text`` token timing the streamed count is reconciled with the usage, so the last
     comparison can only fail when the server reported a running usage that disagrees with
-    its final one.
+    its final one. A text or chat prompt (``prompt_exact`` false) is measured in the server's
+    tokens by its usage, so a planned length that differs is not an error (the report
+    compares them); without ``ignore_eos`` (``exact_output`` false) a shorter output is the
+    server's choice, but more than was asked still is an error.
     """
     if (
-        record.usage_prompt_tokens is not None
+        prompt_exact
+        and record.usage_prompt_tokens is not None
         and record.usage_prompt_tokens != record.prompt_tokens_sent
     ):
         return (
@@ -64,7 +86,8 @@ def _check_usage(record: RequestRecord) -> str | None:
         )
     if record.usage_completion_tokens is None:
         return "no usage reported"
-    if record.usage_completion_tokens != record.max_tokens:
+    short_allowed = not exact_output and record.usage_completion_tokens < record.max_tokens
+    if record.usage_completion_tokens != record.max_tokens and not short_allowed:
         return (
             f"usage.completion_tokens={record.usage_completion_tokens}, "
             f"max_tokens={record.max_tokens} asked with ignore_eos"
@@ -183,13 +206,17 @@ async def send_request(
     """
     body = json.dumps(completion_body(planned, target.model), separators=(",", ":")).encode()
     stream = _Stream(record, planned.disconnect_after_tokens, clock)
+    path = ENDPOINT_PATHS[planned.endpoint]
+    headers = {**_JSON, **dict(planned.headers)} if planned.headers else _JSON
+    prompt_exact = planned.prompt_text is None and planned.messages is None
+    exact_output = planned.ignore_eos
     del planned  # the prompt is not needed any more: keep only the encoded body
     record.sent_ns = clock.now_ns()
     try:
         async with session.post(
-            f"{target.url}/v1/completions",
+            f"{target.url}{path}",
             data=body,
-            headers=_JSON,
+            headers=headers,
             trace_request_ctx=RecordTrace(record, clock),
         ) as response:
             record.headers_ns = clock.now_ns()
@@ -203,7 +230,7 @@ async def send_request(
             stopped = await stream.read(response)
         if stopped is None:
             stream.apply()
-            mismatch = _check_usage(record)
+            mismatch = _check_usage(record, prompt_exact, exact_output)
             record.status = "error" if mismatch else "ok"
             record.error = mismatch
     except asyncio.CancelledError:

@@ -47,6 +47,16 @@ def options_for(model: type[BaseModel]) -> list[click.Option]:
                 )
             )
             continue
+        if typing.get_origin(base) in (tuple, list):  # a repeatable flag: --header A --header B
+            opts.append(
+                click.Option(
+                    [f"--{flag}", name],
+                    multiple=True,
+                    default=None,
+                    help=f"{help_text} (repeatable)",
+                )
+            )
+            continue
         click_type = {int: click.INT, float: click.FLOAT}.get(base, click.STRING)
         shown = (
             "required"  # the model refuses a missing value with the flag's name
@@ -70,7 +80,11 @@ def params_from_options(model: type[BaseModel], values: dict[str, Any]) -> BaseM
     Raises:
         click.UsageError: a value is invalid; the message names the flag and the reason.
     """
-    given = {k: v for k, v in values.items() if k in model.model_fields and v is not None}
+    given = {
+        k: v
+        for k, v in values.items()
+        if k in model.model_fields and v is not None and v != ()  # () = a repeatable flag unused
+    }
     try:
         return model.model_validate(given)
     except ValidationError as exc:

@@ -28,7 +28,7 @@ from loadgen.connections import warm_up
 from loadgen.records import RecordWriter, RequestRecord
 from scenarios.arrivals import AllAtOnce, ClosedLoop, OpenLoop, TraceArrival, concurrency_limit
 from scenarios.partition import WorkerShare, partition_phase
-from scenarios.workloads import PhaseRequests
+from scenarios.requests import PhaseRequests
 
 #: An open-loop send later than this after its scheduled time counts as late.
 LATE_NS = 10_000_000

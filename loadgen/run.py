@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from loadgen.clock import wall_anchor
 from loadgen.execute import CaseOutcome, RunHooks, execute_plan, open_server
+from loadgen.redact import redact_command
 from loadgen.runformat import FORMAT_VERSION, RunInfo, RunStatus
 from loadgen.runformat.layout import RUN_FILE, SERVER_DIR, case_dir, write_json
 from loadgen.runformat.manifest import environment_facts
@@ -135,7 +136,7 @@ async def run_scenario(
     """
     hooks = hooks or RunHooks()
     workers = workers or WorkersConfig()
-    command = command or sys.argv
+    command = redact_command(command or sys.argv)
     run_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     run_info = RunInfo(

@@ -77,6 +77,8 @@ class OpenLoop(BaseModel):
         max_concurrency: at most this many requests in flight (``None``: no client cap).
         duration_s: send the arrivals falling in [0, duration_s) (the request count follows
             from the schedule); ``None``: send the workload's ``requests``.
+        ramp_s: the rate rises linearly from 0 to λ over the first ``ramp_s`` seconds, then
+            stays at λ (:func:`ramped`); 0: λ from the start.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -87,6 +89,7 @@ class OpenLoop(BaseModel):
     seed: int = 0
     max_concurrency: int | None = Field(default=None, gt=0)
     duration_s: float | None = Field(default=None, gt=0)
+    ramp_s: float = Field(default=0.0, ge=0)
 
     def rate(self) -> float:
         """λ in req/s.
@@ -177,13 +180,30 @@ def open_loop_offsets_ns(arrival: OpenLoop, n: int) -> list[int]:
     if n == 0:
         return []
     rate = arrival.rate()
-    if arrival.pattern == "constant":
+    if arrival.pattern == "constant" and arrival.ramp_s == 0:
         return [int(i * 1e9 / rate) for i in range(n)]
-    rng = np.random.default_rng(arrival.seed)
-    shape = arrival.burstiness
-    gaps_s = rng.gamma(shape, 1.0 / (rate * shape), size=n - 1)
-    offsets = np.concatenate([[0.0], np.cumsum(gaps_s)])
-    return [int(x * 1e9) for x in offsets]
+    if arrival.pattern == "constant":
+        steady = np.arange(n) / rate
+    else:
+        rng = np.random.default_rng(arrival.seed)
+        shape = arrival.burstiness
+        gaps_s = rng.gamma(shape, 1.0 / (rate * shape), size=n - 1)
+        steady = np.concatenate([[0.0], np.cumsum(gaps_s)])
+    return [int(x * 1e9) for x in ramped(steady, arrival.ramp_s)]
+
+
+def ramped(steady_s: np.ndarray, ramp_s: float) -> np.ndarray:
+    """Offsets of a schedule at a constant rate λ (s) warped onto a linear ramp of ``ramp_s``.
+
+    With λ(t) = λ·t/T for t < T (T = ``ramp_s``) and λ after, the expected arrivals by t are
+    Λ(t) = λ·t²/(2T) for t < T and λ·(t − T/2) after. An arrival at u s of the constant
+    schedule (λ·u arrivals before it) moves to Λ⁻¹(λ·u): t = √(2·T·u) for u < T/2, else
+    u + T/2 (a time change of the same point process, so gaps keep their distribution shape).
+    """
+    if ramp_s <= 0:
+        return steady_s
+    half = ramp_s / 2
+    return np.where(steady_s < half, np.sqrt(2 * ramp_s * steady_s), steady_s + half)
 
 
 def arrivals_within(arrival: OpenLoop, duration_s: float) -> int:

@@ -219,8 +219,14 @@ class KVPreemption(Scenario):
             sizing={
                 "prompt_tokens": p.prompt_tokens,
                 "output_tokens": p.output_tokens,
-                "matrix": [f"{s}:{c}" for s, c in pairs],
+                # Attached, the cache sizes of the matrix are not used: only what was.
+                **(
+                    {"server": f"attached to {p.url}", "concurrency": [c for _, c in pairs]}
+                    if p.url
+                    else {"matrix": [f"{s}:{c}" for s, c in pairs]}
+                ),
                 "first_case_capacity_tokens": capacity.tokens,
+                "block_size": capacity.block_size,
             },
             cases=tuple(cases),
             phases=(),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from scenarios.base import Scenario
+from scenarios.bench import Bench
 from scenarios.breaker import Breaker
 from scenarios.disconnect_abort import DisconnectAbort
 from scenarios.kv_preemption import KVPreemption
@@ -22,6 +23,7 @@ SCENARIOS: dict[str, Scenario] = {
         SpecDecode(),
         SLOGoodput(),
         TraceReplay(),
+        Bench(),
     )
 }
 

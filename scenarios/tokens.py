@@ -23,3 +23,8 @@ def token_array(seed: int, key: str, n: int, space: TokenSpace) -> np.ndarray:
     digest = hashlib.sha256(f"{seed}:{key}".encode()).digest()
     rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
     return rng.integers(space.low, space.high, size=n)
+
+
+def token_ids(seed: int, key: str, n: int, space: TokenSpace) -> tuple[int, ...]:
+    """:func:`token_array` as a tuple of ints (a prompt's token IDs)."""
+    return tuple(token_array(seed, key, n, space).tolist())

@@ -9,36 +9,15 @@ phase's prompts are built one at a time, when each request is sent.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Annotated, Literal, overload
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from scenarios.tokens import TokenSpace, token_array
+from scenarios.bench_workload import BenchRequests, materialize_bench
+from scenarios.requests import PhaseRequests, PlannedRequest, RequestHeader
+from scenarios.tokens import TokenSpace, token_array, token_ids
 from scenarios.traces import block_token_ids
-
-
-@dataclass(frozen=True)
-class PlannedRequest:
-    """A request to send.
-
-    Attributes:
-        request_id: unique within the run.
-        prompt_token_ids: the exact prompt, as token IDs.
-        max_tokens: output tokens to generate (with ``ignore_eos`` the exact output length).
-        group: prefix group shared by requests with the same prefix, else ``None``.
-        sampling: extra body fields (``temperature`` etc.); default greedy.
-        disconnect_after_tokens: close the connection after this many generated tokens.
-    """
-
-    request_id: str
-    prompt_token_ids: tuple[int, ...]
-    max_tokens: int
-    group: str | None = None
-    sampling: dict[str, float] = field(default_factory=lambda: {"temperature": 0.0})
-    disconnect_after_tokens: int | None = None
 
 
 class AnchoredPrompts(BaseModel):
@@ -165,80 +144,9 @@ class TracePrompts(BaseModel):
         return int.from_bytes(digest[:8], "little")
 
 
-Workload = Annotated[AnchoredPrompts | UniquePrompts | TracePrompts, Field(discriminator="kind")]
-
-
-def _tokens(seed: int, key: str, n: int, space: TokenSpace) -> tuple[int, ...]:
-    return tuple(token_array(seed, key, n, space).tolist())
-
-
-@dataclass(frozen=True)
-class RequestHeader:
-    """What a record needs to know about a planned request, without its prompt."""
-
-    request_id: str
-    group: str | None
-    prompt_tokens: int
-    max_tokens: int
-
-
-def header_of(planned: PlannedRequest) -> RequestHeader:
-    """The header of an already built request."""
-    return RequestHeader(
-        planned.request_id, planned.group, len(planned.prompt_token_ids), planned.max_tokens
-    )
-
-
-class PhaseRequests(Sequence[PlannedRequest]):
-    """The requests of one phase, each built when indexed and not kept.
-
-    ``len()``, indexing (an ``int`` builds one :class:`PlannedRequest`, prompt included; a
-    slice builds a list) and iteration; :meth:`header` gives id, group and lengths without
-    building the prompt. A 100,000-request phase thus holds no prompt until one is asked for
-    (a 1,024-token prompt as a tuple of ints is ≈ 37 KB).
-    """
-
-    def __init__(
-        self,
-        count: int,
-        build: Callable[[int], PlannedRequest],
-        header: Callable[[int], RequestHeader],
-    ) -> None:
-        self._count = count
-        self._build = build
-        self._header = header
-
-    @classmethod
-    def of(cls, requests: Sequence[PlannedRequest]) -> PhaseRequests:
-        """Requests built already (tests, hand-made plans), behind the same interface."""
-        if isinstance(requests, PhaseRequests):
-            return requests
-        items = list(requests)
-        return cls(len(items), items.__getitem__, lambda i: header_of(items[i]))
-
-    def __len__(self) -> int:
-        return self._count
-
-    @overload
-    def __getitem__(self, index: int) -> PlannedRequest: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[PlannedRequest]: ...
-
-    def __getitem__(self, index: int | slice) -> PlannedRequest | list[PlannedRequest]:
-        if isinstance(index, slice):
-            return [self._build(i) for i in range(*index.indices(self._count))]
-        return self._build(self._index(index))
-
-    def header(self, index: int) -> RequestHeader:
-        """Request id, group and lengths of request ``index``, without building its prompt."""
-        return self._header(self._index(index))
-
-    def _index(self, index: int) -> int:
-        i = index + self._count if index < 0 else index
-        if not 0 <= i < self._count:
-            raise IndexError(f"request {index} of a phase of {self._count}")
-        return i
+Workload = Annotated[
+    AnchoredPrompts | UniquePrompts | TracePrompts | BenchRequests, Field(discriminator="kind")
+]
 
 
 def _request_id(phase: str, i: int) -> str:
@@ -246,7 +154,7 @@ def _request_id(phase: str, i: int) -> str:
 
 
 def materialize(
-    workload: AnchoredPrompts | UniquePrompts | TracePrompts,
+    workload: AnchoredPrompts | UniquePrompts | TracePrompts | BenchRequests,
     phase: str,
     seed: int,
     space: TokenSpace,
@@ -264,6 +172,8 @@ def materialize(
         return _anchored(workload, phase, seed, space)
     if isinstance(workload, TracePrompts):
         return _traced(workload, phase, seed, space)
+    if isinstance(workload, BenchRequests):
+        return materialize_bench(workload, phase, seed, space)
     return _unique(workload, phase, seed, space)
 
 
@@ -318,7 +228,7 @@ def _unique(workload: UniquePrompts, phase: str, seed: int, space: TokenSpace) -
         prompt_tokens, output_tokens = workload.lengths(seed, phase, i)
         return PlannedRequest(
             request_id=_request_id(phase, i),
-            prompt_token_ids=_tokens(seed, f"{phase}/unique/{i}", prompt_tokens, space),
+            prompt_token_ids=token_ids(seed, f"{phase}/unique/{i}", prompt_tokens, space),
             max_tokens=output_tokens,
             disconnect_after_tokens=(
                 workload.disconnect_after_tokens if workload.disconnects(i) else None

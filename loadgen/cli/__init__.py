@@ -1,8 +1,8 @@
 """``loadgen``: the command line, and the project's composition root (it may import every package;
 nothing else imports it). One module per command: ``run``, ``report``, ``validate``,
-``compare``, ``gate``, ``server``, ``gateway``, ``trace``; ``scenario_commands`` holds what
-``run`` and ``gate`` share (one subcommand per scenario, the checks before any start),
-``run_and_report`` a run followed by its report and manifest.
+``compare``, ``gate``, ``server``, ``gateway``, ``trace``, ``export``; ``scenario_commands``
+holds what ``run`` and ``gate`` share (one subcommand per scenario, the checks before any
+start), ``run_and_report`` a run followed by its report and manifest.
 
 Thin: build a config, validate it, call one entry point. Heavy modules (pandas, matplotlib,
 aiohttp) are imported inside commands so ``--help`` is quick.
@@ -13,6 +13,7 @@ from __future__ import annotations
 import click
 
 from loadgen.cli.compare import compare
+from loadgen.cli.export import export
 from loadgen.cli.gate import gate
 from loadgen.cli.gateway import gateway_command
 from loadgen.cli.report import report
@@ -37,5 +38,6 @@ main.add_command(gate, "gate")
 main.add_command(server, "server")
 main.add_command(gateway_command, "gateway")
 main.add_command(trace, "trace")
+main.add_command(export, "export")
 
 __all__ = ["main"]

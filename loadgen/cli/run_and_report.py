@@ -53,9 +53,10 @@ def run_and_report(
     was recorded, its report and its manifest.
     """
     from loadgen.progress import RichProgress
+    from loadgen.redact import redact_command
     from loadgen.run import asyncio_run, cancel_on_sigterm, run_scenario
 
-    command = ["loadgen", *sys.argv[1:]]
+    command = redact_command(["loadgen", *sys.argv[1:]])
     progress = RichProgress()
     progress.console.print(f"run directory: [bold]{run_dir}[/bold]")
     status: str = "interrupted"

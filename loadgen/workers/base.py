@@ -41,15 +41,11 @@ from loadgen.placement import AppliedPlacement, Placement, placed
 from loadgen.records import RecordWriter, RequestRecord
 from loadgen.runformat.rows import ClockOffsetRow
 from scenarios.arrivals import AllAtOnce, ClosedLoop, OpenLoop, TraceArrival
+from scenarios.bench_workload import BenchRequests
 from scenarios.partition import WorkerShare
-from scenarios.workloads import (
-    AnchoredPrompts,
-    PhaseRequests,
-    TokenSpace,
-    TracePrompts,
-    UniquePrompts,
-    materialize,
-)
+from scenarios.requests import PhaseRequests
+from scenarios.tokens import TokenSpace
+from scenarios.workloads import AnchoredPrompts, TracePrompts, UniquePrompts, materialize
 
 
 @dataclass(frozen=True)
@@ -69,7 +65,7 @@ class WorkerTask:
     worker: int
     case: str
     phase: str
-    workload: AnchoredPrompts | UniquePrompts | TracePrompts
+    workload: AnchoredPrompts | UniquePrompts | TracePrompts | BenchRequests
     arrival: ClosedLoop | AllAtOnce | OpenLoop | TraceArrival
     seed: int
     tokens: TokenSpace

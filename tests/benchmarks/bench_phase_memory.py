@@ -70,7 +70,8 @@ async def _phase(url: str, n: int, eager: bool) -> dict[str, Any]:
     from loadgen.phase import run_phase
     from loadgen.records import RecordWriter, RequestRecord
     from scenarios.arrivals import OpenLoop
-    from scenarios.workloads import TokenSpace, UniquePrompts, materialize
+    from scenarios.tokens import TokenSpace
+    from scenarios.workloads import UniquePrompts, materialize
 
     workload = UniquePrompts(prompt_tokens=PROMPT_TOKENS, requests=n, output_tokens=4)
     plan = materialize(workload, "flood", 0, TokenSpace())

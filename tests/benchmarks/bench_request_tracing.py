@@ -39,7 +39,8 @@ async def _block(url: str, trace: bool, n: int) -> tuple[float, float]:
     from loadgen.clock import MonotonicClock
     from loadgen.connections import open_session
     from loadgen.records import RequestRecord
-    from scenarios.workloads import TokenSpace, UniquePrompts, materialize
+    from scenarios.tokens import TokenSpace
+    from scenarios.workloads import UniquePrompts, materialize
 
     plan = materialize(UniquePrompts(prompt_tokens=1024, requests=n, output_tokens=4), "t", 0,
                        TokenSpace())  # fmt: skip

@@ -219,7 +219,8 @@ async def _one_process(url: str, phase: Any, rate: float | None) -> dict[str, An
     from loadgen.phase import heap_frozen, run_phase
     from loadgen.placement import placed
     from loadgen.records import RecordWriter
-    from scenarios.workloads import TokenSpace, materialize
+    from scenarios.tokens import TokenSpace
+    from scenarios.workloads import materialize
 
     path = Path(tempfile.mkdtemp()) / "requests.jsonl"
     requests = materialize(phase.workload, phase.name, 0, TokenSpace())
@@ -239,7 +240,7 @@ async def _with_pool(pool: Any, cdir: Path, url: str, phase: Any, rate: float | 
     from loadgen.client import Target
     from loadgen.clock import MonotonicClock
     from loadgen.workers.process import run_split_phase
-    from scenarios.workloads import TokenSpace
+    from scenarios.tokens import TokenSpace
 
     split = await run_split_phase(
         pool, case="bench", phase=phase, seed=0, tokens=TokenSpace(), target=Target(url, "m"),

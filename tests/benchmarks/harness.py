@@ -297,7 +297,7 @@ async def ours(
     from loadgen.records import RecordWriter
     from loadgen.runformat import ReadRecord
     from scenarios.arrivals import ClosedLoop, OpenLoop
-    from scenarios.workloads import PhaseRequests, PlannedRequest, RequestHeader
+    from scenarios.requests import PhaseRequests, PlannedRequest, RequestHeader
 
     tokens_of = _tokens_of(max_tokens)
 

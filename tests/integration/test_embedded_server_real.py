@@ -15,7 +15,7 @@ import pytest
 from loadgen.client import Target, send_request
 from loadgen.clock import MonotonicClock
 from loadgen.records import RequestRecord
-from scenarios.workloads import PlannedRequest
+from scenarios.requests import PlannedRequest
 from server.config import ServerConfig
 from server.embedded_model import model_dir
 from server.manager import ServerStartError, start_server

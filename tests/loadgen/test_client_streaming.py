@@ -16,7 +16,7 @@ from loadgen.client import Target, send_request
 from loadgen.clock import MonotonicClock
 from loadgen.connections import open_session
 from loadgen.records import RequestRecord
-from scenarios.workloads import PlannedRequest
+from scenarios.requests import PlannedRequest
 from server.process import free_loopback_port
 from tests.support.fake_openai_server import FakeOpenAIServer, StreamScript
 

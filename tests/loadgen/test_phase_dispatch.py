@@ -27,7 +27,7 @@ from loadgen.phase import WARMUP_MAX_CONNECTIONS, PhaseTiming, run_phase, warmup
 from loadgen.records import RecordWriter, RequestRecord
 from loadgen.runformat import ReadRecord
 from scenarios.arrivals import AllAtOnce, ClosedLoop, OpenLoop, open_loop_offsets_ns
-from scenarios.workloads import PhaseRequests, PlannedRequest, header_of
+from scenarios.requests import PhaseRequests, PlannedRequest, header_of
 from tests.support.fake_openai_server import FakeOpenAIServer, StreamScript
 
 # asyncio_mode = "auto" runs the async tests; one test here is plain.

@@ -30,7 +30,8 @@ from loadgen.workers.base import ClockOffset
 from loadgen.workers.process import run_split_phase
 from scenarios.arrivals import ClosedLoop
 from scenarios.plan import PhaseSpec
-from scenarios.workloads import TokenSpace, UniquePrompts, materialize
+from scenarios.tokens import TokenSpace
+from scenarios.workloads import UniquePrompts, materialize
 from tests.support.fake_openai_server import FakeOpenAIServer, StreamScript
 
 ray = pytest.importorskip(

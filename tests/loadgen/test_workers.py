@@ -20,7 +20,8 @@ from loadgen.workers.process import ProcessWorkers, run_split_phase
 from scenarios.arrivals import AllAtOnce, ClosedLoop, OpenLoop
 from scenarios.partition import merged_open_loop
 from scenarios.plan import PhaseSpec
-from scenarios.workloads import TokenSpace, UniquePrompts
+from scenarios.tokens import TokenSpace
+from scenarios.workloads import UniquePrompts
 from tests.support.fake_openai_server import FakeOpenAIServer, StreamScript
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio(loop_scope="session")]

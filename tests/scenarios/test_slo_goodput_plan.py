@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from scenarios.arrivals import ClosedLoop, OpenLoop
 from scenarios.late import Measured
+from scenarios.requests import PhaseRequests
 from scenarios.slo_goodput import (
     SLOGoodput,
     SLOGoodputParams,
@@ -18,7 +19,7 @@ from scenarios.slo_goodput import (
     saturation_concurrency,
     sweep_spec,
 )
-from scenarios.workloads import PhaseRequests, materialize
+from scenarios.workloads import materialize
 from server.capacity import KVCapacity
 
 # vLLM 0.32.0 on CPU with a 1 GiB cache: 146 blocks × 128 tokens.

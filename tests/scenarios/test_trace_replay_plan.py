@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from scenarios.arrivals import TraceArrival
 from scenarios.partition import partition_phase
 from scenarios.plan import Plan
+from scenarios.tokens import TokenSpace
 from scenarios.trace_replay import (
     TraceHitRatePredicted,
     TraceRateKept,
@@ -23,7 +24,7 @@ from scenarios.trace_replay import (
     parse_window,
 )
 from scenarios.traces import TraceRequest, prompt_token_ids
-from scenarios.workloads import TokenSpace, TracePrompts, materialize
+from scenarios.workloads import TracePrompts, materialize
 from server.capacity import KVCapacity
 
 CPU_1GIB = KVCapacity(tokens=18_688, block_size=128, num_blocks=146, memory_bytes=2**30,

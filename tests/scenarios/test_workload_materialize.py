@@ -9,16 +9,9 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from scenarios.workloads import (
-    AnchoredPrompts,
-    PhaseRequests,
-    PlannedRequest,
-    RequestHeader,
-    TokenSpace,
-    UniquePrompts,
-    header_of,
-    materialize,
-)
+from scenarios.requests import PhaseRequests, PlannedRequest, RequestHeader, header_of
+from scenarios.tokens import TokenSpace
+from scenarios.workloads import AnchoredPrompts, UniquePrompts, materialize
 
 SPACE = TokenSpace(low=10, high=4000)
 ANCHORED = AnchoredPrompts(

@@ -1,4 +1,5 @@
-"""An in-process fake of vLLM's streaming ``/v1/completions`` for client and phase tests.
+"""An in-process fake of vLLM's streaming ``/v1/completions`` and ``/v1/chat/completions``
+for client and phase tests.
 
 Owns :class:`StreamScript` (what the fake answers: TTFT, ITL, tokens per chunk, empty-text and
 token-less chunks, a usage trailer, an error event inside a 200, an HTTP error status, a
@@ -8,6 +9,8 @@ app on 127.0.0.1, port chosen by the OS, that records every request it saw, how 
 flight at most, which TCP connections they came on, and when a client disconnected; it also
 answers ``GET /health``). Chunks have the exact shape vLLM 0.32 sends with
 ``stream_options: {include_usage: true, continuous_usage_stats: true}``. Durations are seconds.
+Chat streams open as vLLM's do: a role-only chunk (``delta: {role, content: ""}``, usage with
+0 completion tokens), optionally followed by an empty chunk, then the token chunks as deltas.
 
 With ``max_concurrent`` N the fake serves at most N requests at a time, first come first
 served, the others waiting after their response headers (as vLLM's waiting queue): a server
@@ -27,7 +30,14 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.support.vllm_chunks import DONE, ERROR_EVENT, completion_chunk, sse_event, usage_trailer
+from tests.support.vllm_chunks import (
+    DONE,
+    ERROR_EVENT,
+    chat_chunk,
+    completion_chunk,
+    sse_event,
+    usage_trailer,
+)
 
 
 @dataclass
@@ -63,6 +73,10 @@ class StreamScript:
         stall_s: length of that stall.
         eol: the line end of every line (``"\n"``, ``"\r\n"`` or a bare ``"\r"``).
         ttft_for: TTFT of each request chosen from its JSON body (replaces ``ttft_s``).
+        chat_empty_chunk: chat only: after the role chunk, one more chunk with empty content
+            and no new token, before the first token.
+        chat_role_delay_s: chat only: the role chunk comes this long after the request (the
+            first token still comes after the TTFT).
     """
 
     ttft_s: float = 0.0
@@ -86,6 +100,8 @@ class StreamScript:
     stall_after_chunks: int | None = None
     stall_s: float = 0.0
     eol: str = "\n"
+    chat_empty_chunk: bool = False
+    chat_role_delay_s: float = 0.0
 
 
 @dataclass
@@ -94,9 +110,19 @@ class Seen:
 
     body: dict[str, Any]
     arrived_s: float
+    path: str = "/v1/completions"
+    headers: dict[str, str] | None = None
     token_chunks_sent: int = 0
     finished: bool = False
     client_gone_s: float | None = None
+
+
+def fake_prompt_tokens(body: dict[str, Any]) -> int:
+    """The prompt length the fake reports: token IDs counted, text in characters (chat: the
+    characters of every message's content)."""
+    if "messages" in body:
+        return sum(len(m["content"]) for m in body["messages"])
+    return len(body["prompt"])
 
 
 class FakeOpenAIServer:
@@ -158,7 +184,10 @@ class FakeOpenAIServer:
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         self._note_connection(request)
         body = await request.json()
-        seen = Seen(body=body, arrived_s=time.monotonic())
+        chat = request.path == "/v1/chat/completions"
+        seen = Seen(
+            body=body, arrived_s=time.monotonic(), path=request.path, headers=dict(request.headers)
+        )
         self.served += 1
         if self.keep_seen:
             self.seen.append(seen)
@@ -172,8 +201,8 @@ class FakeOpenAIServer:
         self.active += 1
         self.max_active = max(self.max_active, self.active)
         in_flight = True
-        prompt = len(body["prompt"]) + script.prompt_tokens_offset
-        plan = self._plan(int(body["max_tokens"]))
+        prompt = fake_prompt_tokens(body) + script.prompt_tokens_offset
+        plan = self._plan(int(body["max_completion_tokens" if chat else "max_tokens"]))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         held: list[bytes] = []  # events held back by a buffering response
 
@@ -194,7 +223,15 @@ class FakeOpenAIServer:
                 finally:
                     self.waiting -= 1
                 slot_held = True
-            await asyncio.sleep(script.ttft_for(body) if script.ttft_for else script.ttft_s)
+            ttft = script.ttft_for(body) if script.ttft_for else script.ttft_s
+            usage = script.continuous_usage
+            if chat:  # vLLM's opening chunks: the role, then (scripted) an empty one
+                await asyncio.sleep(min(script.chat_role_delay_s, ttft))
+                await send(chat_chunk({"role": "assistant", "content": ""}, prompt, 0, None, usage))
+                if script.chat_empty_chunk:
+                    await send(chat_chunk({"content": ""}, prompt, 0, None, usage))
+                ttft -= min(script.chat_role_delay_s, ttft)
+            await asyncio.sleep(ttft)
             done = 0
             for i, tokens in enumerate(plan):
                 if i:
@@ -213,11 +250,14 @@ class FakeOpenAIServer:
                 done += tokens
                 text = "" if i in script.empty_text_chunks else "~" * tokens
                 finish = "length" if i == len(plan) - 1 else None
-                await send(completion_chunk(text, prompt, done, finish, script.continuous_usage))
+                if chat:
+                    await send(chat_chunk({"content": text}, prompt, done, finish, usage))
+                else:
+                    await send(completion_chunk(text, prompt, done, finish, usage))
                 seen.token_chunks_sent += 1
                 self._notify()
                 if i in script.tokenless_after:
-                    await send(completion_chunk("", prompt, done, None, script.continuous_usage))
+                    await send(completion_chunk("", prompt, done, None, usage))
             await asyncio.sleep(script.trailer_delay_s)
             trailer = usage_trailer(prompt, done, script.cached_tokens)
             if script.no_final_blank_line:
@@ -275,6 +315,7 @@ class FakeOpenAIServer:
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/v1/chat/completions", self._completions)
         app.router.add_get("/health", self._health)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/version", self._version)

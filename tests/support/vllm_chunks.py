@@ -1,11 +1,11 @@
 """vLLM's streamed completion chunks, rendered once for every fake server of the tests.
 
-The shapes are vLLM 0.32's ``/v1/completions`` stream: a token chunk per engine step (one
-choice; with ``stream_options.continuous_usage_stats`` a running usage on each), then a
-usage-only trailer (``choices: []``, the prefix-cache hit tokens in
-``prompt_tokens_details.cached_tokens``) and ``[DONE]``; an engine error is an ``error``
-object. JSON without spaces, as vLLM writes it. The aiohttp fake (``fake_openai_server``), the
-gateway's fake upstream (``gateway_fakes``) and the benchmarks' raw-protocol server
+The shapes are vLLM 0.32's ``/v1/completions`` stream (and its chat chunks): a token chunk per
+engine step (one choice; with ``stream_options.continuous_usage_stats`` a running usage on
+each), then a usage-only trailer (``choices: []``, the prefix-cache hit tokens in
+``prompt_tokens_details.cached_tokens``) and ``[DONE]``; an engine error is an ``error`` object.
+JSON without spaces, as vLLM writes it. The aiohttp fake (``fake_openai_server``), the gateway's
+fake upstream (``gateway_fakes``) and the benchmarks' raw-protocol server
 (``tests/benchmarks/sse_server.py``, byte templates built from these once) all use them.
 """
 
@@ -80,6 +80,27 @@ def usage_trailer(
         },
         separators=(",", ":"),
     )
+
+
+def chat_chunk(
+    delta: dict[str, str], prompt: int, completion: int, finish: str | None, usage: bool = True
+) -> str:
+    """One ``/v1/chat/completions`` chunk as vLLM streams it: ``delta`` (role and/or
+    content), continuous usage unless ``usage=False``."""
+    chunk: dict[str, Any] = {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
+    if usage:
+        chunk["usage"] = {
+            "prompt_tokens": prompt,
+            "total_tokens": prompt + completion,
+            "completion_tokens": completion,
+        }
+    return json.dumps(chunk, separators=(",", ":"))
 
 
 ERROR_EVENT = json.dumps(

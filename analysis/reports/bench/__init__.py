@@ -1,0 +1,245 @@
+"""bench's report: per phase the latency table, throughputs, goodput, failures by kind and
+in-flight figures (``figures``), the throughput–latency curve for sweeps (``plots``), and
+the verdicts of its four checks. The server's counter deltas and histograms beside the
+client's figures come from the generic report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from analysis.goodput import SLOLimits
+from analysis.load import RunData
+from analysis.markdown import f, table
+from analysis.models import CaseSummary, Verdict
+from analysis.reports import Evaluator, ScenarioReport
+from analysis.reports.bench.figures import BenchPhase, bench_phase
+from analysis.reports.bench.plots import throughput_latency
+from scenarios.arrivals import ClosedLoop, OpenLoop
+from scenarios.bench import (
+    WARMUP_PHASE,
+    ExactConcurrency,
+    NoFailures,
+    OutputsExact,
+    RequestsSent,
+)
+from scenarios.slo_goodput import parse_slo
+
+
+class BenchCase(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    case: str
+    phases: list[BenchPhase]
+
+
+class BenchDetails(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    slo: dict[str, float]
+    cases: list[BenchCase]
+
+
+def _slo(params: dict[str, Any]) -> SLOLimits | None:
+    text = params.get("slo")
+    if not text:
+        return None
+    limits = parse_slo(str(text))
+    return SLOLimits(limits.get("ttft"), limits.get("tpot"), limits.get("e2el"))
+
+
+def _load(arrival: Any) -> tuple[str, int | None, float | None]:
+    if isinstance(arrival, ClosedLoop):
+        return f"closed loop, C = {arrival.concurrency}", arrival.concurrency, None
+    if isinstance(arrival, OpenLoop):
+        rate = arrival.rate()
+        cap = f", cap {arrival.max_concurrency}" if arrival.max_concurrency else ""
+        ramp = f", ramp {arrival.ramp_s:g} s" if arrival.ramp_s else ""
+        how = "constant" if arrival.pattern == "constant" else f"gamma {arrival.burstiness:g}"
+        return f"open loop, {rate:g} req/s ({how}{cap}{ramp})", None, rate
+    return "all at once", None, None
+
+
+def _phase(details: BenchDetails | None, case: str, phase: str) -> BenchPhase | None:
+    for c in details.cases if details else []:
+        if c.case == case:
+            for p in c.phases:
+                if p.phase == phase:
+                    return p
+    return None
+
+
+def _sent(check: RequestsSent, case: CaseSummary, details: BenchDetails | None) -> Verdict:
+    p = _phase(details, check.case, check.phase)
+    name = f"{check.requests} requests sent in {check.phase}"
+    if p is None:
+        return Verdict(case=check.case, check=name, passed=None, detail="the phase did not run")
+    sent = p.requests - p.not_sent
+    return Verdict(
+        case=check.case, check=name, passed=p.requests == check.requests == sent,
+        detail=f"{p.requests} records, {sent} sent, {p.not_sent} not sent",
+    )  # fmt: skip
+
+
+def _concurrency(
+    check: ExactConcurrency, case: CaseSummary, details: BenchDetails | None
+) -> Verdict:
+    p = _phase(details, check.case, check.phase)
+    c = check.concurrency
+    name = f"exactly {c} in flight in {check.phase}"
+    if p is None:
+        return Verdict(case=check.case, check=name, passed=None, detail="the phase did not run")
+    server = p.server_in_flight_peak
+    detail = (
+        f"client records: at most {p.client_in_flight_max} in flight; server: running + waiting "
+        f"peak {f(server, 0)} (running {f(p.server_running_peak, 0)}; sampled every scrape, a "
+        "lower bound)"
+    )
+    if server is None:
+        return Verdict(case=check.case, check=name, passed=None,
+                       detail=detail + "; no server sample in the phase")  # fmt: skip
+    return Verdict(
+        case=check.case, check=name, passed=p.client_in_flight_max == c and server == c,
+        detail=detail,
+    )  # fmt: skip
+
+
+def _exact(check: OutputsExact, case: CaseSummary, details: BenchDetails | None) -> Verdict:
+    p = _phase(details, check.case, check.phase)
+    name = f"outputs exact in {check.phase}"
+    if p is None or p.ok == 0:
+        return Verdict(case=check.case, check=name, passed=None, detail="no successful request")
+    return Verdict(
+        case=check.case, check=name, passed=p.outputs_not_exact == 0,
+        detail=f"{p.ok - p.outputs_not_exact} of {p.ok} successful requests got exactly "
+        "max_tokens generated tokens (usage)",
+    )  # fmt: skip
+
+
+def _no_failures(check: NoFailures, case: CaseSummary, details: BenchDetails | None) -> Verdict:
+    p = _phase(details, check.case, check.phase)
+    name = f"no failures in {check.phase}"
+    if p is None:
+        return Verdict(case=check.case, check=name, passed=None, detail="the phase did not run")
+    kinds = ", ".join(f"{k} × {n}" for k, n in p.failures_by_kind.items())
+    return Verdict(
+        case=check.case, check=name, passed=p.failed + p.aborted + p.not_sent == 0,
+        detail=f"{p.failed} failed, {p.aborted} aborted, {p.not_sent} not sent"
+        + (f" ({kinds})" if kinds else ""),
+    )  # fmt: skip
+
+
+STAT_COLUMNS = ("mean", "p50", "p90", "p99")
+
+
+class BenchReport(ScenarioReport[BenchDetails]):
+    evaluators: ClassVar[dict[type, Evaluator]] = {
+        RequestsSent: _sent,
+        ExactConcurrency: _concurrency,
+        OutputsExact: _exact,
+        NoFailures: _no_failures,
+    }
+
+    def details(self, run: RunData, cases: dict[str, CaseSummary]) -> BenchDetails:
+        slo = _slo(run.plan.params)
+        out = []
+        for data, spec in zip(run.cases, run.plan.cases, strict=True):
+            summary = cases.get(data.name)
+            if summary is None:
+                continue
+            phases = []
+            for planned in run.plan.phases_of(spec):
+                ps = summary.phases.get(planned.name)
+                if ps is None:
+                    continue
+                records = [r for r in data.records if r.phase == planned.name]
+                phases.append(bench_phase(ps, records, _load(planned.arrival), slo))
+            out.append(BenchCase(case=data.name, phases=phases))
+        return BenchDetails(slo=slo.given() if slo else {}, cases=out)
+
+    def case_markdown(self, details: BenchDetails | None, case: str) -> list[str]:
+        rows = next((c.phases for c in details.cases if c.case == case), []) if details else []
+        if not rows:
+            return []
+        out = ["### Benchmark (per phase)", ""]
+        load = [
+            [p.phase, p.load, str(p.requests), str(p.ok), str(p.failed), f(p.duration_s, 2),
+             f(p.request_throughput_req_s, 3), f(p.input_throughput_tok_s),
+             f(p.output_throughput_tok_s), f(p.total_token_throughput_tok_s),
+             f(p.goodput_req_s, 3) if p.good is not None else "–",
+             str(p.client_in_flight_max), f(p.server_in_flight_peak, 0)]
+            for p in rows
+        ]  # fmt: skip
+        out += [
+            table(
+                [
+                    "phase",
+                    "load",
+                    "requests",
+                    "ok",
+                    "failed",
+                    "duration s",
+                    "req/s",
+                    "in tok/s",
+                    "out tok/s",
+                    "total tok/s",
+                    "goodput req/s",
+                    "client in flight max",
+                    "server in flight peak",
+                ],
+                load,
+            ),
+            "",
+        ]
+        lat = []
+        for p in rows:
+            for label, st in (("TTFT", p.ttft_ms), ("TPOT", p.tpot_ms), ("ITL", p.itl_ms),
+                              ("E2EL", p.e2el_ms)):  # fmt: skip
+                lat.append([p.phase, label, *(f(getattr(st, k), 2) for k in STAT_COLUMNS)])
+        out += ["Latency (ms, successful requests):", "",
+                table(["phase", "metric", *STAT_COLUMNS], lat), ""]  # fmt: skip
+        failures = [[p.phase, kind, str(n)] for p in rows for kind, n in p.failures_by_kind.items()]
+        if failures:
+            out += ["Failures by kind:", "", table(["phase", "kind", "requests"], failures), ""]
+        notes = [
+            f"{p.phase}: {p.prompt_lengths_differing} prompts measured differently by the "
+            "server than planned (usage.prompt_tokens; the input tokens above are the server's)"
+            for p in rows
+            if p.prompt_lengths_differing
+        ]
+        out += [f"- {n}" for n in notes] + ([""] if notes else [])
+        return out
+
+    def markdown(self, details: BenchDetails | None) -> list[str]:
+        if details is None:
+            return []
+        slo = ", ".join(f"{k} ≤ {v:g} ms" for k, v in details.slo.items())
+        return [
+            "Bench definitions: duration = first request sent → last finished; throughputs "
+            "divide by it; input tokens are the server's usage counts; goodput = successful "
+            "requests meeting every SLO (≤) ÷ duration"
+            + (f" (SLOs: {slo})" if slo else " (no --slo given)")
+            + "; in flight = requests between send and end, from the client's records, and "
+            "running + waiting from the server's gauges (sampled, a lower bound). The "
+            f"{WARMUP_PHASE} phase, if any, has no checks.",
+            "",
+        ]
+
+    def plots(
+        self,
+        run: RunData,
+        cases: dict[str, CaseSummary],
+        details: BenchDetails | None,
+        out_dir: Path,
+    ) -> list[Path]:
+        written = []
+        for c in details.cases if details else []:
+            measured = [p for p in c.phases if p.phase != WARMUP_PHASE and p.ok]
+            if measured:
+                written.append(
+                    throughput_latency(measured, out_dir / f"throughput_latency_{c.case}.png")
+                )
+        return written
+
+
+REPORT = BenchReport()

@@ -1,0 +1,54 @@
+"""``loadgen export RUN``: per-request records as CSV or Parquet, or each phase as the JSON
+``vllm bench serve --save-result`` writes (``analysis.export``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+def _percentiles(text: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: comma-separated numbers, e.g. 50,90,99") from None
+    if not values or any(not 0 < v < 100 for v in values):
+        raise click.BadParameter(f"{text!r}: percentiles between 0 and 100, e.g. 99")
+    return values
+
+
+@click.command("export")
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--format", "fmt", type=click.Choice(["csv", "parquet", "vllm-bench"]), default="csv",
+    show_default=True, help="csv/parquet: one row per request; vllm-bench: one JSON per phase.",
+)  # fmt: skip
+@click.option(
+    "--out", type=click.Path(path_type=Path), default=None,
+    help="File (csv, parquet) or directory (vllm-bench); default: inside RUN_DIR/export.",
+)  # fmt: skip
+@click.option(
+    "--percentiles", default="99", show_default=True,
+    help="vllm-bench: the pXX fields written (vLLM's --metric-percentiles).",
+)  # fmt: skip
+def export(run_dir: Path, fmt: str, out: Path | None, percentiles: str) -> None:
+    """Export RUN_DIR's records (csv, parquet) or phases (vllm-bench)."""
+    from analysis.export import write_requests, write_vllm_bench
+    from analysis.load import RunFileError
+
+    if not (run_dir / "plan.json").exists():
+        raise click.UsageError(f"{run_dir} has no plan.json: not a run directory")
+    wanted = _percentiles(percentiles)
+    try:
+        if fmt == "vllm-bench":
+            for path in write_vllm_bench(run_dir, out or run_dir / "export" / "vllm-bench", wanted):
+                click.echo(path)
+            return
+        target = out or run_dir / "export" / f"requests.{fmt}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        click.echo(write_requests(run_dir, target, fmt))
+    except ImportError as exc:
+        raise click.UsageError(f"--format {fmt} needs a package that is missing: {exc}") from None
+    except RunFileError as exc:
+        raise click.UsageError(str(exc)) from None
