@@ -6,7 +6,8 @@ served one at a time) compared with the gate's baseline side.
 Reduced run (as ``test_prefix_eviction_real``, without the control case): a 160 MiB cache,
 4 anchors of 512 tokens + 32-token suffixes, 16 requests per anchor phase, 4 output tokens.
 With one request at a time a request waits for the ones ahead of it, so TTFT rises several
-times (far beyond the 15 % tolerance); a same-version pair must show no regression.
+times (far beyond the 15 % tolerance); a same-version pair must run the same servers and show
+no change in what the server did (hits, cached tokens, preemptions, failures, verdicts).
 """
 
 from __future__ import annotations
@@ -47,18 +48,40 @@ def same_version_gate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, i
     return out, proc.returncode
 
 
-def test_a_same_version_gate_reports_no_regression(same_version_gate: tuple[Path, int]) -> None:
+#: Figures of the server's work that do not depend on how fast the machine ran: the same release
+#: on the same workload must give the same hits, cached tokens, preemptions and failures.
+SPEED_INDEPENDENT = {"prefix_cache_hit_rate", "cached_token_rate", "num_preemptions",
+                     "failed_requests"}  # fmt: skip
+
+
+def test_a_same_version_gate_shows_no_change_in_what_the_server_did(
+    same_version_gate: tuple[Path, int],
+) -> None:
+    # Latencies and throughput are not asserted here: on a shared 2-core CI machine two adjacent
+    # runs of one release once differed by 38 % in TPOT (B B in the middle of A B B A slower
+    # than both A's), which the two-level bootstrap rightly reports, since every run showed it.
+    # Timing targets are the benchmarks' job; what a test can pin is that both sides ran the
+    # same thing, gave the same server-side figures, and that the headline follows the classes.
     out, code = same_version_gate
     data = json.loads((out / "compare.json").read_text())
-    regressions = [m for m in data["metrics"] if m["classification"] == "regression"]
-    assert not regressions, json.dumps(regressions, indent=2)
+    checked = [m for m in data["metrics"] if m["metric"] in SPEED_INDEPENDENT]
+    assert {m["metric"] for m in checked} >= {"prefix_cache_hit_rate", "failed_requests"}
+    assert [m for m in checked if m["classification"] == "regression"] == []
     assert all(v["classification"] == "no change" for v in data["verdicts"])
-    # No regression; the headline is "no regression" (0) when every key metric is decided, or
-    # "inconclusive" (3) when 16-request phases leave one undecided (the pairs it needs named).
-    assert data["decision"]["regressions"] == []
-    assert code == data["exit_code"] and code in (0, 3), data["decision"]["line"]
     assert data["baseline"]["vllm_versions"] == data["candidate"]["vllm_versions"]
     assert [len(data[side]["runs"]) for side in ("baseline", "candidate")] == [2, 2]
+    plans = {
+        side: [json.loads(p.read_text()) for p in sorted((out / side).glob("run-*/plan.json"))]
+        for side in ("baseline", "candidate")
+    }
+    servers = {side: [p["cases"][0]["server"] for p in ps] for side, ps in plans.items()}
+    assert servers["baseline"] == servers["candidate"] and len(servers["baseline"]) == 2
+    # The exit code is the decision's: 1 exactly when a key metric or verdict regressed, and
+    # then only timing ones can have (the speed-independent figures were checked above).
+    regressed = data["decision"]["regressions"]
+    assert code == data["exit_code"] and code in (0, 1, 3), data["decision"]["line"]
+    assert (code == 1) == bool(regressed), data["decision"]["line"]
+    assert all(label.split()[1].endswith(("_ms", "_s")) for label in regressed), regressed
 
 
 def test_a_candidate_serving_one_request_at_a_time_regresses_with_exit_code_1(
