@@ -1,6 +1,8 @@
 """``manifest.json``: the last file of a run — versions, command, every file's size and sha256.
 
 A run directory without a manifest is incomplete. ``verify_manifest`` re-hashes the files.
+An explicit re-seal (``loadgen report --reseal REASON``) is recorded in the manifest's
+``resealed`` list, which every later sealing keeps (``read_reseals``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 import msgspec
 
 from loadgen.runformat.layout import MANIFEST_FILE, write_json
-from loadgen.runformat.rows import Manifest, ManifestFile
+from loadgen.runformat.rows import Manifest, ManifestFile, Reseal
 
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,17 +77,37 @@ def list_files(run_dir: Path) -> list[ManifestFile]:
     return files
 
 
-def write_manifest(run_dir: Path, status: str, command: list[str]) -> Path:
-    """Write ``manifest.json`` (call last: it hashes everything else)."""
+def utc_now() -> str:
+    """The current UTC time as the manifest writes it (ISO 8601, seconds, ``Z``)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def read_reseals(run_dir: Path) -> list[Reseal]:
+    """The re-seals recorded in ``run_dir``'s manifest, oldest first; empty when there is no
+    manifest or it cannot be read (``verify_manifest`` says so)."""
+    try:
+        raw = msgspec.json.decode((run_dir / MANIFEST_FILE).read_bytes())
+        return msgspec.convert(raw.get("resealed") or [], list[Reseal], strict=True)
+    except (OSError, AttributeError, msgspec.DecodeError, msgspec.ValidationError):
+        return []
+
+
+def write_manifest(
+    run_dir: Path, status: str, command: list[str], reseal: Reseal | None = None
+) -> Path:
+    """Write ``manifest.json`` (call last: it hashes everything else), keeping the re-seals
+    of the manifest it replaces and adding ``reseal`` (an explicit re-seal) if given."""
     path = run_dir / MANIFEST_FILE
+    reseals = read_reseals(run_dir) + ([reseal] if reseal is not None else [])
     write_json(
         path,
         Manifest(
             status=status,
             command=command,
-            written_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            written_at=utc_now(),
             versions=environment_facts(),
             files=list_files(run_dir),
+            resealed=reseals,
         ),
     )
     return path
