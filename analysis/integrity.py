@@ -1,6 +1,6 @@
 """The one integrity rule every reader of a run applies: ``report``, ``compare``, ``gate`` (its
-compare step) and ``validate`` all call :func:`check_run`, so what one calls broken no other
-turns into figures (docs/run-integrity.md).
+compare step), ``export`` and ``validate`` all call :func:`check_run`, so what one calls broken
+no other turns into figures (docs/run-integrity.md).
 
 Problems (the run is broken; ``report`` and ``compare`` refuse it, ``validate`` calls it
 invalid):
@@ -44,10 +44,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from analysis.load import (
+    RunData,
     RunFileError,
     gzip_jsonl_problem,
     load_case,
     load_plan,
+    load_run,
     read_json_file,
 )
 from analysis.summaries import case_summary, incomplete_reason
@@ -218,6 +220,18 @@ def check_run(run_dir: Path, rebuilding: bool = False) -> Integrity:
     for spec in plan.cases:
         _check_case_files(result, run_dir, spec, plan, run.data.status == "ok")
     return result
+
+
+def load_intact_run(run_dir: Path) -> RunData:
+    """``analysis.load.load_run`` of a run the rule finds intact (a missing manifest allowed,
+    as for a killed run's report): what every reader that turns records into figures calls.
+
+    Raises:
+        IntegrityError: the run is broken.
+        FormatVersionError, FileNotFoundError, RunFileError: as ``load_run``.
+    """
+    check_run(run_dir).raise_if_broken(run_dir)
+    return load_run(run_dir)
 
 
 def _check_case_files(

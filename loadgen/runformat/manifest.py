@@ -66,12 +66,18 @@ def environment_facts() -> dict[str, object]:
     }
 
 
+#: What ``loadgen export`` writes into a run by default: derived from the sealed files and
+#: read by no reader of the run, so neither listed nor "present but not in the manifest".
+UNSEALED_DIRS = ("export/",)
+
+
 def list_files(run_dir: Path) -> list[ManifestFile]:
-    """Every file under ``run_dir`` except the manifest, with size (bytes) and sha256."""
+    """Every file under ``run_dir`` except the manifest and ``UNSEALED_DIRS``, with size
+    (bytes) and sha256."""
     files = []
     for path in sorted(p for p in run_dir.rglob("*") if p.is_file()):
         rel = path.relative_to(run_dir).as_posix()
-        if rel == MANIFEST_FILE or rel.endswith(".tmp"):
+        if rel == MANIFEST_FILE or rel.endswith(".tmp") or rel.startswith(UNSEALED_DIRS):
             continue
         files.append(ManifestFile(path=rel, bytes=path.stat().st_size, sha256=sha256_file(path)))
     return files

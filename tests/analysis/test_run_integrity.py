@@ -294,3 +294,22 @@ def test_a_phase_row_running_backwards_or_not_finite_is_a_problem() -> None:
     rebuilt = phase_row(phase="p", start_ns=1, last_end_ns=2, end_ns=2, requests=4,
                         rebuilt_from_records=True)  # fmt: skip
     assert check_phase_row(rebuilt, 0, "c/p") == []
+
+
+def test_export_refuses_a_broken_run_and_writes_nothing(run: Path) -> None:
+    _requests(run).write_text("")
+    (run / MANIFEST_FILE).unlink()
+    result = _cli("export", str(run), "--format", "csv")
+    assert result.exit_code == 1, result.output
+    assert "refused: " in result.output and "1GiB/cold: 0 request record(s)" in result.output
+    assert not (run / "export").exists()
+
+
+def test_an_export_into_the_run_leaves_its_seal_intact(run: Path) -> None:
+    # `loadgen export RUN` writes RUN/export/requests.csv by default: derived output that no
+    # reader reads, so the run stays valid and rebuildable.
+    result = _cli("export", str(run), "--format", "csv")
+    assert result.exit_code == 0, result.output
+    assert (run / "export" / "requests.csv").exists()
+    assert _cli("validate", str(run)).exit_code == 0
+    assert _cli("report", str(run)).exit_code == 0
