@@ -13,7 +13,8 @@ invalid):
   object or mistyped; a ``.gz`` file that is not a complete gzip stream of JSON lines;
   ``plan.json`` that is not a valid plan;
 - records missing: a case or phase with fewer request records than its phase row says were
-  sent (``PhaseRow.requests``), a case whose ``case.json`` says ``ok`` but a planned phase has
+  sent (``PhaseRow.requests``; not for a row written when the phase was cut short, which
+  gives the planned count), a case whose ``case.json`` says ``ok`` but a planned phase has
   no row, a case of a run whose status is ``ok`` that never started, a case that ran with no
   record file, a metrics file missing;
 - impossible values: a record's stamps out of time order (sent ≤ headers ≤ chunks ≤ end), a
@@ -182,7 +183,10 @@ def check_phase_row(row: PhaseRow, records: int, where: str) -> list[str]:
         value = getattr(row, key)
         if value is not None and not math.isfinite(value):
             problems.append(f"{where}: {key} is not finite ({value})")
-    if row.requests is not None and not row.rebuilt_from_records and records < row.requests:
+    # A cut-short row (``interrupted``) gives the phase's planned count, sent or not; a
+    # rebuilt one counts the records themselves: neither says how many were sent.
+    counted = row.requests is not None and not (row.interrupted or row.rebuilt_from_records)
+    if counted and row.requests is not None and records < row.requests:
         problems.append(f"{where}: {records} request record(s), but its phase row says "
                         f"{row.requests} were sent")  # fmt: skip
     return problems

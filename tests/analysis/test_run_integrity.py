@@ -290,6 +290,10 @@ def test_a_phase_row_running_backwards_or_not_finite_is_a_problem() -> None:
         "c/p: phase window out of order (start_ns 10, last_end_ns 5, end_ns 20)",
         "c/p: settle_s is not finite (nan)",
     ]
+    # A row written when the phase was cut short gives its planned count (3), not how many
+    # were sent: 1 record is no problem there.
+    cut = phase_row(phase="p", start_ns=1, last_end_ns=2, end_ns=2, requests=3, interrupted=True)
+    assert check_phase_row(cut, 1, "c/p") == []
     # A row rebuilt from its records counts them by construction: no count check.
     rebuilt = phase_row(phase="p", start_ns=1, last_end_ns=2, end_ns=2, requests=4,
                         rebuilt_from_records=True)  # fmt: skip
