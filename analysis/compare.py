@@ -14,7 +14,9 @@ failed it, MIXED otherwise, UNDECIDED when a run could not decide. PASS → FAIL
 regression whatever the tolerances, FAIL → PASS an improvement; UNDECIDED on either side is
 inconclusive.
 
-Only complete runs are compared: a run whose ``run.json`` status is not ``ok``, that has no
+A broken run (``analysis.integrity``: what ``loadgen validate`` calls invalid, except a missing
+manifest) is never compared: :class:`CompareError` names its first problem. Only complete runs
+are compared: a run whose ``run.json`` status is not ``ok``, that has no
 ``manifest.json`` (killed before it was sealed), a case whose status is not ``ok`` or a phase
 that is incomplete (``PhaseSummary.incomplete``) is refused, naming the run and why, unless
 ``allow_incomplete``; then every metric and verdict comparison is marked ``incomplete`` and its
@@ -61,6 +63,7 @@ from analysis.compare_stats import (
     too_few,
 )
 from analysis.gate_file import GateConfig
+from analysis.integrity import IntegrityError, check_run
 from analysis.latency import request_frame
 from analysis.load import RunFileError, load_run
 from analysis.models import CaseSummary, PhaseSummary
@@ -218,14 +221,17 @@ def load_view(run_dir: Path) -> RunView:
     """Load and summarise one run (``analysis.report.summarize_run``).
 
     Raises:
-        CompareError: its plan is unreadable or invalid, or its format version is neither
+        CompareError: its plan is unreadable or invalid, it is broken by the integrity rule
+            every reader applies (``analysis.integrity``), or its format version is neither
             this one nor 0.
     """
     try:
+        integrity = check_run(run_dir)
+        integrity.raise_if_broken(run_dir)
         data = load_run(run_dir)
-    except (RunFileError, FormatVersionError) as exc:
+    except (RunFileError, FormatVersionError, IntegrityError) as exc:
         raise CompareError(str(exc)) from None
-    report = summarize_run(data)
+    report = summarize_run(data, integrity.reseals)
     return RunView(
         run_dir=run_dir,
         plan=data.plan,

@@ -35,8 +35,9 @@ import numpy as np
 import pandas as pd
 
 from analysis.goodput import SLOLimits, judge
+from analysis.integrity import load_intact_run
 from analysis.latency import itl_per_token_ms, request_frame
-from analysis.load import RunData, load_run
+from analysis.load import RunData
 from loadgen.runformat import ReadRecord
 from scenarios.arrivals import ClosedLoop, OpenLoop
 
@@ -78,8 +79,10 @@ def write_requests(run_dir: Path, out: Path, fmt: str) -> Path:
     Raises:
         ValueError: an unknown format.
         ImportError: Parquet without ``pyarrow`` installed.
+        IntegrityError: the run is broken (``analysis.integrity``): nothing is exported.
     """
-    table = request_table(load_run(run_dir))
+    table = request_table(load_intact_run(run_dir))
+    out.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "csv":
         for column in ("chunk_ns", "chunk_tokens"):
             if column in table:
@@ -236,8 +239,12 @@ def vllm_bench_result(
 def write_vllm_bench(
     run_dir: Path, out_dir: Path, percentiles: Sequence[float] = (99,)
 ) -> list[Path]:
-    """One ``<case>-<phase>.json`` per phase that sent requests, in ``out_dir``."""
-    run = load_run(run_dir)
+    """One ``<case>-<phase>.json`` per phase that sent requests, in ``out_dir``.
+
+    Raises:
+        IntegrityError: the run is broken (``analysis.integrity``): nothing is written.
+    """
+    run = load_intact_run(run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for spec in run.plan.cases:

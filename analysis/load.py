@@ -430,6 +430,31 @@ def iter_raw(case_dir: Path) -> Iterator[RawScrape]:
             return
 
 
+def gzip_jsonl_problem(path: Path) -> str | None:
+    """Why the file at ``path`` is not what a ``.jsonl.gz`` name says (one complete gzip
+    stream of JSON objects, one a line), or ``None`` when it is: ``is not gzip``, ``is cut
+    short``, ``line N is not a JSON object``. Reads the whole stream (its CRC is checked at
+    the end)."""
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError:
+                    obj = None
+                if not isinstance(obj, dict):
+                    return f"line {lineno} is not a JSON object"
+    except gzip.BadGzipFile as exc:
+        return f"is not gzip ({exc})"
+    except EOFError:
+        return "is cut short (the gzip stream ends early)"
+    except (OSError, zlib.error, UnicodeDecodeError) as exc:
+        return f"cannot be read as gzip ({type(exc).__name__}: {exc})"
+    return None
+
+
 def _samples(path: Path) -> tuple[list[Sample], int, JsonlFile[SampleRow], int]:
     """(finite samples, non-finite dropped, the file, duplicates dropped). A series repeated
     at one scrape (the scraper writes none: a corrupt file) is read once, its first line, as

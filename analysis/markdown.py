@@ -270,6 +270,10 @@ def render_markdown(summary: RunSummary, report: ScenarioReport[Any], details: A
             + (migrated if run.format_version == 0 else ""), ""]  # fmt: skip
     if run.file_problems:
         out += [f"Run file problem: {p}" for p in run.file_problems] + [""]
+    if run.resealed:
+        out += [f"**Resealed** at {r.at}: {r.reason} (its files were sealed again although "
+                f"they no longer matched the manifest: {'; '.join(r.changed) or 'unknown'})"
+                for r in run.resealed] + [""]  # fmt: skip
     if run.model_variant:
         out += [
             f"Embedded model variant: **{run.model_variant.get('variant')}** "

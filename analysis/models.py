@@ -195,10 +195,20 @@ class VerdictSummary(FrozenModel):
     undecided: int
 
 
+class ResealFact(FrozenModel):
+    """An explicit re-seal of the run (``manifest.json``'s ``resealed``): when (UTC, ISO
+    8601), why, and what differed from the manifest before it."""
+
+    at: str
+    reason: str
+    changed: list[str] = Field(default_factory=list)
+
+
 class RunFacts(FrozenModel):
     """How the run went (from ``run.json``); ``file_problems`` when it could not be read;
     ``format_version`` the run format it was written in (0: read through the migration,
-    ``loadgen.runformat.migrate_v0``)."""
+    ``loadgen.runformat.migrate_v0``); ``resealed`` its explicit re-seals, oldest first
+    (empty: its files are as the run wrote them)."""
 
     command: list[str] = Field(default_factory=list)
     started_at: str | None = None
@@ -207,6 +217,7 @@ class RunFacts(FrozenModel):
     model_variant: dict[str, Any] | None = None
     format_version: int = 1
     file_problems: list[str] = Field(default_factory=list)
+    resealed: list[ResealFact] = Field(default_factory=list)
 
 
 class RunSummary(FrozenModel):

@@ -2,9 +2,11 @@
 
 ``build_report`` is the single entry point used at the end of a run and by
 ``loadgen report RUN``; it reads only the run directory (through ``analysis.load``), so a
-rebuild gives the same report. The generic part comes from ``analysis.summaries``; the
-scenario's own section, columns, plots and check evaluators from its module in
-``analysis.reports``.
+rebuild gives the same report. It builds nothing from a broken run: the integrity rule every
+reader applies (``analysis.integrity.check_run``) must find no problem first, else it raises
+``IntegrityError`` and writes nothing (docs/run-integrity.md). The generic part comes from
+``analysis.summaries``; the scenario's own section, columns, plots and check evaluators from
+its module in ``analysis.reports``.
 
 See docs/reports.md.
 """
@@ -18,12 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from analysis import checks, plots
+from analysis.integrity import IntegrityError, check_run, manifest_changes
 from analysis.load import RunData, load_run
 from analysis.markdown import phase_rows, render_markdown
-from analysis.models import RunFacts, RunSummary
+from analysis.models import ResealFact, RunFacts, RunSummary
 from analysis.reports import ScenarioReport, report_for
 from analysis.summaries import case_summary
+from loadgen.runformat import Reseal
 from loadgen.runformat.layout import PLOTS_DIR, REPORT_JSON, REPORT_MD
+from loadgen.runformat.manifest import read_reseals
 
 
 def _clean(obj: Any) -> Any:
@@ -39,7 +44,7 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
-def _run_info(data: RunData) -> RunFacts:
+def _run_info(data: RunData, reseals: list[Reseal]) -> RunFacts:
     run = data.run
     return RunFacts(
         file_problems=data.file_problems,
@@ -49,6 +54,7 @@ def _run_info(data: RunData) -> RunFacts:
         wall_s=run.wall_s,
         model_variant=run.model_variant,
         format_version=data.format_version,
+        resealed=[ResealFact(at=r.at, reason=r.reason, changed=r.changed) for r in reseals],
     )
 
 
@@ -82,8 +88,11 @@ class Report:
         return out
 
 
-def summarize_run(data: RunData) -> Report:
-    """The report of ``data`` without plots."""
+def summarize_run(data: RunData, reseals: list[Reseal] | None = None) -> Report:
+    """The report of ``data`` without plots; ``reseals``: the run's explicit re-seals (its
+    manifest's, read when ``None``)."""
+    if reseals is None:
+        reseals = read_reseals(data.run_dir)
     plan = data.plan
     cases = {
         c.name: case_summary(c, spec.label, [p.name for p in plan.phases_of(spec)])
@@ -95,7 +104,7 @@ def summarize_run(data: RunData) -> Report:
     summary = RunSummary(
         scenario=plan.scenario,
         description=plan.description,
-        run=_run_info(data),
+        run=_run_info(data, reseals),
         params=plan.params,
         sizing=plan.sizing,
         phases=plan.phase_names(),
@@ -116,10 +125,24 @@ def summarize(run_dir: Path, data: RunData | None = None) -> dict[str, Any]:
     return summarize_run(data or load_run(run_dir)).as_dict()
 
 
-def build_report(run_dir: Path) -> Report:
-    """Write ``report.json``, ``report.md`` and ``plots/*.png`` into ``run_dir``; return it."""
+def build_report(run_dir: Path, reseal: Reseal | None = None) -> Report:
+    """Write ``report.json``, ``report.md`` and ``plots/*.png`` into ``run_dir``; return it.
+    ``reseal``: the explicit re-seal about to be recorded (``loadgen report --reseal``), shown
+    after the run's earlier ones; its manifest differences are then no problem.
+
+    Raises:
+        IntegrityError: the run is broken (``analysis.integrity``); nothing was written.
+        FormatVersionError: the run's format version is neither this one nor 0.
+    """
+    integrity = check_run(run_dir, rebuilding=True)
+    problems = integrity.problems
+    if reseal is not None:
+        manifest = set(manifest_changes(run_dir, rebuilding=True))
+        problems = [p for p in problems if p not in manifest]
+    if problems:
+        raise IntegrityError(run_dir, problems)
     data = load_run(run_dir)
-    built = summarize_run(data)
+    built = summarize_run(data, integrity.reseals + ([reseal] if reseal else []))
     summary = built.summary
     plot_dir = run_dir / PLOTS_DIR
     plot_dir.mkdir(exist_ok=True)

@@ -33,8 +33,13 @@ def _percentiles(text: str) -> list[float]:
     help="vllm-bench: the pXX fields written (vLLM's --metric-percentiles).",
 )  # fmt: skip
 def export(run_dir: Path, fmt: str, out: Path | None, percentiles: str) -> None:
-    """Export RUN_DIR's records (csv, parquet) or phases (vllm-bench)."""
+    """Export RUN_DIR's records (csv, parquet) or phases (vllm-bench).
+
+    Refuses (exit 1, one line) a run that `loadgen validate` calls broken
+    (docs/run-integrity.md): its records give no figures.
+    """
     from analysis.export import write_requests, write_vllm_bench
+    from analysis.integrity import IntegrityError
     from analysis.load import RunFileError
 
     if not (run_dir / "plan.json").exists():
@@ -46,9 +51,10 @@ def export(run_dir: Path, fmt: str, out: Path | None, percentiles: str) -> None:
                 click.echo(path)
             return
         target = out or run_dir / "export" / f"requests.{fmt}"
-        target.parent.mkdir(parents=True, exist_ok=True)
         click.echo(write_requests(run_dir, target, fmt))
     except ImportError as exc:
         raise click.UsageError(f"--format {fmt} needs a package that is missing: {exc}") from None
     except RunFileError as exc:
         raise click.UsageError(str(exc)) from None
+    except IntegrityError as exc:
+        raise click.ClickException(f"refused: {exc}") from None

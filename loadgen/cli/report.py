@@ -9,8 +9,6 @@ import click
 
 from loadgen.cli.run_and_report import print_summary
 
-_REPORT_OUTPUTS = ("report.md", "report.json", "plots/")
-
 #: Exit code of ``report``/``validate`` for a run of a format version this loadgen cannot read.
 FORMAT_VERSION_EXIT = 2
 
@@ -29,37 +27,61 @@ def refuse_unreadable_version(run_dir: Path) -> None:
 
 @click.command()
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-def report(run_dir: Path) -> None:
+@click.option(
+    "--reseal",
+    "reason",
+    metavar="REASON",
+    default=None,
+    help="Re-seal although the files no longer match the manifest (or it is missing); the "
+    "manifest, report and validate record that it was resealed, when and why.",
+)
+def report(run_dir: Path, reason: str | None) -> None:
     """Rebuild the report of RUN_DIR from its raw files (and re-seal its manifest).
 
-    Refuses when raw files changed since the run sealed them (the report would not be
-    re-derivable from what the run wrote), and re-seals only after a successful rebuild.
+    Refuses (exit 1, one line) when the files differ from the run's manifest (the report would
+    not be re-derivable from what the run wrote) unless --reseal REASON is given, and when the
+    run is broken by the integrity rule that `loadgen validate` applies (docs/run-integrity.md):
+    a broken run gets no figures and is never sealed, --reseal or not. Exit 2 for a run format
+    this loadgen cannot read.
     """
+    from analysis.integrity import IntegrityError, manifest_changes
     from analysis.load import read_json_file
     from analysis.report import build_report
     from loadgen.progress import make_console
-    from loadgen.runformat import RunInfo
+    from loadgen.runformat import Reseal, RunInfo
     from loadgen.runformat.layout import MANIFEST_FILE, PLAN_FILE, RUN_FILE
-    from loadgen.runformat.manifest import verify_manifest, write_manifest
+    from loadgen.runformat.manifest import utc_now, write_manifest
 
     if not (run_dir / PLAN_FILE).exists():
         raise click.ClickException(f"{run_dir} has no {PLAN_FILE}: not a run directory")
+    if reason is not None and not reason.strip():
+        raise click.UsageError("--reseal needs a reason (why the files changed)")
     refuse_unreadable_version(run_dir)
-    if (run_dir / MANIFEST_FILE).exists():
-        changed = [p for p in verify_manifest(run_dir) if not p.startswith(_REPORT_OUTPUTS)]
-        if changed:
-            raise click.ClickException(
-                "raw files differ from the run's manifest, so a rebuilt report would not "
-                "be re-derivable from what the run wrote:\n  " + "\n  ".join(changed)
-            )
+    changed = manifest_changes(run_dir, rebuilding=True)
+    reseal = None
+    if reason is not None:
+        sealed = (run_dir / MANIFEST_FILE).exists()
+        what = changed if sealed else [f"{MANIFEST_FILE} was missing"]
+        reseal = Reseal(at=utc_now(), reason=reason.strip(), changed=what)
+    elif changed:
+        more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+        raise click.ClickException(
+            f"refused: raw files differ from the run's manifest ({changed[0]}{more}), so a "
+            "rebuilt report would not be re-derivable from what the run wrote; "
+            "`loadgen report --reseal REASON` re-seals on purpose"
+        )
     info = read_json_file(run_dir / RUN_FILE, RunInfo).data
     console = make_console()
     try:
-        result = build_report(run_dir)
+        result = build_report(run_dir, reseal)
+    except IntegrityError as exc:
+        raise click.ClickException(f"refused: {exc}") from None
     except Exception as exc:
         raise click.ClickException(f"report failed: {type(exc).__name__}: {exc}") from None
-    write_manifest(run_dir, info.status or "unknown", list(info.command or []))
+    write_manifest(run_dir, info.status or "unknown", list(info.command or []), reseal)
     print_summary(result, console)
-    for problem in result.file_problems:  # what was skipped: the report rests on the rest
-        console.print(f"[yellow]skipped: {problem}[/yellow]")
+    for problem in result.file_problems:  # read as empty (run.json): the report says so
+        console.print(f"[yellow]note: {problem}[/yellow]")
+    if reseal is not None:
+        console.print(f"[yellow]resealed: {reseal.reason}[/yellow]")
     click.echo(str(run_dir / "report.md"))

@@ -52,6 +52,7 @@ KINDS: list[tuple[str, type[msgspec.Struct]]] = [
     (f"cases/NAME/{RAW_FILE}", RawScrape),
     (MANIFEST_FILE, rows.Manifest),
     (f"{MANIFEST_FILE}: each of its `files`", rows.ManifestFile),
+    (f"{MANIFEST_FILE}: each of its `resealed`", rows.Reseal),
 ]
 
 _HEAD = f"""\

@@ -1,6 +1,8 @@
 """``manifest.json``: the last file of a run — versions, command, every file's size and sha256.
 
 A run directory without a manifest is incomplete. ``verify_manifest`` re-hashes the files.
+An explicit re-seal (``loadgen report --reseal REASON``) is recorded in the manifest's
+``resealed`` list, which every later sealing keeps (``read_reseals``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 import msgspec
 
 from loadgen.runformat.layout import MANIFEST_FILE, write_json
-from loadgen.runformat.rows import Manifest, ManifestFile
+from loadgen.runformat.rows import Manifest, ManifestFile, Reseal
 
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,28 +66,54 @@ def environment_facts() -> dict[str, object]:
     }
 
 
+#: What ``loadgen export`` writes into a run by default: derived from the sealed files and
+#: read by no reader of the run, so neither listed nor "present but not in the manifest".
+UNSEALED_DIRS = ("export/",)
+
+
 def list_files(run_dir: Path) -> list[ManifestFile]:
-    """Every file under ``run_dir`` except the manifest, with size (bytes) and sha256."""
+    """Every file under ``run_dir`` except the manifest and ``UNSEALED_DIRS``, with size
+    (bytes) and sha256."""
     files = []
     for path in sorted(p for p in run_dir.rglob("*") if p.is_file()):
         rel = path.relative_to(run_dir).as_posix()
-        if rel == MANIFEST_FILE or rel.endswith(".tmp"):
+        if rel == MANIFEST_FILE or rel.endswith(".tmp") or rel.startswith(UNSEALED_DIRS):
             continue
         files.append(ManifestFile(path=rel, bytes=path.stat().st_size, sha256=sha256_file(path)))
     return files
 
 
-def write_manifest(run_dir: Path, status: str, command: list[str]) -> Path:
-    """Write ``manifest.json`` (call last: it hashes everything else)."""
+def utc_now() -> str:
+    """The current UTC time as the manifest writes it (ISO 8601, seconds, ``Z``)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def read_reseals(run_dir: Path) -> list[Reseal]:
+    """The re-seals recorded in ``run_dir``'s manifest, oldest first; empty when there is no
+    manifest or it cannot be read (``verify_manifest`` says so)."""
+    try:
+        raw = msgspec.json.decode((run_dir / MANIFEST_FILE).read_bytes())
+        return msgspec.convert(raw.get("resealed") or [], list[Reseal], strict=True)
+    except (OSError, AttributeError, msgspec.DecodeError, msgspec.ValidationError):
+        return []
+
+
+def write_manifest(
+    run_dir: Path, status: str, command: list[str], reseal: Reseal | None = None
+) -> Path:
+    """Write ``manifest.json`` (call last: it hashes everything else), keeping the re-seals
+    of the manifest it replaces and adding ``reseal`` (an explicit re-seal) if given."""
     path = run_dir / MANIFEST_FILE
+    reseals = read_reseals(run_dir) + ([reseal] if reseal is not None else [])
     write_json(
         path,
         Manifest(
             status=status,
             command=command,
-            written_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            written_at=utc_now(),
             versions=environment_facts(),
             files=list_files(run_dir),
+            resealed=reseals,
         ),
     )
     return path

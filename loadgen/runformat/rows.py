@@ -320,6 +320,23 @@ class ManifestFile(msgspec.Struct, kw_only=True):
     sha256: str
 
 
+class Reseal(msgspec.Struct, kw_only=True):
+    """One explicit re-seal of a run (``loadgen report --reseal REASON``) in ``manifest.json``:
+    the run's files were sealed again although they no longer matched the manifest before it
+    (or it had none).
+
+    Attributes:
+        at: UTC time of the re-seal (ISO 8601, ``Z``).
+        reason: why, as the user gave it.
+        changed: what differed from the manifest before it (one finding per file, or that
+            there was no manifest).
+    """
+
+    at: str
+    reason: str
+    changed: list[str] = []
+
+
 class Manifest(msgspec.Struct, kw_only=True):
     """``manifest.json``, written last: a run directory without it is incomplete.
 
@@ -329,6 +346,8 @@ class Manifest(msgspec.Struct, kw_only=True):
         written_at: UTC time of sealing (ISO 8601, ``Z``).
         versions: versions of the pieces that shape results (``environment_facts``).
         files: every other file of the run, with its size and hash.
+        resealed: every explicit re-seal, oldest first (empty: the files are as the run
+            wrote them); kept by every later sealing.
     """
 
     status: str
@@ -336,6 +355,7 @@ class Manifest(msgspec.Struct, kw_only=True):
     written_at: str
     versions: dict[str, Any]
     files: list[ManifestFile]
+    resealed: list[Reseal] = []
 
 
 _ENCODER = msgspec.json.Encoder()

@@ -35,6 +35,12 @@ def build_run(run_dir: Path) -> None:
     write_manifest(run_dir, "ok", ["loadgen", "run", "prefix-eviction"])
 
 
+def _reseal(run_dir: Path) -> None:
+    """Seal ``run_dir`` again after a test changed its files as a different run would have
+    written them (a changed file of a sealed run is broken: compare refuses it)."""
+    write_manifest(run_dir, "ok", ["loadgen", "run", "prefix-eviction"])
+
+
 def _rewrite_jsonl(path: Path, change: object) -> None:
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     path.write_text("".join(json.dumps(change(r)) + "\n" for r in rows))  # type: ignore[operator]
@@ -112,6 +118,7 @@ def test_a_slower_candidate_regresses_with_the_exact_ratio(
     pair: tuple[Path, Path], tmp_path: Path
 ) -> None:
     _slow_down(pair[1], 2.0)
+    _reseal(pair[1])
     comparison = compare_paths(*pair, load_gate(_gate_file(tmp_path, SMALL_GATE)))
     # warm: every baseline TTFT is 20 ms and every candidate TTFT 40 ms, so every resample's
     # ratio is exactly 2: interval [2, 2], far beyond 1.15.
@@ -136,6 +143,7 @@ def test_a_pass_that_became_fail_is_a_regression_whatever_the_tolerances(
         return r
 
     _rewrite_jsonl(pair[1] / "cases" / TEST_CASE / "requests.jsonl", hit)
+    _reseal(pair[1])
     comparison = compare_paths(*pair, load_gate())
     flipped = [v for v in comparison.verdicts if v.classification == "regression"]
     assert [(v.check, v.baseline, v.candidate) for v in flipped] == [
@@ -146,6 +154,7 @@ def test_a_pass_that_became_fail_is_a_regression_whatever_the_tolerances(
 
 def test_a_family_missing_in_the_candidate_is_missing_not_zero(pair: tuple[Path, Path]) -> None:
     _drop_family(pair[1], "prefix_cache_hits")
+    _reseal(pair[1])
     comparison = compare_paths(*pair, load_gate())
     rates = [m for m in comparison.metrics if m.metric == "prefix_cache_hit_rate"]
     assert rates and all(m.classification == "missing" for m in rates)
@@ -161,6 +170,7 @@ def test_a_missing_family_that_is_not_gated_does_not_fail_the_gate(
     pair: tuple[Path, Path], tmp_path: Path
 ) -> None:
     _drop_family(pair[1], "num_preemptions")
+    _reseal(pair[1])
     gate = load_gate(_gate_file(tmp_path, "[metrics.num_preemptions]\ngate = false\n"))
     comparison = compare_paths(*pair, gate)
     assert {m.classification for m in comparison.metrics if m.metric == "num_preemptions"} == {
@@ -177,6 +187,7 @@ def test_runs_with_different_workloads_are_refused_unless_allowed(tmp_path: Path
     plan = json.loads((tmp_path / "cand" / "plan.json").read_text())
     plan["seed"] = 1  # other prompt tokens: another workload
     (tmp_path / "cand" / "plan.json").write_text(json.dumps(plan))
+    _reseal(tmp_path / "cand")
     assert workload_hash(load_plan(tmp_path / "base")) != workload_hash(
         load_plan(tmp_path / "cand")
     )
@@ -195,6 +206,7 @@ def test_the_workload_hash_ignores_the_server(tmp_path: Path) -> None:
     plan["cases"][0]["server"]["python"] = "/elsewhere/bin/python"
     plan["cases"][0]["server"]["extra_args"] = ["--max-num-seqs", "1"]
     (tmp_path / "base" / "plan.json").write_text(json.dumps(plan))
+    _reseal(tmp_path / "base")
     assert workload_hash(load_plan(tmp_path / "base")) == before
 
 
@@ -272,6 +284,7 @@ def test_cli_exit_codes_and_files(pair: tuple[Path, Path], tmp_path: Path) -> No
     assert "INCONCLUSIVE" in default.output and "~1 more pair" in default.output
     assert "~1 more pair" in (tmp_path / "o5" / "compare.md").read_text()
     _slow_down(pair[1], 2.0)
+    _reseal(pair[1])
     gate = _gate_file(tmp_path, SMALL_GATE)
     worse = runner.invoke(
         main, ["compare", *map(str, pair), "--gate", str(gate), "--out", str(tmp_path / "o3")]
@@ -326,6 +339,9 @@ def test_a_phase_where_every_request_failed_has_no_cached_token_rate_not_a_drop_
         return r
 
     _rewrite_jsonl(pair[1] / "cases" / TEST_CASE / "requests.jsonl", fail)
+    case_json = pair[1] / "cases" / TEST_CASE / "case.json"  # its count agrees with the records
+    case_json.write_text(json.dumps(json.loads(case_json.read_text()) | {"failed_requests": 6}))
+    _reseal(pair[1])
     comparison = compare_paths(*pair, load_gate())
     rate = next(
         m

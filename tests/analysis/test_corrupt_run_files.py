@@ -17,8 +17,9 @@ from click.testing import CliRunner
 
 from analysis.compare import CompareError, compare_paths
 from analysis.gate_file import load_gate
+from analysis.integrity import IntegrityError
 from analysis.load import RunFileError, load_run
-from analysis.report import build_report
+from analysis.report import build_report, summarize
 from analysis.validate import validate_run
 from loadgen.cli import main
 from loadgen.runformat import CaseInfo
@@ -76,8 +77,9 @@ def test_a_mistyped_line_is_skipped_reported_and_the_rest_is_used(
     expected = f"{rel}: line(s) {lineno} ({why}) are not well-typed {kind} rows and were skipped"
     case = load_run(run_dir).cases[0]
     assert case.file_problems == [expected]
-    report = build_report(run_dir).as_dict()  # builds from the good lines
-    assert expected in report["cases"][TEST_CASE]["data_quality"]
+    assert expected in summarize(run_dir)["cases"][TEST_CASE]["data_quality"]  # the good lines
+    with pytest.raises(IntegrityError, match="not well-typed"):  # but no report of them
+        build_report(run_dir)
     write_manifest(run_dir, "ok", COMMAND)
     assert f"{TEST_CASE}: {expected}" in validate_run(run_dir).problems
 
@@ -155,14 +157,21 @@ def test_a_broken_manifest_is_a_problem_not_a_crash(run_dir: Path) -> None:
     assert problems[0].startswith("manifest.json cannot be read")
 
 
-def test_report_without_a_manifest_builds_from_the_good_lines_and_says_what_it_skipped(
+def test_report_without_a_manifest_refuses_a_run_with_skipped_lines_and_seals_nothing(
     run_dir: Path,
 ) -> None:
     _replace_line(case_dir(run_dir, TEST_CASE) / "metrics/samples.jsonl", 6,
                   lambda r: {"t_ns": "abc", "name": 5})  # fmt: skip
     (run_dir / "run.json").write_text("[]")
+    (run_dir / "manifest.json").unlink(missing_ok=True)
+    report_md = (run_dir / "report.md").read_bytes()
     result = CliRunner().invoke(main, ["report", str(run_dir)])
-    assert result.exit_code == 0, result.output
-    assert "skipped: run.json holds a list, not a JSON object; read as empty" in result.output
-    assert f"skipped: {TEST_CASE}: metrics/samples.jsonl: line(s) 6" in result.output
-    assert "Run file problem: run.json holds a list" in (run_dir / "report.md").read_text()
+    assert result.exit_code == 1, result.output
+    # One line: the first problem (run.json, read first) and how many more (the sample line).
+    [line] = result.output.splitlines()
+    assert line == (
+        f"Error: refused: {run_dir} is broken: run.json holds a list, not a JSON object; read "
+        f"as empty (and 1 more problem(s)); `loadgen validate {run_dir}` lists them"
+    )
+    assert not (run_dir / "manifest.json").exists()  # never sealed
+    assert (run_dir / "report.md").read_bytes() == report_md  # nothing rewritten

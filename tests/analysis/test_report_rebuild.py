@@ -175,6 +175,10 @@ def test_failed_requests_are_counted_and_shown(tmp_path: Path) -> None:
 def test_a_case_that_never_ran_leaves_its_checks_undecided(tmp_path: Path) -> None:
     build_run(tmp_path)
     shutil.rmtree(case_dir(tmp_path, CONTROL_CASE))
+    # The run failed before its second case started (with status ok, a case that never
+    # started is a broken run: the report refuses it).
+    run_json = tmp_path / "run.json"
+    run_json.write_text(json.dumps(json.loads(run_json.read_text()) | {"status": "failed"}))
     report = build_report(tmp_path).as_dict()
     assert report["cases"][CONTROL_CASE]["status"] == "missing"
     # The control's 2 effect checks, its cold-start and capacity checks cannot be decided.

@@ -205,6 +205,7 @@ def _with_version(synthetic: Path, tmp_path: Path, version: object) -> Path:
     else:
         info["format_version"] = version
     (run_dir / RUN_FILE).write_text(json.dumps(info))
+    write_manifest(run_dir, "ok", ["loadgen", "run", "prefix-eviction"])  # as its writer sealed it
     return run_dir
 
 
@@ -279,6 +280,7 @@ def test_the_migration_upgrades_the_shapes_of_older_version_0_writers(
     assert [s.tick for s in case.scrapes] == list(range(len(rows)))
     assert case.scrapes[0].deadline_ns == rows[0]["start_ns"]
     assert case.scrape_index_without_ticks and case.file_problems == []
+    write_manifest(run_dir, "ok", ["loadgen", "run", "prefix-eviction"])  # as its writer did
     build_report(run_dir)
     write_manifest(run_dir, "ok", ["loadgen", "run", "prefix-eviction"])
     result = validate_run(run_dir)

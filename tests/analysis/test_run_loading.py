@@ -9,8 +9,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from analysis.integrity import IntegrityError
 from analysis.load import load_run, read_jsonl, rebuild_missing_phases
-from analysis.report import build_report
+from analysis.report import build_report, summarize
 from analysis.validate import validate_run
 from loadgen.runformat import (
     FaultRow,
@@ -76,7 +77,7 @@ def clean_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("rel", JSONL_FILES)
-def test_a_torn_last_line_in_any_file_is_skipped_reported_and_the_report_still_builds(
+def test_a_torn_last_line_in_any_file_is_skipped_reported_and_the_report_refused(
     clean_run: Path, tmp_path: Path, rel: str
 ) -> None:
     run_dir = tmp_path / "run"
@@ -92,8 +93,12 @@ def test_a_torn_last_line_in_any_file_is_skipped_reported_and_the_report_still_b
         "the lines before it are intact"
     )
     assert case.file_problems == [expected]
-    report = build_report(run_dir).as_dict()
-    assert expected in report["cases"][TEST_CASE]["data_quality"]
+    assert expected in summarize(run_dir)["cases"][TEST_CASE]["data_quality"]  # the reader's
+    # The integrity rule: what validate calls invalid gets no report (nothing written).
+    with pytest.raises(IntegrityError, match=f"is broken: {TEST_CASE}: the last line of {rel}"):
+        build_report(run_dir)
+    assert not (run_dir / "report.json").exists()
+    (run_dir / "report.json").write_text(json.dumps(summarize(run_dir)))
     write_manifest(run_dir, "failed", ["loadgen", "run", "prefix-eviction"])
     assert validate_run(run_dir).problems == [f"{TEST_CASE}: {expected}"]
 
@@ -104,7 +109,9 @@ def test_a_gap_in_the_tick_numbers_is_a_problem(clean_run: Path, tmp_path: Path)
     path = case_dir(run_dir, TEST_CASE) / "metrics/scrapes.jsonl"
     lines = path.read_text().splitlines()
     path.write_text("\n".join(lines[:4] + lines[5:]) + "\n")  # tick 4 vanished
-    build_report(run_dir)
+    with pytest.raises(IntegrityError, match="scrape ticks are not 0"):
+        build_report(run_dir)
+    (run_dir / "report.json").write_text(json.dumps(summarize(run_dir)))
     write_manifest(run_dir, "ok", ["loadgen", "run", "prefix-eviction"])
     [problem] = validate_run(run_dir).problems
     assert problem.startswith(f"{TEST_CASE}: scrape ticks are not 0…")
