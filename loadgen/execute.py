@@ -424,7 +424,9 @@ async def run_case(
         CaseInfo(case=case.model_dump(mode="json"), server=server.describe(), status="running"),
     )
     target = Target(server.url, server.model_name)
-    scraper = ScraperProcess(server.url, cdir, plan.scrape_interval_s)
+    scraper = ScraperProcess(
+        server.url, cdir, plan.scrape_interval_s, max_bytes=plan.metrics_max_bytes
+    )
     scraper.start()
     stack = contextlib.AsyncExitStack()
     replicas = Replicas(case.server, cdir, clock) if case.server is not None else None
@@ -458,7 +460,8 @@ async def run_case(
         if not await asyncio.to_thread(scraper.wait_first_scrape):
             # Without samples no counter delta can be computed: fail before sending load.
             raise RuntimeError(
-                f"no successful /metrics scrape from {server.url} (errors in {cdir}/metrics)"
+                scraper.failure
+                or f"no successful /metrics scrape from {server.url} (errors in {cdir}/metrics)"
             )
         # Two scrapes of baseline before the first phase starts.
         await asyncio.sleep(2 * plan.scrape_interval_s)
@@ -516,6 +519,9 @@ async def run_case(
     finally:
         await stack.aclose()
         await asyncio.to_thread(scraper.stop)
+        if scraper.failure and outcome.status == "ok":  # its one line: the case's failure
+            outcome.status, outcome.error = "failed", scraper.failure
+            hooks.message(f"case {case.name}: {scraper.failure}")
         write_json(
             cdir / CASE_FILE,
             CaseInfo(

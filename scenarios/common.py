@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
+from common.limits import METRICS_MAX_BYTES
 from scenarios.plan import REQUEST_TIMEOUT_S, STALL_TIMEOUT_S, ClientPriority
 from scenarios.tokens import TokenSpace
 from server.config import ServerConfig
@@ -94,6 +95,9 @@ MAX_REQUESTS = 100_000
 #: Ceiling of an open-loop arrival rate (req/s): above it the client's own send loop, not
 #: the server, decides when requests leave.
 MAX_RATE_RPS = 1000.0
+#: Smallest /metrics size limit accepted: a vLLM page is ~50 KB, so a limit below 64 KiB
+#: would fail every scrape of a real server.
+MIN_METRICS_MAX_BYTES = 64 * 2**10
 
 
 class RunParams(FrozenModel):
@@ -117,6 +121,12 @@ class RunParams(FrozenModel):
         le=MAX_SCRAPE_INTERVAL_S,
         description=f"/metrics period (s, {MIN_SCRAPE_INTERVAL_S:g}-{MAX_SCRAPE_INTERVAL_S:g}: "
         "faster scrapes load the server they measure).",
+    )
+    metrics_max_bytes: int = Field(
+        default=METRICS_MAX_BYTES,
+        ge=MIN_METRICS_MAX_BYTES,
+        description=f"Largest /metrics answer (bytes, default {METRICS_MAX_BYTES} = 4 MiB): a "
+        "larger page is a failed scrape, never read past the limit.",
     )
     request_timeout_s: float = Field(
         default=REQUEST_TIMEOUT_S,
@@ -250,6 +260,7 @@ class RunParams(FrozenModel):
             "seed": self.seed,
             "tokens": TokenSpace(high=self.token_id_high),
             "scrape_interval_s": self.scrape_interval_s,
+            "metrics_max_bytes": self.metrics_max_bytes,
             "request_timeout_s": self.request_timeout_s,
             "stall_timeout_s": self.stall_timeout_s,
             "client_priority": self.client_priority,
