@@ -283,6 +283,7 @@ def case_summary(case: CaseData, label: str = "", planned: list[str] | None = No
         requests_total=len(case.records),
         requests_failed=sum(1 for r in case.records if r.status == "error"),
         requests_aborted=sum(1 for r in case.records if r.status == "aborted"),
+        requests_excess_tokens=sum(1 for r in case.records if r.excess_tokens),
         token_timing=_timing_counts(frame),
         scrapes=scrape_accounting(case),
         metric_aliases=aliases,

@@ -174,8 +174,10 @@ class _Files:
         ScraperWriteError: a write or flush failed (disk full, permission, I/O error).
     """
 
-    def __init__(self, case_dir: Path, samples: IO[str], scrapes: IO[str], raw: IO[str]) -> None:
-        self.case_dir = case_dir
+    def __init__(
+        self, samples: IO[str], scrapes: IO[str], raw: IO[str], case_dir: Path = Path()
+    ) -> None:
+        self.case_dir = case_dir  # the files' names in errors are relative to it
         self.samples, self.scrapes, self.raw = samples, scrapes, raw
 
     def _append(self, fh: IO[str], name: str, text: str) -> None:
@@ -297,7 +299,7 @@ def _open_files(case_dir: Path) -> Iterator[_Files]:
             stack.close()
         raise ScraperWriteError(current, exc) from None
     try:
-        yield _Files(case_dir, handles[0], handles[1], raw)
+        yield _Files(handles[0], handles[1], raw, case_dir)
     except BaseException:
         with contextlib.suppress(OSError):
             stack.close()
