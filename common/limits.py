@@ -22,3 +22,9 @@ SSE_MAX_LINE_BYTES = 2**20
 def too_large(what: str, limit: int) -> str:
     """The reason a read stopped at ``limit``: ``"answer larger than 4194304 bytes"``."""
     return f"{what} larger than {limit} bytes"
+
+
+#: Largest answer to a one-off control request (``/health``, ``/version``, ``/v1/models``):
+#: 1 MiB; they are a few hundred bytes. ``/metrics`` read outside the scraper (the capacity
+#: read at start, gauge probes between phases) keeps :data:`METRICS_MAX_BYTES`.
+CONTROL_MAX_BYTES = 2**20

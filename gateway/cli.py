@@ -20,6 +20,8 @@ import click
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from common.errors import describe_exception
+
 
 def build_config(config_file: str | None, overrides: dict[str, Any]) -> Any:
     """Build a validated ``GatewayConfig`` from an optional JSON file plus flag overrides.
@@ -189,7 +191,7 @@ def _serve(
     except KeyboardInterrupt:
         click.echo("gateway stopped", err=True)
     except OSError as exc:  # the port is taken, the events file cannot be created, ...
-        raise click.ClickException(f"cannot run the gateway: {exc}") from exc
+        raise click.ClickException(f"cannot run the gateway: {describe_exception(exc)}") from exc
 
 
 gateway_command = click.Command(

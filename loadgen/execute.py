@@ -33,6 +33,7 @@ from typing import Any
 import aiohttp
 import httpx
 
+from common.errors import describe_exception
 from loadgen.client import Target
 from loadgen.clock import Clock, MonotonicClock
 from loadgen.connections import open_session, pool_limit
@@ -512,7 +513,7 @@ async def run_case(
         outcome.status, outcome.error, outcome.server_gone = "failed", str(exc), True
     except Exception as exc:  # recorded as the case's failure; the run goes on
         outcome.status = "failed"
-        outcome.error = f"{type(exc).__name__}: {exc}"
+        outcome.error = describe_exception(exc)
     except asyncio.CancelledError:
         outcome.status, outcome.error = "interrupted", "interrupted (Ctrl-C or SIGTERM)"
         raise
@@ -574,7 +575,8 @@ async def execute_plan(
                     )
                     server_key = key
                 except Exception as exc:
-                    outcome = CaseOutcome(case.name, "failed", f"server did not start: {exc}")
+                    why = f"server did not start: {describe_exception(exc)}"
+                    outcome = CaseOutcome(case.name, "failed", why)
                     write_json(
                         case_dir(run_dir, case.name) / CASE_FILE,
                         CaseInfo(

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from common.errors import describe_exception
 from loadgen.clock import wall_anchor
 from loadgen.execute import CaseOutcome, RunHooks, execute_plan, open_server
 from loadgen.redact import redact_command
@@ -162,7 +163,7 @@ async def run_scenario(
         result.status, result.error = "interrupted", "interrupted by the user"
         raise
     except Exception as exc:
-        result.status, result.error = "failed", f"{type(exc).__name__}: {exc}"
+        result.status, result.error = "failed", describe_exception(exc)
     finally:
         result.wall_s = round(time.monotonic() - started, 2)
         run_info.status, run_info.error = result.status, result.error

@@ -7,14 +7,17 @@ import time
 
 import httpx
 
+from common.http import get_bounded
+from common.limits import METRICS_MAX_BYTES
 from metrics.parse import parse_samples
 from metrics.samples import series
 
 
 async def read_gauge(client: httpx.AsyncClient, url: str, name: str) -> float | None:
-    """Current value of canonical gauge ``name`` summed over label sets, or ``None``."""
+    """Current value of canonical gauge ``name`` summed over label sets, or ``None`` (also
+    for a page over the scraper's default size limit, which is not read past it)."""
     try:
-        response = await client.get(f"{url}/metrics")
+        response = await get_bounded(client, f"{url}/metrics", METRICS_MAX_BYTES)
         response.raise_for_status()
     except httpx.HTTPError:
         return None

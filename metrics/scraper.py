@@ -60,7 +60,8 @@ import httpx
 import msgspec
 
 from common.errors import describe_exception
-from common.limits import METRICS_MAX_BYTES, too_large
+from common.http import AnswerTooLarge, read_bounded
+from common.limits import METRICS_MAX_BYTES
 from metrics.names import FAMILIES, FAMILY_OF_SAMPLE
 from metrics.parse import ParsedPage, parse_page
 from metrics.rows import RawScrape, ScrapeTick
@@ -97,13 +98,6 @@ class _NoRecordedFamily(ValueError):
     """A page that parsed but holds none of the recorded families."""
 
 
-class AnswerTooLarge(ValueError):
-    """A ``/metrics`` answer whose body passed the size limit (its reading was stopped)."""
-
-    def __init__(self, max_bytes: int) -> None:
-        super().__init__(too_large("answer", max_bytes))
-
-
 class _Page(NamedTuple):
     """One answer read within the size limit: status, headers and the whole body."""
 
@@ -111,29 +105,6 @@ class _Page(NamedTuple):
     headers: httpx.Headers
     content: bytes
     text: str
-
-
-async def read_bounded(response: httpx.Response, max_bytes: int) -> bytes:
-    """The body of a streamed ``response``, at most ``max_bytes`` bytes.
-
-    Reading stops at the first chunk that takes the total past ``max_bytes`` (a declared
-    ``Content-Length`` over it stops it before any byte), so at most ``max_bytes`` plus one
-    chunk is ever held.
-
-    Raises:
-        AnswerTooLarge: the body is longer than ``max_bytes``.
-    """
-    declared = response.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > max_bytes:
-        raise AnswerTooLarge(max_bytes)
-    chunks: list[bytes] = []
-    total = 0
-    async for chunk in response.aiter_bytes():
-        total += len(chunk)
-        if total > max_bytes:
-            raise AnswerTooLarge(max_bytes)
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 async def _fetch(client: httpx.AsyncClient, url: str, timeout_s: float, max_bytes: int) -> _Page:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.errors import describe_exception
 from loadgen.client import Target
 from loadgen.clock import Clock, MonotonicClock
 from loadgen.connections import WarmUp, open_session, warm_up
@@ -240,7 +241,7 @@ class WorkerRuntime:
                 timing=PhaseTiming(now, now, 0.0, 0.0, 0),
                 first_sent_ns=None,
                 statuses=dict(self._counts),
-                error=f"{type(exc).__name__}: {exc}",
+                error=describe_exception(exc),
             )
         return WorkerPoll(done, failed, result)
 

@@ -26,6 +26,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from common.errors import describe_exception
 from loadgen.client import Target
 from loadgen.clock import Clock
 from loadgen.phase import PhaseTiming
@@ -80,7 +81,7 @@ def _worker_process(
             try:
                 conn.send(("ok", getattr(runtime, method)(*args)))
             except Exception as exc:
-                conn.send(("error", f"{type(exc).__name__}: {exc}"))
+                conn.send(("error", describe_exception(exc)))
     finally:
         runtime.close()
         with contextlib.suppress(OSError):

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common.errors import describe_exception
 from loadgen.clock import Clock, ShiftedClock
 from loadgen.placement import Placement, machine_id
 from loadgen.runformat.layout import worker_requests_file
@@ -180,7 +181,7 @@ class RayWorkers(WorkerPool):
             return await asyncio.to_thread(self._ray.get, ref)
         except Exception as exc:  # a RayTaskError wraps the worker's own exception
             raise RuntimeError(f"worker {worker} ({self._nodes[worker]}): {method} failed: "
-                               f"{type(exc).__name__}: {exc}") from None  # fmt: skip
+                               f"{describe_exception(exc)}") from None  # fmt: skip
 
     async def clock_offsets(self) -> list[ClockOffset]:
         return [
