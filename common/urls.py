@@ -9,6 +9,7 @@ logs and the progress display show the URL with the password replaced. The user 
 from __future__ import annotations
 
 import re
+from typing import Any, TextIO
 
 #: What replaces the secret part of a URL's user information.
 MASK = "***"
@@ -32,3 +33,20 @@ def redact_urls_in(text: str) -> str:
     """``text`` (a message, a command line argument, a JSON document) with every URL's
     password replaced by ``***``; text without one unchanged."""
     return _USERINFO.sub(_masked, text)
+
+
+class RedactingStream:
+    """A text stream that writes through to ``inner`` with URL passwords masked; every other
+    attribute (``isatty``, ``fileno``, ``encoding``, ...) is ``inner``'s, so a console drawing
+    on it behaves as on ``inner``."""
+
+    def __init__(self, inner: TextIO) -> None:
+        self._inner = inner
+
+    def write(self, text: str) -> int:
+        """Write ``text`` with its URL passwords masked; the length of ``text``."""
+        self._inner.write(redact_urls_in(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)

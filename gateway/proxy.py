@@ -232,7 +232,10 @@ class _Exchange:
 
     async def _run(self) -> web.StreamResponse:
         stream = _wants_stream(self.body)
-        headers = upstream_request_headers(self.request.headers, self.request.remote)
+        request = self.request
+        headers = upstream_request_headers(
+            request.headers, request.remote, request.headers.get("Host"), request.scheme
+        )
         url = self.upstream + self.request.rel_url.path_qs
         session = self.state.client_session()
         self.call = asyncio.ensure_future(

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
 from common.limits import METRICS_MAX_BYTES
+from common.urls import redact_url
 from scenarios.plan import REQUEST_TIMEOUT_S, STALL_TIMEOUT_S, ClientPriority
 from scenarios.tokens import TokenSpace
 from server.config import ServerConfig
@@ -35,22 +36,23 @@ def _http_url(value: str) -> str:
         ValueError: another scheme, no host, a bad port, or a query/fragment.
     """
     example = "e.g. http://127.0.0.1:8000"
+    shown = redact_url(value)  # an error message never repeats a password
     try:
         parts = urlsplit(value.strip())
         port_ok = parts.port is None or parts.port > 0  # .port raises on a bad port
     except ValueError as exc:
-        raise ValueError(f"{value!r} is not a valid URL ({exc}); {example}") from None
+        raise ValueError(f"{shown!r} is not a valid URL ({exc}); {example}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{value!r} is not an http(s) URL with a host; {example}")
+        raise ValueError(f"{shown!r} is not an http(s) URL with a host; {example}")
     if not port_ok:
-        raise ValueError(f"{value!r}: port 0 is not a server port; {example}")
+        raise ValueError(f"{shown!r}: port 0 is not a server port; {example}")
     if parts.query or parts.fragment:
-        raise ValueError(f"{value!r}: a base URL takes no query or fragment; {example}")
+        raise ValueError(f"{shown!r}: a base URL takes no query or fragment; {example}")
     path = parts.path.rstrip("/")
     if path == "/v1" or path.endswith("/v1") or "/v1/" in path:
-        base = value.strip()[: value.strip().rfind("/v1")]
+        base = shown.strip()[: shown.strip().rfind("/v1")]
         raise ValueError(
-            f"{value!r}: drop /v1 ({base!r}); the client appends /v1/completions itself"
+            f"{shown!r}: drop /v1 ({base!r}); the client appends /v1/completions itself"
         )
     # Paths are appended to the base URL: a trailing slash would make "//v1/completions".
     return value.strip().rstrip("/")

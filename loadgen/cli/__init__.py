@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import click
 
+from common.urls import redact_urls_in
 from loadgen.cli.compare import compare
 from loadgen.cli.export import export
 from loadgen.cli.gate import gate
@@ -24,7 +25,18 @@ from loadgen.cli.trace import trace
 from loadgen.cli.validate import validate
 
 
-@click.group()
+class _Commands(click.Group):
+    """The command group; an error any command raises is shown with URL passwords masked."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as exc:
+            exc.message = redact_urls_in(exc.message)  # type: ignore[misc]  # shown once, after
+            raise
+
+
+@click.group(cls=_Commands)
 def main() -> None:
     """Testbed and load generator for LLM inference servers (vLLM first)."""
 
