@@ -276,6 +276,8 @@ async def _run_one_phase(run: _CaseRun, planned: PhaseSpec, scraper: ScraperProc
         timing.last_end_ns, scraper.landing_bound_s
     )
     now = run.clock.now_ns()
+    if scraper.failure:  # it could not write its files: the case stops (the line is its error)
+        raise RuntimeError(scraper.failure)
     if post_scrape is None:
         run.hooks.message(
             f"phase {phase.name}: no successful scrape within {scraper.landing_bound_s:g} s "
@@ -520,7 +522,7 @@ async def run_case(
     finally:
         await stack.aclose()
         await asyncio.to_thread(scraper.stop)
-        if scraper.failure and outcome.status == "ok":  # its one line: the case's failure
+        if scraper.failure and outcome.status != "interrupted":  # the cause, in one line
             outcome.status, outcome.error = "failed", scraper.failure
             hooks.message(f"case {case.name}: {scraper.failure}")
         write_json(

@@ -313,10 +313,8 @@ def _child_main(
         )
         asyncio.run(loop)
     except ScraperWriteError as exc:
-        # One line for the parent (and stderr), exit 1, no traceback.
-        line = str(exc)
-        failure.value = line.encode("utf-8")[: _FAILURE_BYTES - 1]
-        print(line, file=sys.stderr, flush=True)
+        # One line for the parent to report (ScraperProcess.failure), exit 1, no traceback.
+        failure.value = str(exc).encode("utf-8")[: _FAILURE_BYTES - 1]
         sys.exit(1)
 
 
