@@ -43,6 +43,7 @@ import aiohttp
 import msgspec
 from aiohttp import web
 
+from common.urls import redact_url
 from gateway.admission import AdmissionRejected
 from gateway.headers import (
     client_response_headers,
@@ -483,7 +484,7 @@ class _Exchange:
                 headers["Retry-After"] = format_retry_after(wait_s)
                 if resp.status in (429, 503):  # where RFC 9110/6585 give it that meaning
                     self.lease.upstream.note_retry_after(time.monotonic(), wait_s)
-        headers["X-Gateway-Upstream"] = self.upstream
+        headers["X-Gateway-Upstream"] = redact_url(self.upstream)  # no password to the client
         return headers
 
     # -- verdicts ----------------------------------------------------------------------------

@@ -201,3 +201,15 @@ async def test_the_upstream_sees_the_peer_appended_and_the_host_the_gateway_rece
     assert seen["x-forwarded-host"] == gateway_host
     assert seen["x-forwarded-proto"] == "http"
     assert "x-real-ip" not in seen and "forwarded" not in seen
+
+
+def test_gateway_log_lines_mask_url_passwords() -> None:
+    import logging
+
+    from gateway.cli import _RedactingFormatter
+
+    record = logging.LogRecord(
+        "gateway.proxy", logging.WARNING, __file__, 1, "cannot connect to %s", ("http://u:pw@h:1",),
+        None,
+    )  # fmt: skip
+    assert _RedactingFormatter("%(message)s").format(record) == "cannot connect to http://u:***@h:1"
