@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from common.errors import describe_exception
+from common.urls import redact_urls_in
 from loadgen.clock import Clock
 from loadgen.connections import RecordTrace
 from loadgen.records import RequestRecord, Status
@@ -182,7 +183,7 @@ class _Stream:
         record = self.record
         if chunk.error is not None:
             record.status = self.stopped_by = "error"
-            record.error = f"error event in stream: {chunk.error}"
+            record.error = redact_urls_in(f"error event in stream: {chunk.error}")
             return True
         self.tally.add(chunk, now)
         if chunk.completion_tokens is not None:
@@ -255,7 +256,7 @@ async def send_request(
                 head = await response.content.read(_ERROR_HEAD_BYTES)
                 text = head.decode(response.charset or "utf-8", errors="replace")
                 record.status = "error"
-                record.error = f"HTTP {response.status}: {text[:_ERROR_HEAD_CHARS]}"
+                record.error = redact_urls_in(f"HTTP {response.status}: {text[:_ERROR_HEAD_CHARS]}")
                 return record
             stopped = await stream.read(response)
         if stopped is None:
