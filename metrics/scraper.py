@@ -74,6 +74,7 @@ from metrics.store import RAW_FILE, SAMPLES_FILE, SCRAPES_FILE, sample_to_json
 #: still good, so the bound sits well above that.
 SCRAPE_TIMEOUT_S = 5.0
 
+
 class _ResetTracker:
     """Last value of every counter-like series; reports the families that went down."""
 
