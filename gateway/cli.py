@@ -41,7 +41,8 @@ def build_config(config_file: str | None, overrides: dict[str, Any]) -> Any:
     except ValidationError as exc:
         raise click.UsageError(f"invalid gateway configuration:\n{exc}") from exc
     except (OSError, ValueError) as exc:
-        raise click.UsageError(f"cannot read gateway config {config_file}: {exc}") from exc
+        why = describe_exception(exc)
+        raise click.UsageError(f"cannot read gateway config {config_file}: {why}") from exc
 
 
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
