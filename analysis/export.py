@@ -216,14 +216,11 @@ def vllm_bench_result(
         # in s (0.0 for a failure, as vLLM's unset latency) and the client-side wait from its
         # arrival (the phase start, or its open-loop offset) to its send, s.
         "latencies": [
-            (r.chunk_ns[-1] - _sent_ns(r)) / 1e9
-            if r.status == "ok" and r.chunk_ns
-            else 0.0
+            (r.chunk_ns[-1] - _sent_ns(r)) / 1e9 if r.status == "ok" and r.chunk_ns else 0.0
             for r in ordered
         ],
         "queue_times": [
-            (r.sent_ns - r.scheduled_ns) / 1e9 if r.sent_ns is not None else 0.0
-            for r in ordered
+            (r.sent_ns - r.scheduled_ns) / 1e9 if r.sent_ns is not None else 0.0 for r in ordered
         ],
     }
     columns = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2el": "e2el_ms"}

@@ -197,7 +197,13 @@ def _case_lines(
             else "server attached (not started by this run); "
         )
         + f"requests {case.requests_total}, "
-        f"failed {case.requests_failed}; scrapes {scrapes.ticks} "
+        f"failed {case.requests_failed}"
+        + (
+            f", {case.requests_excess_tokens} with more tokens than allowed"
+            if case.requests_excess_tokens
+            else ""
+        )
+        + f"; scrapes {scrapes.ticks} "
         f"(late {scrapes.late}, failed {scrapes.failed}, skipped {scrapes.skipped}"
         + (f", {scrapes.nan_dropped} NaN samples dropped" if scrapes.nan_dropped else "")
         + (

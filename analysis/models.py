@@ -155,6 +155,8 @@ class CaseSummary(FrozenModel):
         missing_families: recorded families the server did not expose at all.
         unusable_histograms: server histogram families left out because they break the
             histogram rules (no ``+Inf`` bucket, not cumulative, …): family → why.
+        requests_excess_tokens: records flagged with more tokens than ``max_tokens`` or
+            than the server's usage (``excess_tokens``).
         data_quality: findings a reader must know (torn files, dropped samples, flagged
             phases, records whose token stamps cannot give a TTFT).
     """
@@ -172,6 +174,7 @@ class CaseSummary(FrozenModel):
     requests_total: int = 0
     requests_failed: int = 0
     requests_aborted: int = 0
+    requests_excess_tokens: int = 0
     token_timing: dict[str, int] = Field(default_factory=dict)
     scrapes: ScrapeAccounting = ScrapeAccounting()
     metric_aliases: dict[str, str] = Field(default_factory=dict)

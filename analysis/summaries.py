@@ -35,7 +35,7 @@ from analysis.latency import (
 from analysis.load import CaseData
 from analysis.models import CaseSummary, LatencyStats, PhaseSummary, ScrapeAccounting, Stats
 from loadgen.runformat import PhaseRow
-from metrics.ticks import count_ticks
+from metrics.ticks import count_ticks, size_drop_warning
 
 
 def stats(values: Any) -> Stats:
@@ -202,6 +202,8 @@ def data_quality(
             f"{ticks.nan_dropped} NaN/±Inf metric sample(s) dropped by the scraper: a gauge "
             "peak or a counter read at those scrapes comes from the other scrapes"
         )
+    if too_large := size_drop_warning(case.scrapes):
+        out.append(too_large)
     duplicates = ticks.duplicates_dropped + case.duplicate_samples
     if duplicates:
         out.append(
@@ -281,6 +283,7 @@ def case_summary(case: CaseData, label: str = "", planned: list[str] | None = No
         requests_total=len(case.records),
         requests_failed=sum(1 for r in case.records if r.status == "error"),
         requests_aborted=sum(1 for r in case.records if r.status == "aborted"),
+        requests_excess_tokens=sum(1 for r in case.records if r.excess_tokens),
         token_timing=_timing_counts(frame),
         scrapes=scrape_accounting(case),
         metric_aliases=aliases,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import types
 import typing
@@ -19,6 +20,9 @@ import annotated_types
 import click
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
+
+from server.net.errors import describe_exception
+from server.net.urls import redact_urls_in
 
 
 def build_config(config_file: str | None, overrides: dict[str, Any]) -> Any:
@@ -37,7 +41,8 @@ def build_config(config_file: str | None, overrides: dict[str, Any]) -> Any:
     except ValidationError as exc:
         raise click.UsageError(f"invalid gateway configuration:\n{exc}") from exc
     except (OSError, ValueError) as exc:
-        raise click.UsageError(f"cannot read gateway config {config_file}: {exc}") from exc
+        why = describe_exception(exc)
+        raise click.UsageError(f"cannot read gateway config {config_file}: {why}") from exc
 
 
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
@@ -170,8 +175,6 @@ def _serve(
     **fields: Any,
 ) -> None:
     """Run the reverse proxy in front of vLLM upstreams until Ctrl-C."""
-    import logging
-
     overrides: dict[str, Any] = {
         **_overrides(fields),
         "upstreams": list(upstreams) or None,
@@ -181,15 +184,22 @@ def _serve(
     if config_file is None and not upstreams:
         raise click.UsageError("give at least one --upstream URL or a --config file")
     config = build_config(config_file, overrides)
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    handler = logging.StreamHandler()
+    handler.setFormatter(_RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=log_level.upper(), handlers=[handler])
     try:
         run_event_loop(_serve_forever(config))
     except KeyboardInterrupt:
         click.echo("gateway stopped", err=True)
     except OSError as exc:  # the port is taken, the events file cannot be created, ...
-        raise click.ClickException(f"cannot run the gateway: {exc}") from exc
+        raise click.ClickException(f"cannot run the gateway: {describe_exception(exc)}") from exc
+
+
+class _RedactingFormatter(logging.Formatter):
+    """Log lines with URL passwords masked (an upstream given as ``http://user:pw@host``)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_urls_in(super().format(record))
 
 
 gateway_command = click.Command(

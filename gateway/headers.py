@@ -72,21 +72,47 @@ def strip_hop_by_hop(headers: Mapping[str, str] | CIMultiDict[str]) -> CIMultiDi
     return CIMultiDict((k, v) for k, v in items if not is_hop_by_hop(k, named))
 
 
+#: Forwarding headers a client may not set for itself: the gateway writes what it saw (the
+#: host it received, the scheme it was reached by) or drops them. ``X-Forwarded-For`` is
+#: appended to instead (below); ``Forwarded`` (RFC 7239), ``X-Real-IP`` and
+#: ``X-Forwarded-Port`` claim what only a proxy knows and are dropped.
+_CLIENT_FORWARDING: tuple[str, ...] = (
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "x-forwarded-port",
+    "x-real-ip",
+    "forwarded",
+)
+
+
 def upstream_request_headers(
-    client_headers: Mapping[str, str] | CIMultiDict[str], client_ip: str | None
+    client_headers: Mapping[str, str] | CIMultiDict[str],
+    client_ip: str | None,
+    host: str | None = None,
+    scheme: str | None = None,
 ) -> CIMultiDict[str]:
     """Headers to send upstream for a client request.
 
     Drops hop-by-hop, Host and Content-Length (aiohttp sets them for the upstream), forces
-    ``Accept-Encoding: identity`` and appends the client address to ``X-Forwarded-For``.
+    ``Accept-Encoding: identity``, appends the client address (``client_ip``, the TCP peer)
+    to ``X-Forwarded-For`` (a client's own list is kept in front, as every proxy does; with
+    no known peer the client's list is dropped: nothing vouches for it), sets
+    ``X-Forwarded-Host`` to ``host`` (the Host the gateway received) and
+    ``X-Forwarded-Proto`` to ``scheme``, and drops the client's own values of those and
+    of ``X-Forwarded-Port``, ``X-Real-IP`` and ``Forwarded``: no forwarding header reaches
+    the upstream as the client gave it.
     """
     out = strip_hop_by_hop(client_headers)
-    for name in (*_RECOMPUTED, "accept-encoding"):
+    for name in (*_RECOMPUTED, "accept-encoding", *_CLIENT_FORWARDING):
         out.popall(name, None)
     out["Accept-Encoding"] = "identity"
+    previous = out.popall("X-Forwarded-For", [])
     if client_ip:
-        previous = out.popall("X-Forwarded-For", [])
         out["X-Forwarded-For"] = ", ".join([*previous, client_ip])
+    if host:
+        out["X-Forwarded-Host"] = host
+    if scheme:
+        out["X-Forwarded-Proto"] = scheme
     return out
 
 

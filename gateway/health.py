@@ -31,6 +31,8 @@ from aiohttp import web
 
 from gateway.state import STATE_KEY
 from gateway.upstreams import Upstream
+from server.net.errors import describe_exception
+from server.net.urls import redact_url
 
 
 async def check_upstream(
@@ -52,10 +54,10 @@ async def check_upstream(
                 detail = f"HTTP {resp.status}"
     except TimeoutError:
         detail = f"no answer within {timeout_s:g} s"
-    except aiohttp.ClientConnectorError:
-        detail = "cannot connect"
+    except aiohttp.ClientConnectorError as exc:  # the cause named: refused, unreachable, DNS
+        detail = f"cannot connect: {describe_exception(exc.os_error)}"
     except aiohttp.ClientError as exc:
-        detail = f"check failed ({type(exc).__name__})"
+        detail = f"check failed ({describe_exception(exc)})"
     upstream.note_check(time.monotonic(), detail is None, detail)
 
 
@@ -67,7 +69,7 @@ def upstream_report(upstream: Upstream, now_s: float) -> dict[str, Any]:
     """One upstream's entry in the ``/health`` body (fields in the module docstring)."""
     seen = upstream.seen
     return {
-        "url": upstream.url,
+        "url": redact_url(upstream.url),  # the health page shows no password
         "breaker": upstream.breaker.poll(now_s).name.lower(),
         "in_flight": upstream.in_flight,
         "reached": seen.reached,

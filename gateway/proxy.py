@@ -55,6 +55,7 @@ from gateway.retry_after import format_retry_after, parse_retry_after
 from gateway.sse import EventStreamScanner, EventTooLarge, is_done, is_error_event
 from gateway.state import STATE_KEY, GatewayState
 from gateway.upstreams import Lease
+from server.net.urls import redact_url
 
 logger = logging.getLogger(__name__)
 
@@ -232,7 +233,10 @@ class _Exchange:
 
     async def _run(self) -> web.StreamResponse:
         stream = _wants_stream(self.body)
-        headers = upstream_request_headers(self.request.headers, self.request.remote)
+        request = self.request
+        headers = upstream_request_headers(
+            request.headers, request.remote, request.headers.get("Host"), request.scheme
+        )
         url = self.upstream + self.request.rel_url.path_qs
         session = self.state.client_session()
         self.call = asyncio.ensure_future(
@@ -480,7 +484,7 @@ class _Exchange:
                 headers["Retry-After"] = format_retry_after(wait_s)
                 if resp.status in (429, 503):  # where RFC 9110/6585 give it that meaning
                     self.lease.upstream.note_retry_after(time.monotonic(), wait_s)
-        headers["X-Gateway-Upstream"] = self.upstream
+        headers["X-Gateway-Upstream"] = redact_url(self.upstream)  # no password to the client
         return headers
 
     # -- verdicts ----------------------------------------------------------------------------

@@ -19,11 +19,25 @@ import aiohttp
 from loadgen.clock import Clock
 from loadgen.connections import RecordTrace
 from loadgen.records import RequestRecord, Status
-from loadgen.sse import DONE, CompletionChunk, SSEDecoder, SSEEvent, parse_chunk, parse_event
+from loadgen.sse import (
+    DONE,
+    CompletionChunk,
+    SSEDecoder,
+    SSEEvent,
+    SSELineTooLong,
+    parse_chunk,
+    parse_event,
+)
 from loadgen.token_timing import TokenTally
 from scenarios.requests import PlannedRequest
+from server.net.errors import describe_exception
+from server.net.urls import redact_urls_in
 
 _JSON = {"Content-Type": "application/json"}
+#: What an error response's record keeps: its first 300 characters, read from at most
+#: 1200 bytes (4 bytes a UTF-8 character), never the whole body.
+_ERROR_HEAD_CHARS = 300
+_ERROR_HEAD_BYTES = 4 * _ERROR_HEAD_CHARS
 
 
 @dataclass(frozen=True)
@@ -100,6 +114,21 @@ def _check_usage(
     return None
 
 
+def excess_tokens(record: RequestRecord) -> int | None:
+    """Tokens beyond what the request allowed, or ``None`` when there are none.
+
+    The larger of: tokens received or reported by the final usage beyond ``max_tokens``, and
+    tokens received beyond the usage's count (a server streaming past its own count). 20
+    token chunks for ``max_tokens`` 16 → 4, whatever the usage says (≤ 20).
+    """
+    received = record.output_tokens
+    usage = record.usage_completion_tokens
+    over = max(received, usage or 0) - record.max_tokens
+    if usage is not None:
+        over = max(over, received - usage)
+    return over if over > 0 else None
+
+
 def _stall_s(session: aiohttp.ClientSession) -> str:
     stall = session.timeout.sock_read
     return "?" if stall is None else f"{stall:g}"
@@ -154,7 +183,7 @@ class _Stream:
         record = self.record
         if chunk.error is not None:
             record.status = self.stopped_by = "error"
-            record.error = f"error event in stream: {chunk.error}"
+            record.error = redact_urls_in(f"error event in stream: {chunk.error}")
             return True
         self.tally.add(chunk, now)
         if chunk.completion_tokens is not None:
@@ -223,9 +252,11 @@ async def send_request(
             record.http_status = response.status
             record.upstream = response.headers.get("X-Gateway-Upstream")
             if response.status != 200:
-                text = await response.text()
+                # Only the start is kept: an error page of any size is never read whole.
+                head = await response.content.read(_ERROR_HEAD_BYTES)
+                text = head.decode(response.charset or "utf-8", errors="replace")
                 record.status = "error"
-                record.error = f"HTTP {response.status}: {text[:300]}"
+                record.error = redact_urls_in(f"HTTP {response.status}: {text[:_ERROR_HEAD_CHARS]}")
                 return record
             stopped = await stream.read(response)
         if stopped is None:
@@ -244,13 +275,17 @@ async def send_request(
         record.status = "error"
         total = session.timeout.total
         if isinstance(exc, aiohttp.ConnectionTimeoutError) or total is None:
-            record.error = f"{type(exc).__name__}: {exc}"
+            record.error = describe_exception(exc)
         else:
             record.error = f"timed out: not complete within the request timeout of {total:g} s"
+    except SSELineTooLong as exc:  # the stream is broken: the reason, not the type
+        record.status = "error"
+        record.error = str(exc)
     except Exception as exc:  # whatever one request hits stays on its record
         record.status = "error"
-        record.error = f"{type(exc).__name__}: {exc}"
+        record.error = describe_exception(exc)
     finally:
         stream.apply()
+        record.excess_tokens = excess_tokens(record)
         record.end_ns = clock.now_ns()
     return record

@@ -188,7 +188,9 @@ async def warm_up(
         nonlocal answered, settled
         try:
             async with session.get(f"{base_url}{path}", trace_request_ctx=trace) as response:
-                await response.read()
+                # Read to the end (the connection stays reusable) without holding the body.
+                async for _ in response.content.iter_chunked(2**16):
+                    pass
                 answered += 1
                 settled += 1
                 if settled == connections:

@@ -66,6 +66,7 @@ from scenarios.late import STATISTIC_LABELS
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
 from scenarios.workloads import materialize
 from server.manager import RunningServer, StatusCallback, attach, start_server
+from server.net.errors import describe_exception
 
 
 @dataclass
@@ -275,6 +276,8 @@ async def _run_one_phase(run: _CaseRun, planned: PhaseSpec, scraper: ScraperProc
         timing.last_end_ns, scraper.landing_bound_s
     )
     now = run.clock.now_ns()
+    if scraper.failure:  # it could not write its files: the case stops (the line is its error)
+        raise RuntimeError(scraper.failure)
     if post_scrape is None:
         run.hooks.message(
             f"phase {phase.name}: no successful scrape within {scraper.landing_bound_s:g} s "
@@ -424,7 +427,9 @@ async def run_case(
         CaseInfo(case=case.model_dump(mode="json"), server=server.describe(), status="running"),
     )
     target = Target(server.url, server.model_name)
-    scraper = ScraperProcess(server.url, cdir, plan.scrape_interval_s)
+    scraper = ScraperProcess(
+        server.url, cdir, plan.scrape_interval_s, max_bytes=plan.metrics_max_bytes
+    )
     scraper.start()
     stack = contextlib.AsyncExitStack()
     replicas = Replicas(case.server, cdir, clock) if case.server is not None else None
@@ -458,7 +463,8 @@ async def run_case(
         if not await asyncio.to_thread(scraper.wait_first_scrape):
             # Without samples no counter delta can be computed: fail before sending load.
             raise RuntimeError(
-                f"no successful /metrics scrape from {server.url} (errors in {cdir}/metrics)"
+                scraper.failure
+                or f"no successful /metrics scrape from {server.url} (errors in {cdir}/metrics)"
             )
         # Two scrapes of baseline before the first phase starts.
         await asyncio.sleep(2 * plan.scrape_interval_s)
@@ -509,13 +515,16 @@ async def run_case(
         outcome.status, outcome.error, outcome.server_gone = "failed", str(exc), True
     except Exception as exc:  # recorded as the case's failure; the run goes on
         outcome.status = "failed"
-        outcome.error = f"{type(exc).__name__}: {exc}"
+        outcome.error = describe_exception(exc)
     except asyncio.CancelledError:
         outcome.status, outcome.error = "interrupted", "interrupted (Ctrl-C or SIGTERM)"
         raise
     finally:
         await stack.aclose()
         await asyncio.to_thread(scraper.stop)
+        if scraper.failure and outcome.status != "interrupted":  # the cause, in one line
+            outcome.status, outcome.error = "failed", scraper.failure
+            hooks.message(f"case {case.name}: {scraper.failure}")
         write_json(
             cdir / CASE_FILE,
             CaseInfo(
@@ -568,7 +577,8 @@ async def execute_plan(
                     )
                     server_key = key
                 except Exception as exc:
-                    outcome = CaseOutcome(case.name, "failed", f"server did not start: {exc}")
+                    why = f"server did not start: {describe_exception(exc)}"
+                    outcome = CaseOutcome(case.name, "failed", why)
                     write_json(
                         case_dir(run_dir, case.name) / CASE_FILE,
                         CaseInfo(

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import httpx
 
+from server.net.http import get_bounded
+from server.net.limits import CONTROL_MAX_BYTES
 from server.process import spawn_group, stop_group
 
 _READY_PREFIX = "gateway listening on "
@@ -83,7 +85,8 @@ async def _wait_ready(proc: subprocess.Popen[bytes], log_path: Path, timeout_s: 
                 if line.startswith(_READY_PREFIX):
                     url = line[len(_READY_PREFIX) :].split(" ", 1)[0]
                     with contextlib.suppress(httpx.HTTPError):
-                        if (await client.get(f"{url}/health")).status_code == 200:
+                        health = await get_bounded(client, f"{url}/health", CONTROL_MAX_BYTES)
+                        if health.status_code == 200:
                             return url
             await asyncio.sleep(0.1)
     log = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""

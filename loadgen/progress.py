@@ -8,6 +8,8 @@ report show whether it disturbed the load loop.
 
 from __future__ import annotations
 
+import sys
+
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
@@ -24,11 +26,12 @@ from loadgen.execute import RunHooks
 from loadgen.records import RequestRecord
 from scenarios.plan import CaseSpec
 from server.manager import RunningServer
+from server.net.urls import RedactingStream
 
 
 def make_console() -> Console:
     """A stderr console; 160 columns when not a terminal (logs, CI) so tables stay readable."""
-    console = Console(stderr=True)
+    console = Console(file=RedactingStream(sys.stderr))  # type: ignore[arg-type]
     if not console.is_terminal:
         console.width = 160
     return console

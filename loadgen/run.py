@@ -29,6 +29,7 @@ from loadgen.runformat.layout import RUN_FILE, SERVER_DIR, case_dir, write_json
 from loadgen.runformat.manifest import environment_facts
 from loadgen.workers.process import WorkersConfig
 from scenarios.base import Scenario
+from server.net.errors import describe_exception
 
 T = TypeVar("T")
 
@@ -162,7 +163,7 @@ async def run_scenario(
         result.status, result.error = "interrupted", "interrupted by the user"
         raise
     except Exception as exc:
-        result.status, result.error = "failed", f"{type(exc).__name__}: {exc}"
+        result.status, result.error = "failed", describe_exception(exc)
     finally:
         result.wall_s = round(time.monotonic() - started, 2)
         run_info.status, run_info.error = result.status, result.error

@@ -14,6 +14,8 @@ from typing import Annotated, Any, NamedTuple
 
 import msgspec
 
+from server.net.limits import SSE_MAX_LINE_BYTES, too_large
+
 DONE = "[DONE]"
 
 #: SSE line ends (WHATWG HTML §9.2.5): CRLF, LF or a bare CR.
@@ -24,6 +26,14 @@ class ChunkProtocolError(ValueError):
     """A stream chunk that breaks the OpenAI completion-chunk protocol: not JSON, not an
     object, or a field of the wrong type (the message names the field, e.g.
     ``$.usage.completion_tokens``)."""
+
+
+class SSELineTooLong(ValueError):
+    """A line of the stream (or an event's data) longer than the decoder's limit; reading
+    stopped there (the message: ``"SSE line larger than 1048576 bytes"``)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(too_large("SSE line", limit))
 
 
 class SSEEvent(NamedTuple):
@@ -51,9 +61,20 @@ class SSEDecoder:
     ``\n\n`` in a few C-level operations over the whole read, or declines (any CR, or an
     event begun line by line) and leaves the read to :meth:`feed`.
     Both give the same events for any split of the stream.
+
+    Bounded: a line longer than ``max_line_bytes`` (default
+    ``server.net.limits.SSE_MAX_LINE_BYTES``, 1 MiB; line end excluded), or an event whose data
+    lines together pass it, raises :class:`SSELineTooLong` as soon as a read shows it, so
+    the decoder never holds more than the limit plus one read (an event's data is counted in
+    characters, one per byte for ASCII).
+
+    Raises (``feed``, ``feed_plain``, ``feed_line``, ``flush``):
+        SSELineTooLong: see above.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_line_bytes: int = SSE_MAX_LINE_BYTES) -> None:
+        self.max_line_bytes = max_line_bytes
+        self._data_bytes = 0
         self._data: list[str] = []
         self._event = ""
         # Unconsumed bytes: after the last complete event (fast path) or line (line by line).
@@ -72,6 +93,8 @@ class SSEDecoder:
         if not sep:
             if b"\r" in raw:
                 return None  # CR line ends (bare CR events never hold "\n\n"): line by line
+            if len(buffer) > self.max_line_bytes:
+                return None  # maybe one long line, maybe many: line by line decides
             self._partial = buffer  # no event complete yet: keep the bytes as they are
             return []
         # One data line per event iff the only newlines are the separators before "data: ".
@@ -79,10 +102,16 @@ class SSEDecoder:
             not body.startswith(b"data: ")
             or b"\r" in buffer  # also in the rest: a bare-CR event there would wait a read
             or body.count(b"\n") != 2 * body.count(b"\n\ndata: ")
+            or len(rest) > self.max_line_bytes
         ):
             return None
+        events = body[6:].decode("utf-8", errors="replace").split("\n\ndata: ")
+        if len(body) > self.max_line_bytes:  # rare: only then look at each line
+            limit = self.max_line_bytes - 6  # "data: " counts into the line
+            if any(len(e.encode()) > limit for e in events):
+                raise SSELineTooLong(self.max_line_bytes)
         self._partial = rest
-        return body[6:].decode("utf-8", errors="replace").split("\n\ndata: ")
+        return events
 
     def feed(self, raw: bytes) -> list[SSEEvent]:
         """Consume one network read; return the events it completes, in order."""
@@ -99,6 +128,8 @@ class SSEDecoder:
                 buffer = buffer[1:]  # the LF of a CRLF split across two reads
         lines = _LINE_END.split(buffer)
         self._partial = lines.pop()  # b"" when the read ended on a line end
+        if len(self._partial) > self.max_line_bytes:
+            raise SSELineTooLong(self.max_line_bytes)
         self._skip_lf = buffer.endswith(b"\r")
         events = []
         for line in lines:
@@ -111,12 +142,17 @@ class SSEDecoder:
         """Consume one line (with or without its newline); return the event it completes."""
         text = line.decode("utf-8", errors="replace") if isinstance(line, bytes) else line
         text = text.rstrip("\r\n")
+        # UTF-8 takes at most 4 bytes a character: only a line this long can pass the limit.
+        limit = self.max_line_bytes
+        if len(text) * 4 > limit and len(text.encode()) > limit:
+            raise SSELineTooLong(limit)
         if text == "":
             if not self._data:
                 self._event = ""  # an event without data is not dispatched (SSE rules)
                 return None
             event = SSEEvent("\n".join(self._data), self._event or "message")
             self._data = []
+            self._data_bytes = 0
             self._event = ""
             return event
         if text.startswith(":"):
@@ -124,6 +160,9 @@ class SSEDecoder:
         field, _, value = text.partition(":")
         value = value[1:] if value.startswith(" ") else value
         if field == "data":
+            self._data_bytes += len(value) + 1
+            if self._data_bytes > self.max_line_bytes:  # many lines, no blank one: bounded too
+                raise SSELineTooLong(self.max_line_bytes)
             self._data.append(value)
         elif field == "event":
             self._event = value

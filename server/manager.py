@@ -33,6 +33,9 @@ from server.cpus import ServerHost
 from server.embedded_model import ensure_draft_model, ensure_embedded_model
 from server.engine_flags import adapt_command
 from server.engines import Engine, inspect_engine
+from server.net.errors import describe_exception
+from server.net.http import get_bounded
+from server.net.limits import CONTROL_MAX_BYTES, METRICS_MAX_BYTES
 from server.priority import lower_engine_core_priority, lower_session_priority
 from server.process import free_loopback_port, port_is_free, spawn_group, stop_group
 
@@ -188,7 +191,7 @@ def likely_cause(log_text: str) -> str:
 
 async def _get_json(client: httpx.AsyncClient, url: str) -> object | None:
     try:
-        response = await client.get(url)
+        response = await get_bounded(client, url, CONTROL_MAX_BYTES)
     except httpx.HTTPError:
         return None
     return response.json() if response.status_code == 200 else None
@@ -226,9 +229,9 @@ async def read_capacity(client: httpx.AsyncClient, url: str, log_path: Path | No
         CapacityUnknownError: neither gives it; the message says why for each.
     """
     try:
-        response = await client.get(f"{url}/metrics")
+        response = await get_bounded(client, f"{url}/metrics", METRICS_MAX_BYTES)
     except httpx.HTTPError as exc:
-        why = f"GET {url}/metrics failed: {type(exc).__name__}: {exc}"
+        why = f"GET {url}/metrics failed: {describe_exception(exc)}"
     else:
         problem = _metrics_problem(url, response)
         if problem is None:
@@ -286,7 +289,7 @@ async def _wait_healthy(
                     f"--- last log lines ({log_path}) ---\n{tail}"
                 )
             try:
-                response = await client.get(f"{url}/health")
+                response = await get_bounded(client, f"{url}/health", CONTROL_MAX_BYTES)
                 if response.status_code == 200:
                     return
             except httpx.HTTPError:
@@ -393,9 +396,9 @@ async def attach(url: str) -> RunningServer:
     url = url.rstrip("/")
     async with httpx.AsyncClient(timeout=10.0) as client:
         try:
-            health = await client.get(f"{url}/health")
+            health = await get_bounded(client, f"{url}/health", CONTROL_MAX_BYTES)
         except httpx.HTTPError as exc:
-            raise ServerStartError(f"cannot reach {url}/health: {exc}") from exc
+            raise ServerStartError(f"cannot reach {url}/health: {describe_exception(exc)}") from exc
         if health.status_code != 200:
             raise ServerStartError(f"{url}/health answered {health.status_code}")
         models = await _get_json(client, f"{url}/v1/models")

@@ -20,14 +20,21 @@ COMPOSITION_ROOT = Path("loadgen/cli")
 #: What each package may import (data flows scenario → loadgen + metrics → run dir → analysis).
 ALLOWED: dict[str, set[str]] = {
     "server": set(),
-    "gateway": set(),
-    "metrics": set(),
+    # ``server`` only for ``server.net`` (see NET_ONLY).
+    "gateway": {"server"},
+    "metrics": {"server"},
     "scenarios": {"server"},
     # ``gateway`` only for the row its events file holds (``gateway.events.GatewayEvent``),
     # which the run format (``loadgen.runformat``) re-exports for the readers.
     "loadgen": {"scenarios", "metrics", "server", "gateway"},
     "analysis": {"loadgen", "metrics", "scenarios", "server"},
 }
+
+#: ``server.net`` (talking to an HTTP server safely: size limits, bounded reads, exceptions
+#: described, URL passwords redacted) imports no other project module; the gateway and the
+#: scraper use it and nothing else of ``server``, whose vLLM process management they never see.
+NET = "server.net"
+NET_ONLY = ("gateway", "metrics")
 
 
 def imported_packages(path: Path) -> set[str]:
@@ -41,6 +48,17 @@ def imported_packages(path: Path) -> set[str]:
             names = [node.module]
         found |= {n.split(".")[0] for n in names if n.split(".")[0] in PACKAGES}
     return found
+
+
+def imported_names(path: Path) -> set[str]:
+    """Full dotted names of the project modules or packages ``path`` imports (absolute ones)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+    return {n for n in found if n.split(".")[0] in PACKAGES}
 
 
 def package_graph() -> dict[str, dict[str, list[str]]]:
@@ -98,6 +116,31 @@ def test_package_imports_only_what_the_data_flow_allows(package: str) -> None:
         if other not in ALLOWED[package]
     }
     assert not unexpected, f"{package} imports {unexpected}"
+
+
+def _net_modules() -> list[Path]:
+    return sorted((ROOT / "server" / "net").rglob("*.py"))
+
+
+def test_server_net_imports_nothing_outside_itself() -> None:
+    outside = {
+        p.relative_to(ROOT).as_posix(): sorted(
+            n for n in imported_names(p) if not n.startswith(NET)
+        )
+        for p in _net_modules()
+    }
+    assert {k: v for k, v in outside.items() if v} == {}
+
+
+@pytest.mark.parametrize("package", NET_ONLY)
+def test_gateway_and_metrics_use_only_server_net_of_server(package: str) -> None:
+    beyond = {
+        p.relative_to(ROOT).as_posix(): sorted(
+            n for n in imported_names(p) if n.split(".")[0] == "server" and not n.startswith(NET)
+        )
+        for p in sorted((ROOT / package).rglob("*.py"))
+    }
+    assert {k: v for k, v in beyond.items() if v} == {}
 
 
 def _module_name(path: Path) -> str:
@@ -178,8 +221,6 @@ def strongly_connected(edges: dict[str, set[str]]) -> list[frozenset[str]]:
         if node not in index:
             visit(node)
     return found
-
-
 
 
 def test_strongly_connected_finds_a_two_module_cycle_and_not_a_chain() -> None:

@@ -22,9 +22,21 @@ from loadgen.cli.scenario_commands import list_scenarios
 from loadgen.cli.server import server
 from loadgen.cli.trace import trace
 from loadgen.cli.validate import validate
+from server.net.urls import redact_urls_in
 
 
-@click.group()
+class _Commands(click.Group):
+    """The command group; an error any command raises is shown with URL passwords masked."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as exc:
+            exc.message = redact_urls_in(exc.message)  # type: ignore[misc]  # shown once, after
+            raise
+
+
+@click.group(cls=_Commands)
 def main() -> None:
     """Testbed and load generator for LLM inference servers (vLLM first)."""
 

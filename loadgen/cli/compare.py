@@ -10,6 +10,7 @@ from typing import NoReturn
 import click
 
 from loadgen.cli.run_and_report import new_run_dir
+from server.net.errors import describe_exception
 
 
 def _parse_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -57,7 +58,7 @@ def compare_exit_code(
     except click.ClickException:
         raise  # usage errors: click prints them and exits 2
     except Exception as exc:
-        fail_compare(f"{type(exc).__name__}: {exc}")
+        fail_compare(describe_exception(exc))
 
 
 def _compare_and_report(

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 import click
 from pydantic import BaseModel
 
+from server.net.errors import describe_exception
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -104,7 +106,7 @@ def finalize(run_dir: Path, status: str, command: list[str]) -> tuple[Report | N
 
             report = build_report(run_dir)
         except Exception as exc:  # raw data stays; `loadgen report` can retry
-            error = f"{type(exc).__name__}: {exc}"
+            error = describe_exception(exc)
     write_manifest(run_dir, status, command)
     return report, error
 

@@ -17,9 +17,7 @@ VALID_EXIT, INVALID_EXIT, USAGE_EXIT = 0, 1, 2
 @click.command()
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@click.option(
-    "--strict", is_flag=True, help="Exit 1 on any warning too (figures that need care)."
-)
+@click.option("--strict", is_flag=True, help="Exit 1 on any warning too (figures that need care).")
 def validate(run_dir: Path, as_json: bool, strict: bool) -> None:
     """Check RUN_DIR: files present and as sealed, each what its name says, records as many
     as the phases sent, stamps in order, values finite, failures counted.

@@ -41,6 +41,7 @@ import msgspec
 from metrics.store import RAW_FILE as RAW_FILE
 from metrics.store import SAMPLES_FILE as SAMPLES_FILE
 from metrics.store import SCRAPES_FILE as SCRAPES_FILE
+from server.net.urls import redact_urls_in
 
 RUN_FILE = "run.json"
 PLAN_FILE = "plan.json"
@@ -87,7 +88,9 @@ def write_json(path: Path, obj: object) -> None:
         obj = msgspec.to_builtins(obj, enc_hook=str)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+    # No URL password reaches a run file (run.json, plan.json, case.json, manifest.json).
+    text = redact_urls_in(json.dumps(obj, indent=2, sort_keys=False, default=str))
+    tmp.write_text(text + "\n")
     os.replace(tmp, path)
 
 
@@ -108,4 +111,4 @@ def append_jsonl(path: Path, row: msgspec.Struct) -> None:
     """Append one row (a row type of :mod:`loadgen.runformat`) as a JSON line and flush it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "ab") as fh:
-        fh.write(msgspec.json.encode(row) + b"\n")
+        fh.write(redact_urls_in(msgspec.json.encode(row).decode()).encode() + b"\n")

@@ -65,6 +65,9 @@ class RequestRecord(msgspec.Struct):
         finish_reason: the server's finish reason (``length`` with ``ignore_eos``).
         disconnect_ns: when the client closed the connection on purpose.
         upstream: the upstream a gateway chose (its ``X-Gateway-Upstream`` header), if any.
+        excess_tokens: tokens beyond what the request allowed (received or in the final
+            usage beyond ``max_tokens``, or received beyond the usage's count), ``None`` when
+            none (``loadgen.client.excess_tokens``).
     """
 
     request_id: str
@@ -94,6 +97,7 @@ class RequestRecord(msgspec.Struct):
     finish_reason: str | None = None
     disconnect_ns: int | None = None
     upstream: str | None = None
+    excess_tokens: int | None = None
 
     @property
     def output_tokens(self) -> int:

@@ -46,6 +46,7 @@ from scenarios.partition import WorkerShare
 from scenarios.requests import PhaseRequests
 from scenarios.tokens import TokenSpace
 from scenarios.workloads import AnchoredPrompts, TracePrompts, UniquePrompts, materialize
+from server.net.errors import describe_exception
 
 
 @dataclass(frozen=True)
@@ -240,7 +241,7 @@ class WorkerRuntime:
                 timing=PhaseTiming(now, now, 0.0, 0.0, 0),
                 first_sent_ns=None,
                 statuses=dict(self._counts),
-                error=f"{type(exc).__name__}: {exc}",
+                error=describe_exception(exc),
             )
         return WorkerPoll(done, failed, result)
 

@@ -42,6 +42,7 @@ from loadgen.workers.base import (
 )
 from scenarios.partition import WorkerShare, partition_phase
 from scenarios.plan import PhaseSpec
+from server.net.errors import describe_exception
 
 #: The shared start is this far after the last worker reported ready: time for the start
 #: message to reach every worker (a pipe or a Ray call takes well under 10 ms).
@@ -80,7 +81,7 @@ def _worker_process(
             try:
                 conn.send(("ok", getattr(runtime, method)(*args)))
             except Exception as exc:
-                conn.send(("error", f"{type(exc).__name__}: {exc}"))
+                conn.send(("error", describe_exception(exc)))
     finally:
         runtime.close()
         with contextlib.suppress(OSError):

@@ -37,6 +37,7 @@ from loadgen.clock import Clock, ShiftedClock
 from loadgen.placement import Placement, machine_id
 from loadgen.runformat.layout import worker_requests_file
 from loadgen.workers.base import ClockOffset, WorkerPool, WorkerRuntime
+from server.net.errors import describe_exception
 
 #: Round trips per worker and phase for the clock offset; the least-delay one is kept.
 OFFSET_SAMPLES = 16
@@ -180,7 +181,7 @@ class RayWorkers(WorkerPool):
             return await asyncio.to_thread(self._ray.get, ref)
         except Exception as exc:  # a RayTaskError wraps the worker's own exception
             raise RuntimeError(f"worker {worker} ({self._nodes[worker]}): {method} failed: "
-                               f"{type(exc).__name__}: {exc}") from None  # fmt: skip
+                               f"{describe_exception(exc)}") from None  # fmt: skip
 
     async def clock_offsets(self) -> list[ClockOffset]:
         return [

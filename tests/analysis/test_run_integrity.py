@@ -148,8 +148,11 @@ def test_a_record_ending_before_it_was_sent_gives_no_figures(run: Path) -> None:
     # −166,645.2 ms: a figure the report must never publish.
     lines = _requests(run).read_text().splitlines()
     first = json.loads(lines[0])
-    assert (first["phase"], first["index"], first["end_ns"] - first["sent_ns"]) == ("cold", 0,
-                                                                                   111 * MS)
+    assert (first["phase"], first["index"], first["end_ns"] - first["sent_ns"]) == (
+        "cold",
+        0,
+        111 * MS,
+    )
     first["sent_ns"] = first["end_ns"] + 1_000 * S
     _requests(run).write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
     (run / MANIFEST_FILE).unlink()

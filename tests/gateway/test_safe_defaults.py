@@ -150,3 +150,67 @@ async def test_only_proxied_routes_and_methods_exist() -> None:
         async with client.get(url + "/v1/models") as resp:
             assert resp.status == 200
     assert [s.path for s in fake.seen] == ["/v1/models"]
+
+
+def test_forwarding_headers_a_client_sets_never_pass_as_given() -> None:
+    request = CIMultiDict(
+        [
+            ("Host", "gateway.example:8080"),
+            ("X-Forwarded-For", "10.0.0.1"),
+            ("X-Forwarded-Host", "evil.example"),
+            ("X-Forwarded-Proto", "https"),
+            ("X-Forwarded-Port", "443"),
+            ("X-Real-IP", "10.9.9.9"),
+            ("Forwarded", "for=10.9.9.9;host=evil.example"),
+        ]
+    )
+    # The peer 127.0.0.1 is appended; the host is the Host received; the claims are dropped.
+    assert dict(upstream_request_headers(request, "127.0.0.1", "gateway.example:8080", "http")) == {
+        "Accept-Encoding": "identity",
+        "X-Forwarded-For": "10.0.0.1, 127.0.0.1",
+        "X-Forwarded-Host": "gateway.example:8080",
+        "X-Forwarded-Proto": "http",
+    }
+    # No known peer and no host: nothing vouches for the client's list, so nothing is sent.
+    assert dict(upstream_request_headers(request, None)) == {"Accept-Encoding": "identity"}
+
+
+@pytest.mark.asyncio
+async def test_the_upstream_sees_the_peer_appended_and_the_host_the_gateway_received() -> None:
+    from gateway.app import running_gateway
+
+    fake = FakeUpstream(Behaviour())
+    async with (
+        serve_upstream(fake),
+        running_gateway(gateway_config(fake.url)) as url,
+        aiohttp.ClientSession() as client,
+    ):
+        headers = {
+            "X-Forwarded-For": "10.0.0.1",
+            "X-Forwarded-Host": "evil.example",
+            "X-Real-IP": "10.9.9.9",
+            "Forwarded": "for=10.9.9.9",
+        }
+        async with client.post(
+            f"{url}/v1/completions", json={"prompt": "x", "max_tokens": 1}, headers=headers
+        ) as response:
+            assert response.status == 200
+            await response.read()
+    seen = {k.lower(): v for k, v in fake.seen[-1].headers.items()}
+    gateway_host = url.removeprefix("http://")  # the Host aiohttp sent to the gateway
+    assert seen["x-forwarded-for"] == "10.0.0.1, 127.0.0.1"
+    assert seen["x-forwarded-host"] == gateway_host
+    assert seen["x-forwarded-proto"] == "http"
+    assert "x-real-ip" not in seen and "forwarded" not in seen
+
+
+def test_gateway_log_lines_mask_url_passwords() -> None:
+    import logging
+
+    from gateway.cli import _RedactingFormatter
+
+    record = logging.LogRecord(
+        "gateway.proxy", logging.WARNING, __file__, 1, "cannot connect to %s", ("http://u:pw@h:1",),
+        None,
+    )  # fmt: skip
+    assert _RedactingFormatter("%(message)s").format(record) == "cannot connect to http://u:***@h:1"

@@ -172,6 +172,12 @@ def test_a_cache_too_small_for_the_draft_case_alone_is_rejected_up_front() -> No
          "--scrape-interval-s: Input should be greater than or equal to 0.05"),
         ("prefix-eviction", ("--scrape-interval-s", "3600"),
          "--scrape-interval-s: Input should be less than or equal to 60"),
+        # Floor 64 KiB = 65,536 bytes: a vLLM page is ~50 KB.
+        ("prefix-eviction", ("--metrics-max-bytes", "1000"),
+         "--metrics-max-bytes: Input should be greater than or equal to 65536"),
+        # A password in a bad URL is not repeated in the error.
+        ("prefix-eviction", ("--url", "http://u:s3cret@127.0.0.1:8000/v1"),
+         "--url: 'http://u:***@127.0.0.1:8000/v1': drop /v1 ('http://u:***@127.0.0.1:8000')"),
         ("prefix-eviction", ("--settle-s", "1e11"),
          "--settle-s: Input should be less than or equal to 3600"),
         ("prefix-eviction", ("--anchors", "4", "--requests", "2"),

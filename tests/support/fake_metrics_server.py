@@ -29,6 +29,9 @@ class Answer:
         old_names: ``vllm:gpu_cache_usage_perc`` instead of ``vllm:kv_cache_usage_perc``.
         tokens: ``generation_tokens_total`` of engine 0 (default: the server's ``tokens``).
         status: HTTP status for ``kind="status"``.
+        size: the page padded with comment lines to exactly this many bytes (``page`` only;
+            at least the page's own size); sent chunked (no ``Content-Length``) in 1 MiB
+            writes, so a reader learns the size only by reading.
     """
 
     kind: Literal["page", "html", "status"] = "page"
@@ -37,6 +40,7 @@ class Answer:
     old_names: bool = False
     tokens: float | None = None
     status: int = 503
+    size: int | None = None
 
 
 HTML = "<!doctype html><html><head><title>Login</title></head><body>Sign in</body></html>\n"
@@ -83,7 +87,29 @@ class FakeMetricsServer:
             return web.Response(text=HTML, content_type="text/html")
         if answer.kind == "status":
             return web.Response(status=answer.status, text="unavailable")
+        if answer.size is not None:
+            return await self._padded(request, text.encode(), answer.size)
         return web.Response(text=text, content_type="text/plain")
+
+    async def _padded(self, request: web.Request, page: bytes, size: int) -> web.StreamResponse:
+        """``page`` then ``# pad…`` comment lines up to ``size`` bytes, streamed chunked."""
+        if size < len(page) + 2:
+            raise ValueError(f"size {size} is below the page's {len(page) + 2} bytes")
+        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        await response.write(page)
+        left = size - len(page)
+        line = b"# " + b"x" * (2**20 - 3) + b"\n"  # one 1 MiB comment line
+        try:
+            while left > len(line):
+                await response.write(line)
+                left -= len(line)
+            await response.write(b"#" + b"x" * (left - 2) + b"\n")
+            await response.write_eof()
+        except (ConnectionError, RuntimeError):  # the reader stopped at its limit and left
+            pass
+        return response
 
     @property
     def requests(self) -> int:

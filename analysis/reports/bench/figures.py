@@ -157,14 +157,11 @@ def bench_phase(
         client_in_flight_max=max_in_flight(records),
         server_in_flight_peak=summary.server_in_flight_peak,
         server_running_peak=peaks.get("num_requests_running"),
-        outputs_not_exact=sum(
-            1 for r in ok if r.usage_completion_tokens != r.max_tokens
-        ),
+        outputs_not_exact=sum(1 for r in ok if r.usage_completion_tokens != r.max_tokens),
         prompt_lengths_differing=sum(
             1
             for r in ok
-            if r.usage_prompt_tokens is not None
-            and r.usage_prompt_tokens != r.prompt_tokens_sent
+            if r.usage_prompt_tokens is not None and r.usage_prompt_tokens != r.prompt_tokens_sent
         ),
     )
 

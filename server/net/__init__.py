@@ -1,0 +1,2 @@
+"""Talking to an HTTP server safely, for every package (it imports no other project module):
+input size limits, a bounded GET, one-line exception descriptions, URL passwords redacted."""
