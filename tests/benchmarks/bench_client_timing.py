@@ -77,7 +77,7 @@ def where_time_goes(c: str, s: dict[str, Any], cpu_share: float | None) -> str:
         f"the read); {0 if coalesced is None else coalesced:.1%} of stamps carried more than "
         "one token (the server wrote one per event: each such read found events waiting, the "
         "earlier ones stamped late by up to an ITL); client CPU share of its core "
-        f"{cpu_share} (near 1: the loop is saturated and every read waits its turn); the "
+        f"{cpu_share} (at a share near 1 the loop is saturated and every read waits its turn); the "
         f"server's own lateness p99 {steady['lateness']['p99']} ms (its share of the error)."
     )
 
