@@ -36,9 +36,7 @@ def _stream(i: int, phase: str, tokens: list[int], timing: str = "usage") -> Rea
 def _phase_of_100_stamps(phase: str, coalesced: int) -> list[ReadRecord]:
     """10 requests × 10 stamps = 100 stamps, the first ``coalesced`` requests with one stamp
     of 2 tokens (two events read at once)."""
-    return [
-        _stream(i, phase, [2] + [1] * 9 if i < coalesced else [1] * 10) for i in range(10)
-    ]
+    return [_stream(i, phase, [2] + [1] * 9 if i < coalesced else [1] * 10) for i in range(10)]
 
 
 def test_loop_lag_above_one_ms_warns_at_one_ms_does_not() -> None:
