@@ -64,10 +64,17 @@ def workers_used() -> dict[str, Any]:
     }  # fmt: skip
 
 
-def where_time_goes(c: str, s: dict[str, Any], cpu_share: float | None) -> str:
-    """Why our stamps at ``c`` streams were off: the loop's lag, coalescing, the CPU, the
-    server's own lateness (all from this run's figures)."""
+def where_time_goes(
+    c: str, s: dict[str, Any], cpu_share: float | None, us_per_token: float | None
+) -> str:
+    """Why our stamps at ``c`` streams were off: the loop's lag, coalescing, the CPU (and the
+    CPU the streams demand: streams / ITL tokens per second × µs per token), the server's
+    own lateness (all from this run's figures)."""
     steady = s["steady"]
+    demand = "" if us_per_token is None else (
+        f"; the streams demand {int(c) / (ITL_MS / 1e3):,.0f} tokens/s × {us_per_token} µs "
+        f"= {int(c) / (ITL_MS / 1e3) * us_per_token / 1e6:.2f} of a core"
+    )  # fmt: skip
     lag = s.get("loop_lag_p99_ms")
     coalesced = steady["coalesced_share"]
     return (
@@ -77,7 +84,8 @@ def where_time_goes(c: str, s: dict[str, Any], cpu_share: float | None) -> str:
         f"the read); {0 if coalesced is None else coalesced:.1%} of stamps carried more than "
         "one token (the server wrote one per event: each such read found events waiting, the "
         "earlier ones stamped late by up to an ITL); client CPU share of its core "
-        f"{cpu_share} (at a share near 1 the loop is saturated and every read waits its turn); the "
+        f"{cpu_share} (at a share near 1 the loop is saturated and every read waits its turn)"
+        f"{demand}; the "
         f"server's own lateness p99 {steady['lateness']['p99']} ms (its share of the error)."
     )
 
@@ -167,8 +175,11 @@ def run(tiny: bool) -> dict[str, Any]:
         )  # fmt: skip
         missed = [r for r in rows if r["met"] is False and f", {c} streams," in r["metric"]]
         if missed:
-            share = client_cpu[c]["ours"]["cpu_share"]["median"]
-            why.append(where_time_goes(c, summary[c]["ours"], share))
+            ours_cpu = client_cpu[c]["ours"]
+            why.append(
+                where_time_goes(c, summary[c]["ours"], ours_cpu["cpu_share"]["median"],
+                                ours_cpu["cpu_us_per_chunk"]["median"])
+            )  # fmt: skip
     return {
         "config": {
             "ttft_ms": TTFT_MS,
