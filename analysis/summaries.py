@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import server_side
+from analysis import server_side, timing_trust
 from analysis.latency import (
     chunk_gaps,
     describe,
@@ -235,6 +235,8 @@ def data_quality(
             )
         for counter, n in p.counter_resets.items():
             out.append(f"phase {name}: counter {counter} reset {n}× (a server restart)")
+    multi_token = timing_trust.multi_token_events(sampled)
+    out += timing_trust.warnings(case.phases, case.records, multi_token)
     return out
 
 

@@ -105,14 +105,32 @@ class FakeServer:
         with urllib.request.urlopen(f"{self.url}{path}", timeout=30) as response:
             return json.loads(response.read())
 
-    def configure(self, ttft_ms: float = 0.0, itl_ms: float = 0.0, spin: bool = True) -> None:
-        """Set the delays of the responses that follow (0, 0: write each response at once);
-        ``spin=False`` when the server shares a core (its deadlines are then ~1 ms coarse)."""
-        self._get(f"/_config?ttft_ms={ttft_ms}&itl_ms={itl_ms}&spin={int(spin)}")
+    def configure(
+        self,
+        ttft_ms: float = 0.0,
+        itl_ms: float | Sequence[float] = 0.0,
+        spin: bool = True,
+        *,
+        spread: bool = False,
+        whole: bool = False,
+        writes: bool = True,
+    ) -> None:
+        """Set the pacing of the responses that follow (``sse_server.py``): one SSE event per
+        write, first ``ttft_ms`` after the read, then every ``itl_ms`` on absolute deadlines
+        (a sequence: stream ``key`` gets ``itl_ms[key % len]``; 0: one event per scheduler
+        step, as fast as the server writes); ``spread``: streams' phases spread over their
+        ITL; ``whole``: each response in one write instead (the parser ceiling);
+        ``spin=False`` when the server shares a core (its deadlines are then ~1 ms coarse);
+        ``writes=False``: no per-event write log (long throughput runs)."""
+        itls = ",".join(f"{x:g}" for x in (itl_ms if isinstance(itl_ms, Sequence) else [itl_ms]))
+        self._get(
+            f"/_config?ttft_ms={ttft_ms}&itl_ms={itls}&spin={int(spin)}&spread={int(spread)}"
+            f"&whole={int(whole)}&writes={int(writes)}"
+        )
 
-    def take_log(self) -> list[dict[str, int]]:
+    def take_log(self) -> list[dict[str, Any]]:
         """The server's timing log since the last call (see ``sse_server.py``), cleared."""
-        log: list[dict[str, int]] = self._get("/_log")
+        log: list[dict[str, Any]] = self._get("/_log")
         return log
 
     def cpu_s(self) -> float:
@@ -250,7 +268,9 @@ class Outcome:
     the request's key); the anchor, per successful request its key, start and TTFT (s).
     ``per_request``: per successful request, in both clients' terms: ``index`` (position in
     the run), ``key``, ``ttft_ms``, ``e2el_ms``, ``itl_ms`` (list), ``sent_ns``,
-    ``first_token_ns``.
+    ``first_token_ns``, ``stamps_ns`` (the client's stamp of every token, monotonic ns: a
+    stamp that carried k tokens counts k times) and ``stamp_tokens`` (tokens per stamp).
+    ``loop_lag_p99_ms``/``loop_lag_max_ms``: ours, its sending loop's lag over the run.
     """
 
     wall_s: float
@@ -263,6 +283,8 @@ class Outcome:
     chunks: int
     records: list[dict[str, Any]]
     per_request: list[dict[str, Any]]
+    loop_lag_p99_ms: float | None = None
+    loop_lag_max_ms: float | None = None
 
 
 Tokens = int | Callable[[int], int]
@@ -334,7 +356,6 @@ async def ours(
                 wall = time.perf_counter() - wall0
                 cpu = time.process_time() - cpu0
         records = [json.loads(line) for line in path.read_text().splitlines()]
-    del timing
     ok = [r for r in records if r["status"] == "ok"]
     typed = [msgspec.convert(r, ReadRecord, strict=True) for r in ok]  # as analysis reads them
     frame = request_frame(typed)
@@ -351,6 +372,10 @@ async def ours(
             "itl_ms": [float(x) for x in itl_per_token_ms([t])],
             "sent_ns": r["sent_ns"],
             "first_token_ns": r["chunk_ns"][0],
+            "stamps_ns": [
+                ns for ns, k in zip(r["chunk_ns"], r["chunk_tokens"], strict=True) for _ in range(k)
+            ],
+            "stamp_tokens": r["chunk_tokens"],
         }
         for r, t, ttft, e2el in zip(
             ok,
@@ -371,6 +396,8 @@ async def ours(
         failed=len(records) - len(ok),
         chunks=sum(r["usage_completion_tokens"] or 0 for r in ok),
         records=records,
+        loop_lag_p99_ms=timing.loop_lag_p99_ms,
+        loop_lag_max_ms=timing.loop_lag_max_ms,
     )
 
 
@@ -465,6 +492,10 @@ async def anchor(
             "itl_ms": [x * 1e3 for x in o.itl],
             "sent_ns": o.start_time * 1e9,
             "first_token_ns": (o.start_time + o.ttft) * 1e9,
+            # Its stamps, rebuilt as it took them: first token at start + TTFT, then each
+            # message's gap to the one before (``itl``, one per message after the first).
+            "stamps_ns": anchor_stamps_ns(o.start_time, o.ttft, o.itl),
+            "stamp_tokens": [1] * (1 + len(o.itl)),
         }
         for i, o in enumerate(outputs)
         if o.success
@@ -485,6 +516,16 @@ async def anchor(
             if o.success
         ],
     )
+
+
+def anchor_stamps_ns(start_s: float, ttft_s: float, itl_s: Sequence[float]) -> list[float]:
+    """vLLM's request function's stamp of every message (monotonic ns): its request start
+    (``time.perf_counter()``, CLOCK_MONOTONIC on Linux, the clock ours stamps with) plus TTFT,
+    then the running sum of its ITLs (each a gap to the message before)."""
+    stamps = [(start_s + ttft_s) * 1e9]
+    for gap in itl_s:
+        stamps.append(stamps[-1] + gap * 1e9)
+    return stamps
 
 
 def _stderr(text: str) -> None:
