@@ -23,6 +23,7 @@ from analysis.markdown import phase_rows, render_markdown
 from analysis.models import RunFacts, RunSummary
 from analysis.reports import ScenarioReport, report_for
 from analysis.summaries import case_summary
+from loadgen.runformat.atomic import write_text
 from loadgen.runformat.layout import PLOTS_DIR, REPORT_JSON, REPORT_MD
 
 
@@ -135,6 +136,6 @@ def build_report(run_dir: Path) -> Report:
         update={"plots": [p.relative_to(run_dir).as_posix() for p in written]}
     )
     built = Report(summary, built.parts, built.details, built.file_problems)
-    (run_dir / REPORT_JSON).write_text(json.dumps(built.as_dict(), indent=2) + "\n")
-    (run_dir / REPORT_MD).write_text(render_markdown(summary, built.parts, built.details))
+    write_text(run_dir / REPORT_JSON, json.dumps(built.as_dict(), indent=2) + "\n")
+    write_text(run_dir / REPORT_MD, render_markdown(summary, built.parts, built.details))
     return built

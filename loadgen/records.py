@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import IO
 
+from loadgen.runformat.atomic import writing
 from loadgen.runformat.rows import RequestRecord, Status
 
 __all__ = ["RecordWriter", "RequestRecord", "Status"]
@@ -20,7 +21,8 @@ class RecordWriter:
     """Appends records to a JSONL file, flushing after each one.
 
     Use as a context manager; the file is opened in append mode so a resumed writer never
-    truncates earlier records.
+    truncates earlier records. Every OS error (opening, writing, flushing, closing: a full
+    disk shows at the flush) is raised as :class:`loadgen.runformat.RunWriteError`.
     """
 
     def __init__(self, path: Path) -> None:
@@ -29,24 +31,41 @@ class RecordWriter:
         self.count = 0
 
     def __enter__(self) -> RecordWriter:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(self.path, "a", encoding="utf-8")
+        with writing(self.path):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = open(self.path, "a", encoding="utf-8")
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        fh, self._fh = self._fh, None
+        if fh is None:
+            return
+        try:
+            with writing(self.path):
+                fh.close()
+        except Exception:
+            if exc[0] is None:
+                raise  # else the error already under way is the one to report
 
     def write(self, record: RequestRecord, flush: bool = True) -> None:
-        """Append one record and (unless ``flush=False``, for a batch) flush it to the OS."""
+        """Append one record and (unless ``flush=False``, for a batch) flush it to the OS.
+
+        Raises:
+            RunWriteError: the write or the flush failed.
+        """
         assert self._fh is not None, "RecordWriter used outside its context"
-        self._fh.write(record.to_json() + "\n")
-        if flush:
-            self._fh.flush()
+        with writing(self.path):
+            self._fh.write(record.to_json() + "\n")
+            if flush:
+                self._fh.flush()
         self.count += 1
 
     def flush(self) -> None:
-        """Flush records written with ``flush=False``."""
+        """Flush records written with ``flush=False``.
+
+        Raises:
+            RunWriteError: the flush failed.
+        """
         assert self._fh is not None, "RecordWriter used outside its context"
-        self._fh.flush()
+        with writing(self.path):
+            self._fh.flush()

@@ -36,6 +36,7 @@ def export(run_dir: Path, fmt: str, out: Path | None, percentiles: str) -> None:
     """Export RUN_DIR's records (csv, parquet) or phases (vllm-bench)."""
     from analysis.export import write_requests, write_vllm_bench
     from analysis.load import RunFileError
+    from loadgen.runformat import RunWriteError
 
     if not (run_dir / "plan.json").exists():
         raise click.UsageError(f"{run_dir} has no plan.json: not a run directory")
@@ -52,3 +53,6 @@ def export(run_dir: Path, fmt: str, out: Path | None, percentiles: str) -> None:
         raise click.UsageError(f"--format {fmt} needs a package that is missing: {exc}") from None
     except RunFileError as exc:
         raise click.UsageError(str(exc)) from None
+    except RunWriteError as exc:  # one line, no traceback: the file and the OS error
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(1) from None
