@@ -46,6 +46,7 @@ def _generic_columns() -> list[tuple[str, Any]]:
         ("phase", lambda p: p.phase + (" (incomplete)" if p.incomplete else "")),
         ("req", lambda p: str(p.requests)),
         ("failed", lambda p: str(p.failed)),
+        ("interrupted", lambda p: str(p.interrupted)),
         ("TTFT mean", lambda p: f(p.ttft_ms.mean)),
         ("TTFT p50", lambda p: f(p.ttft_ms.p50)),
         ("TTFT p95", lambda p: f(p.ttft_ms.p95)),
@@ -197,7 +198,13 @@ def _case_lines(
             else "server attached (not started by this run); "
         )
         + f"requests {case.requests_total}, "
-        f"failed {case.requests_failed}; scrapes {scrapes.ticks} "
+        f"failed {case.requests_failed}"
+        + (
+            f", interrupted {case.requests_interrupted} (cut by Ctrl-C or SIGTERM, not failures)"
+            if case.requests_interrupted
+            else ""
+        )
+        + f"; scrapes {scrapes.ticks} "
         f"(late {scrapes.late}, failed {scrapes.failed}, skipped {scrapes.skipped}"
         + (f", {scrapes.nan_dropped} NaN samples dropped" if scrapes.nan_dropped else "")
         + (
