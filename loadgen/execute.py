@@ -44,6 +44,7 @@ from loadgen.placement import Placement, pin_helpers, placed, placement_for_serv
 from loadgen.records import RecordWriter, RequestRecord
 from loadgen.replicas import Replicas
 from loadgen.runformat import CaseInfo, PhaseRow, RunStatus, RunWriteError
+from loadgen.runformat.atomic import write_error_under
 from loadgen.runformat.layout import (
     CASE_FILE,
     CLOCK_OFFSETS_FILE,
@@ -107,12 +108,24 @@ class CaseOutcome:
 
 
 async def open_server(case: CaseSpec, workdir: Path, hooks: RunHooks) -> RunningServer:
-    """Start (``case.server``) or attach to (``case.url``) the case's server."""
+    """Start (``case.server``) or attach to (``case.url``) the case's server.
+
+    Raises:
+        RunWriteError: a file of the server's ``workdir`` (its log, command, facts) could not
+            be written: a failed write of the run, not a server that failed to start.
+        Exception: whatever ``server.manager.start_server`` / ``attach`` raise.
+    """
     if case.url is not None:
         return await attach(case.url)
     if case.server is None:
         raise ValueError(f"case {case.name} has neither a server config nor a URL")
-    return await start_server(case.server, workdir, on_status=hooks.on_server_status)
+    try:
+        return await start_server(case.server, workdir, on_status=hooks.on_server_status)
+    except OSError as exc:
+        written = write_error_under(exc, workdir)
+        if written is not None:
+            raise written from exc
+        raise
 
 
 @dataclass
@@ -256,12 +269,17 @@ async def _run_one_phase(run: _CaseRun, planned: PhaseSpec, scraper: ScraperProc
         ended_by, reason = _phase_end(exc, watch.gone if by_watch else None)
         # Boundaries of the cut-short phase, so its (flushed) records stay analysable.
         now = run.clock.now_ns()
-        append_jsonl(
-            run.cdir / PHASES_FILE,
-            PhaseRow(phase=phase.name, start_ns=began, last_end_ns=now, end_ns=now,
-                     settle_s=0.0, requests=len(requests), resolved=resolution,
-                     interrupted=True, ended_by=ended_by, end_reason=reason),
-        )  # fmt: skip
+        try:
+            append_jsonl(
+                run.cdir / PHASES_FILE,
+                PhaseRow(phase=phase.name, start_ns=began, last_end_ns=now, end_ns=now,
+                         settle_s=0.0, requests=len(requests), resolved=resolution,
+                         interrupted=True, ended_by=ended_by, end_reason=reason),
+            )  # fmt: skip
+        except RunWriteError:
+            if not isinstance(exc, RunWriteError):
+                raise
+            # else the disk is full: the first write that failed is the one to report
         if by_watch:
             raise ServerGone(watch.gone) from None  # the watch cut the phase, not the user
         raise
@@ -530,6 +548,12 @@ async def run_case(
     except RunWriteError as exc:  # the run cannot go on: recorded, then the run ends
         outcome.status, outcome.error = "failed", str(exc)
         raise
+    except OSError as exc:  # the gateway's log, say: a file of the case that cannot be written
+        written = write_error_under(exc, cdir)
+        outcome.status = "failed"
+        outcome.error = str(written) if written else f"{type(exc).__name__}: {exc}"
+        if written is not None:
+            raise written from exc
     except Exception as exc:  # recorded as the case's failure; the run goes on
         outcome.status = "failed"
         outcome.error = f"{type(exc).__name__}: {exc}"
@@ -593,6 +617,8 @@ async def execute_plan(
                         case, case_dir(run_dir, case.name) / SERVER_DIR, hooks
                     )
                     server_key = key
+                except RunWriteError:
+                    raise  # the run cannot go on
                 except Exception as exc:
                     outcome = CaseOutcome(case.name, "failed", f"server did not start: {exc}")
                     write_json(

@@ -8,10 +8,12 @@ wall-clock anchor converts them. Errors and disconnects are fields, never escapi
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from loadgen.runformat.atomic import writing
+from loadgen.runformat.atomic import RunWriteError, writing
 from loadgen.runformat.rows import RequestRecord, Status
 
 __all__ = ["RecordWriter", "RequestRecord", "Status"]
@@ -22,13 +24,16 @@ class RecordWriter:
 
     Use as a context manager; the file is opened in append mode so a resumed writer never
     truncates earlier records. Every OS error (opening, writing, flushing, closing: a full
-    disk shows at the flush) is raised as :class:`loadgen.runformat.RunWriteError`.
+    disk shows at the flush) is raised as :class:`loadgen.runformat.RunWriteError`; after
+    one, every later write raises it again without touching the file: the stream is torn
+    there, and a full disk's last room is kept for the run's ending (``run.json``).
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fh: IO[str] | None = None
         self.count = 0
+        self._failed: RunWriteError | None = None
 
     def __enter__(self) -> RecordWriter:
         with writing(self.path):
@@ -39,6 +44,10 @@ class RecordWriter:
     def __exit__(self, *exc: object) -> None:
         fh, self._fh = self._fh, None
         if fh is None:
+            return
+        if self._failed is not None:  # already reported; the buffer (≤ 8 KB) may not fit
+            with contextlib.suppress(OSError):
+                fh.close()
             return
         try:
             with writing(self.path):
@@ -54,7 +63,7 @@ class RecordWriter:
             RunWriteError: the write or the flush failed.
         """
         assert self._fh is not None, "RecordWriter used outside its context"
-        with writing(self.path):
+        with self._failing():
             self._fh.write(record.to_json() + "\n")
             if flush:
                 self._fh.flush()
@@ -67,5 +76,17 @@ class RecordWriter:
             RunWriteError: the flush failed.
         """
         assert self._fh is not None, "RecordWriter used outside its context"
-        with writing(self.path):
+        with self._failing():
             self._fh.flush()
+
+    @contextlib.contextmanager
+    def _failing(self) -> Iterator[None]:
+        """Raise the first write error again, or turn a new OS error into it."""
+        if self._failed is not None:
+            raise self._failed
+        try:
+            with writing(self.path):
+                yield
+        except RunWriteError as exc:
+            self._failed = exc
+            raise

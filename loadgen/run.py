@@ -25,7 +25,7 @@ from loadgen.clock import wall_anchor
 from loadgen.execute import CaseOutcome, RunHooks, execute_plan, open_server
 from loadgen.redact import redact_command
 from loadgen.runformat import FORMAT_VERSION, RunInfo, RunStatus, RunWriteError
-from loadgen.runformat.atomic import writing
+from loadgen.runformat.atomic import SpaceReserve, writing
 from loadgen.runformat.layout import RUN_FILE, SERVER_DIR, case_dir, write_json
 from loadgen.runformat.manifest import environment_facts
 from loadgen.workers.process import WorkersConfig
@@ -162,6 +162,8 @@ async def run_scenario(
         status="running",
     )
     write_json(run_dir / RUN_FILE, run_info)
+    reserve = SpaceReserve(run_dir)
+    reserve.hold()
     result = RunResult(run_dir, "running")
     try:
         result.outcomes = await _plan_and_execute(scenario, params, run_dir, hooks, workers)
@@ -177,6 +179,7 @@ async def run_scenario(
     except Exception as exc:
         result.status, result.error = "failed", f"{type(exc).__name__}: {exc}"
     finally:
+        reserve.release()  # room for the run's ending (run.json here, the manifest next)
         result.wall_s = round(time.monotonic() - started, 2)
         run_info.status, run_info.error = result.status, result.error
         run_info.wall_s = result.wall_s

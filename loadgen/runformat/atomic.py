@@ -38,6 +38,15 @@ class RunWriteError(Exception):
         super().__init__(f"cannot write {path}: {reason}" + (f" ({code})" if code else ""))
 
 
+def write_error_under(exc: OSError, root: Path) -> RunWriteError | None:
+    """``exc`` as a :class:`RunWriteError` when the file it names lies under ``root`` (an
+    error another package's writer raised for a file of the run), else ``None``."""
+    if exc.filename is None:
+        return None
+    path = Path(exc.filename)
+    return RunWriteError(path, exc) if path.is_relative_to(root) else None
+
+
 def tmp_path(path: Path) -> Path:
     """The temporary name ``path`` is written under before the rename (same directory)."""
     return path.with_name(path.name + TMP_SUFFIX)
@@ -65,7 +74,7 @@ def write_with(path: Path, produce: Callable[[Path], None]) -> None:
         os.replace(tmp, path)
     except OSError as exc:
         _remove(tmp)
-        raise RunWriteError(path, exc) from exc
+        raise _failed(path, exc) from exc
     except BaseException:
         _remove(tmp)
         raise
@@ -108,7 +117,7 @@ def append_bytes(path: Path, data: bytes) -> None:
         with open(path, "ab") as fh:
             fh.write(data)
     except OSError as exc:
-        raise RunWriteError(path, exc) from exc
+        raise _failed(path, exc) from exc
 
 
 @contextlib.contextmanager
@@ -118,7 +127,53 @@ def writing(path: Path) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        raise RunWriteError(path, exc) from exc
+        raise _failed(path, exc) from exc
+
+
+#: Bytes :class:`SpaceReserve` holds: room for ``run.json``, ``case.json`` and the manifest
+#: of a run whose disk filled (each a few KB; the manifest ~0.2 KB a file).
+RESERVE_BYTES = 64 * 1024
+#: The reserve's file name (``.tmp``: the manifest and the readers skip it).
+RESERVE_FILE = ".space-reserve" + TMP_SUFFIX
+
+
+class SpaceReserve:
+    """Disk space held back in a run directory, so that a run whose disk fills can still
+    write its ending (``run.json`` ``failed`` with the reason, the manifest): the file is
+    written (zeros, synced: a real allocation, not a sparse hole) when the run starts and
+    removed when the first write fails, or when the run ends. Best effort: a reserve that
+    cannot be written is simply not there."""
+
+    def __init__(self, run_dir: Path, size: int = RESERVE_BYTES) -> None:
+        self.path = run_dir / RESERVE_FILE
+        self.size = size
+
+    def hold(self) -> bool:
+        """Write the reserve; whether it could be."""
+        try:
+            write_bytes(self.path, bytes(self.size))
+        except RunWriteError:
+            return False
+        _held.append(self)
+        return True
+
+    def release(self) -> None:
+        """Give the space back (idempotent)."""
+        if self in _held:
+            _held.remove(self)
+        _remove(self.path)
+
+
+#: The reserves held now; the first write that fails releases them all.
+_held: list[SpaceReserve] = []
+
+
+def _failed(path: Path, exc: OSError) -> RunWriteError:
+    """The error of a failed write of ``path``, after giving back the reserved space, so
+    what follows (the run's status, the manifest) can still be written."""
+    for reserve in list(_held):
+        reserve.release()
+    return RunWriteError(path, exc)
 
 
 def _remove(tmp: Path) -> None:
