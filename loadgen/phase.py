@@ -251,9 +251,11 @@ class _Dispatch:
             self.finish(record)
 
     def label_cut(self, record: RequestRecord) -> None:
-        """Say honestly why a request in flight was cut: by its server's death (``error``,
-        with the reason ``cut_reason`` gives) or else by the user (``interrupted``, not a
-        failure of the server). A request cancelled before it was sent stays ``not_sent``."""
+        """Say honestly why a request in flight was cut: by its server's death (``error``
+        "cut short: REASON", the reason ``cut_reason`` gives), by a record write that failed
+        (``error``, "cut short: the run failed: …"), or else by the user (``interrupted``,
+        not a failure of the server). A request cancelled before it was sent stays
+        ``not_sent``."""
         if record.sent_ns is None:
             return
         reason = self.cut_reason() if self.cut_reason is not None else None

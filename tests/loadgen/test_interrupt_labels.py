@@ -83,6 +83,9 @@ def test_a_signal_mid_phase_gives_interrupted_records_counted_apart(
     (phase,) = case["phases"].values()
     assert (phase["failed"], phase["interrupted"], phase["not_sent"]) == (0, 2, 8)
     assert phase["incomplete"] == INTERRUPTED
+    # bench's "no failures" check cannot pass a phase the user cut: undecided, not passed.
+    (no_failures,) = [v for v in report["verdicts"] if v["check"] == "no failures in c2"]
+    assert no_failures["passed"] is None
     assert "interrupted 2 (cut by Ctrl-C or SIGTERM, not failures)" in (
         (run_dir / "report.md").read_text()
     )
