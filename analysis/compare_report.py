@@ -18,6 +18,7 @@ from analysis.compare import CLASSES, Comparison, MetricComparison
 from analysis.gate_decision import Decision, decide, is_key, key_selectors
 from analysis.markdown import f, table
 from analysis.plots import save
+from loadgen.runformat.atomic import write_text
 
 COMPARE_MD = "compare.md"
 COMPARE_JSON = "compare.json"
@@ -201,7 +202,7 @@ def write_comparison(c: Comparison, out_dir: Path, strict: bool = False) -> Path
     data["exit_code"] = decision.exit_code
     data["decision"] = decision.model_dump(mode="json")
     data["strict"] = strict
-    (out_dir / COMPARE_JSON).write_text(json.dumps(data, indent=2) + "\n")
+    write_text(out_dir / COMPARE_JSON, json.dumps(data, indent=2) + "\n")
     path = out_dir / COMPARE_MD
-    path.write_text(render_markdown(c, strict))
+    write_text(path, render_markdown(c, strict))
     return path

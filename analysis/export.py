@@ -39,6 +39,7 @@ from analysis.integrity import load_intact_run
 from analysis.latency import itl_per_token_ms, request_frame
 from analysis.load import RunData
 from loadgen.runformat import ReadRecord
+from loadgen.runformat.atomic import write_text
 from scenarios.arrivals import ClosedLoop, OpenLoop
 
 #: The request columns written first, in this order (the rest follow as the records have them).
@@ -252,6 +253,6 @@ def write_vllm_bench(
                 continue
             result = vllm_bench_result(run, spec.name, phase.name, percentiles)
             path = out_dir / f"{spec.name}-{phase.name}.json"
-            path.write_text(json.dumps(result) + "\n")
+            write_text(path, json.dumps(result) + "\n")
             written.append(path)
     return written

@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from analysis.compare_report import COMPARE_JSON
 from analysis.gate_decision import Decision, undecided_line
+from loadgen.runformat.atomic import append_bytes
 
 LOOKS_FILE = "looks.jsonl"
 
@@ -126,9 +127,12 @@ def decision_of(gate_dir: Path) -> Decision:
 
 
 def record_look(path: Path, look: Look) -> None:
-    """Append ``look`` to ``looks.jsonl`` at ``path`` (one JSON object a line)."""
-    with path.open("a") as out:
-        out.write(look.model_dump_json() + "\n")
+    """Append ``look`` to ``looks.jsonl`` at ``path`` (one JSON object a line).
+
+    Raises:
+        RunWriteError: the append failed (``loadgen.runformat.atomic``).
+    """
+    append_bytes(path, (look.model_dump_json() + "\n").encode())
 
 
 def run_until_decided(

@@ -46,6 +46,7 @@ def _generic_columns() -> list[tuple[str, Any]]:
         ("phase", lambda p: p.phase + (" (incomplete)" if p.incomplete else "")),
         ("req", lambda p: str(p.requests)),
         ("failed", lambda p: str(p.failed)),
+        ("interrupted", lambda p: str(p.interrupted)),
         ("TTFT mean", lambda p: f(p.ttft_ms.mean)),
         ("TTFT p50", lambda p: f(p.ttft_ms.p50)),
         ("TTFT p95", lambda p: f(p.ttft_ms.p95)),
@@ -201,6 +202,11 @@ def _case_lines(
         + (
             f", {case.requests_excess_tokens} with more tokens than allowed"
             if case.requests_excess_tokens
+            else ""
+        )
+        + (
+            f", interrupted {case.requests_interrupted} (cut by Ctrl-C or SIGTERM, not failures)"
+            if case.requests_interrupted
             else ""
         )
         + f"; scrapes {scrapes.ticks} "

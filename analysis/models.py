@@ -102,8 +102,12 @@ class PhaseSummary(LatencyStats):
             to this phase's records (Ray across hosts; ``None`` when the clock is shared).
         loop_lag_max_ms / loop_lag_p99_ms / late_sends: with workers, the worst worker's lag
             and the late sends of all of them.
-        incomplete: why the phase's figures cover only part of it (the run was interrupted or
-            killed during it), ``None`` for a phase that ran to its end.
+        failed: ``error`` records (failures of the server or the network).
+        interrupted: requests in flight when the user's Ctrl-C or SIGTERM cut the phase,
+            counted apart: not in ``failed``, in no failure rate.
+        incomplete: why the phase's figures cover only part of it (the run was interrupted,
+            its server died, or it was killed during it), ``None`` for a phase that ran to
+            its end.
     """
 
     phase: str
@@ -112,6 +116,7 @@ class PhaseSummary(LatencyStats):
     failed: int
     aborted: int
     not_sent: int
+    interrupted: int = 0
     duration_s: float | None
     output_tokens: int
     output_throughput_tok_s: float | None
@@ -151,6 +156,8 @@ class CaseSummary(FrozenModel):
             worker left as Ray started it; empty for runs that did not record it.
         planned_phases: the phases the plan gave this case, in order (ran or not).
         all_phases: latency over every successful request of the case.
+        requests_failed / requests_aborted / requests_interrupted: records ``error`` /
+            ``aborted`` / ``interrupted`` (cut by the user, never counted as failed).
         metric_aliases: canonical metric family → the exposition name the server used.
         missing_families: recorded families the server did not expose at all.
         unusable_histograms: server histogram families left out because they break the
@@ -175,6 +182,7 @@ class CaseSummary(FrozenModel):
     requests_failed: int = 0
     requests_aborted: int = 0
     requests_excess_tokens: int = 0
+    requests_interrupted: int = 0
     token_timing: dict[str, int] = Field(default_factory=dict)
     scrapes: ScrapeAccounting = ScrapeAccounting()
     metric_aliases: dict[str, str] = Field(default_factory=dict)

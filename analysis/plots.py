@@ -13,14 +13,24 @@ from matplotlib.figure import Figure
 
 from analysis.latency import request_frame
 from analysis.load import CaseData
+from loadgen.runformat.atomic import write_with
 from metrics.samples import series, series_by
 
 
 def save(fig: Figure, out: Path) -> Path:
-    """Lay out, write ``out`` (PNG, 100 dpi) and close ``fig``; return ``out``."""
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    """Lay out, write ``out`` (PNG, 100 dpi) atomically and close ``fig``; return ``out``.
+
+    Written under a temporary name and renamed (``loadgen.runformat.atomic``): a full disk
+    leaves no 0-byte or half PNG, and no temporary file.
+
+    Raises:
+        RunWriteError: the PNG could not be written.
+    """
+    try:
+        fig.tight_layout()
+        write_with(out, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
+    finally:
+        plt.close(fig)
     return out
 
 

@@ -27,6 +27,7 @@ from analysis.models import ResealFact, RunFacts, RunSummary
 from analysis.reports import ScenarioReport, report_for
 from analysis.summaries import case_summary
 from loadgen.runformat import Reseal
+from loadgen.runformat.atomic import write_text
 from loadgen.runformat.layout import PLOTS_DIR, REPORT_JSON, REPORT_MD
 from loadgen.runformat.manifest import read_reseals
 
@@ -82,7 +83,9 @@ class Report:
         out = []
         for name, case in self.summary.cases.items():
             headers, rows = phase_rows(case, list(case.phases), extra)
-            idx = [i for i, h in enumerate(headers) if h in keep]
+            # Requests cut by the user are shown apart from failures, where there are any.
+            shown = keep | ({"interrupted"} if case.requests_interrupted else set())
+            idx = [i for i, h in enumerate(headers) if h in shown]
             title = f"{self.summary.scenario} — case {name} ({case.status})"
             out.append((title, [headers[i] for i in idx], [[r[i] for i in idx] for r in rows]))
         return out
@@ -158,6 +161,6 @@ def build_report(run_dir: Path, reseal: Reseal | None = None) -> Report:
         update={"plots": [p.relative_to(run_dir).as_posix() for p in written]}
     )
     built = Report(summary, built.parts, built.details, built.file_problems)
-    (run_dir / REPORT_JSON).write_text(json.dumps(built.as_dict(), indent=2) + "\n")
-    (run_dir / REPORT_MD).write_text(render_markdown(summary, built.parts, built.details))
+    write_text(run_dir / REPORT_JSON, json.dumps(built.as_dict(), indent=2) + "\n")
+    write_text(run_dir / REPORT_MD, render_markdown(summary, built.parts, built.details))
     return built

@@ -5,7 +5,9 @@ Phase-level claims use counter *deltas* over the phase window, never lifetime to
 last request finished + settle wait (the ``end_ns`` the run recorded). Throughput = output
 tokens (of successful requests) / duration and successful requests / duration, where the
 duration is last request finished − first request sent, in s. Latency statistics are over
-successful requests only; failures and aborts are counted beside them.
+successful requests only; failures and aborts are counted beside them, and requests the
+user's interrupt cut (status ``interrupted``) apart from both: they are no failure of the
+server, so no failure count or rate includes them.
 
 Cached-token rate (the client-side prefix-cache hit rate) = Σ cached tokens / Σ prompt tokens
 over the successful requests that reported cached tokens
@@ -111,6 +113,7 @@ def phase_summary(
         failed=_count(rows, "error"),
         aborted=_count(rows, "aborted"),
         not_sent=_count(rows, "not_sent"),
+        interrupted=_count(rows, "interrupted"),
         duration_s=duration_s,
         output_tokens=out_tokens,
         output_throughput_tok_s=out_tokens / duration_s if positive else None,
@@ -143,14 +146,28 @@ REBUILT = (
     "records, first send → last end, without settle, and requests unfinished then are absent"
 )
 INTERRUPTED = "interrupted (Ctrl-C or SIGTERM) while it ran: its figures cover the part before"
+SERVER_DIED = "its server died while it ran ({reason}): its figures cover the part before"
+FAILED = "the load generator failed while it ran ({reason}): its figures cover the part before"
+#: A row of a run written before ``ended_by`` was recorded: the cause is not known.
+CUT_SHORT = (
+    "cut short (server gone or Ctrl-C: the run did not record which): its figures cover the "
+    "part before"
+)
 
 
 def incomplete_reason(phase: PhaseRow) -> str | None:
-    """Why a phase row's figures cover only part of its phase, or ``None``."""
+    """Why a phase row's figures cover only part of its phase, or ``None``: the cause its row
+    names (``ended_by``: the user's interrupt, the server's death, an error)."""
     if phase.rebuilt_from_records:
         return REBUILT
-    if phase.interrupted:
+    if phase.ended_by == "interrupt":
         return INTERRUPTED
+    if phase.ended_by == "server_died":
+        return SERVER_DIED.format(reason=phase.end_reason or "no reason recorded")
+    if phase.ended_by == "error":
+        return FAILED.format(reason=phase.end_reason or "no reason recorded")
+    if phase.interrupted:
+        return CUT_SHORT
     return None
 
 
@@ -286,6 +303,7 @@ def case_summary(case: CaseData, label: str = "", planned: list[str] | None = No
         requests_failed=sum(1 for r in case.records if r.status == "error"),
         requests_aborted=sum(1 for r in case.records if r.status == "aborted"),
         requests_excess_tokens=sum(1 for r in case.records if r.excess_tokens),
+        requests_interrupted=sum(1 for r in case.records if r.status == "interrupted"),
         token_timing=_timing_counts(frame),
         scrapes=scrape_accounting(case),
         metric_aliases=aliases,

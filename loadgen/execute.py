@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +43,8 @@ from loadgen.phase import heap_frozen, run_phase, write_not_sent
 from loadgen.placement import Placement, pin_helpers, placed, placement_for_servers
 from loadgen.records import RecordWriter, RequestRecord
 from loadgen.replicas import Replicas
-from loadgen.runformat import CaseInfo, PhaseRow, RunStatus
+from loadgen.runformat import CaseInfo, PhaseRow, RunStatus, RunWriteError
+from loadgen.runformat.atomic import write_error_under
 from loadgen.runformat.layout import (
     CASE_FILE,
     CLOCK_OFFSETS_FILE,
@@ -56,6 +58,7 @@ from loadgen.runformat.layout import (
     case_dir,
     write_json,
 )
+from loadgen.runformat.rows import PhaseEnd
 from loadgen.server_watch import ServerGone, ServerWatch
 from loadgen.workers.base import ClockOffset, WorkerPool
 from loadgen.workers.process import SplitPhase, WorkersConfig, open_pool, run_split_phase
@@ -106,12 +109,24 @@ class CaseOutcome:
 
 
 async def open_server(case: CaseSpec, workdir: Path, hooks: RunHooks) -> RunningServer:
-    """Start (``case.server``) or attach to (``case.url``) the case's server."""
+    """Start (``case.server``) or attach to (``case.url``) the case's server.
+
+    Raises:
+        RunWriteError: a file of the server's ``workdir`` (its log, command, facts) could not
+            be written: a failed write of the run, not a server that failed to start.
+        Exception: whatever ``server.manager.start_server`` / ``attach`` raise.
+    """
     if case.url is not None:
         return await attach(case.url)
     if case.server is None:
         raise ValueError(f"case {case.name} has neither a server config nor a URL")
-    return await start_server(case.server, workdir, on_status=hooks.on_server_status)
+    try:
+        return await start_server(case.server, workdir, on_status=hooks.on_server_status)
+    except OSError as exc:
+        written = write_error_under(exc, workdir)
+        if written is not None:
+            raise written from exc
+        raise
 
 
 @dataclass
@@ -231,6 +246,7 @@ async def _run_one_phase(run: _CaseRun, planned: PhaseSpec, scraper: ScraperProc
                         writer=run.writer,
                         clock=run.clock,
                         on_done=done,
+                        cut_reason=lambda: watch.gone,
                     )
                 )
                 watch.guard(sending)
@@ -248,17 +264,24 @@ async def _run_one_phase(run: _CaseRun, planned: PhaseSpec, scraper: ScraperProc
         watch.close()
         if faults is not None:
             faults.cancel()
-        # Boundaries of the cut-short phase, so its (flushed) records stay analysable.
-        now = run.clock.now_ns()
-        append_jsonl(
-            run.cdir / PHASES_FILE,
-            PhaseRow(phase=phase.name, start_ns=began, last_end_ns=now, end_ns=now,
-                     settle_s=0.0, requests=len(requests), resolved=resolution,
-                     interrupted=True),
-        )  # fmt: skip
         task = asyncio.current_task()
         stopped_by_watch = isinstance(exc, asyncio.CancelledError) and watch.gone is not None
-        if stopped_by_watch and task is not None and not task.cancelling():
+        by_watch = stopped_by_watch and task is not None and not task.cancelling()
+        ended_by, reason = _phase_end(exc, watch.gone if by_watch else None)
+        # Boundaries of the cut-short phase, so its (flushed) records stay analysable.
+        now = run.clock.now_ns()
+        try:
+            append_jsonl(
+                run.cdir / PHASES_FILE,
+                PhaseRow(phase=phase.name, start_ns=began, last_end_ns=now, end_ns=now,
+                         settle_s=0.0, requests=len(requests), resolved=resolution,
+                         interrupted=True, ended_by=ended_by, end_reason=reason),
+            )  # fmt: skip
+        except RunWriteError:
+            if not isinstance(exc, RunWriteError):
+                raise
+            # else the disk is full: the first write that failed is the one to report
+        if by_watch:
             raise ServerGone(watch.gone) from None  # the watch cut the phase, not the user
         raise
     if faults is not None:
@@ -310,6 +333,7 @@ async def _run_one_phase(run: _CaseRun, planned: PhaseSpec, scraper: ScraperProc
             post_scrape_start_ns=post_scrape,
             post_scrape_waited_s=round((now - waited_from) / 1e9, 3),
             workers=split.workers if split is not None else None,
+            ended_by="plan",
         ),
     )
     if run.hooks.on_phase_end:
@@ -317,6 +341,20 @@ async def _run_one_phase(run: _CaseRun, planned: PhaseSpec, scraper: ScraperProc
     code = run.server.exit_code()
     if code is not None:
         raise ServerGone(f"vLLM exited with code {code} during phase {phase.name}")
+
+
+def _phase_end(exc: BaseException, watch_gone: str | None) -> tuple[PhaseEnd, str]:
+    """What cut a phase short, and why in words, from the exception that cut it:
+    ``watch_gone`` is the server watch's reason when the watch (not the user) cancelled it."""
+    if watch_gone is not None:
+        return "server_died", watch_gone
+    if isinstance(exc, ServerGone):
+        return "server_died", str(exc)
+    if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt):
+        return "interrupt", "interrupted by the user (Ctrl-C or SIGTERM)"
+    if isinstance(exc, RunWriteError):
+        return "error", str(exc)
+    return "error", describe_exception(exc)
 
 
 async def _run_phases(
@@ -390,7 +428,7 @@ async def _run_split(run: _CaseRun, phase: PhaseSpec, watch: ServerWatch) -> Spl
         split = await run_split_phase(
             run.pool, case=run.case.name, phase=phase, seed=run.plan.seed,
             tokens=run.plan.tokens, target=run.target, clock=run.clock,
-            on_progress=progress, on_offsets=offsets,
+            on_progress=progress, on_offsets=offsets, cut_reason=lambda: watch.gone,
         )  # fmt: skip
     finally:
         await asyncio.shield(run.pool.gather_records(run.cdir))
@@ -513,6 +551,15 @@ async def run_case(
                     await _run_phases(run, phases, scraper)
     except ServerGone as exc:
         outcome.status, outcome.error, outcome.server_gone = "failed", str(exc), True
+    except RunWriteError as exc:  # the run cannot go on: recorded, then the run ends
+        outcome.status, outcome.error = "failed", str(exc)
+        raise
+    except OSError as exc:  # the gateway's log, say: a file of the case that cannot be written
+        written = write_error_under(exc, cdir)
+        outcome.status = "failed"
+        outcome.error = str(written) if written else describe_exception(exc)
+        if written is not None:
+            raise written from exc
     except Exception as exc:  # recorded as the case's failure; the run goes on
         outcome.status = "failed"
         outcome.error = describe_exception(exc)
@@ -525,18 +572,21 @@ async def run_case(
         if scraper.failure and outcome.status != "interrupted":  # the cause, in one line
             outcome.status, outcome.error = "failed", scraper.failure
             hooks.message(f"case {case.name}: {scraper.failure}")
-        write_json(
-            cdir / CASE_FILE,
-            CaseInfo(
-                case=case.model_dump(mode="json"),
-                server=server.describe(),
-                status=outcome.status,
-                error=outcome.error,
-                requests=outcome.requests,
-                failed_requests=outcome.failed_requests,
-                client=client,
-            ),
+        info = CaseInfo(
+            case=case.model_dump(mode="json"),
+            server=server.describe(),
+            status=outcome.status,
+            error=outcome.error,
+            requests=outcome.requests,
+            failed_requests=outcome.failed_requests,
+            client=client,
         )
+        pending = sys.exc_info()[1]  # the exception ending the case, if one does
+        try:
+            write_json(cdir / CASE_FILE, info)
+        except RunWriteError:
+            if pending is None:
+                raise  # else the error under way (maybe the first write error) is reported
     return outcome
 
 
@@ -576,6 +626,8 @@ async def execute_plan(
                         case, case_dir(run_dir, case.name) / SERVER_DIR, hooks
                     )
                     server_key = key
+                except RunWriteError:
+                    raise  # the run cannot go on
                 except Exception as exc:
                     why = f"server did not start: {describe_exception(exc)}"
                     outcome = CaseOutcome(case.name, "failed", why)

@@ -19,6 +19,7 @@ import gc
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 
@@ -26,9 +27,13 @@ from loadgen.client import PlannedRequest, Target, send_request
 from loadgen.clock import Clock
 from loadgen.connections import warm_up
 from loadgen.records import RecordWriter, RequestRecord
+from loadgen.runformat import RunWriteError
 from scenarios.arrivals import AllAtOnce, ClosedLoop, OpenLoop, TraceArrival, concurrency_limit
 from scenarios.partition import WorkerShare, partition_phase
 from scenarios.requests import PhaseRequests
+
+#: The ``error`` of a request the user's Ctrl-C or SIGTERM cut (status ``interrupted``).
+INTERRUPTED_ERROR = "interrupted before completion (Ctrl-C or SIGTERM)"
 
 #: An open-loop send later than this after its scheduled time counts as late.
 LATE_NS = 10_000_000
@@ -171,10 +176,14 @@ class _Dispatch:
         writer: RecordWriter,
         clock: Clock,
         on_done: Callable[[RequestRecord], None] | None,
+        cut_reason: Callable[[], str | None] | None = None,
     ) -> None:
         self.case, self.phase, self.requests, self.order = case, phase, requests, order
         self.target, self.session, self.writer, self.clock = target, session, writer, clock
         self.on_done = on_done
+        self.cut_reason = cut_reason
+        #: A record write that failed: the senders it cut were cut by the run's failure.
+        self.write_failed: str | None = None
         self.dispatched = 0
         #: Positions (in ``order``) handed to a sender; a trace's session turns are handed
         #: out of order, so the unsent ones are those not in here.
@@ -212,7 +221,11 @@ class _Dispatch:
     def finish(self, record: RequestRecord, flush: bool = True) -> None:
         """Write the record, fold it into the phase's figures, tell the caller."""
         self.in_flight.pop(record.index, None)
-        self.writer.write(record, flush=flush)
+        try:
+            self.writer.write(record, flush=flush)
+        except RunWriteError as exc:
+            self.write_failed = self.write_failed or str(exc)
+            raise
         if record.sent_ns is not None and (
             self.first_sent_ns is None or record.sent_ns < self.first_sent_ns
         ):
@@ -231,8 +244,27 @@ class _Dispatch:
             await send_request(
                 self.session, self.target, self.requests[record.index], record, self.clock
             )
+        except asyncio.CancelledError:
+            self.label_cut(record)
+            raise
         finally:
             self.finish(record)
+
+    def label_cut(self, record: RequestRecord) -> None:
+        """Say honestly why a request in flight was cut: by its server's death (``error``
+        "cut short: REASON", the reason ``cut_reason`` gives), by a record write that failed
+        (``error``, "cut short: the run failed: …"), or else by the user (``interrupted``,
+        not a failure of the server). A request cancelled before it was sent stays
+        ``not_sent``."""
+        if record.sent_ns is None:
+            return
+        reason = self.cut_reason() if self.cut_reason is not None else None
+        if reason is None and self.write_failed is not None:
+            reason = f"the run failed: {self.write_failed}"
+        if reason is not None:
+            record.status, record.error = "error", f"cut short: {reason}"
+        else:
+            record.status, record.error = "interrupted", INTERRUPTED_ERROR
 
     def account_unsent(self, scheduled_ns: Callable[[int], int], planned: int) -> None:
         """A cut-short phase: every request never sent gets its ``not_sent`` record
@@ -357,14 +389,17 @@ async def run_phase(
     warmup: bool = True,
     share: WorkerShare | None = None,
     start_at_ns: int | None = None,
+    cut_reason: Callable[[], str | None] | None = None,
 ) -> PhaseTiming:
     """Warm the pool, send ``requests`` with the given arrival pattern, one record each.
 
     ``requests`` is best a lazy :class:`~scenarios.workloads.PhaseRequests` (prompts built at
     send time); a plain sequence works too. Every request's record is written as soon as it
     finishes, including failed ones. If the phase is cancelled, every request already sent
-    gets its record (status ``error``, "cancelled before completion") and every request not
-    yet sent a ``not_sent`` record, so each planned request is accounted for. A closed loop
+    gets its record and every request not yet sent a ``not_sent`` record, so each planned
+    request is accounted for; a request in flight is ``interrupted`` (the user's Ctrl-C or
+    SIGTERM), or ``error`` "cut short: REASON" when ``cut_reason()`` gives a reason then
+    (the caller cancelled the phase because its server died). A closed loop
     with ``duration_s`` sends no request once that long has passed since the phase start;
     the requests it never reached are not part of the phase (no record).
 
@@ -372,6 +407,9 @@ async def run_phase(
     (which requests, offsets, concurrency) and ``start_at_ns``, the phase start shared by all
     workers on ``clock``; it waits until then (after the warm-up) and schedules from it.
     Without them the phase is sent whole and starts when the warm-up ends.
+
+    Raises:
+        RunWriteError: a record could not be written (the first one, not a task group).
     """
     plan = PhaseRequests.of(requests)
     n = len(plan)
@@ -383,7 +421,7 @@ async def run_phase(
     share = share if share is not None else partition_phase(arrival, n, 1)[0]
     dispatch = _Dispatch(
         case=case, phase=phase, requests=plan, order=share.indices, target=target,
-        session=session, writer=writer, clock=clock, on_done=on_done,
+        session=session, writer=writer, clock=clock, on_done=on_done, cut_reason=cut_reason,
     )  # fmt: skip
     offsets = share.offsets_ns
     phase_start = start_at_ns if start_at_ns is not None else clock.now_ns()
@@ -407,6 +445,12 @@ async def run_phase(
                     )
                 else:
                     await dispatch.closed_loop(phase_start, share.concurrency, None)
+    except BaseExceptionGroup as group:
+        # A sender's record write failed inside the task group: the one error to report.
+        written = group.subgroup(RunWriteError)
+        if written is None:
+            raise
+        raise _first_leaf(written) from None
     finally:
         planned = dispatch.dispatched if by_duration else len(share.indices)
         if dispatch.in_flight or dispatch.dispatched < planned:
@@ -424,6 +468,11 @@ async def run_phase(
         warmup_ms=warm.duration_ms if warm else 0.0,
         dispatched=dispatch.dispatched,
     )
+
+
+def _first_leaf(group: BaseExceptionGroup[Any]) -> BaseException:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 def write_not_sent(

@@ -24,7 +24,8 @@ from pydantic import BaseModel
 from loadgen.clock import wall_anchor
 from loadgen.execute import CaseOutcome, RunHooks, execute_plan, open_server
 from loadgen.redact import redact_command
-from loadgen.runformat import FORMAT_VERSION, RunInfo, RunStatus
+from loadgen.runformat import FORMAT_VERSION, RunInfo, RunStatus, RunWriteError
+from loadgen.runformat.atomic import SpaceReserve, writing
 from loadgen.runformat.layout import RUN_FILE, SERVER_DIR, case_dir, write_json
 from loadgen.runformat.manifest import environment_facts
 from loadgen.workers.process import WorkersConfig
@@ -70,13 +71,15 @@ def gate_order(repeats: int, order: str) -> list[str]:
 
 @dataclass
 class RunResult:
-    """How a run ended: status, its directory, per-case outcomes, wall time (s)."""
+    """How a run ended: status, its directory, per-case outcomes, wall time (s), and the
+    write error that ended it, if one did (``status`` is then ``failed``)."""
 
     run_dir: Path
     status: RunStatus
     outcomes: list[CaseOutcome] = field(default_factory=list)
     error: str | None = None
     wall_s: float = 0.0
+    write_error: RunWriteError | None = None
 
 
 def new_run_dir(root: Path, scenario: str) -> Path:
@@ -130,15 +133,23 @@ async def run_scenario(
 ) -> RunResult:
     """Run ``scenario`` with validated ``params`` into ``run_dir`` (raw files and ``run.json``).
 
-    Never raises for a failing server or request: the result's status says it. Cancellation
-    (Ctrl-C) still records the run status before propagating. The caller then builds the
-    report and writes the manifest (``loadgen.cli.run_and_report``). ``workers`` spreads the
-    load over worker processes or Ray actors (default: this process alone).
+    Never raises for a failing server or request: the result's status says it. A file of the
+    run that cannot be written (disk full, permission) ends the run at once: status
+    ``failed`` with that reason in ``run.json`` when it can still be written, the error in
+    ``write_error``. Cancellation (Ctrl-C) still records the run status before propagating.
+    The caller then builds the report and writes the manifest (``loadgen.cli.run_and_report``).
+    ``workers`` spreads the load over worker processes or Ray actors (default: this process
+    alone).
+
+    Raises:
+        RunWriteError: the run directory or the first ``run.json`` could not be written
+            (nothing has started yet).
     """
     hooks = hooks or RunHooks()
     workers = workers or WorkersConfig()
     command = redact_command(command or sys.argv)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    with writing(run_dir):
+        run_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     run_info = RunInfo(
         format_version=FORMAT_VERSION,
@@ -152,6 +163,8 @@ async def run_scenario(
         status="running",
     )
     write_json(run_dir / RUN_FILE, run_info)
+    reserve = SpaceReserve(run_dir)
+    reserve.hold()
     result = RunResult(run_dir, "running")
     try:
         result.outcomes = await _plan_and_execute(scenario, params, run_dir, hooks, workers)
@@ -162,11 +175,18 @@ async def run_scenario(
     except asyncio.CancelledError:
         result.status, result.error = "interrupted", "interrupted by the user"
         raise
+    except RunWriteError as exc:
+        result.status, result.error, result.write_error = "failed", str(exc), exc
     except Exception as exc:
         result.status, result.error = "failed", describe_exception(exc)
     finally:
+        reserve.release()  # room for the run's ending (run.json here, the manifest next)
         result.wall_s = round(time.monotonic() - started, 2)
         run_info.status, run_info.error = result.status, result.error
         run_info.wall_s = result.wall_s
-        write_json(run_dir / RUN_FILE, run_info)
+        try:
+            write_json(run_dir / RUN_FILE, run_info)
+        except RunWriteError as exc:  # the first write error is the one to report
+            if result.write_error is None:
+                result.status, result.error, result.write_error = "failed", str(exc), exc
     return result

@@ -10,6 +10,7 @@ orchestrator uses these two directly (a server can serve several cases and outli
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -325,6 +326,8 @@ async def start_server(
         ServerStartError: vLLM exited or timed out; the process group is already stopped.
         server.engines.EngineNotFoundError: the engine's interpreter has no vLLM.
         server.engine_flags.UnsupportedFlagError: the engine's release lacks a needed flag.
+        OSError: a file of ``workdir`` (``vllm.log``, ``command.json``, ``server.json``)
+            could not be written; its ``filename`` names it; the server is stopped.
     """
     engine = inspect_engine(config.python or sys.executable)
     decision = config.variant_decision()
@@ -345,11 +348,12 @@ async def start_server(
     for key in launch.env_unset:
         env.pop(key, None)
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "command.json").write_text(
+    _write_whole(
+        workdir / "command.json",
         json.dumps(
             {"argv": argv, "env": {**config.env, **launch.env_set}, "notes": launch.notes},
             indent=2,
-        )
+        ),
     )
     started = time.monotonic()
     proc = spawn_group(argv, log_path, env)
@@ -378,13 +382,32 @@ async def start_server(
             server.capacity, server.capacity_error = await _capacity_or_why(client, url, log_path)
             version = await _get_json(client, f"{url}/version")
         server.version = str(version.get("version", "")) if isinstance(version, dict) else ""
+        # Inside the try: a server whose facts cannot be written is stopped, not orphaned.
+        _write_whole(workdir / "server.json", json.dumps(server.describe(), indent=2))
     except BaseException as exc:
         await asyncio.shield(asyncio.to_thread(server.stop))
         if isinstance(exc, ServerStartError):
             exc.pid = proc.pid
         raise
-    (workdir / "server.json").write_text(json.dumps(server.describe(), indent=2))
     return server
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Write ``text`` as the whole of ``path``: temporary name, fsync, rename, the temporary
+    removed on failure (as ``loadgen.runformat.atomic`` does for the rest of a run; this
+    package imports no other). An ``OSError`` names ``path`` (its ``filename``), so the
+    load generator reports it as a failed write of the run."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
 
 async def attach(url: str) -> RunningServer:

@@ -41,6 +41,7 @@ def export(run_dir: Path, fmt: str, out: Path | None, percentiles: str) -> None:
     from analysis.export import write_requests, write_vllm_bench
     from analysis.integrity import IntegrityError
     from analysis.load import RunFileError
+    from loadgen.runformat import RunWriteError
 
     if not (run_dir / "plan.json").exists():
         raise click.UsageError(f"{run_dir} has no plan.json: not a run directory")
@@ -58,3 +59,6 @@ def export(run_dir: Path, fmt: str, out: Path | None, percentiles: str) -> None:
         raise click.UsageError(str(exc)) from None
     except IntegrityError as exc:
         raise click.ClickException(f"refused: {exc}") from None
+    except RunWriteError as exc:  # one line, no traceback: the file and the OS error
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(1) from None

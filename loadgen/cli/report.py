@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from loadgen.cli.run_and_report import print_summary
+from server.net.errors import describe_exception
 
 #: Exit code of ``report``/``validate`` for a run of a format version this loadgen cannot read.
 FORMAT_VERSION_EXIT = 2
@@ -48,7 +49,7 @@ def report(run_dir: Path, reason: str | None) -> None:
     from analysis.load import read_json_file
     from analysis.report import build_report
     from loadgen.progress import make_console
-    from loadgen.runformat import Reseal, RunInfo
+    from loadgen.runformat import Reseal, RunInfo, RunWriteError
     from loadgen.runformat.layout import MANIFEST_FILE, PLAN_FILE, RUN_FILE
     from loadgen.runformat.manifest import utc_now, write_manifest
 
@@ -74,11 +75,13 @@ def report(run_dir: Path, reason: str | None) -> None:
     console = make_console()
     try:
         result = build_report(run_dir, reseal)
+        write_manifest(run_dir, info.status or "unknown", list(info.command or []), reseal)
     except IntegrityError as exc:
         raise click.ClickException(f"refused: {exc}") from None
+    except RunWriteError as exc:  # one line: the file and the OS error (exit 1)
+        raise click.ClickException(str(exc)) from None
     except Exception as exc:
-        raise click.ClickException(f"report failed: {type(exc).__name__}: {exc}") from None
-    write_manifest(run_dir, info.status or "unknown", list(info.command or []), reseal)
+        raise click.ClickException(f"report failed: {describe_exception(exc)}") from None
     print_summary(result, console)
     for problem in result.file_problems:  # read as empty (run.json): the report says so
         console.print(f"[yellow]note: {problem}[/yellow]")

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from analysis.report import Report
+    from loadgen.runformat import RunWriteError
     from loadgen.workers.process import WorkersConfig
     from scenarios.base import Scenario
 
@@ -44,6 +45,32 @@ def check_out_dir(run_dir: Path) -> None:
         raise click.UsageError(f"--out {run_dir} is a file, not a directory")
     if run_dir.exists() and any(run_dir.iterdir()):
         raise click.UsageError(f"{run_dir} exists and is not empty; pick another --out")
+    check_writable(run_dir)
+
+
+#: The file :func:`check_writable` writes and removes to learn that a directory takes files.
+WRITE_PROBE = ".write-probe"
+
+
+def check_writable(run_dir: Path) -> None:
+    """Create ``run_dir`` (with its parents) and write and remove one small file in it, so an
+    ``--out`` that cannot be created or written (under ``/proc``, read-only, no permission)
+    is refused before any server starts; the directory is left, empty, for the run.
+
+    Raises:
+        click.UsageError: naming the path and the OS error.
+    """
+    from loadgen.runformat.atomic import RunWriteError, write_text, writing
+
+    try:
+        with writing(run_dir):
+            run_dir.mkdir(parents=True, exist_ok=True)
+        write_text(run_dir / WRITE_PROBE, "")
+        with writing(run_dir / WRITE_PROBE):
+            (run_dir / WRITE_PROBE).unlink()
+    except RunWriteError as exc:
+        reason = exc.os_error.strerror or str(exc.os_error)
+        raise click.UsageError(f"--out {run_dir} cannot be created or written: {reason}") from None
 
 
 def run_and_report(
@@ -52,29 +79,40 @@ def run_and_report(
     """Run, build the report, write the manifest, print the summary: (status, report).
 
     Exits with code 1 when the run was interrupted (Ctrl-C or SIGTERM), after writing what
-    was recorded, its report and its manifest.
+    was recorded, its report and its manifest; and with code 1 and one line on stderr naming
+    the file and the OS error when a file of the run could not be written (``run.json`` says
+    ``failed`` with that reason if it could still be written; no temporary file is left).
     """
     from loadgen.progress import RichProgress
     from loadgen.redact import redact_command
     from loadgen.run import asyncio_run, cancel_on_sigterm, run_scenario
+    from loadgen.runformat import RunWriteError
 
     command = redact_command(["loadgen", *sys.argv[1:]])
     progress = RichProgress()
     progress.console.print(f"run directory: [bold]{run_dir}[/bold]")
     status: str = "interrupted"
     error: str | None = "interrupted (Ctrl-C or SIGTERM)"
+    write_error: RunWriteError | None = None
     try:
         result = asyncio_run(
             cancel_on_sigterm(
                 run_scenario(scenario, params, run_dir, command, progress.hooks(), workers)
             )
         )
-        status, error = result.status, result.error
+        status, error, write_error = result.status, result.error, result.write_error
+    except RunWriteError as exc:  # before the run began: run.json itself failed
+        status, error, write_error = "failed", str(exc), exc
     except (KeyboardInterrupt, asyncio.CancelledError):
         progress.console.print("[red]interrupted: writing what was recorded[/red]")
     finally:
         progress.close()
-        report, report_error = finalize(run_dir, status, command)
+        report, report_error, manifest_error = finalize(run_dir, status, command)
+    write_error = write_error or manifest_error
+    if write_error is not None:
+        # One line, the first write that failed; the report is not trusted to have been built.
+        click.echo(f"error: {write_error}", err=True)
+        sys.exit(1)
     if report is not None:
         print_summary(report, progress.console)
     if error:
@@ -93,10 +131,14 @@ def run_and_report(
     return status, report
 
 
-def finalize(run_dir: Path, status: str, command: list[str]) -> tuple[Report | None, str | None]:
+def finalize(
+    run_dir: Path, status: str, command: list[str]
+) -> tuple[Report | None, str | None, RunWriteError | None]:
     """Build the report from the raw files, then write the manifest (always, and last):
-    (the report or ``None``, why building it failed or ``None``). A run that never made a
-    plan has no report and no report error (its status says why)."""
+    (the report or ``None``, why building it failed or ``None``, the manifest's write error
+    or ``None``). A run that never made a plan has no report and no report error (its status
+    says why). Never raises for a file it cannot write."""
+    from loadgen.runformat import RunWriteError
     from loadgen.runformat.manifest import write_manifest
 
     report, error = None, None
@@ -107,8 +149,11 @@ def finalize(run_dir: Path, status: str, command: list[str]) -> tuple[Report | N
             report = build_report(run_dir)
         except Exception as exc:  # raw data stays; `loadgen report` can retry
             error = describe_exception(exc)
-    write_manifest(run_dir, status, command)
-    return report, error
+    try:
+        write_manifest(run_dir, status, command)
+    except RunWriteError as exc:
+        return report, error, exc
+    return report, error, None
 
 
 def print_summary(report: Report, console: Console) -> None:

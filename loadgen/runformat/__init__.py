@@ -5,6 +5,8 @@ reader (``analysis``: report, validate, compare, gate). Readers import run files
 here, never from the load generator's internals:
 
 - :mod:`loadgen.runformat.layout`: file names and the directory tree, JSON helpers;
+- :mod:`loadgen.runformat.atomic`: whole-file writes by temp file and rename, and the one
+  error a failed write of a run becomes (:class:`RunWriteError`);
 - :mod:`loadgen.runformat.rows`: request record, phase row, clock offset, fault, ``case.json``,
   ``run.json``, ``manifest.json``; metric sample and scrape tick (``metrics.rows``) and
   gateway event (``gateway.events``) are defined beside their writers, which may import no
@@ -18,6 +20,7 @@ Field lists with units: ``docs/run-format.md``.
 
 from gateway.events import GatewayEvent
 from loadgen.runformat import migrate_v0
+from loadgen.runformat.atomic import RunWriteError
 from loadgen.runformat.rows import (
     CaseInfo,
     ClockOffsetRow,
@@ -52,6 +55,7 @@ __all__ = [
     "Reseal",
     "RunInfo",
     "RunStatus",
+    "RunWriteError",
     "SampleRow",
     "ScrapeTick",
     "Status",

@@ -31,11 +31,12 @@ See docs/run-directory.md.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import msgspec
+
+from loadgen.runformat.atomic import append_bytes, write_text
 
 # The scraper's files, named beside it (``metrics`` imports no project package): re-exported.
 from metrics.store import RAW_FILE as RAW_FILE
@@ -82,16 +83,18 @@ def worker_request_files(cdir: Path) -> list[tuple[int, Path]]:
 
 
 def write_json(path: Path, obj: object) -> None:
-    """Write JSON atomically (temp file + rename), so a reader never sees half a file; a row
-    type (a msgspec Struct) is written with its fields in order."""
+    """Write JSON atomically (temp file, fsync, rename: :mod:`loadgen.runformat.atomic`), so a
+    reader never sees half a file; a row type (a msgspec Struct) is written with its fields
+    in order.
+
+    Raises:
+        RunWriteError: the file could not be written (it is as it was, no temporary left).
+    """
     if isinstance(obj, msgspec.Struct):
         obj = msgspec.to_builtins(obj, enc_hook=str)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
     # No URL password reaches a run file (run.json, plan.json, case.json, manifest.json).
     text = redact_urls_in(json.dumps(obj, indent=2, sort_keys=False, default=str))
-    tmp.write_text(text + "\n")
-    os.replace(tmp, path)
+    write_text(path, text + "\n")
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -108,7 +111,9 @@ def read_json(path: Path) -> dict[str, Any]:
 
 
 def append_jsonl(path: Path, row: msgspec.Struct) -> None:
-    """Append one row (a row type of :mod:`loadgen.runformat`) as a JSON line and flush it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "ab") as fh:
-        fh.write(redact_urls_in(msgspec.json.encode(row).decode()).encode() + b"\n")
+    """Append one row (a row type of :mod:`loadgen.runformat`) as a JSON line and flush it.
+
+    Raises:
+        RunWriteError: the append failed.
+    """
+    append_bytes(path, redact_urls_in(msgspec.json.encode(row).decode()).encode() + b"\n")

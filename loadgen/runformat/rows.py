@@ -17,7 +17,11 @@ import msgspec
 
 from loadgen.token_timing import TokenTiming
 
-Status = Literal["ok", "error", "aborted", "not_sent"]
+Status = Literal["ok", "error", "aborted", "not_sent", "interrupted"]
+#: What ended a phase (``PhaseRow.ended_by``): its plan ran out (``plan``), the user's Ctrl-C
+#: or SIGTERM (``interrupt``), its server died or stopped answering (``server_died``), an
+#: error of the load generator itself (``error``: a file it could not write, a worker).
+PhaseEnd = Literal["plan", "interrupt", "server_died", "error"]
 #: Status of a case (``case.json``) or a run (``run.json``, ``manifest.json``).
 RunStatus = Literal["running", "ok", "failed", "interrupted"]
 
@@ -58,8 +62,10 @@ class RequestRecord(msgspec.Struct):
             ``None`` when no token arrived.
         end_ns: when the response finished (stream closed, error, or disconnect).
         http_status: response status code, ``None`` if no response arrived.
-        status: ``ok``, ``error``, ``aborted`` (client disconnected on purpose) or ``not_sent``.
-        error: error message for ``error`` records.
+        status: ``ok``, ``error``, ``aborted`` (client disconnected on purpose), ``not_sent``
+            or ``interrupted`` (in flight when the user's Ctrl-C or SIGTERM cut the run: not a
+            failure of the server, counted apart from ``error``).
+        error: error message for ``error`` records (and why for ``interrupted`` ones).
         usage_prompt_tokens / usage_completion_tokens: the server's final usage.
         cached_tokens: prefix-cache hit tokens reported by the server for this request.
         finish_reason: the server's finish reason (``length`` with ``ignore_eos``).
@@ -177,7 +183,11 @@ class PhaseRow(msgspec.Struct, kw_only=True):
             (``None``: none landed in time: the phase's counter deltas are stale).
         post_scrape_waited_s: how long the wait for it took (s).
         workers: per-worker figures when the phase was split across workers.
-        interrupted: the phase was cut short (server gone, Ctrl-C); its row was written then.
+        interrupted: the phase was cut short (server gone, Ctrl-C, an error); its row was
+            written then.
+        ended_by: what ended the phase (``PhaseEnd``: ``plan``, ``interrupt``,
+            ``server_died``, ``error``); ``None`` in runs written before it was recorded.
+        end_reason: why, in words, when something other than the plan ended it.
         rebuilt_from_records: the reader built this row from the records (no row was written:
             the load generator was killed during the phase); never written.
     """
@@ -204,6 +214,8 @@ class PhaseRow(msgspec.Struct, kw_only=True):
     post_scrape_waited_s: float | None = None
     workers: list[WorkerPhaseRow] | None = None
     interrupted: bool = False
+    ended_by: PhaseEnd | None = None
+    end_reason: str | None = None
     rebuilt_from_records: bool = False
 
 

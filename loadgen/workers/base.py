@@ -142,6 +142,8 @@ class WorkerRuntime:
         self._running: Future[WorkerResult] | None = None
         self._inner: asyncio.Task[Any] | None = None  # the loop's task behind ``_running``
         self._cancelled = False
+        #: Why the share was cancelled, when not by the user (its server died).
+        self._cut_reason: str | None = None
         self._counts: Counter[str] = Counter()
         self._placement: AppliedPlacement | None = None
         self._call(self._open(pool_limit, read_timeout_s, total_timeout_s, placement))
@@ -190,7 +192,7 @@ class WorkerRuntime:
         """Send the prepared share from ``start_at_ns`` (this worker's clock); returns at once."""
         if self._task is None:
             raise RuntimeError("start before prepare")
-        self._inner, self._cancelled = None, False
+        self._inner, self._cancelled, self._cut_reason = None, False, None
         self._running = asyncio.run_coroutine_threadsafe(self._run(start_at_ns), self._loop)
 
     def _done(self, record: RequestRecord) -> None:
@@ -214,6 +216,7 @@ class WorkerRuntime:
                 case=task.case, phase=task.phase, requests=requests, arrival=task.arrival,
                 target=task.target, session=self._session, writer=writer, clock=self.clock,
                 on_done=done, warmup=False, share=task.share, start_at_ns=start_at_ns,
+                cut_reason=lambda: self._cut_reason,
             )  # fmt: skip
         return WorkerResult(
             worker=self.worker,
@@ -245,9 +248,11 @@ class WorkerRuntime:
             )
         return WorkerPoll(done, failed, result)
 
-    def cancel(self) -> None:
-        """Stop the running share: requests in flight end as ``error`` records, those not sent
-        yet get ``not_sent`` records (as a cancelled single-process phase does)."""
+    def cancel(self, reason: str | None = None) -> None:
+        """Stop the running share: requests in flight end as ``interrupted`` records (or
+        ``error`` "cut short: ``reason``" when a reason is given: its server died), those not
+        sent yet get ``not_sent`` records (as a cancelled single-process phase does)."""
+        self._cut_reason = reason
         # Cancel the loop's task, not the future: the future completes only once the task
         # has written the records of the cut-short share.
         if self._running is not None and not self._running.done():

@@ -221,12 +221,15 @@ async def run_split_phase(
     clock: Clock,
     on_progress: Callable[[int, int], None] | None = None,
     on_offsets: Callable[[list[ClockOffset]], None] | None = None,
+    cut_reason: Callable[[], str | None] | None = None,
 ) -> SplitPhase:
     """Send ``phase`` with every worker of ``pool`` (see the module docstring).
 
     Clock offsets (a pool across hosts) are measured first and handed to ``on_offsets``
     before any load is sent. Cancellation cancels every worker's share and waits (up to
-    :data:`CANCEL_GRACE_S`) until each has written its records, then propagates.
+    :data:`CANCEL_GRACE_S`) until each has written its records, then propagates; the
+    workers' requests in flight are ``interrupted``, or cut short by the reason
+    ``cut_reason()`` gives then (its server died).
     """
     n = phase.workload.requests
     if n is None:  # a duration-driven open loop is resolved (its count known) before it is sent
@@ -245,13 +248,14 @@ async def run_split_phase(
     except BaseException:
         with contextlib.suppress(BaseException):
             async with asyncio.timeout(CANCEL_GRACE_S):
-                await asyncio.shield(_cancel_all(pool))
+                reason = cut_reason() if cut_reason is not None else None
+                await asyncio.shield(_cancel_all(pool, reason))
         raise
     return merge_results(results, warmups, shift, pool.nodes(), offsets, start)
 
 
-async def _cancel_all(pool: WorkerPool) -> None:
-    await asyncio.gather(*(pool.call(k, "cancel") for k in range(pool.size)))
+async def _cancel_all(pool: WorkerPool, reason: str | None) -> None:
+    await asyncio.gather(*(pool.call(k, "cancel", reason) for k in range(pool.size)))
     await _poll_until_done(pool, None)
 
 

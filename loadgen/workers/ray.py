@@ -35,6 +35,7 @@ from typing import Any
 
 from loadgen.clock import Clock, ShiftedClock
 from loadgen.placement import Placement, machine_id
+from loadgen.runformat.atomic import writing
 from loadgen.runformat.layout import worker_requests_file
 from loadgen.workers.base import ClockOffset, WorkerPool, WorkerRuntime
 from server.net.errors import describe_exception
@@ -216,9 +217,14 @@ class RayWorkers(WorkerPool):
 
 
 def _append(path: Path, data: bytes) -> None:
+    """Append a worker's records to its file, synced to disk.
+
+    Raises:
+        RunWriteError: the append failed.
+    """
     if not data:
         return
-    with open(path, "ab") as fh:
+    with writing(path), open(path, "ab") as fh:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())

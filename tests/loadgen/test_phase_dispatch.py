@@ -294,8 +294,9 @@ async def _cancel_when(fake: FakeOpenAIServer, task: asyncio.Task[PhaseTiming], 
 
 
 async def test_a_cut_short_closed_loop_accounts_for_every_request(tmp_path: Path) -> None:
-    # 10 long requests, C = 2, cancelled once 2 are streaming: those 2 are errors, the 8
-    # never sent are not_sent; every planned request has exactly one record.
+    # 10 long requests, C = 2, cancelled (as Ctrl-C does) once 2 are streaming: those 2 are
+    # interrupted (not failures of the server), the 8 never sent are not_sent; every planned
+    # request has exactly one record.
     fake = FakeOpenAIServer(StreamScript(itl_s=0.05))
     path = tmp_path / "r.jsonl"
     async with fake.serve():
@@ -311,8 +312,8 @@ async def test_a_cut_short_closed_loop_accounts_for_every_request(tmp_path: Path
         await _cancel_when(fake, task, 2)
     records = sorted(_records(path), key=lambda r: r.index)
     assert [r.index for r in records] == list(range(10))
-    assert [r.status for r in records] == ["error"] * 2 + ["not_sent"] * 8
-    assert records[0].error == "cancelled before completion (run interrupted)"
+    assert [r.status for r in records] == ["interrupted"] * 2 + ["not_sent"] * 8
+    assert records[0].error == "interrupted before completion (Ctrl-C or SIGTERM)"
     assert all(r.sent_ns is None for r in records[2:])
 
 
@@ -328,7 +329,7 @@ async def test_a_cut_short_open_loop_keeps_the_schedule_of_the_unsent(tmp_path: 
         )
         await _cancel_when(fake, task, 1)
     records = sorted(_records(path), key=lambda r: r.index)
-    assert [r.status for r in records] == ["error"] + ["not_sent"] * 4
+    assert [r.status for r in records] == ["interrupted"] + ["not_sent"] * 4
     start = records[0].scheduled_ns
     assert [r.scheduled_ns - start for r in records] == offsets
 

@@ -122,6 +122,11 @@ def _no_failures(check: NoFailures, case: CaseSummary, details: BenchDetails | N
     if p is None:
         return Verdict(case=check.case, check=name, passed=None, detail="the phase did not run")
     kinds = ", ".join(f"{k} × {n}" for k, n in p.failures_by_kind.items())
+    if p.interrupted and p.failed + p.aborted == 0:
+        # Cut by the user before it ended: no failure, but no proof that there were none.
+        return Verdict(case=check.case, check=name, passed=None,
+                       detail=f"{p.interrupted} interrupted by Ctrl-C or SIGTERM before they "
+                       "ended: the phase did not run to its end")  # fmt: skip
     return Verdict(
         case=check.case, check=name, passed=p.failed + p.aborted + p.not_sent == 0,
         detail=f"{p.failed} failed, {p.aborted} aborted, {p.not_sent} not sent"

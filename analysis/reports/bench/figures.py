@@ -48,6 +48,7 @@ class BenchPhase(_Frozen):
     failed: int
     aborted: int
     not_sent: int
+    interrupted: int = 0
     duration_s: float | None
     input_tokens: int
     output_tokens: int
@@ -140,6 +141,7 @@ def bench_phase(
         failed=summary.failed,
         aborted=summary.aborted,
         not_sent=summary.not_sent,
+        interrupted=summary.interrupted,
         duration_s=duration,
         input_tokens=input_tokens,
         output_tokens=output,

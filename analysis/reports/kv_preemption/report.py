@@ -179,7 +179,9 @@ def load_differs(concurrency: int, phase: PhaseSummary | None) -> str | None:
         return None
     return (
         f"cannot decide: {phase.ok} of the {concurrency} requests the prediction assumes "
-        f"succeeded ({phase.failed} failed, {phase.aborted} aborted, {phase.not_sent} not sent), "
+        f"succeeded ({phase.failed} failed, {phase.aborted} aborted, {phase.not_sent} not sent"
+        + (f", {phase.interrupted} interrupted" if phase.interrupted else "")
+        + "), "
         "so the load was not the one predicted"
     )
 
