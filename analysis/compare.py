@@ -54,6 +54,7 @@ from analysis.compare_metrics import (
 )
 from analysis.compare_stats import (
     Classification,
+    RunSpread,
     Statistic,
     bootstrap_ratio_runs,
     classify,
@@ -348,6 +349,18 @@ def _too_few_samples(
     )
 
 
+def _per_run_note(spread: RunSpread, confidence: float, ratio: bool) -> str:
+    """How a per-run figure's interval was built (``compare_stats.per_run_difference``)."""
+    if spread.method == "point":
+        return "one run per side: no run-to-run spread known, classified by the tolerance alone"
+    if spread.method == "range":
+        return f"interval = difference ± run-to-run range {spread.spread:.4g}"
+    if spread.df is None:
+        return "Welch t-interval: every run of each side equal (no spread)"
+    where = "of the ratio (delta method)" if ratio else f"difference ± {spread.spread:.4g}"
+    return f"Welch t-interval at {confidence:.4g} {where}, {spread.df:.1f} df"
+
+
 def compare_run_metric(
     metric: RunMetric,
     base: Sequence[RunView],
@@ -387,27 +400,21 @@ def compare_run_metric(
             **common, baseline=fmean(b), candidate=fmean(c), change=fmean(c) - fmean(b),
             classification="inconclusive", note=coarse,
         )  # fmt: skip
-    spread = per_run_difference(b, c)
+    spread = per_run_difference(b, c, confidence=gate.confidence)
     if metric.needs_repeats and spread.spread is None:
         return MetricComparison(
             **common, baseline=spread.baseline_mean, candidate=spread.candidate_mean,
             change=spread.difference.point, classification="inconclusive",
             note="a sampled peak (a lower bound) from one run per side: no spread known",
         )  # fmt: skip
-    d = spread.difference
-    assert d.low is not None and d.high is not None
-    low, high, point, neutral = d.low, d.high, d.point, 0.0
-    if metric.scale == "ratio":
-        if spread.baseline_mean == 0:
-            return MetricComparison(**common, classification="inconclusive",
-                                    note="baseline is 0: no ratio")  # fmt: skip
-        low, high = 1 + low / spread.baseline_mean, 1 + high / spread.baseline_mean
-        point, neutral = spread.candidate_mean / spread.baseline_mean, 1.0
-    note = (
-        "one run per side: no run-to-run spread known, classified by the tolerance alone"
-        if spread.spread is None
-        else f"interval = difference ± run-to-run range {spread.spread:.4g}"
-    )
+    d = spread.ratio if metric.scale == "ratio" else spread.difference
+    if d is None:
+        return MetricComparison(**common, classification="inconclusive",
+                                note="baseline is 0: no ratio")  # fmt: skip
+    assert d.point is not None and d.low is not None and d.high is not None
+    low, high, point = d.low, d.high, d.point
+    neutral = 1.0 if metric.scale == "ratio" else 0.0
+    note = _per_run_note(spread, gate.confidence, metric.scale == "ratio")
     klass = classify(low, high, neutral=neutral, tolerance=rule.tolerance, better=metric.better)
     return MetricComparison(
         **common, baseline=spread.baseline_mean, candidate=spread.candidate_mean, change=point,

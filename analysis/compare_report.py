@@ -85,7 +85,8 @@ def decision_markdown(d: Decision, strict: bool = False) -> list[str]:
         out += [
             "Undecided key metrics, and what would decide them (the extra pairs: each "
             "half-width of the interval shrinking as √(runs) at the observed spread and "
-            "effect; × requests per phase: the same, if run-to-run shifts are small; "
+            "effect, t/√(runs) for per-run figures; × requests per phase: the same, if "
+            "run-to-run shifts are small; "
             "docs/gate-decisions.md):",
             "",
             table(["key metric", "class", "extra pairs", "or requests", "how / why"], rows),
@@ -126,7 +127,8 @@ def render_markdown(c: Comparison, strict: bool = False) -> str:
         "side (never an average of per-run percentiles); the interval is a seeded percentile "
         f"bootstrap of the candidate/baseline ratio ({s['resamples']} resamples of whole "
         f"requests, {s['confidence'] * 100:g} %, seed {s['seed']}). Per-run figures compare the "
-        "difference of the side means against the larger run-to-run range. Regression: the "
+        "difference (or ratio) of the side means: with 3+ runs a side by Welch's t-interval "
+        "at the same confidence, with 2 against the larger run-to-run range. Regression: the "
         "interval lies entirely beyond the tolerance on the bad side; improvement: on the good "
         "side; no change: inside the tolerance; inconclusive: it straddles a tolerance edge, or "
         f"too few values (a statistic needs {s['min_samples']} values, a percentile "

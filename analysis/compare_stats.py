@@ -1,6 +1,7 @@
 """The statistics of a regression gate, as pure functions: pooled statistics over requests, a
-seeded bootstrap interval for a candidate/baseline ratio, the run-to-run interval of per-run
-figures, and the four-way classification against a tolerance.
+seeded bootstrap interval for a candidate/baseline ratio, the interval of per-run figures
+(run-to-run range, or Welch's t-interval from 3 runs a side), and the four-way classification
+against a tolerance.
 
 **Pooling.** A side's sample is every request of every repeat (and of every worker): one
 percentile over the pooled values, never an average of per-run or per-worker percentiles. Two
@@ -34,11 +35,28 @@ such values the statistic is inconclusive (a p99 needs n ≥ 100 × min_tail; wi
 400 requests per side, a p95 80). A mean needs ``min_samples``.
 
 **Per-run figures** (throughput, hit rates, preemptions, KV peak: one number per run and phase)
-are compared as the difference of the side means, d = mean(C) − mean(B), with the interval
-d ± s, s = the larger run-to-run range (max − min) of the sides that have two or more runs.
-With one run per side no spread is known: the interval is the point d and the class rests on
-the tolerance alone (the result says so). This is a spread rule, not a confidence interval at
-a stated level: with 2–3 runs a t-interval would be no better founded.
+are compared as the difference of the side means, d = mean(C) − mean(B), by one of three rules
+chosen by the runs per side (:func:`per_run_difference`):
+
+- *one run per side*: no spread is known; the interval is the point d and the class rests on
+  the tolerance alone (the result says so);
+- *a side with 2 runs (or one side with 1)*: d ± s, s = the larger run-to-run range (max − min)
+  of the sides that have two or more runs. A spread rule, not a confidence interval at a
+  stated level: a t-interval from 2 runs has 1 degree of freedom (t₀.₉₉₅,₁ = 63.7) and would
+  be far wider than anything a small gate could decide;
+- *3 or more runs on both sides*: Welch's t-interval for the difference of means at the
+  comparison's confidence (``analysis.welch``: Welch 1947, Welch–Satterthwaite degrees of
+  freedom, Satterthwaite 1946), d ± t_{(1+c)/2, ν} · √(s_B²/n_B + s_C²/n_C). Three is the
+  threshold because ν ≥ min(n_B, n_C) − 1 = 2 there, where t₀.₉₇₅ = 4.30 and t₀.₉₉₅ = 9.92 are
+  finite and fall fast as runs are added (2.78 and 4.60 at ν = 4), so the half-width shrinks
+  as t_ν/√n at a steady run-to-run SD where the range grew. A sequential gate's per-look
+  (Bonferroni) confidence is the c used, as for the bootstrap.
+
+For *ratio-scale* figures (throughput, goodput) the class is of R = mean(C)/mean(B). The point
+and range rules divide the difference interval by mean(B), 1 + (d ± s)/mean(B), as before.
+The Welch rule uses the delta method on R (first order in the two means' errors): the
+variances in the interval are s_C²/mean(B)² and R² · s_B²/mean(B)², so its SE is
+√(s_C²/n_C + R² s_B²/n_B)/mean(B) with Welch–Satterthwaite's ν from those two terms.
 
 **Classification** of an interval [lo, hi] of a change (a ratio, neutral 1, or a difference,
 neutral 0) against tolerance t, when a higher value is worse: *regression* if lo > neutral + t,
@@ -54,9 +72,15 @@ from typing import Literal
 
 import numpy as np
 
+from analysis.welch import welch_interval
+
 Statistic = Literal["mean", "p50", "p90", "p95", "p99"]
 Better = Literal["lower", "higher"]
 Classification = Literal["regression", "improvement", "no change", "inconclusive", "missing"]
+PerRunMethod = Literal["point", "range", "welch"]
+
+#: Runs on each side from which per-run figures get Welch's t-interval (module docstring).
+WELCH_MIN_RUNS = 3
 
 #: Per-request values: one float per request, or one array per request (per-token metrics).
 Samples = Sequence[float] | Sequence[np.ndarray]
@@ -202,31 +226,86 @@ def bootstrap_ratio_runs(
 class RunSpread:
     """Per-run figures of both sides and the interval of their mean difference.
 
-    ``spread`` is ``None`` when a side has a single run (no spread known).
+    Attributes:
+        baseline_mean, candidate_mean: the side means, in the figure's unit.
+        difference: d = mean(C) − mean(B) and its interval, in the figure's unit.
+        ratio: R = mean(C)/mean(B) and its interval (``None`` when mean(B) is 0).
+        spread: the half-width of ``difference`` (the range, or t · SE), ``None`` with one
+            run per side (no spread known).
+        method: ``point``, ``range`` or ``welch`` (module docstring).
+        df: Welch–Satterthwaite's ν (``welch`` with a nonzero spread only), else ``None``.
     """
 
     baseline_mean: float
     candidate_mean: float
     difference: Interval
+    ratio: Interval | None
     spread: float | None
+    method: PerRunMethod
+    df: float | None = None
 
 
-def per_run_difference(baseline: Sequence[float], candidate: Sequence[float]) -> RunSpread:
-    """d = mean(candidate) − mean(baseline) with d ± (the larger run-to-run range of the sides
-    that have 2+ runs); the point alone when both sides have one run (module docstring).
+def welch_terms(
+    baseline: Sequence[float], candidate: Sequence[float], *, ratio: bool
+) -> tuple[float, float, float]:
+    """(point, per-run variance of the baseline's term, of the candidate's) in the space of
+    Welch's interval: d with s_B², s_C²; or R with R² s_B²/mean(B)², s_C²/mean(B)² (the delta
+    method, module docstring). Variances have n − 1 denominators.
 
     Raises:
-        ValueError: a side has no value.
+        ValueError: a side with fewer than 2 runs, or ``ratio`` with mean(B) = 0.
+    """
+    b, c = np.asarray(baseline, dtype=float), np.asarray(candidate, dtype=float)
+    if b.size < 2 or c.size < 2:
+        raise ValueError("each side needs 2+ runs for a variance")
+    mb, mc = float(b.mean()), float(c.mean())
+    vb, vc = float(b.var(ddof=1)), float(c.var(ddof=1))
+    if not ratio:
+        return mc - mb, vb, vc
+    if mb == 0:
+        raise ValueError("baseline mean is 0: no ratio")
+    r = mc / mb
+    return r, r * r * vb / mb**2, vc / mb**2
+
+
+def per_run_difference(
+    baseline: Sequence[float], candidate: Sequence[float], *, confidence: float = 0.95
+) -> RunSpread:
+    """d = mean(candidate) − mean(baseline) and R = mean(candidate)/mean(baseline) with their
+    intervals: the point with one run per side, d ± the larger run-to-run range when a side
+    has 2 runs (or 1), Welch's t-interval at ``confidence`` when both have
+    ``WELCH_MIN_RUNS`` or more (module docstring).
+
+    Raises:
+        ValueError: a side has no value, or ``confidence`` outside (0, 1).
     """
     if not baseline or not candidate:
         raise ValueError("each side needs at least one run")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1) (got {confidence})")
     b, c = np.asarray(baseline, dtype=float), np.asarray(candidate, dtype=float)
-    d = float(c.mean() - b.mean())
+    mb, mc = float(b.mean()), float(c.mean())
+    d = mc - mb
+
+    def as_ratio(low: float, high: float) -> Interval | None:
+        return None if mb == 0 else Interval(mc / mb, 1 + low / mb, 1 + high / mb)
+
+    if min(b.size, c.size) >= WELCH_MIN_RUNS:
+        _, vb, vc = welch_terms(baseline, candidate, ratio=False)
+        diff = welch_interval(d, vb, b.size, vc, c.size, confidence)
+        ratio = None
+        if mb != 0:
+            r, rvb, rvc = welch_terms(baseline, candidate, ratio=True)
+            rw = welch_interval(r, rvb, b.size, rvc, c.size, confidence)
+            ratio = Interval(r, rw.low, rw.high)
+        return RunSpread(mb, mc, Interval(d, diff.low, diff.high), ratio, diff.half_width,
+                         "welch", diff.df)  # fmt: skip
     ranges = [float(np.ptp(x)) for x in (b, c) if x.size >= 2]
     if not ranges:
-        return RunSpread(float(b.mean()), float(c.mean()), Interval(d, d, d), None)
+        return RunSpread(mb, mc, Interval(d, d, d), as_ratio(0.0, 0.0), None, "point")
     spread = max(ranges)
-    return RunSpread(float(b.mean()), float(c.mean()), Interval(d, d - spread, d + spread), spread)
+    return RunSpread(mb, mc, Interval(d, d - spread, d + spread),
+                     as_ratio(d - spread, d + spread), spread, "range")  # fmt: skip
 
 
 def classify(

@@ -126,7 +126,13 @@ def estimate(m: MetricComparison, runs: int, settings: dict[str, Any]) -> PairsE
         )  # fmt: skip
     if m.low is None or m.high is None:
         return None  # undefined in a run, or a zero baseline
-    return per_run_pairs_needed(runs, m.tolerance)
+    b = [float(v) for v in m.per_run_baseline if v is not None]
+    c = [float(v) for v in m.per_run_candidate if v is not None]
+    return per_run_pairs_needed(
+        b, c, ratio=m.scale == "ratio", tolerance=m.tolerance,
+        better="lower" if m.better == "lower" else "higher",
+        confidence=float(settings["confidence"]),
+    )  # fmt: skip
 
 
 def _estimate_text(e: PairsEstimate | None) -> str:

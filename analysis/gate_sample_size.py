@@ -25,12 +25,21 @@ synthetic runs with known effects: tests/analysis/test_gate_sequential.py).
 **Too few values** for the statistic (``compare_stats.too_few``): the runs per side that bring
 the pooled count to what the statistic needs, at the observed values per run.
 
-**Per-run figures** (``compare_stats.per_run_difference``: d ± the larger run-to-run range).
-The range of k runs does not shrink as runs are added: its expectation grows as d_k · σ (d_2 =
-1.128, d_3 = 1.693, d_6 = 2.534 for normal runs; Montgomery, *Introduction to Statistical
-Quality Control*, table of d_2), while d settles on the true difference. So an interval that
-straddles an edge at k ≥ 2 runs is expected to straddle it at any k: more pairs do not decide
-it; a smaller run-to-run spread (longer phases) or a wider tolerance does.
+**Per-run figures** (``compare_stats.per_run_difference``). From 3 runs a side their interval
+is Welch's t-interval (Welch 1947; Satterthwaite 1946), point ± t_{(1+c)/2, ν} · SE with
+SE = √(v_B/k + v_C/k) at k runs per side (v the per-run variances in the interval's space: s²
+for a difference, the delta method's R² s_B²/mean(B)² and s_C²/mean(B)² for a ratio), so it
+narrows as t_ν/√k. Assumption: each side's per-run SD stays as observed (the estimate needs
+2+ runs a side to know it), the observed point taken as the true effect, at the same
+confidence. The runs k′ a decision needs are the fewest (at least 3, where Welch's interval
+starts, and at least one more pair) whose interval point ± t_{ν′} · √((v_B + v_C)/k′), with
+ν′ = (k′ − 1)(v_B + v_C)² / (v_B² + v_C²) (Welch–Satterthwaite at k′ a side), clears the
+tolerance band in the direction the point lies: *no change* inside it, *regression* or
+*improvement* beyond it; found by trying k′ = k + 1, k + 2, … up to ``MAX_RUNS_ESTIMATED``
+(t depends on k′, so there is no closed form). A point on a tolerance edge is not decided by
+any k′. With one run per side no spread is known yet: a second pair shows it. (Below 3 runs a
+side the interval is the point or d ± the larger run-to-run range; that range is expected to
+grow with the runs, as d_k · σ, which is why more runs switch to Welch's interval.)
 
 **Planning** (:func:`runs_for_power`, before any run): for log-normal latencies with a
 request-level log-s.d. σ_req and a run shift of log-s.d. σ_run, the log-ratio of two sides of k
@@ -44,12 +53,14 @@ nearer tolerance edge (D = ln(1 + t) for a true ratio of 1) with probability P n
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from statistics import NormalDist
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from analysis.compare_stats import Better, Statistic
+from analysis.compare_stats import WELCH_MIN_RUNS, Better, Statistic, classify, welch_terms
+from analysis.welch import welch_interval
 
 Toward = Literal["no change", "regression", "improvement"]
 
@@ -177,19 +188,61 @@ def too_few_pairs_needed(
     )  # fmt: skip
 
 
-def per_run_pairs_needed(runs: int, tolerance: float) -> PairsEstimate:
-    """The range rule's answer for an undecided per-run figure (module docstring)."""
+def per_run_pairs_needed(
+    baseline: Sequence[float],
+    candidate: Sequence[float],
+    *,
+    ratio: bool,
+    tolerance: float,
+    better: Better,
+    confidence: float,
+) -> PairsEstimate:
+    """Runs per side that would decide an undecided per-run figure under Welch's interval, at
+    each side's per-run SD as observed (module docstring).
+
+    Args:
+        baseline, candidate: the figure's per-run values of each side.
+        ratio: the figure is compared as R = mean(C)/mean(B) (else as the difference).
+        tolerance: the tolerance t around the neutral value (1 for a ratio, 0 for a difference).
+        better: which direction of the figure is an improvement.
+        confidence: the (per-look) confidence of the interval.
+
+    Raises:
+        ValueError: a side has no run, or ``ratio`` with a baseline mean of 0.
+    """
+    runs = min(len(baseline), len(candidate))
+    if runs < 1:
+        raise ValueError("each side needs at least one run")
     if runs < 2:
         return PairsEstimate(
             runs_needed=2, extra_pairs=2 - runs,
             why="no run-to-run spread known yet: a second pair shows it",
         )  # fmt: skip
-    return PairsEstimate(
-        runs_needed=None, extra_pairs=None,
-        why=f"the interval is d ± the run-to-run range, and the range of more runs is expected "
-        f"to grow, not shrink: more pairs do not decide it; a run-to-run spread below the "
-        f"tolerance ({tolerance:g}) does (longer phases), or a wider tolerance",
-    )  # fmt: skip
+    point, var_b, var_c = welch_terms(baseline, candidate, ratio=ratio)
+    neutral = 1.0 if ratio else 0.0
+    upper, lower = neutral + tolerance, neutral - tolerance
+    worse_up = better == "lower"
+    if lower < point < upper:
+        toward: Toward = "no change"
+    elif point > upper:
+        toward = "regression" if worse_up else "improvement"
+    elif point < lower:
+        toward = "improvement" if worse_up else "regression"
+    else:
+        return PairsEstimate(
+            runs_needed=None, extra_pairs=None,
+            why=f"the observed {'ratio' if ratio else 'difference'} {point:.4g} sits on the "
+            "tolerance edge: no number of pairs decides an effect equal to the tolerance",
+        )  # fmt: skip
+    how = (f"Welch's interval around {point:.4g} narrowing as t/√(runs) at the per-run SDs "
+           f"observed over {runs} runs clears ±{tolerance:g}")  # fmt: skip
+    for k in range(max(runs + 1, WELCH_MIN_RUNS), MAX_RUNS_ESTIMATED + 1):
+        w = welch_interval(point, var_b, k, var_c, k, confidence)
+        klass = classify(w.low, w.high, neutral=neutral, tolerance=tolerance, better=better)
+        if klass == toward:
+            return PairsEstimate(runs_needed=k, extra_pairs=k - runs, toward=toward, why=how)
+    return PairsEstimate(runs_needed=None, extra_pairs=None, toward=toward, capped=True,
+                         why=f"more than {MAX_RUNS_ESTIMATED} runs per side: {how}")  # fmt: skip
 
 
 def runs_for_power(

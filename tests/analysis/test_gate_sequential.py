@@ -68,9 +68,11 @@ def test_pairs_needed_by_hand() -> None:
     # Too few values: a p50 needs max(10, 4 / 0.5) = 10 per side; 6 per run → 2 runs.
     few = too_few_pairs_needed("p50", 6, 1, min_samples=10, min_tail=4)
     assert (few.runs_needed, few.extra_pairs) == (2, 1)
-    # The range rule: its interval does not narrow with runs, so pairs do not decide it.
-    assert per_run_pairs_needed(2, 0.2).runs_needed is None
-    assert per_run_pairs_needed(1, 0.2).runs_needed == 2
+    # Per-run figures (Welch's interval from 3 runs a side): test_per_run_interval.py.
+    # One run per side: a second pair shows the spread.
+    one = per_run_pairs_needed([1.0], [1.5], ratio=True, tolerance=0.2, better="higher",
+                               confidence=0.95)  # fmt: skip
+    assert one.runs_needed == 2
 
 
 DEFAULT = {"ttft_ms": DEFAULT_TTFT, "tpot_ms": DEFAULT_TPOT}
