@@ -8,7 +8,7 @@ figures the run already writes say how large they were:
 - **Loop lag** (``phases.jsonl``: ``loop_lag_p99_ms``, with workers the worst worker's): how
   late the loop woke. A chunk that arrives while the loop is busy waits that long to be
   stamped. Threshold :data:`LOOP_LAG_P99_MS` = 1 ms: the stamp-error budget the testbed holds
-  itself to is p99 ≤ 2 ms (issue 24, TTFT and ITL at 256 and 1,024 streams); a loop whose
+  itself to is p99 ≤ 2 ms (TTFT and ITL at 256 and 1,024 streams, docs/benchmarks.md); a loop whose
   own lag p99 is above 1 ms has spent more than half of it before the wire, the parser and
   the scheduler's noise are counted.
 - **Stamp coalescing** (the records' ``chunk_tokens``): the share of token-carrying stamps

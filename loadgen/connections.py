@@ -4,8 +4,8 @@ Where a TTFT goes before the server sees the request: waiting for a connection (
 connect when none is idle) and writing the request. aiohttp's request tracing
 (``TraceConfig`` signals) stamps those moments into the request's record; it fires a handful
 of times per request and never per response chunk. A warm-up before each phase opens the
-connections the phase will hold, so no request's TTFT includes a connect (issue 13: 64
-connections opened at once put 37 ms of set-up into the first TTFTs).
+connections the phase will hold, so no request's TTFT includes a connect (64
+connections opened at once once put 37 ms of set-up into the first TTFTs).
 """
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ def deltas_are_stale(entries: Iterable[ScrapeTick], last_end_ns: int, end_ns: in
 
     ``counter_delta`` over [start_ns, end_ns] reads the last scrape ending by ``end_ns``; if
     that scrape began before the last request finished, tokens generated after it are not in
-    the delta (the 52 % generation-token delta of issue 9).
+    the delta (a generation-token delta once came out 52 % short that way).
     """
     return not any(
         e.outcome == "ok"
