@@ -12,11 +12,13 @@ invalid):
   not JSON or not a well-typed row of its file; a JSON file that is empty, corrupt, not an
   object or mistyped; a ``.gz`` file that is not a complete gzip stream of JSON lines;
   ``plan.json`` that is not a valid plan;
-- records missing: a case or phase with fewer request records than its phase row says were
-  sent (``PhaseRow.requests``; not for a row written when the phase was cut short, which
-  gives the planned count), a case whose ``case.json`` says ``ok`` but a planned phase has
-  no row, a case of a run whose status is ``ok`` that never started, a case that ran with no
-  record file, a metrics file missing;
+- records missing or added: a case or phase with fewer or more request records than its
+  phase row says were sent (``PhaseRow.requests``; not for a row written when the phase was
+  cut short, which gives the planned count), a case whose ``case.json`` says ``ok`` but a
+  planned phase has no row, a case of a run whose status is ``ok`` that never started, a case
+  that ran with no record file, a metrics file missing;
+- records out of place: a record of another case, two records of one request (the same phase
+  and index, or request id);
 - impossible values: a record's stamps out of time order (sent ≤ headers ≤ chunks ≤ end), a
   record ending before it was sent, a status ok without a token, impossible token counts; a
   phase row whose window runs backwards or holds a non-finite number;
@@ -41,6 +43,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -186,9 +189,28 @@ def check_phase_row(row: PhaseRow, records: int, where: str) -> list[str]:
     # A cut-short row (``interrupted``) gives the phase's planned count, sent or not; a
     # rebuilt one counts the records themselves: neither says how many were sent.
     counted = row.requests is not None and not (row.interrupted or row.rebuilt_from_records)
-    if counted and row.requests is not None and records < row.requests:
+    if counted and row.requests is not None and records != row.requests:
+        # Every request sent has exactly one record: fewer lost some, more were added.
         problems.append(f"{where}: {records} request record(s), but its phase row says "
                         f"{row.requests} were sent")  # fmt: skip
+    return problems
+
+
+def record_identity_problems(records: Sequence[RequestRecord], case: str) -> list[str]:
+    """Records that are not where they belong: a record of another case in ``case``'s file,
+    or two records of one request (the same phase and index, or the same request id)."""
+    problems = []
+    foreign = Counter(r.case for r in records if r.case != case)
+    for other, n in sorted(foreign.items()):
+        problems.append(f"{case}: {n} record(s) of case {other!r} in its {REQUESTS_FILE}")
+    for what, keys in (
+        ("phase and index", [(r.phase, r.index) for r in records]),
+        ("request id", [r.request_id for r in records]),
+    ):
+        repeated = [k for k, n in Counter(keys).items() if n > 1]
+        if repeated:
+            problems.append(f"{case}: {len(repeated)} request(s) recorded more than once "
+                            f"(same {what}, e.g. {repeated[0]})")  # fmt: skip
     return problems
 
 
@@ -287,6 +309,7 @@ def _check_case(
         result.problems += [f"{spec.name}: {p}" for p in tick_problems(case.scrapes)]
     for rec in case.records:
         result.problems += check_record(rec, f"{spec.name}/{rec.request_id}")
+    result.problems += record_identity_problems(case.records, spec.name)
     per_phase = Counter(r.phase for r in case.records)
     for row in case.phases:
         where = f"{spec.name}/{row.phase}"

@@ -22,7 +22,13 @@ from click.testing import CliRunner, Result
 
 from analysis.compare import CompareError, compare_paths
 from analysis.gate_file import load_gate
-from analysis.integrity import ATTENTION_EXIT, check_phase_row, check_record, check_run
+from analysis.integrity import (
+    ATTENTION_EXIT,
+    check_phase_row,
+    check_record,
+    check_run,
+    record_identity_problems,
+)
 from analysis.report import build_report
 from loadgen.cli import main
 from loadgen.runformat.layout import MANIFEST_FILE, REPORT_JSON, REPORT_MD, case_dir, read_json
@@ -320,3 +326,38 @@ def test_an_export_into_the_run_leaves_its_seal_intact(run: Path) -> None:
     assert (run / "export" / "requests.csv").exists()
     assert _cli("validate", str(run)).exit_code == 0
     assert _cli("report", str(run)).exit_code == 0
+
+
+def test_a_duplicated_record_is_refused_even_with_reseal(run: Path) -> None:
+    # The synthetic run's cold phase has 6 records for a row that says 6 were sent; appending
+    # its first record again gives 7 records, two of request cold-0000 (phase cold, index 0).
+    lines = _requests(run).read_text().splitlines()
+    first = json.loads(lines[0])
+    assert (first["phase"], first["index"]) == ("cold", 0)
+    _requests(run).write_text("\n".join([*lines, lines[0]]) + "\n")
+    (run / MANIFEST_FILE).unlink()
+    result = _cli("report", str(run), "--reseal", "appended by hand")
+    assert result.exit_code == 1, result.output
+    _invalid(
+        run,
+        f"{TEST_CASE}: 1 request(s) recorded more than once (same phase and index, "
+        "e.g. ('cold', 0))",
+        f"{TEST_CASE}/cold: 7 request record(s), but its phase row says 6 were sent",
+    )
+
+
+def test_records_of_another_case_are_out_of_place() -> None:
+    # Two records filed under case "1GiB": one of its own, one that says case "control".
+    own = record(request_id="cold-0", case="1GiB", phase="cold", index=0)
+    foreign = record(request_id="cold-1", case="control", phase="cold", index=1)
+    assert record_identity_problems([own, foreign], "1GiB") == [
+        "1GiB: 1 record(s) of case 'control' in its requests.jsonl"
+    ]
+
+
+def test_a_phase_row_claiming_fewer_sends_than_its_records_is_a_problem() -> None:
+    # A row lowered by hand from 64 to 10 sent, with 64 records: more records than sends.
+    row = phase_row(phase="c1", start_ns=0, last_end_ns=5, end_ns=9, requests=10)
+    assert check_phase_row(row, 64, "1GiB/c1") == [
+        "1GiB/c1: 64 request record(s), but its phase row says 10 were sent"
+    ]
