@@ -33,7 +33,7 @@ def _http_url(value: str) -> str:
     """``value`` if it is an http(s) base URL with a host, without a trailing slash.
 
     Raises:
-        ValueError: another scheme, no host, a bad port, or a query/fragment.
+        ValueError: another scheme, no host, a bad port, whitespace, or a query/fragment.
     """
     example = "e.g. http://127.0.0.1:8000"
     shown = redact_url(value)  # an error message never repeats a password
@@ -42,6 +42,8 @@ def _http_url(value: str) -> str:
         port_ok = parts.port is None or parts.port > 0  # .port raises on a bad port
     except ValueError as exc:
         raise ValueError(f"{shown!r} is not a valid URL ({exc}); {example}") from None
+    if any(c.isspace() for c in value.strip()):
+        raise ValueError(f"{shown!r} contains whitespace, which no URL may; {example}")
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{shown!r} is not an http(s) URL with a host; {example}")
     if not port_ok:

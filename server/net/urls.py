@@ -14,8 +14,10 @@ from typing import Any, TextIO
 #: What replaces the secret part of a URL's user information.
 MASK = "***"
 
-# scheme://userinfo@ with userinfo free of '/', '@' and whitespace (RFC 3986 authority).
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>[^/@\s'\"]+)@")
+# scheme://userinfo@ with userinfo free of '/', whitespace and quotes, up to the LAST '@'
+# before them (greedy): a URL parser takes the last '@' of the authority as the end of the
+# user information, so an '@' inside a password must not end the match early.
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>[^/\s'\"]+)@")
 
 
 def _masked(match: re.Match[str]) -> str:
@@ -25,8 +27,22 @@ def _masked(match: re.Match[str]) -> str:
 
 def redact_url(url: str) -> str:
     """``url`` with the password of its user information replaced by ``***``
-    (``http://u:pw@h:8000/x`` → ``http://u:***@h:8000/x``; a URL without one unchanged)."""
-    return _USERINFO.sub(_masked, url)
+    (``http://u:pw@h:8000/x`` → ``http://u:***@h:8000/x``; a URL without one unchanged).
+
+    One URL as given, however malformed: without a scheme (``u:pw@h:8000``) its authority is
+    what precedes the first ``/``, and the user information ends at the authority's last
+    ``@``, as a URL parser reads it (``http://u@x:pw@h`` → ``http://u@x:***@h``); whitespace
+    does not end it (``http://u:p w@h`` → ``http://u:***@h``)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    authority, slash, tail = rest.partition("/")
+    if "@" not in authority:
+        return url
+    info, _, host = authority.rpartition("@")
+    user, colon, _secret = info.partition(":")
+    masked = f"{user}:{MASK}" if colon else MASK
+    return f"{scheme}{sep}{masked}@{host}{slash}{tail}"
 
 
 def redact_urls_in(text: str) -> str:

@@ -6,6 +6,7 @@ import gzip
 import io
 from pathlib import Path
 
+import pydantic
 import pytest
 from rich.console import Console
 
@@ -79,3 +80,36 @@ async def test_a_server_that_cannot_be_reached_is_reported_without_the_password(
     assert result.error is not None and "user:***@127.0.0.1" in result.error
     assert SECRET not in result.error
     assert [p for p, text in _all_text(tmp_path / "run").items() if SECRET in text] == []
+
+
+@pytest.mark.parametrize(
+    ("given", "shown"),
+    [
+        # The last '@' of the authority ends the user information (as urlsplit reads it).
+        ("http://us@er:s3cretPW@127.0.0.1:1", "http://us@er:***@127.0.0.1:1"),
+        # A space inside the password does not end it.
+        ("http://user:s3cret PW@127.0.0.1:1/x", "http://user:***@127.0.0.1:1/x"),
+        # No scheme: the authority is what precedes the first '/'.
+        ("user:s3cretPW@127.0.0.1:1", "user:***@127.0.0.1:1"),
+        ("token@127.0.0.1:1", "***@127.0.0.1:1"),
+        ("http://127.0.0.1:8000/a@b", "http://127.0.0.1:8000/a@b"),
+    ],
+)
+def test_redact_url_masks_every_password_shape(given: str, shown: str) -> None:
+    assert redact_url(given) == shown
+
+
+def test_free_text_masks_up_to_the_last_at_of_the_authority() -> None:
+    text = "cannot reach http://us@er:s3cretPW@127.0.0.1:1/health: refused"
+    assert redact_urls_in(text) == "cannot reach http://us@er:***@127.0.0.1:1/health: refused"
+
+
+@pytest.mark.parametrize("url", ["http://user:s3cret PW@127.0.0.1:1", "user:s3cretPW@127.0.0.1:1"])
+def test_a_bad_url_is_refused_without_repeating_its_password(url: str) -> None:
+    # What the command line prints is the validator's message (its input is never shown).
+    from scenarios.common import HttpUrlText
+
+    with pytest.raises(pydantic.ValidationError) as err:
+        pydantic.TypeAdapter(HttpUrlText).validate_python(url)
+    [message] = [e["msg"] for e in err.value.errors()]
+    assert "s3cret" not in message and "***@127.0.0.1:1" in message
