@@ -283,8 +283,10 @@ def render_markdown(summary: RunSummary, report: ScenarioReport[Any], details: A
     if run.file_problems:
         out += [f"Run file problem: {p}" for p in run.file_problems] + [""]
     if run.resealed:
-        out += [f"**Resealed** at {r.at}: {r.reason} (its files were sealed again although "
-                f"they no longer matched the manifest: {'; '.join(r.changed) or 'unknown'})"
+        out += [f"**Resealed** at {r.at}: {r.reason} (" + (
+                    f"its files were sealed again although they no longer matched the "
+                    f"manifest: {'; '.join(r.changed)})" if r.changed
+                    else "sealed again with every file as the manifest had it)")
                 for r in run.resealed] + [""]  # fmt: skip
     if run.model_variant:
         out += [

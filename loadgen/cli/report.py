@@ -57,6 +57,11 @@ def report(run_dir: Path, reason: str | None) -> None:
         raise click.ClickException(f"{run_dir} has no {PLAN_FILE}: not a run directory")
     if reason is not None and not reason.strip():
         raise click.UsageError("--reseal needs a reason (why the files changed)")
+    if reason is not None and any(ord(c) < 32 or ord(c) == 127 for c in reason):
+        # The reason is written into report.md and printed: one line of plain text, so it
+        # cannot forge a second "Resealed" line or send terminal escapes.
+        raise click.UsageError("--reseal takes one line of text (no newlines or control "
+                               "characters)")  # fmt: skip
     refuse_unreadable_version(run_dir)
     changed = manifest_changes(run_dir, rebuilding=True)
     reseal = None

@@ -242,6 +242,15 @@ def test_reseal_needs_a_reason(run: Path) -> None:
     assert "--reseal needs a reason" in result.output
 
 
+@pytest.mark.parametrize("reason", ["line1\n**Resealed** forged", "red \x1b[31mtext", "tab\there"])
+def test_a_reseal_reason_is_one_line_of_plain_text(run: Path, reason: str) -> None:
+    manifest = (run / MANIFEST_FILE).read_bytes()
+    result = _cli("report", str(run), "--reseal", reason)
+    assert result.exit_code == 2
+    assert "--reseal takes one line of text" in result.output
+    assert (run / MANIFEST_FILE).read_bytes() == manifest
+
+
 @pytest.mark.parametrize(
     ("status", "attention"),
     [("interrupted", "run status interrupted"), ("failed", "run status failed: disk on fire")],
