@@ -48,6 +48,13 @@ from scenarios.tokens import TokenSpace, token_array
 
 #: Tokens per hash id in Mooncake's traces.
 MOONCAKE_BLOCK_TOKENS = 512
+#: Longest prompt or output one trace line may ask for (2**24 = 16,777,216 tokens): far beyond
+#: any served context (the public Mooncake traces peak at 191k), and a bound on the blocks one
+#: line makes the offline model and the prompt builder hold (a line of 10**9 tokens otherwise
+#: runs for minutes before anything is said).
+MAX_LENGTH_TOKENS = 2**24
+#: Latest timestamp or longest delay a trace line may give (10**12 ms, about 31.7 years).
+MAX_TIME_MS = 1e12
 #: Errors listed in a TraceError's message (the count of the rest is given).
 MAX_LISTED_ERRORS = 20
 
@@ -207,6 +214,8 @@ class _Reader:
                 problems.append(f"{name} must be an integer, got {json.dumps(value)}")
             elif value < least:
                 problems.append(f"{name} must be ≥ {least}, got {value}")
+            elif value > MAX_LENGTH_TOKENS:
+                problems.append(f"{name} must be ≤ {MAX_LENGTH_TOKENS} tokens, got {value}")
             else:
                 lengths[name] = value
 
@@ -294,6 +303,8 @@ class _Reader:
                 return None, 0.0
             if delay < 0:
                 problems.append(f"delay must be ≥ 0 ms, got {delay}")
+            elif delay > MAX_TIME_MS:
+                problems.append(f"delay must be ≤ {MAX_TIME_MS:.0f} ms, got {delay}")
             return None, float(delay)
 
         if session_id is not None and "delay" in obj:
@@ -315,6 +326,9 @@ class _Reader:
             return None, 0.0
         if timestamp < 0:
             problems.append(f"timestamp must be ≥ 0 ms, got {timestamp}")
+            return None, 0.0
+        if timestamp > MAX_TIME_MS:
+            problems.append(f"timestamp must be ≤ {MAX_TIME_MS:.0f} ms, got {timestamp}")
             return None, 0.0
         if self.last_timestamp is not None and timestamp < self.last_timestamp[1]:
             before_line, before = self.last_timestamp

@@ -92,6 +92,17 @@ MALFORMED: dict[str, tuple[str, str]] = {
         'timestamp must be a number of ms, got "5"',
     ),
     "negative timestamp": (json.dumps({**line(), "timestamp": -1}), "timestamp must be ≥ 0"),
+    # 10**308 ms would print a 300-digit span; 10**12 ms (about 31.7 years) is the bound.
+    "timestamp beyond the bound": (
+        json.dumps({**line(), "timestamp": 1e308}),
+        "timestamp must be ≤ 1000000000000 ms, got 1e+308",
+    ),
+    # 10**9 tokens would make 2 million 512-token blocks before anything is said; 2**24 is the
+    # bound (16,777,216 tokens; hash ids are left out, so any length is whole blocks).
+    "input_length beyond the bound": (
+        json.dumps({"timestamp": 0, "input_length": 10**9, "output_length": 5}),
+        "input_length must be ≤ 16777216 tokens, got 1000000000",
+    ),
     "hash_ids of wrong type": (
         json.dumps({**line(), "hash_ids": "0,1"}),
         "hash_ids must be a list",
