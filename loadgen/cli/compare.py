@@ -90,8 +90,10 @@ def _compare_and_report(
             baseline, candidate, gate, allow_workload_mismatch=allow_workload_mismatch,
             pairs=pairs, allow_incomplete=allow_incomplete,
         )  # fmt: skip
-    except (CompareError, GateFileError) as exc:
+    except GateFileError as exc:
         raise click.UsageError(str(exc)) from None
+    except CompareError as exc:  # a run that cannot be compared: no usage banner, one line
+        fail_compare(str(exc))
     path = write_comparison(comparison, out, strict)
     code = exit_code(comparison, strict)
     console = make_console()
