@@ -187,10 +187,15 @@ def test_broken_records_are_reported(tmp_path: Path) -> None:
 
     build_run(tmp_path)
     finish(tmp_path, append)
+    # The three records are also three of one request (warm, index 99) in a warm phase whose
+    # row says 6 were sent: 6 + 3 = 9 records.
     assert validate_run(tmp_path).problems == [
         f"{TEST_CASE}/x-order: timestamps not in order",
         f"{TEST_CASE}/x-empty: status ok but no token arrived",
         f"{TEST_CASE}/x-len: chunk_ns and chunk_tokens differ in length",
+        f"{TEST_CASE}: 1 request(s) recorded more than once (same phase and index, "
+        "e.g. ('warm', 99))",
+        f"{TEST_CASE}/warm: 9 request record(s), but its phase row says 6 were sent",
     ]
 
 
