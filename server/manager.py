@@ -10,7 +10,6 @@ orchestrator uses these two directly (a server can serve several cases and outli
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import re
@@ -34,6 +33,7 @@ from server.cpus import ServerHost
 from server.embedded_model import ensure_draft_model, ensure_embedded_model
 from server.engine_flags import adapt_command
 from server.engines import Engine, inspect_engine
+from server.files import replace_whole
 from server.net.errors import describe_exception
 from server.net.http import get_bounded
 from server.net.limits import CONTROL_MAX_BYTES, METRICS_MAX_BYTES
@@ -393,20 +393,16 @@ async def start_server(
 
 
 def _write_whole(path: Path, text: str) -> None:
-    """Write ``text`` as the whole of ``path``: temporary name, fsync, rename, the temporary
-    removed on failure (as ``loadgen.runformat.atomic`` does for the rest of a run; this
-    package imports no other). An ``OSError`` names ``path`` (its ``filename``), so the
-    load generator reports it as a failed write of the run."""
-    tmp = path.with_name(path.name + ".tmp")
+    """Write ``text`` as the whole of ``path`` (``server.files.replace_whole``, which
+    ``loadgen.runformat.atomic`` uses for the rest of a run). An ``OSError`` names ``path``
+    (its ``filename``), so the load generator reports it as a failed write of the run."""
+
+    def produce(tmp: Path) -> None:
+        tmp.write_text(text, encoding="utf-8")
+
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        replace_whole(path, produce)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
 

@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-#: The suffix of a file being written (``run.json.tmp``); readers and the manifest skip it.
-TMP_SUFFIX = ".tmp"
+from server.files import TMP_SUFFIX, replace_whole
 
 
 class RunWriteError(Exception):
@@ -47,14 +45,9 @@ def write_error_under(exc: OSError, root: Path) -> RunWriteError | None:
     return RunWriteError(path, exc) if path.is_relative_to(root) else None
 
 
-def tmp_path(path: Path) -> Path:
-    """The temporary name ``path`` is written under before the rename (same directory)."""
-    return path.with_name(path.name + TMP_SUFFIX)
-
-
 def write_with(path: Path, produce: Callable[[Path], None]) -> None:
     """Have ``produce(tmp)`` write the whole file at a temporary path, then fsync it and
-    rename it over ``path``; creates the parent directories.
+    rename it over ``path``; creates the parent directories (``server.files.replace_whole``).
 
     ``produce`` writes the file given (for writers that want a path, e.g. matplotlib's
     ``savefig``); it may raise anything, and the temporary file is removed either way.
@@ -62,22 +55,10 @@ def write_with(path: Path, produce: Callable[[Path], None]) -> None:
     Raises:
         RunWriteError: an OS error while creating the directory, writing, syncing or renaming.
     """
-    tmp = tmp_path(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        produce(tmp)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        replace_whole(path, produce)
     except OSError as exc:
-        _remove(tmp)
         raise _failed(path, exc) from exc
-    except BaseException:
-        _remove(tmp)
-        raise
 
 
 def write_bytes(path: Path, data: bytes) -> None:

@@ -23,6 +23,7 @@ from click.testing import CliRunner
 import loadgen.records
 import loadgen.run
 import loadgen.runformat.atomic
+import server.files
 from analysis.plots import save
 from loadgen.cli import main
 from loadgen.runformat import RunWriteError
@@ -51,7 +52,7 @@ def test_a_whole_file_write_that_fails_keeps_the_old_file_and_no_tmp(
     # text, run.json.tmp is removed, and the error names the file with ENOSPC's strerror.
     path = tmp_path / "run.json"
     path.write_text("old\n")
-    monkeypatch.setattr(loadgen.runformat.atomic.os, "fsync", _enospc)
+    monkeypatch.setattr(server.files.os, "fsync", _enospc)
     with pytest.raises(RunWriteError) as caught:
         write_text(path, "new\n")
     assert str(caught.value) == f"cannot write {path}: {NO_SPACE} (ENOSPC)"
@@ -149,7 +150,7 @@ def test_run_json_that_cannot_be_written_at_the_start_is_one_line(
             _enospc()
         real_replace(src, dst)
 
-    monkeypatch.setattr(loadgen.runformat.atomic.os, "replace", replace)
+    monkeypatch.setattr(server.files.os, "replace", replace)
     run_dir = tmp_path / "run"
     result = CliRunner().invoke(main, _bench_args("http://127.0.0.1:9", run_dir))
     assert result.exit_code == 1, result.output
