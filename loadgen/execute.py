@@ -41,6 +41,7 @@ from loadgen.gateway_process import running_gateway_process
 from loadgen.measure import RequestFacts, measure_phase
 from loadgen.phase import heap_frozen, run_phase, write_not_sent
 from loadgen.placement import Placement, pin_helpers, placed, placement_for_servers
+from loadgen.proxies import running_proxy
 from loadgen.records import RecordWriter, RequestRecord
 from loadgen.replicas import Replicas
 from loadgen.runformat import CaseInfo, PhaseRow, RunStatus, RunWriteError
@@ -52,6 +53,7 @@ from loadgen.runformat.layout import (
     GATEWAY_LOG,
     PHASES_FILE,
     PLAN_FILE,
+    PROXY_DIR,
     REQUESTS_FILE,
     SERVER_DIR,
     append_jsonl,
@@ -497,6 +499,12 @@ async def run_case(
             )
             target = Target(gateway.url, server.model_name)
             helper_problems.append(pin_helpers([gateway.pid], placement))
+        elif case.proxy is not None:
+            proxy = await stack.enter_async_context(
+                running_proxy(case.proxy, server.url, cdir / PROXY_DIR)
+            )
+            target = Target(proxy.url, server.model_name)
+            helper_problems.append(pin_helpers([proxy.pid], placement))
         helpers_problem = "; ".join(p for p in helper_problems if p) or None
         if not await asyncio.to_thread(scraper.wait_first_scrape):
             # Without samples no counter delta can be computed: fail before sending load.

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from loadgen.clock import wall_anchor
 from loadgen.execute import CaseOutcome, RunHooks, execute_plan, open_server
+from loadgen.proxies import check_installed
 from loadgen.redact import redact_command
 from loadgen.runformat import FORMAT_VERSION, RunInfo, RunStatus, RunWriteError
 from loadgen.runformat.atomic import SpaceReserve, writing
@@ -105,6 +106,7 @@ async def _plan_and_execute(
                 f"could not read the KV capacity of {server.url}: {server.capacity_error}"
             )
         plan = scenario.plan(params, server.capacity)
+        check_installed(plan.cases)  # before any load is sent
     except BaseException:
         await asyncio.shield(asyncio.to_thread(server.stop))
         raise

@@ -1,16 +1,18 @@
 """disconnect-abort: does a client disconnect free the server, directly and through a proxy?
 
 Streaming requests with long outputs; the client closes the connection after a few tokens.
-Paths (cases, one shared vLLM start): directly to vLLM; through the gateway; through the
-gateway with cancellation propagation off (the misbehaving proxy). Expected: with propagation
-the running count is back within about a second and few tokens are wasted; without it the
-orphaned requests run to completion, generating for nobody.
+Paths (cases, one shared vLLM start): directly to vLLM; through the project's gateway;
+through the gateway with cancellation propagation off (the misbehaving proxy); and through
+the proxies people deploy in front of vLLM: nginx as a streaming proxy (its defaults, and
+with ``proxy_ignore_client_abort on``) and vllm-router. Each path's expected outcome, and
+where that expectation comes from, is in :data:`PATHS`.
 
 See docs/scenarios/disconnect-abort.md.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
@@ -19,16 +21,62 @@ from scenarios.arrivals import AllAtOnce
 from scenarios.base import Scenario
 from scenarios.checks import Check, CheckSpec
 from scenarios.common import MAX_CONCURRENCY, MAX_WAIT_S, HttpUrlText, RunParams, SizeText
-from scenarios.plan import CaseSpec, GatewaySpec, PhaseSpec, Plan
+from scenarios.plan import CaseSpec, GatewaySpec, PhaseSpec, Plan, ProxySpec
 from scenarios.workloads import UniquePrompts
 from server.capacity import KVCapacity
 from server.sizes import parse_size
 
-PATHS: dict[str, GatewaySpec | None] = {
-    "direct": None,
-    "gateway": GatewaySpec(propagate_cancellation=True),
-    "broken-proxy": GatewaySpec(propagate_cancellation=False),
-}
+Expect = Literal["frees", "orphans"]
+
+
+@dataclass(frozen=True)
+class PathSpec:
+    """One way from the client to vLLM: what sits between (``route``: none, the project's
+    gateway, or a third-party proxy), the expected outcome of a mid-stream disconnect
+    (``frees``: the server drops the request; ``orphans``: it generates on for nobody), and
+    the source of that expectation."""
+
+    route: GatewaySpec | ProxySpec | None
+    expect: Expect
+    label: str
+    source: str
+
+
+PATHS: dict[str, PathSpec] = {
+    "direct": PathSpec(
+        None, "frees", "client → vLLM",
+        "vLLM aborts a streaming request whose client disconnected "
+        "(its OpenAI server's disconnect handling, vllm/entrypoints)",
+    ),
+    "gateway": PathSpec(
+        GatewaySpec(propagate_cancellation=True), "frees", "client → gateway → vLLM",
+        "the gateway closes its upstream request when the client goes (docs/gateway.md)",
+    ),
+    "broken-proxy": PathSpec(
+        GatewaySpec(propagate_cancellation=False), "orphans",
+        "client → gateway (no cancellation) → vLLM",
+        "--no-propagate-cancellation reads the upstream stream to its end (docs/gateway.md)",
+    ),
+    "nginx": PathSpec(
+        ProxySpec(kind="nginx"), "frees", "client → nginx (streaming, defaults) → vLLM",
+        "nginx docs, proxy_ignore_client_abort (default off): the connection with the "
+        "proxied server is closed when the client closes its connection",
+    ),
+    "nginx-ignore-abort": PathSpec(
+        ProxySpec(kind="nginx", ignore_client_abort=True), "frees",
+        "client → nginx (proxy_ignore_client_abort on) → vLLM",
+        "the directive keeps the upstream only while nginx has nothing to write; mid-stream "
+        "the next relayed event fails on the closed client connection, and nginx then "
+        "finalizes the upstream request unless it caches or stores the response "
+        "(ngx_http_upstream.c, ngx_http_upstream_process_request: downstream_error)",
+    ),
+    "vllm-router": PathSpec(
+        ProxySpec(kind="vllm-router"), "frees", "client → vllm-router → vLLM",
+        "vllm-router 0.1.17 src/routers/http/router.rs: the task relaying the upstream "
+        "stream stops when its send to the dropped client body fails, dropping the "
+        "upstream response (its connection closes)",
+    ),
+}  # fmt: skip
 
 
 class DisconnectFreesServer(CheckSpec):
@@ -45,6 +93,8 @@ class DisconnectFreesServer(CheckSpec):
     phase: str
     within_s: float = Field(default=1.0, gt=0)
     max_wasted_fraction: float = Field(default=0.1, ge=0)
+    #: Why this path is expected to free the server (the source: a doc, a function).
+    expected_because: str = ""
 
 
 class OrphansRunOn(CheckSpec):
@@ -55,6 +105,8 @@ class OrphansRunOn(CheckSpec):
     families: ClassVar[tuple[str, ...]] = ("generation_tokens",)
     phase: str
     min_wasted_fraction: float = Field(default=0.8, ge=0)
+    #: Why this path is expected to leave orphans (the source: a doc, a function).
+    expected_because: str = ""
 
 
 class DisconnectAbortParams(RunParams):
@@ -118,8 +170,9 @@ class DisconnectAbortParams(RunParams):
 class DisconnectAbort(Scenario):
     name: ClassVar[str] = "disconnect-abort"
     summary: ClassVar[str] = (
-        "Clients disconnect mid-stream: directly, through the gateway, and through a proxy "
-        "that swallows disconnects. How fast is the server free, and how much is wasted?"
+        "Clients disconnect mid-stream: directly, through the gateway, through a proxy that "
+        "swallows disconnects, or through nginx or vllm-router. How fast is the server free, "
+        "and how much is wasted?"
     )
     Params: ClassVar[type[BaseModel]] = DisconnectAbortParams
 
@@ -138,15 +191,16 @@ class DisconnectAbort(Scenario):
             settle_until_idle_s=p.idle_timeout_s,
         )
         server = None if p.url else p.server(parse_size(p.cache))
+        route = PATHS[path].route
         return CaseSpec(
             name=path,
             server=server,
             url=p.url,
-            gateway=PATHS[path],
-            label={"direct": "client → vLLM", "gateway": "client → gateway → vLLM",
-                   "broken-proxy": "client → gateway (no cancellation) → vLLM"}[path],
+            gateway=route if isinstance(route, GatewaySpec) else None,
+            proxy=route if isinstance(route, ProxySpec) else None,
+            label=PATHS[path].label,
             phases=(phase,),
-        )  # fmt: skip
+        )
 
     def sizing_case(self, params: BaseModel) -> CaseSpec:
         p = DisconnectAbortParams.model_validate(params.model_dump())
@@ -158,12 +212,13 @@ class DisconnectAbort(Scenario):
         checks: list[Check] = []
         for case in cases:
             phase = case.phases[0].name
-            if case.gateway is not None and not case.gateway.propagate_cancellation:
+            if PATHS[case.name].expect == "orphans":
                 checks.append(
                     OrphansRunOn(
                         case=case.name,
                         phase=phase,
                         min_wasted_fraction=p.orphan_min_wasted_fraction,
+                        expected_because=PATHS[case.name].source,
                     )
                 )
             else:
@@ -173,6 +228,7 @@ class DisconnectAbort(Scenario):
                         phase=phase,
                         within_s=p.free_within_s,
                         max_wasted_fraction=p.max_wasted_fraction,
+                        expected_because=PATHS[case.name].source,
                     )
                 )
         return Plan(

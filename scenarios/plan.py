@@ -131,6 +131,25 @@ class GatewaySpec(FrozenModel):
     extra_args: tuple[str, ...] = ()
 
 
+class ProxySpec(FrozenModel):
+    """Send the case's requests through a third-party reverse proxy (its own process, started
+    by the load generator on loopback, stopped with the case), in front of replica 0.
+
+    ``kind``: ``nginx`` (a streaming reverse-proxy config: HTTP/1.1 keep-alive upstream,
+    ``proxy_buffering off``) or ``vllm-router`` (vLLM's Rust load balancer, one worker).
+    ``ignore_client_abort`` (nginx only) adds ``proxy_ignore_client_abort on``.
+    """
+
+    kind: Literal["nginx", "vllm-router"]
+    ignore_client_abort: bool = False
+
+    @model_validator(mode="after")
+    def _nginx_only(self) -> ProxySpec:
+        if self.ignore_client_abort and self.kind != "nginx":
+            raise ValueError("ignore_client_abort is an nginx setting")
+        return self
+
+
 class CaseSpec(FrozenModel):
     """One server configuration to run every phase against.
 
@@ -147,8 +166,16 @@ class CaseSpec(FrozenModel):
     replicas: int = Field(default=1, ge=1, le=4)
     #: Route requests through a gateway in front of the server.
     gateway: GatewaySpec | None = None
+    #: Route requests through a third-party proxy instead (nginx, vllm-router).
+    proxy: ProxySpec | None = None
     #: Phases of this case only; empty means the plan's shared ``phases``.
     phases: tuple[PhaseSpec, ...] = ()
+
+    @model_validator(mode="after")
+    def _one_proxy(self) -> CaseSpec:
+        if self.gateway is not None and self.proxy is not None:
+            raise ValueError(f"case {self.name}: a gateway or a proxy, not both")
+        return self
 
 
 #: Default limit of one request, send to last byte (s): far above the longest generation

@@ -3,6 +3,7 @@ the checks that refuse a bad configuration before any server starts or any load 
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import TYPE_CHECKING
 
@@ -90,7 +91,13 @@ def nominal_check(scenario: Scenario, params: BaseModel) -> None:
 
     sizing = scenario.sizing_case(params)
     if sizing.server is None:
-        return  # attached: the real capacity is read before the plan is made
+        # Attached: the real capacity is read before the plan is made; the proxies a plan
+        # names do not depend on it, so a plan against a nominal one already shows them (and
+        # the run checks again once it has the real plan).
+        attached = KVCapacity(2**20, 16, 2**16, 0, "nominal")
+        with contextlib.suppress(ValueError):
+            _check_proxies(list(scenario.plan(params, attached).cases))
+        return
     _check_cache_sizes([sizing], sizing.server.max_model_len)
     # A model of unknown geometry is sized as if it were the embedded one (nominal only).
     per_token = sizing.server.kv_bytes_per_token() or KV_BYTES_PER_TOKEN
@@ -102,6 +109,17 @@ def nominal_check(scenario: Scenario, params: BaseModel) -> None:
         raise click.UsageError(str(exc)) from None
     _check_cache_sizes(list(plan.cases), sizing.server.max_model_len)
     _check_engine_flags(list(plan.cases))
+    _check_proxies(list(plan.cases))
+
+
+def _check_proxies(cases: list[CaseSpec]) -> None:
+    """Reject a case whose proxy (nginx, vllm-router) is not installed, before any start."""
+    from loadgen.proxies import ProxyNotInstalledError, check_installed
+
+    try:
+        check_installed(cases)
+    except ProxyNotInstalledError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def _check_engine_flags(cases: list[CaseSpec]) -> None:

@@ -60,6 +60,8 @@ PHASES_FILE = "phases.jsonl"
 SERVER_DIR = "server"
 GATEWAY_LOG = "gateway.log"
 GATEWAY_EVENTS_FILE = "gateway_events.jsonl"
+#: A third-party proxy's config and logs (``loadgen.proxies``).
+PROXY_DIR = "proxy"
 FAULTS_FILE = "faults.jsonl"
 
 

@@ -3,15 +3,21 @@
 Four streaming requests of 128 + 256 tokens; each client disconnects after 16 tokens. Directly
 and through the gateway the server drops them within about a second; through the gateway with
 propagation off they run on to their 256 tokens, generating 4 × 240 tokens for nobody.
+Through the real proxies (nginx as a streaming proxy, with and without
+``proxy_ignore_client_abort on``, and vllm-router; ``make proxies`` installs them) the
+server is free within a second too.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
+from loadgen.proxies import ProxyNotInstalledError, find_proxy
+from scenarios.plan import ProxySpec
 from tests.support.vllm_fixtures import SharedServer, loadgen, read_report, run_scenario
 
 pytestmark = pytest.mark.vllm
@@ -66,3 +72,49 @@ def test_the_broken_proxy_leaves_orphans_generating_for_nobody(abort_run: Path) 
 def test_gateway_cases_kept_the_gateway_log_and_validate_passes(abort_run: Path) -> None:
     assert "gateway listening on" in (abort_run / "cases" / "gateway" / "gateway.log").read_text()
     assert loadgen("validate", str(abort_run), timeout=120).returncode == 0
+
+
+PROXY_PATHS = ("nginx", "nginx-ignore-abort", "vllm-router")
+
+
+@pytest.fixture(scope="module")
+def proxy_run(server_1gib: SharedServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    for spec in (ProxySpec(kind="nginx"), ProxySpec(kind="vllm-router")):
+        try:
+            find_proxy(spec)
+        except ProxyNotInstalledError as exc:
+            if os.environ.get("CI"):  # `make test` installs both: missing on CI is a failure
+                pytest.fail(str(exc))
+            pytest.skip(str(exc))
+    return run_scenario(
+        tmp_path_factory, "disconnect-abort",
+        "--url", server_1gib.url,
+        "--paths", ",".join(PROXY_PATHS),
+        "--requests", "4",
+        "--prompt-tokens", "128",
+        "--output-tokens", "256",
+        "--disconnect-after-tokens", "16",
+        "--settle-s", "0.6",
+    )  # fmt: skip
+
+
+def test_every_real_proxy_frees_the_server_within_a_second(proxy_run: Path) -> None:
+    report = read_report(proxy_run)
+    assert report["verdict_summary"] == {"passed": 3, "failed": 0, "undecided": 0}
+    rows = _rows(proxy_run)
+    for case in PROXY_PATHS:
+        assert rows[case]["disconnected"] == 4
+        assert rows[case]["received_tokens_at_disconnect"] == [16]
+        assert rows[case]["time_to_free_s"] is not None and rows[case]["time_to_free_s"] <= 1.0
+        assert rows[case]["wasted_tokens"] <= 96  # 10 % of 4 × (256 − 16)
+
+
+def test_each_proxy_ran_with_its_own_config_and_the_run_validates(proxy_run: Path) -> None:
+    cases = proxy_run / "cases"
+    assert "proxy_ignore_client_abort off;" in (cases / "nginx/proxy/nginx.conf").read_text()
+    ignoring = (cases / "nginx-ignore-abort/proxy/nginx.conf").read_text()
+    assert "proxy_ignore_client_abort on;" in ignoring
+    assert (cases / "vllm-router/proxy/vllm-router.log").exists()
+    expected = {p["case"]: p["expect"] for p in read_report(proxy_run)["details"]["paths"]}
+    assert expected == dict.fromkeys(PROXY_PATHS, "frees")
+    assert loadgen("validate", str(proxy_run), timeout=120).returncode == 0

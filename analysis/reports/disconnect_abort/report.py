@@ -29,6 +29,8 @@ from collections.abc import Sequence
 from itertools import pairwise
 from typing import ClassVar
 
+from pydantic import Field
+
 from analysis.load import CaseData, RunData
 from analysis.markdown import f, pct, table
 from analysis.models import CaseSummary, Verdict
@@ -63,8 +65,32 @@ class DisconnectRow(FrozenModel):
     server_idle_after: bool | None
 
 
+class PathExpectation(FrozenModel):
+    """What a case's path (``label``: client → … → vLLM) is expected to do on a mid-stream
+    disconnect (``frees`` or ``orphans``), and why (the check's ``expected_because``)."""
+
+    case: str
+    label: str
+    expect: str
+    because: str
+
+
 class DisconnectDetails(FrozenModel):
     rows: list[DisconnectRow]
+    paths: list[PathExpectation] = Field(default_factory=list)
+
+
+def path_expectations(run: RunData) -> list[PathExpectation]:
+    """One :class:`PathExpectation` per disconnect check of the plan, in plan order."""
+    labels = {c.name: c.label for c in run.plan.cases}
+    out = []
+    for check in run.plan.checks:
+        if isinstance(check, DisconnectFreesServer | OrphansRunOn):
+            expect = "frees" if isinstance(check, DisconnectFreesServer) else "orphans"
+            label = labels.get(check.case, "")
+            out.append(PathExpectation(case=check.case, label=label, expect=expect,
+                                       because=check.expected_because))  # fmt: skip
+    return out
 
 
 def _open_clients(records: Sequence[ReadRecord], t: int) -> int:
@@ -213,7 +239,7 @@ class DisconnectAbortReport(ScenarioReport[DisconnectDetails]):
             for phase in case.phases
             if (row := disconnect_row(case, phase)) is not None
         ]
-        return DisconnectDetails(rows=rows)
+        return DisconnectDetails(rows=rows, paths=path_expectations(run))
 
     def markdown(self, details: DisconnectDetails | None) -> list[str]:
         if details is None or not details.rows:
@@ -241,7 +267,21 @@ class DisconnectAbortReport(ScenarioReport[DisconnectDetails]):
             "period's resolution). Wasted tokens = Δgeneration_tokens − tokens the clients "
             "received; the orphan budget is what the abandoned requests had left to generate.",
             "",
+            *_paths_markdown(details.paths),
         ]
+
+
+def _paths_markdown(paths: list[PathExpectation]) -> list[str]:
+    if not any(p.because for p in paths):
+        return []  # a run planned before expectations were recorded
+    rows = [[p.case, p.label, p.expect, p.because or "–"] for p in paths]
+    return [
+        "Each path's expectation on a mid-stream disconnect (frees: the server drops the "
+        "request; orphans: it generates on for nobody), and its source:",
+        "",
+        table(["case", "path", "expected", "because"], rows),
+        "",
+    ]
 
 
 REPORT = DisconnectAbortReport()

@@ -1,0 +1,113 @@
+"""nginx as a streaming reverse proxy in front of one vLLM: its config and its process.
+
+The config is what a streaming deployment writes: HTTP/1.1 to a keep-alive upstream pool and
+``proxy_buffering off`` so each SSE event is relayed as it arrives; everything else is nginx's
+default, ``proxy_ignore_client_abort off`` included, unless ``ignore_client_abort`` asks for
+``on``. nginx runs in the foreground as our own process (``daemon off; master_process off``),
+never as a service, with every file it writes (pid, logs, temp files) in its work directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from loadgen.proxies.ready import wait_relaying
+from server.process import free_loopback_port, spawn_group, stop_group
+
+#: Where Debian's package puts the binary (``/usr/sbin`` is not on every user's PATH).
+SBIN_PATH = "/usr/sbin:/usr/local/sbin"
+#: Names the nginx binary explicitly.
+NGINX_ENV = "SERVING_TESTBED_NGINX"
+
+
+def find_nginx() -> str | None:
+    """Path of the nginx binary: ``$SERVING_TESTBED_NGINX``, else ``PATH``, else ``/usr/sbin``
+    and ``/usr/local/sbin``; ``None`` when there is none."""
+    named = os.environ.get(NGINX_ENV)
+    if named:
+        return named if os.access(named, os.X_OK) else None
+    return shutil.which("nginx") or shutil.which("nginx", path=SBIN_PATH)
+
+
+def nginx_config(
+    workdir: Path,
+    listen_port: int,
+    upstream_url: str,
+    *,
+    ignore_client_abort: bool = False,
+    worker_connections: int = 4096,
+) -> Path:
+    """Write ``workdir/nginx.conf``: a streaming proxy on ``127.0.0.1:listen_port`` in front
+    of ``upstream_url`` (``http://host:port``); returns its path.
+
+    One worker process, no access log, keep-alive upstream connections (as a gateway holds
+    them), ``proxy_read_timeout 3600s`` (a long generation may pause longer than nginx's 60 s
+    default between events while it waits in vLLM's queue). ``ignore_client_abort`` adds
+    ``proxy_ignore_client_abort on``.
+
+    Raises:
+        OSError: the file cannot be written.
+    """
+    host_port = upstream_url.removeprefix("http://").rstrip("/")
+    abort = "on" if ignore_client_abort else "off"
+    conf = f"""worker_processes 1;
+daemon off;
+master_process off;
+pid {workdir}/nginx.pid;
+error_log {workdir}/error.log warn;
+events {{ worker_connections {worker_connections}; }}
+http {{
+    access_log off;
+    client_body_temp_path {workdir}/body;
+    proxy_temp_path {workdir}/proxy;
+    fastcgi_temp_path {workdir}/fastcgi;
+    uwsgi_temp_path {workdir}/uwsgi;
+    scgi_temp_path {workdir}/scgi;
+    keepalive_requests 1000000;
+    upstream vllm {{ server {host_port}; keepalive 512; keepalive_requests 1000000; }}
+    server {{
+        listen 127.0.0.1:{listen_port};
+        location / {{
+            proxy_pass http://vllm;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_read_timeout 3600s;
+            proxy_ignore_client_abort {abort};
+        }}
+    }}
+}}
+"""
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / "nginx.conf"
+    path.write_text(conf, encoding="utf-8")
+    return path
+
+
+@contextlib.asynccontextmanager
+async def running_nginx(
+    binary: str, upstream_url: str, workdir: Path, ignore_client_abort: bool, timeout_s: float
+) -> AsyncIterator[tuple[str, int]]:
+    """Start nginx with :func:`nginx_config` on a free loopback port; yield ``(url, pid)``
+    once it relays ``/health``; stop it on exit.
+
+    Raises:
+        RuntimeError: nginx exited or did not relay ``/health`` in time (its log quoted).
+    """
+    port = free_loopback_port()
+    conf = nginx_config(workdir, port, upstream_url, ignore_client_abort=ignore_client_abort)
+    log = workdir / "nginx.log"
+    # -p and -e keep nginx from touching /var/log/nginx before it reads the config.
+    argv = [binary, "-p", str(workdir), "-e", str(workdir / "error.log"), "-c", str(conf)]
+    proc = spawn_group(argv, log, dict(os.environ))
+    try:
+        url = f"http://127.0.0.1:{port}"
+        await wait_relaying(proc, url, workdir / "error.log", timeout_s, "nginx")
+        yield url, proc.pid
+    finally:
+        await asyncio.shield(asyncio.to_thread(stop_group, proc.pid, 5.0, proc.poll))
