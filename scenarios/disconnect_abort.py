@@ -45,8 +45,9 @@ class PathSpec:
 PATHS: dict[str, PathSpec] = {
     "direct": PathSpec(
         None, "frees", "client → vLLM",
-        "vLLM aborts a streaming request whose client disconnected "
-        "(its OpenAI server's disconnect handling, vllm/entrypoints)",
+        "vLLM's AsyncLLM.generate (vllm/v1/engine/async_llm.py) aborts the request when "
+        "its output stream is cancelled or closed, as the HTTP server does when the "
+        "streaming client disconnects",
     ),
     "gateway": PathSpec(
         GatewaySpec(propagate_cancellation=True), "frees", "client → gateway → vLLM",
