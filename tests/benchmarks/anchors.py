@@ -1,4 +1,4 @@
-"""The anchors the benchmarks measure against: vLLM's benchmark client, and nginx.
+"""The anchors the benchmarks measure against: vLLM's benchmark client, nginx and vllm-router.
 
 vLLM's code is loaded from the installed vLLM's own files, unchanged, without importing the
 ``vllm`` package itself (its ``__init__`` imports torch: 8–15 s per process here):
@@ -11,8 +11,10 @@ vLLM's code is loaded from the installed vLLM's own files, unchanged, without im
   the open-loop generator of ``vllm bench serve``.
 
 Each returns ``None`` when vLLM is not installed, and the benchmark records the anchor as
-unavailable. :func:`nginx_binary` finds nginx; :func:`nginx_config` writes the config of a
-streaming reverse proxy (buffering off, keep-alive upstream) run as the user's own process.
+unavailable. The proxies (nginx, vllm-router) are the project's own definitions, the ones
+disconnect-abort runs (``loadgen.proxies``): :func:`proxy_binary` finds one with its finder,
+:func:`proxy_argv` is its command line (nginx with ``nginx_config``, vllm-router with
+``router_argv``), :func:`proxy_version` says which version it is.
 """
 
 from __future__ import annotations
@@ -20,13 +22,19 @@ from __future__ import annotations
 import ast
 import asyncio
 import importlib.util
-import shutil
+import subprocess
 import time
 from collections.abc import AsyncGenerator, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
+
+from loadgen.proxies import find_proxy
+from loadgen.proxies.nginx import nginx_config
+from loadgen.proxies.vllm_router import router_argv
+from scenarios.plan import ProxySpec
+from server.process import free_loopback_port
 
 
 def vllm_dir() -> Path | None:
@@ -106,48 +114,47 @@ def vllm_get_request() -> GetRequest | None:
     return get_request
 
 
-def nginx_binary() -> str | None:
-    """Path of the nginx binary (``PATH`` or ``/usr/sbin``), or ``None``."""
-    return shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/usr/local/sbin")
+#: The third-party proxies the gateway benchmark measures beside ours, in the order it runs them.
+PROXY_ANCHORS = ("nginx", "vllm-router")
 
 
-def nginx_config(workdir: Path, listen_port: int, upstream_url: str) -> Path:
-    """Write ``nginx.conf`` for a streaming proxy on 127.0.0.1:``listen_port`` → upstream.
+def proxy_binary(name: str) -> str:
+    """The executable of proxy anchor ``name``, found as ``loadgen.proxies`` finds it (nginx
+    on PATH or in /usr/sbin, vllm-router in ``.engines/vllm-router/``, or the variable that
+    names it).
 
-    One worker (the benchmark pins it to a core), ``proxy_buffering off`` so each SSE chunk is
-    relayed as it comes, HTTP/1.1 with a keep-alive upstream pool (as a gateway holds one),
-    no access log; pid, temp and error-log files in ``workdir``.
+    Raises:
+        ProxyNotInstalledError: it is not installed (the message says how to install it).
     """
-    host_port = upstream_url.removeprefix("http://").rstrip("/")
-    conf = f"""
-worker_processes 1;
-daemon off;
-master_process off;
-pid {workdir}/nginx.pid;
-error_log {workdir}/error.log warn;
-events {{ worker_connections 4096; }}
-http {{
-    access_log off;
-    client_body_temp_path {workdir}/body;
-    proxy_temp_path {workdir}/proxy;
-    fastcgi_temp_path {workdir}/fastcgi;
-    uwsgi_temp_path {workdir}/uwsgi;
-    scgi_temp_path {workdir}/scgi;
-    keepalive_requests 1000000;
-    upstream fake {{ server {host_port}; keepalive 512; keepalive_requests 1000000; }}
-    server {{
-        listen 127.0.0.1:{listen_port};
-        location / {{
-            proxy_pass http://fake;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
-            proxy_request_buffering on;
-            proxy_read_timeout 300s;
-        }}
-    }}
-}}
-"""
-    path = workdir / "nginx.conf"
-    path.write_text(conf, encoding="utf-8")
-    return path
+    return find_proxy(ProxySpec(kind=name))
+
+
+def proxy_argv(name: str, binary: str, upstream_url: str, port: int, workdir: Path) -> list[str]:
+    """The command line that runs proxy anchor ``name`` on ``127.0.0.1:port`` in front of
+    ``upstream_url``, as ``loadgen.proxies`` runs it: nginx in the foreground with
+    ``nginx_config`` (written to ``workdir``; ``-p``/``-e`` keep it out of /var/log/nginx),
+    vllm-router with ``router_argv`` (its Prometheus endpoint on another free loopback port:
+    its default 29000 would collide with any other router).
+
+    Raises:
+        OSError: nginx's config cannot be written.
+    """
+    if name == "nginx":
+        conf = nginx_config(workdir, port, upstream_url)
+        return [binary, "-p", str(workdir), "-e", str(workdir / "error.log"), "-c", str(conf)]
+    return router_argv(binary, upstream_url, port, free_loopback_port())
+
+
+def proxy_version(name: str, binary: str) -> str | None:
+    """The installed version of proxy anchor ``name`` (``nginx -v``; vllm-router's package
+    metadata in its virtualenv), or ``None`` when it cannot be told."""
+    if name == "nginx":
+        try:
+            done = subprocess.run([binary, "-v"], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stderr.strip().rpartition("/")[2] or None
+    venv = Path(binary).resolve().parent.parent
+    for meta in sorted(venv.glob("lib/python*/site-packages/vllm_router-*.dist-info")):
+        return meta.name.removeprefix("vllm_router-").removesuffix(".dist-info")
+    return None

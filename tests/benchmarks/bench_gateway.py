@@ -1,12 +1,20 @@
-"""Benchmark 5: what the gateway adds, against direct and against nginx, same run, same server.
+"""Benchmark 5: what the gateway adds, against direct, nginx and vllm-router (same run, server).
 
 The fake server (TTFT 50 ms, 10 ms between tokens, 8–24 tokens, mean 16, varied per request so
-the streams desynchronize) is reached three ways: directly,
-through the project's gateway (``python -m gateway.cli``), and through nginx (a streaming
-reverse proxy: ``proxy_buffering off``, keep-alive upstream; see ``anchors.nginx_config``).
-Each proxy is one process pinned alone to core 1; our client and the fake server share core 0
-(the server then waits on timers, not spinning: its ~1 ms timer grain is the same for all
-three ways). At 1 and 64 concurrent streams, direct → gateway → nginx, 2 rounds.
+the streams desynchronize) is reached four ways: directly, through the project's gateway
+(``python -m gateway.cli``), through nginx and through vllm-router (vLLM's Rust load balancer,
+one worker), each third-party proxy exactly as the project runs it (``loadgen.proxies``, the
+definitions disconnect-abort uses; ``anchors.proxy_argv``): nginx as a streaming reverse proxy
+(``proxy_buffering off``, keep-alive upstream, ``nginx_config``; its ``proxy_read_timeout``
+is 3600 s where this benchmark's own config had 300 s, and request buffering is nginx's
+default, on, as that config set it: neither changes a figure here), vllm-router with
+``router_argv`` (its defaults, the cache-aware policy included, no retries, its Prometheus
+endpoint on a free loopback port). Each proxy is one process pinned alone to core 1; our
+client and the fake server share core 0 (the server then waits on timers, not spinning: its
+~1 ms timer grain is the same for every way). A proxy is used once its ``/health`` answers
+200 (vllm-router's answers once its own poll of the server's ``/health`` has) and a
+completion through it has streamed to ``[DONE]``. At 1 and 64 concurrent streams, direct →
+gateway → nginx → vllm-router, 2 rounds.
 
 - added TTFT and E2EL, p50 and p99 (ms), and where the added TTFT goes: the legs client send
   → server read and server first write → client first token (the server logs its own
@@ -16,15 +24,20 @@ three ways). At 1 and 64 concurrent streams, direct → gateway → nginx, 2 rou
 - capacity: streams/s through one proxy process on one core, zero-delay server, 16-token
   streams, 64 in flight, with the proxy's CPU share (at ~100 % the proxy is the limit; below,
   the client and server on the other core are, and the figure is a lower bound).
+
+Rows: ours is the gateway; each figure's anchor is nginx (``anchor_name``), and the same figure
+again with vllm-router as its anchor (metric ``…, vs vllm-router``), a peer with no target.
 Targets: the gateway's added p50 (TTFT and E2EL) ≤ 1 ms and ≤ 1.5× nginx's.
-When nginx is not installed the anchor is recorded as unavailable (``make bench`` installs it).
+A proxy that is not installed (or does not start) is recorded as unavailable, with why, and
+the benchmark goes on without it (``make proxies`` installs both).
 Run: ``python tests/benchmarks/bench_gateway.py [--tiny] [--out DIR]``.
 """
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,7 +49,11 @@ from pathlib import Path
 from typing import Any
 
 import harness as h
-from anchors import nginx_binary, nginx_config
+from anchors import PROXY_ANCHORS, proxy_argv, proxy_binary, proxy_version
+
+from loadgen.proxies import ProxyNotInstalledError
+from loadgen.proxies.ready import log_tail
+from server.process import free_loopback_port
 
 NAME = "gateway"
 PROXY_CPU = 1
@@ -56,27 +73,50 @@ def tokens_of(i: int) -> int:
 
 TARGET_ADDED_MS = 1.0
 TARGET_VS_NGINX = 1.5
+#: The anchor the targets are set against; vllm-router is measured beside it as a peer.
+TARGET_ANCHOR = "nginx"
 
 
-def _wait_health(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+#: The readiness request's prompt token (the server keys its log by it; cleared before use).
+READY_KEY = 999_999
+
+
+def _completes(url: str) -> bool:
+    """Whether one 1-token streamed completion through ``url`` answers 200 and ends in
+    ``[DONE]``."""
+    body = json.dumps(
+        {"model": h.MODEL, "prompt": [READY_KEY], "max_tokens": 1, "stream": True}
+    ).encode()
+    request = urllib.request.Request(
+        f"{url}/v1/completions", body, {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return response.status == 200 and b"data: [DONE]" in response.read()
+
+
+def _wait_ready(
+    url: str, proc: subprocess.Popen[bytes], log: Path, name: str, timeout_s: float = 60.0
+) -> None:
+    """Return once ``url/health`` answers 200 and a completion through ``url`` streams to
+    its end (vllm-router's ``/health`` answers 200 only after its own poll of the server's).
+
+    Raises:
+        RuntimeError: the process exited, or it was not ready within ``timeout_s`` seconds;
+            the message quotes the end of ``log``.
+    """
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"proxy exited with {proc.returncode}")
+            raise RuntimeError(f"{name} exited with {proc.returncode}:\n{log_tail(log)}")
         try:
             with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
+                healthy = response.status == 200
+            if healthy and _completes(url):
+                return
+        except (OSError, http.client.HTTPException):
             pass
         time.sleep(0.05)
-    raise RuntimeError(f"{url} not healthy in {timeout_s:.0f} s")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    raise RuntimeError(f"{name} at {url} not ready in {timeout_s:.0f} s:\n{log_tail(log)}")
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -130,7 +170,7 @@ def gateway(
 ) -> Iterator[tuple[str, int]]:
     """The project's gateway in its own process on :data:`PROXY_CPU`: (url, pid); with
     ``profile_to``, under cProfile counting CPU time, its stats written there at exit."""
-    port = _free_port()
+    port = free_loopback_port()
     start = ["-c", _PROFILED, str(profile_to)] if profile_to else ["-m", "gateway.cli"]
     argv = [
         sys.executable,
@@ -143,7 +183,8 @@ def gateway(
         "WARNING",
     ]
     env = {**os.environ, "PYTHONPATH": str(h.REPO)}
-    log = open(workdir / "gateway.log", "wb")  # noqa: SIM115 - closed below
+    log_path = workdir / "gateway.log"
+    log = open(log_path, "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
         h.pinned(argv, PROXY_CPU),
         stdout=log,
@@ -153,7 +194,7 @@ def gateway(
     )
     try:
         url = f"http://127.0.0.1:{port}"
-        _wait_health(url, proc)
+        _wait_ready(url, proc, log_path, "gateway")
         yield url, proc.pid
     finally:
         _stop(proc)
@@ -161,30 +202,112 @@ def gateway(
 
 
 @contextmanager
-def nginx(upstream: str, workdir: Path) -> Iterator[tuple[str, int]]:
-    """nginx (one process, no master) on :data:`PROXY_CPU`: (url, pid)."""
-    binary = nginx_binary()
-    assert binary is not None
-    port = _free_port()
-    conf = nginx_config(workdir, port, upstream)
-    argv = [
-        binary,
-        "-p",
-        str(workdir),
-        "-e",
-        str(workdir / "error.log"),
-        "-c",
-        str(conf),
-    ]
-    proc = subprocess.Popen(
-        h.pinned(argv, PROXY_CPU), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+def anchor_proxy(name: str, binary: str, upstream: str, workdir: Path) -> Iterator[tuple[str, int]]:
+    """Proxy anchor ``name`` (``anchors.proxy_argv``: one nginx process without a master, or
+    vllm-router) on :data:`PROXY_CPU`, its log in ``workdir``: (url, pid) once ready."""
+    port = free_loopback_port()
+    workdir.mkdir(parents=True, exist_ok=True)
+    argv = proxy_argv(name, binary, upstream, port, workdir)
+    out_path = workdir / f"{name}.log"
+    # nginx writes its errors to workdir/error.log (-e); the router logs to its output.
+    log_path = workdir / "error.log" if name == "nginx" else out_path
+    # As loadgen.proxies runs the router: no colour codes in a log that is a file.
+    env = {**os.environ, "NO_COLOR": "1", "RUST_LOG_STYLE": "never"}
+    with open(out_path, "wb") as out:
+        proc = subprocess.Popen(
+            h.pinned(argv, PROXY_CPU), stdout=out, stderr=subprocess.STDOUT, env=env
+        )
     try:
         url = f"http://127.0.0.1:{port}"
-        _wait_health(url, proc)
+        _wait_ready(url, proc, log_path, name)
         yield url, proc.pid
     finally:
         _stop(proc)
+
+
+def start_anchors(
+    stack: ExitStack, upstream: str, tmp: Path
+) -> tuple[dict[str, tuple[str, int]], dict[str, dict[str, Any]]]:
+    """Start every proxy anchor that is installed; (name → (url, pid)) for those that run,
+    and per anchor what is known of it: installed, available (measured), binary, version,
+    and why not when it is unavailable. One that is missing or fails to start is left out;
+    the benchmark goes on without it."""
+    running: dict[str, tuple[str, int]] = {}
+    info: dict[str, dict[str, Any]] = {}
+    for name in PROXY_ANCHORS:
+        binary: str | None = None
+        why: str | None = None
+        try:
+            binary = proxy_binary(name)
+        except ProxyNotInstalledError as exc:
+            why = str(exc)
+        about: dict[str, Any] = {
+            "installed": binary is not None,
+            "available": False,
+            "binary": binary,
+            "version": proxy_version(name, binary) if binary else None,
+            "why_unavailable": why,
+        }
+        if binary is not None:
+            try:
+                running[name] = stack.enter_context(
+                    anchor_proxy(name, binary, upstream, tmp / name)
+                )
+                about["available"] = True
+            except (OSError, RuntimeError) as exc:
+                about["why_unavailable"] = f"did not start: {exc}"
+        if not about["available"]:
+            h.progress(f"  {name} unavailable: {about['why_unavailable']}")
+        info[name] = about
+    return running, info
+
+
+def _rows(summary: dict[str, Any], capacity: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
+    """The table: per streams level, added TTFT and E2EL p50/p99 of the gateway against nginx
+    (the target's anchor; p50 has the target) and the same figure against vllm-router (a
+    peer, no target), each pair side by side; then streams/s through one proxy process.
+    A row's ``anchor_name`` says which proxy its anchor is (its figure ``None``: unavailable)."""
+
+    def added(c: str, name: str, key: str) -> float | None:
+        value: float | None = summary[c].get(name, {}).get("added", {}).get(key)
+        return value
+
+    rows = []
+    for c in summary:
+        for k, label in (("ttft_ms", "TTFT"), ("e2el_ms", "E2EL")):
+            for q in ("p50", "p99"):
+                ours_v = added(c, "gateway", f"{k}_{q}")
+                metric = f"added {label} {q}, {c} streams"
+                for anchor in PROXY_ANCHORS:
+                    anchor_v = added(c, anchor, f"{k}_{q}")
+                    target, met = "", None
+                    if anchor == TARGET_ANCHOR and q == "p50":
+                        target = f"≤ {TARGET_ADDED_MS:g} ms and ≤ {TARGET_VS_NGINX:g}× nginx"
+                        met = (
+                            ours_v is not None
+                            and ours_v <= TARGET_ADDED_MS
+                            and (anchor_v is None or ours_v <= TARGET_VS_NGINX * max(anchor_v, 0.0))
+                        )
+                    name = metric if anchor == TARGET_ANCHOR else f"{metric}, vs {anchor}"
+                    rows.append(
+                        {**h.row(name, ours_v, anchor_v, target, met, "ms"), "anchor_name": anchor}
+                    )
+    for anchor in PROXY_ANCHORS:
+        metric = "streams/s through one proxy process"
+        rows.append(
+            {
+                **h.row(
+                    metric if anchor == TARGET_ANCHOR else f"{metric}, vs {anchor}",
+                    capacity["gateway"]["streams_per_s"],
+                    capacity.get(anchor, {}).get("streams_per_s"),
+                    "",
+                    None,
+                    "streams/s",
+                ),
+                "anchor_name": anchor,
+            }
+        )
+    return rows
 
 
 def run(tiny: bool) -> dict[str, Any]:
@@ -192,7 +315,6 @@ def run(tiny: bool) -> dict[str, Any]:
     rounds = 1 if tiny else 2
     capacity_n = 64 if tiny else 2048
     tokens = 4 if tiny else TOKENS
-    have_nginx = nginx_binary() is not None
     profile: list[dict[str, Any]] = []
     lat: dict[str, dict[str, dict[str, list[float]]]] = {}
     first_wave: dict[str, dict[str, dict[str, list[float]]]] = {}
@@ -200,11 +322,10 @@ def run(tiny: bool) -> dict[str, Any]:
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         server = stack.enter_context(h.FakeServer(cpu=h.CLIENT_CPU))
-        proxies = {"direct": (server.url, None)}
+        proxies: dict[str, tuple[str, int | None]] = {"direct": (server.url, None)}
         proxies["gateway"] = stack.enter_context(gateway(server.url, tmp))
-        if have_nginx:
-            (tmp / "nginx").mkdir()
-            proxies["nginx"] = stack.enter_context(nginx(server.url, tmp / "nginx"))
+        running, anchors = start_anchors(stack, server.url, tmp)
+        proxies.update(running)
 
         async def measure() -> None:
             server.configure(TTFT_MS, ITL_MS, spin=False)
@@ -257,7 +378,6 @@ def run(tiny: bool) -> dict[str, Any]:
                 h.run_loop(h.ours(url, capacity_n, concurrency=64, max_tokens=TOKENS))
             profile = profile_top(tmp / "gateway.prof")
     summary: dict[str, Any] = {}
-    rows = []
     for c, per in lat.items():
         summary[c] = {name: {k: h.dist(v) for k, v in m.items()} for name, m in per.items()}
         direct = summary[c]["direct"]
@@ -270,38 +390,6 @@ def run(tiny: bool) -> dict[str, Any]:
                 for q in ("p50", "p99")
                 if summary[c][name][k][q] is not None and direct[k][q] is not None
             }
-        for k, label in (("ttft_ms", "TTFT"), ("e2el_ms", "E2EL")):
-            for q in ("p50", "p99"):
-                ours_v = summary[c]["gateway"]["added"][f"{k}_{q}"]
-                nginx_v = summary[c]["nginx"]["added"][f"{k}_{q}"] if have_nginx else None
-                target = q == "p50"
-                met = None
-                if target:
-                    met = ours_v <= TARGET_ADDED_MS and (
-                        nginx_v is None or ours_v <= TARGET_VS_NGINX * max(nginx_v, 0.0)
-                    )
-                rows.append(
-                    h.row(
-                        f"added {label} {q}, {c} streams",
-                        ours_v,
-                        nginx_v,
-                        f"≤ {TARGET_ADDED_MS:g} ms and ≤ {TARGET_VS_NGINX:g}× nginx"
-                        if target
-                        else "",
-                        met,
-                        "ms",
-                    )
-                )
-    rows.append(
-        h.row(
-            "streams/s through one proxy process",
-            capacity["gateway"]["streams_per_s"],
-            capacity["nginx"]["streams_per_s"] if have_nginx else None,
-            "",
-            None,
-            "streams/s",
-        )
-    )
     return {
         "config": {
             "ttft_ms": TTFT_MS,
@@ -311,8 +399,10 @@ def run(tiny: bool) -> dict[str, Any]:
             "rounds": rounds,
             "capacity_requests": capacity_n,
         },
-        "anchor_available": have_nginx,
-        "rows": rows,
+        # The targets' anchor (nginx); every proxy anchor's own state is in "anchors".
+        "anchor_available": anchors[TARGET_ANCHOR]["available"],
+        "anchors": anchors,
+        "rows": _rows(summary, capacity),
         "summary": summary,
         "first_wave": {
             c: {name: {k: h.dist(v) for k, v in m.items()} for name, m in per.items()}

@@ -18,7 +18,7 @@ ANCHORS = {
     "client_timing": "vLLM's `async_request_openai_completions`",
     "open_loop": "vLLM's `get_request`",
     "scraper": "same load, no scraping",
-    "gateway": "nginx (added ms; streams/s)",
+    "gateway": "nginx (added ms; streams/s)",  # results whose rows do not name their anchor
     "phase_memory": "none",
 }
 
@@ -50,7 +50,10 @@ def summary_table(results: list[dict[str, Any]]) -> list[str]:
             rows.append([TITLES.get(name, name), "failed", "", "", "", "", "", "**no**"])
             continue
         for r in result["rows"]:
-            anchor = ANCHORS.get(name, "") if r["anchor"] is not None else "unavailable"
+            named = r.get("anchor_name")  # the gateway's rows name theirs: nginx, vllm-router
+            anchor = named or ANCHORS.get(name, "")
+            if r["anchor"] is None:
+                anchor = f"{named} unavailable" if named else "unavailable"
             if name == "phase_memory":
                 anchor = "none"
             met = r["met"]
@@ -168,6 +171,45 @@ def _details_scraper(r: dict[str, Any]) -> list[str]:
     return lines + _table(["load loop", "lag p50 ms", "p99", "max", "samples"], rows)
 
 
+#: The gateway benchmark's proxies, in the side-by-side table's column order.
+GATEWAY_PROXIES = ("gateway", "nginx", "vllm-router")
+
+
+def _side_by_side(r: dict[str, Any]) -> list[str]:
+    """Each proxy's added latency (ms, minus direct's) and streams/s, one column per proxy
+    (``–``: not measured)."""
+    anchors = r.get("anchors") or {"nginx": {}}  # older results: nginx only
+    proxies = [p for p in GATEWAY_PROXIES if p == "gateway" or p in anchors]
+    rows = []
+    for c, per in r["summary"].items():
+        for key, label in (("ttft_ms", "TTFT"), ("e2el_ms", "E2EL")):
+            for q in ("p50", "p99"):
+                rows.append([c, f"added {label} {q}"] + [
+                    per.get(p, {}).get("added", {}).get(f"{key}_{q}") for p in proxies
+                ])  # fmt: skip
+    cap = r["capacity"]
+    rows.append(["64", "streams/s, one process"] + [
+        cap.get(p, {}).get("streams_per_s") for p in proxies
+    ])  # fmt: skip
+    missing = [
+        f"{name} was unavailable on this machine: {about['why_unavailable']}"
+        for name, about in r.get("anchors", {}).items()
+        if not about["available"]
+    ]
+    versions = ", ".join(
+        f"{name} {about['version']}"
+        for name, about in r.get("anchors", {}).items()
+        if about["available"] and about["version"]
+    )
+    return [
+        "The three proxies side by side (added ms: the proxy's figure minus direct's; "
+        "vllm-router is a peer, the targets are set against nginx"
+        + (f"; {versions}" if versions else "") + "):", "",
+        *[f"{line}." for line in missing], *([""] if missing else []),
+        *_table(["streams", "figure", *proxies], rows), "",
+    ]  # fmt: skip
+
+
 def _details_gateway(r: dict[str, Any]) -> list[str]:
     rows = []
     for c, per in r["summary"].items():
@@ -188,6 +230,7 @@ def _details_gateway(r: dict[str, Any]) -> list[str]:
     cap = [[k, v["streams_per_s"], v["proxy_cpu_share"], v["client_cpu_share"]]
            for k, v in r["capacity"].items()]  # fmt: skip
     return [
+        *_side_by_side(r),
         "After the first wave (the figures above and in the summary):", "", *lines, "",
         "First wave (C requests sent at once):", "",
         *_table(["streams", "path", "TTFT p50 ms", "p99", "E2EL p50 ms"], first), "",
@@ -246,6 +289,18 @@ def _why_gateway(r: dict[str, Any]) -> str:
             f" nginx relays {_fmt(cap['nginx']['streams_per_s'])} streams/s at "
             f"{_fmt(cap['nginx']['proxy_cpu_share'])} of its core (there the client and server "
             "core is the limit, so its figure is a lower bound)."
+        )
+    if "vllm-router" in cap:
+        router = cap["vllm-router"]
+        added_ttft = "; ".join(
+            f"at {c} streams {_fmt(added.get('ttft_ms_p50'))} ms"
+            for c, per in r["summary"].items()
+            if (added := per.get("vllm-router", {}).get("added"))
+        )
+        text += (
+            f" vllm-router (Rust, its defaults) adds to TTFT p50 {added_ttft}, and relays "
+            f"{_fmt(router['streams_per_s'])} streams/s at {_fmt(router['proxy_cpu_share'])} "
+            "of its core" + (" (a lower bound too)." if router["proxy_cpu_share"] < 0.9 else ".")
         )
     if top:
         text += f" The gateway's CPU, by own time: {top}."
@@ -444,7 +499,7 @@ def render(
             f"Config: `{result.get('config')}`; took {result.get('duration_s')} s.",
             "",
         ]
-        if result.get("anchor_available") is False:
+        if result.get("anchor_available") is False and "anchors" not in result:
             lines += ["The anchor was unavailable on this machine.", ""]
         lines += [*DETAILS[name](result), ""]
     lines += [

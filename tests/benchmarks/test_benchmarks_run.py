@@ -1,8 +1,9 @@
 """The benchmarks run end to end on tiny sizes and write their JSON (no timing is asserted).
 
 All six run side by side (smoke sizes, unpinned) as ``make bench`` runs each of them; then
-every JSON file is checked for its shape, and ``RESULTS.md`` is rendered from them. nginx is
-not needed: without it the gateway benchmark records its anchor as unavailable.
+every JSON file is checked for its shape, and ``RESULTS.md`` is rendered from them. nginx and
+vllm-router are not needed: without one the gateway benchmark records it as unavailable; when
+one is installed, its figures must be there.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import run_all
 
 HERE = Path(__file__).resolve().parent
 ROW_KEYS = {"metric", "unit", "ours", "anchor", "ratio", "target", "met"}
+#: A row may also name its anchor (the gateway's rows: nginx or vllm-router).
+OPTIONAL_ROW_KEYS = {"anchor_name"}
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +51,7 @@ def test_benchmark_writes_its_json(results: dict[str, dict[str, Any]], name: str
     assert result["machine"]["cores"] >= 1 and result["machine"]["cpu_model"]
     assert result["rows"], "every benchmark reports at least one figure"
     for row in result["rows"]:
-        assert set(row) == ROW_KEYS
+        assert ROW_KEYS <= set(row) <= ROW_KEYS | OPTIONAL_ROW_KEYS, row
         assert isinstance(row["ours"], int | float), row
         if row["anchor"] is None:
             assert row["ratio"] is None
@@ -59,11 +62,47 @@ def test_gateway_anchor_is_nginx_or_recorded_unavailable(
     results: dict[str, dict[str, Any]],
 ) -> None:
     gateway = results["gateway"]
+    assert gateway["anchor_available"] is gateway["anchors"]["nginx"]["available"]
+    nginx_rows = [row for row in gateway["rows"] if row["anchor_name"] == "nginx"]
     if gateway["anchor_available"]:
         assert "nginx" in gateway["capacity"]
+        assert all(isinstance(row["anchor"], int | float) for row in nginx_rows)
     else:
-        assert all(row["anchor"] is None for row in gateway["rows"])
-        assert all(row["met"] is not False or row["ours"] > 1.0 for row in gateway["rows"])
+        assert all(row["anchor"] is None for row in nginx_rows)
+        assert all(row["met"] is not False or row["ours"] > 1.0 for row in nginx_rows)
+
+
+@pytest.mark.parametrize("proxy", ["nginx", "vllm-router"])
+def test_gateway_measures_each_installed_proxy_beside_ours(
+    results: dict[str, dict[str, Any]], proxy: str
+) -> None:
+    gateway = results["gateway"]
+    about = gateway["anchors"][proxy]
+    rows = [row for row in gateway["rows"] if row["anchor_name"] == proxy]
+    # Per streams level (1 and 4 at --tiny): added TTFT and E2EL, p50 and p99; then streams/s.
+    suffix = "" if proxy == "nginx" else f", vs {proxy}"
+    expected = [
+        f"added {figure} {q}, {c} streams{suffix}"
+        for c in ("1", "4")
+        for figure in ("TTFT", "E2EL")
+        for q in ("p50", "p99")
+    ] + [f"streams/s through one proxy process{suffix}"]
+    assert [row["metric"] for row in rows] == expected
+    # Installed means measured: a proxy that is installed but did not start fails here.
+    assert about["available"] is about["installed"], about["why_unavailable"]
+    if about["installed"]:
+        assert about["binary"] and about["why_unavailable"] is None
+        assert all(isinstance(row["anchor"], int | float) for row in rows), rows
+        assert all(row["ratio"] is not None or row["anchor"] == 0 for row in rows)
+        assert proxy in gateway["capacity"]
+        for c in ("1", "4"):
+            assert set(gateway["summary"][c][proxy]["added"]) >= {"ttft_ms_p50", "e2el_ms_p99"}
+    else:
+        assert about["why_unavailable"], "an unavailable proxy says why"
+        assert all(row["anchor"] is None and row["ratio"] is None for row in rows)
+        assert proxy not in gateway["capacity"]
+    if proxy != "nginx":  # a peer: no target of its own
+        assert all(row["target"] == "" and row["met"] is None for row in rows)
 
 
 def test_results_md_has_one_line_per_figure(results: dict[str, dict[str, Any]]) -> None:
@@ -75,3 +114,7 @@ def test_results_md_has_one_line_per_figure(results: dict[str, dict[str, Any]]) 
     assert sum(line.startswith("| ") for line in summary.splitlines()) == figures + 1
     assert machine["cpu_model"] in text
     assert "NOT held" in text
+    # The gateway's proxies side by side, and each anchor's rows named by their proxy.
+    assert "| streams | figure | gateway | nginx | vllm-router |" in text
+    for proxy, about in results["gateway"]["anchors"].items():
+        assert (f"({proxy})" if about["available"] else f"{proxy} unavailable") in summary
