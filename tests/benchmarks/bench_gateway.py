@@ -21,6 +21,9 @@ gateway → nginx → vllm-router, 2 rounds.
   stamps), each minus direct's. Figures are a proxy's minus direct's, pooled over the
   rounds, after each run's first wave (its first C requests, sent at once: at 64 streams a
   burst that a proxy forwards one request after the other; reported apart).
+- each proxy's cost in those latency runs (``proxy_cost``): CPU µs per request, wake-ups
+  per request and CPU µs per wake-up, exact from ``/proc/PID/task/*/schedstat``; at one
+  stream it tells the proxy's own (cold) code from waiting.
 - capacity: streams/s through one proxy process on one core, zero-delay server, 16-token
   streams, 64 in flight, with the proxy's CPU share (at ~100 % the proxy is the limit; below,
   the client and server on the other core are, and the figure is a lower bound).
@@ -319,6 +322,8 @@ def run(tiny: bool) -> dict[str, Any]:
     lat: dict[str, dict[str, dict[str, list[float]]]] = {}
     first_wave: dict[str, dict[str, dict[str, list[float]]]] = {}
     capacity: dict[str, dict[str, float]] = {}
+    # streams level → proxy → [CPU ns, context switches, requests] over its latency runs
+    run_cost: dict[str, dict[str, list[int]]] = {}
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         server = stack.enter_context(h.FakeServer(cpu=h.CLIENT_CPU))
@@ -333,8 +338,9 @@ def run(tiny: bool) -> dict[str, Any]:
             for c, n in levels.items():
                 per = lat.setdefault(str(c), {})
                 for _ in range(rounds):
-                    for name, (url, _pid) in proxies.items():
+                    for name, (url, pid) in proxies.items():
                         server.take_log()
+                        before = h.process_run_stats(pid) if pid is not None else None
                         out = await h.ours(
                             url,
                             n,
@@ -342,6 +348,12 @@ def run(tiny: bool) -> dict[str, Any]:
                             max_tokens=4 if tiny else tokens_of,
                             first_index=first,
                         )
+                        if before is not None and pid is not None:
+                            after = h.process_run_stats(pid)
+                            used = run_cost.setdefault(str(c), {}).setdefault(name, [0, 0, 0])
+                            used[0] += after[0] - before[0]
+                            used[1] += after[1] - before[1]
+                            used[2] += n
                         log = {e["key"]: e for e in server.take_log()}
                         first += n
                         assert out.failed == 0, f"{name}: {out.failed} failed"
@@ -409,8 +421,24 @@ def run(tiny: bool) -> dict[str, Any]:
             for c, per in first_wave.items()
         },
         "capacity": capacity,
+        "proxy_cost": proxy_cost(run_cost),
         "gateway_cpu_profile": profile,
     }
+
+
+def proxy_cost(run_cost: dict[str, dict[str, list[int]]]) -> dict[str, dict[str, Any]]:
+    """Per streams level and proxy, over its latency runs: CPU µs per request, wake-ups
+    (context switches) per request and CPU µs per wake-up (``h.process_run_stats``). At one
+    stream this says whether the added latency is the proxy's own code or waiting."""
+    out: dict[str, dict[str, Any]] = {}
+    for c, per in run_cost.items():
+        for name, (cpu_ns, switches, requests) in per.items():
+            out.setdefault(c, {})[name] = {
+                "cpu_us_per_request": round(cpu_ns / 1e3 / max(requests, 1), 1),
+                "wakeups_per_request": round(switches / max(requests, 1), 2),
+                "cpu_us_per_wakeup": round(cpu_ns / 1e3 / switches, 1) if switches else None,
+            }
+    return out
 
 
 if __name__ == "__main__":

@@ -84,6 +84,26 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
+def process_run_stats(pid: int) -> tuple[int, int]:
+    """(CPU ns run, context switches) of process ``pid``, summed over its threads.
+
+    From ``/proc/PID/task/*/schedstat`` (time on the CPU, ns: exact, where ``/proc/PID/stat``
+    counts clock ticks) and ``/proc/PID/task/*/status`` (voluntary + involuntary switches: a
+    process that sleeps in its event loop switches once per wake-up). Threads that exit while
+    they are read are skipped.
+    """
+    cpu_ns = switches = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            cpu_ns += int((task / "schedstat").read_text().split()[0])
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                    switches += int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return cpu_ns, switches
+
+
 # -- the fake server ---------------------------------------------------------------------------
 
 

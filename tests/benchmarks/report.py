@@ -260,6 +260,27 @@ def _why_measured(r: dict[str, Any]) -> str:
     return " ".join(r.get("why", []))
 
 
+def _cost_text(cost: dict[str, dict[str, Any]]) -> str:
+    """Each proxy's CPU per request and per wake-up in the latency runs, per streams level."""
+    parts = []
+    for c, per in cost.items():
+        each = ", ".join(
+            f"{name} {_fmt(v['cpu_us_per_request'])} µs over {_fmt(v['wakeups_per_request'])} "
+            f"wake-ups ({_fmt(v['cpu_us_per_wakeup'])} µs each)"
+            for name, v in per.items()
+        )
+        parts.append(f"at {c} streams {each}")
+    if not parts:
+        return ""
+    return (
+        " CPU each proxy ran per request in the latency runs (exact, from schedstat): "
+        + "; ".join(parts)
+        + ". At one stream every wake-up finds the proxy's core idle and its caches cold, "
+        "so the same code costs several times what it costs at 64 streams: there the added "
+        "latency is the proxy's own code run cold, not waiting."
+    )
+
+
 def _why_gateway(r: dict[str, Any]) -> str:
     cap = r["capacity"]
     gw = cap.get("gateway", {})
@@ -302,6 +323,8 @@ def _why_gateway(r: dict[str, Any]) -> str:
             f"{_fmt(router['streams_per_s'])} streams/s at {_fmt(router['proxy_cpu_share'])} "
             "of its core" + (" (a lower bound too)." if router["proxy_cpu_share"] < 0.9 else ".")
         )
+    if cost := _cost_text(r.get("proxy_cost", {})):
+        text += cost
     if top:
         text += f" The gateway's CPU, by own time: {top}."
     return text + (

@@ -97,6 +97,11 @@ def test_gateway_measures_each_installed_proxy_beside_ours(
         assert proxy in gateway["capacity"]
         for c in ("1", "4"):
             assert set(gateway["summary"][c][proxy]["added"]) >= {"ttft_ms_p50", "e2el_ms_p99"}
+            # Its CPU in the latency runs: a process that relayed streams ran and woke up.
+            cost = gateway["proxy_cost"][c][proxy]
+            assert cost["cpu_us_per_request"] > 0 and cost["wakeups_per_request"] > 0
+            per_wakeup = cost["cpu_us_per_request"] / cost["wakeups_per_request"]
+            assert abs(cost["cpu_us_per_wakeup"] - per_wakeup) <= 0.05 * per_wakeup + 0.1
     else:
         assert about["why_unavailable"], "an unavailable proxy says why"
         assert all(row["anchor"] is None and row["ratio"] is None for row in rows)
