@@ -82,10 +82,12 @@ async def running_proxy(
     """Start ``spec``'s proxy in front of ``upstream_url`` (``http://host:port``); yield it
     once it relays a request to the upstream's ``/health``; stop it on exit.
 
-    ``workdir`` receives its config and log (``<kind>.conf``, ``<kind>.log``).
+    ``workdir`` receives its config and logs (nginx: ``nginx.conf``, ``error.log``,
+    ``nginx.log``; vllm-router: ``vllm-router.log``).
 
     Raises:
         ProxyNotInstalledError: the proxy is not installed.
+        ValueError: nginx cannot proxy to ``upstream_url`` (a path or credentials in it).
         RuntimeError: it exited or did not relay ``/health`` within ``timeout_s`` seconds;
             the message quotes its log.
     """

@@ -15,6 +15,7 @@ import os
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from loadgen.proxies.ready import wait_relaying
 from server.process import free_loopback_port, spawn_group, stop_group
@@ -34,6 +35,24 @@ def find_nginx() -> str | None:
     return shutil.which("nginx") or shutil.which("nginx", path=SBIN_PATH)
 
 
+def upstream_address(url: str) -> tuple[str, str]:
+    """``(scheme, host:port)`` of an upstream base URL for an nginx ``upstream`` block: the
+    port made explicit (80 or 443 by scheme), an IPv6 host in brackets.
+
+    Raises:
+        ValueError: not an http(s) URL with a host, or one with a path or credentials
+            (nginx would drop them).
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"nginx needs an http(s) upstream URL with a host, not {url!r}")
+    if parts.username is not None or parts.path.strip("/") or parts.query:
+        raise ValueError("nginx is put in front of a server's base URL (no path, no credentials)")
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return parts.scheme, f"{host}:{port}"
+
+
 def nginx_config(
     workdir: Path,
     listen_port: int,
@@ -51,9 +70,11 @@ def nginx_config(
     ``proxy_ignore_client_abort on``.
 
     Raises:
+        ValueError: ``upstream_url`` is not a base URL nginx can proxy to
+            (:func:`upstream_address`).
         OSError: the file cannot be written.
     """
-    host_port = upstream_url.removeprefix("http://").rstrip("/")
+    scheme, host_port = upstream_address(upstream_url)
     abort = "on" if ignore_client_abort else "off"
     conf = f"""worker_processes 1;
 daemon off;
@@ -73,7 +94,7 @@ http {{
     server {{
         listen 127.0.0.1:{listen_port};
         location / {{
-            proxy_pass http://vllm;
+            proxy_pass {scheme}://vllm;
             proxy_http_version 1.1;
             proxy_set_header Connection "";
             proxy_buffering off;

@@ -63,7 +63,9 @@ async def running_vllm_router(
     Raises:
         RuntimeError: it exited or did not relay ``/health`` in time (its log quoted).
     """
-    port, metrics_port = free_loopback_port(), free_loopback_port()
+    port = free_loopback_port()
+    while (metrics_port := free_loopback_port()) == port:
+        pass  # the OS may hand out the same free port twice
     log = workdir / "vllm-router.log"
     # NO_COLOR: its log is a file, not a terminal.
     env = {**os.environ, "NO_COLOR": "1", "RUST_LOG_STYLE": "never"}

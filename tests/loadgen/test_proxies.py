@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from loadgen.cli import main
 from loadgen.proxies import ProxyNotInstalledError, check_installed, find_proxy
-from loadgen.proxies.nginx import nginx_config
+from loadgen.proxies.nginx import nginx_config, upstream_address
 from loadgen.proxies.vllm_router import find_vllm_router, router_argv
 from scenarios.plan import CaseSpec, GatewaySpec, ProxySpec
 
@@ -106,3 +106,29 @@ def test_run_refuses_a_missing_proxy_before_any_server_or_run_directory(
     assert result.exit_code == 2, result.output
     assert "case nginx: $SERVING_TESTBED_NGINX names" in result.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("http://127.0.0.1:8000", ("http", "127.0.0.1:8000")),
+        ("http://localhost/", ("http", "localhost:80")),
+        ("https://127.0.0.1", ("https", "127.0.0.1:443")),
+        ("http://[::1]:8000", ("http", "[::1]:8000")),
+    ],
+)
+def test_the_upstream_block_gets_an_explicit_port(url: str, expected: tuple[str, str]) -> None:
+    assert upstream_address(url) == expected
+
+
+@pytest.mark.parametrize(
+    "url", ["http://u:secret@127.0.0.1:8000", "http://127.0.0.1:8000/v1", "ftp://127.0.0.1"]
+)
+def test_an_upstream_nginx_would_mangle_is_refused(url: str) -> None:
+    with pytest.raises(ValueError, match="nginx"):
+        upstream_address(url)
+
+
+def test_an_https_upstream_is_proxied_over_https(tmp_path: Path) -> None:
+    conf = nginx_config(tmp_path, 1, "https://127.0.0.1:8443").read_text()
+    assert "proxy_pass https://vllm;" in _directives(conf)
