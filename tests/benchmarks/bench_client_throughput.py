@@ -16,8 +16,10 @@ alternating (A B A B) in each:
 3. **Paced capacity**: the most paced streams one process holds with its token stamp error
    (client stamp − the server's logged write, ``stamps.py``) p99 ≤ 1 ms after the first wave.
    Streams at 10 and 20 ms ITL (alternating), phases spread, first token after 50 ms,
-   16–48 tokens; 3 waves of requests per level, levels doubling from 32 to 1,024; a client's
-   capacity is the last level before its first miss.
+   16–48 tokens; 3 waves of requests per level, levels doubling from 32 to 1,024; a level
+   missed is tried once more (one hiccup of a shared machine, a 3 ms stall, is enough to
+   push one try's p99 past 1 ms at 32 streams), the same for both clients, and a client's
+   capacity is the last level before the first one it missed twice.
 Run: ``python tests/benchmarks/bench_client_throughput.py [--tiny] [--out DIR]``.
 """
 
@@ -37,6 +39,8 @@ CAPACITY_P99_MS = 1.0
 CAPACITY_ITLS_MS = (10.0, 20.0)
 CAPACITY_TTFT_MS = 50.0
 CAPACITY_WAVES = 3
+#: Tries of a paced level before it counts as missed.
+CAPACITY_TRIES = 2
 
 
 def _stamps_of(out: h.Outcome) -> tuple[int, int]:
@@ -81,36 +85,43 @@ async def _throughput_runs(
 async def _capacity(
     server: h.FakeServer, clients: dict[str, Any], ladder: tuple[int, ...]
 ) -> dict[str, list[dict[str, Any]]]:
-    """Per client, per ladder level until its first miss: the token stamp error after the
-    first wave, and whether it held (p99 ≤ :data:`CAPACITY_P99_MS`)."""
+    """Per client, per ladder level until the first it missed :data:`CAPACITY_TRIES` times:
+    the token stamp error after the first wave of its last try, the p99 of every try, and
+    whether it held (a try's p99 ≤ :data:`CAPACITY_P99_MS`)."""
     out: dict[str, list[dict[str, Any]]] = {name: [] for name in clients}
     first = 1_000_000  # keys apart from the other parts' (the log is keyed by them)
     for c in ladder:
         for name, client in clients.items():
             if out[name] and not out[name][-1]["held"]:
                 continue
-            server.take_log()
-            run = await client(
-                server.url, CAPACITY_WAVES * c, concurrency=c, max_tokens=tokens_of,
-                first_index=first,
-            )  # fmt: skip
-            log = {e["key"]: e for e in server.take_log()}
-            first += CAPACITY_WAVES * c
-            assert run.failed == 0, f"{name}: {run.failed} requests failed"
-            s = stamps.summary(stamps.run_errors(run, log, c)["steady"])
-            p99 = s["token"]["p99"]
-            held = p99 is not None and p99 <= CAPACITY_P99_MS
-            out[name].append({"streams": c, "held": held, "token": s["token"], "ttft": s["ttft"],
+            tries: list[float | None] = []
+            while len(tries) < CAPACITY_TRIES:
+                server.take_log()
+                run = await client(
+                    server.url, CAPACITY_WAVES * c, concurrency=c, max_tokens=tokens_of,
+                    first_index=first,
+                )  # fmt: skip
+                log = {e["key"]: e for e in server.take_log()}
+                first += CAPACITY_WAVES * c
+                assert run.failed == 0, f"{name}: {run.failed} requests failed"
+                s = stamps.summary(stamps.run_errors(run, log, c)["steady"])
+                p99 = s["token"]["p99"]
+                tries.append(p99)
+                h.progress(f"  paced, {c} streams, {name}: token stamp error p99 {p99} ms")
+                if p99 is not None and p99 <= CAPACITY_P99_MS:
+                    break
+            held = tries[-1] is not None and tries[-1] <= CAPACITY_P99_MS
+            out[name].append({"streams": c, "held": held, "tries_p99": tries,
+                              "token": s["token"], "ttft": s["ttft"],
                               "itl": s["itl"], "lateness": s["lateness"],
                               "coalesced_share": s["coalesced_share"],
                               "client_cpu_share": round(run.cpu_s / run.wall_s, 3),
                               "loop_lag_p99_ms": run.loop_lag_p99_ms})  # fmt: skip
-            h.progress(f"  paced, {c} streams, {name}: token stamp error p99 {p99} ms")
     return out
 
 
 def _held(levels: list[dict[str, Any]]) -> int:
-    """The most streams held: the last level before the first miss (0: none held)."""
+    """The most streams held: the last level before the first level missed (0: none)."""
     held = 0
     for x in levels:
         if not x["held"]:

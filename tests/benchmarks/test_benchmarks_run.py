@@ -123,3 +123,17 @@ def test_results_md_has_one_line_per_figure(results: dict[str, dict[str, Any]]) 
     assert "| streams | figure | gateway | nginx | vllm-router |" in text
     for proxy, about in results["gateway"]["anchors"].items():
         assert (f"({proxy})" if about["available"] else f"{proxy} unavailable") in summary
+
+
+def test_a_paced_level_missed_once_is_tried_again_before_it_ends_the_ladder(
+    results: dict[str, dict[str, Any]],
+) -> None:
+    for client, levels in results["client_throughput"]["capacity"].items():
+        assert levels, client
+        for i, level in enumerate(levels):
+            tries = level["tries_p99"]
+            assert 1 <= len(tries) <= 2
+            assert level["held"] is (tries[-1] is not None and tries[-1] <= 1.0)
+            assert all(t is None or t > 1.0 for t in tries[:-1])  # only a miss is retried
+            if not level["held"]:
+                assert len(tries) == 2 and i == len(levels) - 1  # missed twice: the ladder ends
