@@ -265,7 +265,8 @@ def _why_measured(r: dict[str, Any]) -> str:
 
 
 def _cost_text(cost: dict[str, dict[str, Any]]) -> str:
-    """Each proxy's CPU per request and per wake-up in the latency runs, per streams level."""
+    """Each proxy's CPU per request and per wake-up in the latency runs, per streams level,
+    and how much more a request costs the gateway at one stream than at the most streams."""
     parts = []
     for c, per in cost.items():
         each = ", ".join(
@@ -276,13 +277,23 @@ def _cost_text(cost: dict[str, dict[str, Any]]) -> str:
         parts.append(f"at {c} streams {each}")
     if not parts:
         return ""
-    return (
+    text = (
         " CPU each proxy ran per request in the latency runs (exact, from schedstat): "
         + "; ".join(parts)
-        + ". At one stream every wake-up finds the proxy's core idle and its caches cold, "
-        "so the same code costs several times what it costs at 64 streams: there the added "
-        "latency is the proxy's own code run cold, not waiting."
+        + "."
     )
+    levels = sorted(cost, key=int)
+    one, most = cost.get("1", {}).get("gateway"), cost[levels[-1]].get("gateway")
+    if one and most and levels[-1] != "1" and most["cpu_us_per_request"]:
+        ratio = one["cpu_us_per_request"] / most["cpu_us_per_request"]
+        text += (
+            f" The same requests cost the gateway {ratio:.1f}× the CPU at one stream that "
+            f"they cost at {levels[-1]} ({_fmt(one['cpu_us_per_request'])} vs "
+            f"{_fmt(most['cpu_us_per_request'])} µs): at one stream every wake-up finds its "
+            "core idle and its caches cold, so the added latency there is its own code run "
+            "cold, not waiting."
+        )
+    return text
 
 
 def _why_gateway(r: dict[str, Any]) -> str:
