@@ -48,7 +48,7 @@ class RichProgress:
         self._failed = 0
 
     def _server_status(self, elapsed_s: float, last_line: str) -> None:
-        text = f"starting vLLM… {elapsed_s:.0f} s  [dim]{last_line[-90:]}[/dim]"
+        text = f"starting vLLM… {elapsed_s:.0f} s  [dim]{escape(last_line[-90:])}[/dim]"
         if self._status is None:
             self._status = self.console.status(text)
             self._status.start()
@@ -67,7 +67,7 @@ class RichProgress:
         self.console.print(
             f"[bold]case {case.name}[/bold]: {server.url}, vLLM {server.version}, "
             f"KV capacity {cap.tokens if cap else '?'} tokens{startup}"
-            + (f" ({server.capacity_error})" if server.capacity_error else "")
+            + (f" ({escape(server.capacity_error)})" if server.capacity_error else "")
         )
 
     def _phase_start(self, case: str, phase: str, n: int | None) -> None:
@@ -102,7 +102,7 @@ class RichProgress:
 
     def _message(self, text: str) -> None:
         self._stop_status()
-        self.console.print(f"[yellow]{text}[/yellow]")
+        self.console.print(f"[yellow]{escape(text)}[/yellow]")
 
     def _figure(self, text: str) -> None:
         # Between phases (no bar is live then): a figure measured or resolved at run time.

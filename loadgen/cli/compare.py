@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import click
+from rich.markup import escape
 
 from loadgen.cli.run_and_report import new_run_dir
 from server.net.errors import describe_exception
@@ -117,7 +118,7 @@ def _compare_and_report(
                 f"verdict {v.case}: {v.check}: {v.baseline} → {v.candidate} ({v.classification})"
             )
     for note in comparison.notes + [f"not compared: {u}" for u in comparison.unpaired]:
-        console.print(f"[yellow]{note}[/yellow]")
+        console.print(f"[yellow]{escape(note)}[/yellow]")
     counts = ", ".join(f"{k} {n}" for k, n in comparison.counts.items())
     console.print(
         f"baseline vLLM {', '.join(comparison.baseline.vllm_versions)} vs candidate vLLM "
@@ -125,12 +126,12 @@ def _compare_and_report(
     )
     decision = decide(comparison, strict)
     for u in decision.undecided[:20]:
-        console.print(f"[yellow]undecided {undecided_line(u)}[/yellow]")
+        console.print(f"[yellow]undecided {escape(undecided_line(u))}[/yellow]")
     if len(decision.undecided) > 20:
         console.print(f"… {len(decision.undecided) - 20} more undecided key metrics: compare.md")
     style = {0: "green", 1: "red"}.get(code, "yellow")
-    console.print(f"[bold {style}]{decision.line}[/bold {style}]")
-    console.print(f"{path} (exit code {code})")
+    console.print(f"[bold {style}]{escape(decision.line)}[/bold {style}]")
+    console.print(f"{escape(str(path))} (exit code {code})")
     return code
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+from rich.markup import escape
 
 from loadgen.cli.compare import compare_exit_code, fail_compare
 from loadgen.cli.run_and_report import check_out_dir, new_run_dir, run_and_report
@@ -67,7 +68,8 @@ def _gate_command(scenario: Scenario, values: dict[str, Any]) -> None:
         run_dir = out / side / f"run-{seen[side]}"
         status, report = run_and_report(scenario, sides[side], run_dir)
         if status != "ok":
-            console.print(f"[red]{side} run {run_dir} ended {status}: the gate stops[/red]")
+            shown = escape(str(run_dir))
+            console.print(f"[red]{side} run {shown} ended {status}: the gate stops[/red]")
             sys.exit(4)
         if report is None:  # complete records, but the analysis cannot read them
             fail_compare(f"the report of {side} run {run_dir} failed (said above)")

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import click
+from rich.markup import escape
 
 from loadgen.cli.run_and_report import print_summary
 from server.net.errors import describe_exception
@@ -89,7 +90,7 @@ def report(run_dir: Path, reason: str | None) -> None:
         raise click.ClickException(f"report failed: {describe_exception(exc)}") from None
     print_summary(result, console)
     for problem in result.file_problems:  # read as empty (run.json): the report says so
-        console.print(f"[yellow]note: {problem}[/yellow]")
+        console.print(f"[yellow]note: {escape(problem)}[/yellow]")
     if reseal is not None:
-        console.print(f"[yellow]resealed: {reseal.reason}[/yellow]")
+        console.print(f"[yellow]resealed: {escape(reseal.reason)}[/yellow]")
     click.echo(str(run_dir / "report.md"))

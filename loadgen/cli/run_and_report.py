@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 from pydantic import BaseModel
+from rich.markup import escape
 
 from server.net.errors import describe_exception
 
@@ -90,7 +91,7 @@ def run_and_report(
 
     command = redact_command(["loadgen", *sys.argv[1:]])
     progress = RichProgress()
-    progress.console.print(f"run directory: [bold]{run_dir}[/bold]")
+    progress.console.print(f"run directory: [bold]{escape(str(run_dir))}[/bold]")
     status: str = "interrupted"
     error: str | None = "interrupted (Ctrl-C or SIGTERM)"
     write_error: RunWriteError | None = None
@@ -116,7 +117,7 @@ def run_and_report(
     if report is not None:
         print_summary(report, progress.console)
     if error:
-        progress.console.print(f"[red]run {status}: {error}[/red]")
+        progress.console.print(f"[red]run {status}: {escape(str(error))}[/red]")
     shown = status
     if report_error is not None:
         shown = f"{status}, report failed"
@@ -125,7 +126,7 @@ def run_and_report(
             "The records are intact; rebuild the report with "
             f"`loadgen report {run_dir}` once the cause is fixed."
         )
-    progress.console.print(f"run directory: [bold]{run_dir}[/bold] (status {shown})")
+    progress.console.print(f"run directory: [bold]{escape(str(run_dir))}[/bold] (status {shown})")
     if status == "interrupted":
         sys.exit(1)
     return status, report
@@ -173,4 +174,4 @@ def print_summary(report: Report, console: Console) -> None:
         None: "[yellow]UNDECIDED[/yellow]",
     }
     for v in report.summary.verdicts:
-        console.print(f"{mark[v.passed]} {v.case}: {v.check} — {v.detail}")
+        console.print(f"{mark[v.passed]} {escape(f'{v.case}: {v.check} — {v.detail}')}")
