@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from loadgen.proxies.ready import wait_relaying
+from loadgen.proxies.ready import is_executable_file, wait_relaying
 from server.process import free_loopback_port, spawn_group, stop_group
 
 #: Where Debian's package puts the binary (``/usr/sbin`` is not on every user's PATH).
@@ -31,7 +31,7 @@ def find_nginx() -> str | None:
     and ``/usr/local/sbin``; ``None`` when there is none."""
     named = os.environ.get(NGINX_ENV)
     if named:
-        return named if os.access(named, os.X_OK) else None
+        return named if is_executable_file(named) else None
     return shutil.which("nginx") or shutil.which("nginx", path=SBIN_PATH)
 
 
@@ -128,7 +128,7 @@ async def running_nginx(
     proc = spawn_group(argv, log, dict(os.environ))
     try:
         url = f"http://127.0.0.1:{port}"
-        await wait_relaying(proc, url, workdir / "error.log", timeout_s, "nginx")
+        await wait_relaying(proc, url, [workdir / "error.log", log], timeout_s, "nginx")
         yield url, proc.pid
     finally:
         await asyncio.shield(asyncio.to_thread(stop_group, proc.pid, 5.0, proc.poll))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -14,34 +15,44 @@ from server.net.http import get_bounded
 from server.net.limits import CONTROL_MAX_BYTES
 
 
-def log_tail(log_path: Path, limit: int = 2000) -> str:
-    """The last ``limit`` characters of ``log_path`` ('' when it does not exist)."""
-    return log_path.read_text(errors="replace")[-limit:] if log_path.exists() else ""
+def is_executable_file(path: str) -> bool:
+    """``path`` is a regular file (after symlinks) this process may execute: a directory has
+    the execute bit too, and fails only when it is run."""
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def log_tail(paths: list[Path], limit: int = 2000) -> str:
+    """The last ``limit`` characters of each of ``paths`` that has any, each under its path;
+    says so when none has a line."""
+    parts = []
+    for path in paths:
+        text = path.read_text(errors="replace").strip() if path.exists() else ""
+        if text:
+            parts.append(f"{path}:\n{text[-limit:]}")
+    return "\n".join(parts) if parts else f"(nothing in {', '.join(map(str, paths))})"
 
 
 async def wait_relaying(
-    proc: subprocess.Popen[bytes], url: str, log_path: Path, timeout_s: float, name: str
+    proc: subprocess.Popen[bytes], url: str, logs: list[Path], timeout_s: float, name: str
 ) -> None:
     """Return once ``GET url/health`` through the proxy answers 200 (so the proxy listens and
     reaches its upstream).
 
     Raises:
         RuntimeError: the process exited, or no 200 within ``timeout_s`` seconds; the message
-            quotes the end of ``log_path``.
+            quotes the end of each of ``logs``.
     """
     deadline = time.monotonic() + timeout_s
     async with httpx.AsyncClient(timeout=2.0) as client:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise RuntimeError(
-                    f"{name} exited with code {proc.returncode} before it relayed a request:\n"
-                    f"{log_tail(log_path)}"
+                    f"{name} exited with code {proc.returncode} before it relayed a request; "
+                    f"{log_tail(logs)}"
                 )
             with contextlib.suppress(httpx.HTTPError):
                 health = await get_bounded(client, f"{url}/health", CONTROL_MAX_BYTES)
                 if health.status_code == 200:
                     return
             await asyncio.sleep(0.1)
-    raise RuntimeError(
-        f"{name} did not relay /health within {timeout_s:.0f} s:\n{log_tail(log_path)}"
-    )
+    raise RuntimeError(f"{name} did not relay /health within {timeout_s:.0f} s; {log_tail(logs)}")

@@ -16,7 +16,7 @@ import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from loadgen.proxies.ready import wait_relaying
+from loadgen.proxies.ready import is_executable_file, wait_relaying
 from server.engines import engines_root
 from server.process import free_loopback_port, spawn_group, stop_group
 
@@ -31,9 +31,9 @@ def find_vllm_router() -> str | None:
     ``<engines root>/vllm-router/bin/vllm-router``, else ``PATH``; ``None`` when none."""
     named = os.environ.get(VLLM_ROUTER_ENV)
     if named:
-        return named if os.access(named, os.X_OK) else None
+        return named if is_executable_file(named) else None
     local = engines_root() / VENV_NAME / "bin" / "vllm-router"
-    if os.access(local, os.X_OK):
+    if is_executable_file(str(local)):
         return str(local)
     return shutil.which("vllm-router")
 
@@ -72,7 +72,7 @@ async def running_vllm_router(
     proc = spawn_group(router_argv(binary, upstream_url, port, metrics_port), log, env)
     try:
         url = f"http://127.0.0.1:{port}"
-        await wait_relaying(proc, url, log, timeout_s, "vllm-router")
+        await wait_relaying(proc, url, [log], timeout_s, "vllm-router")
         yield url, proc.pid
     finally:
         await asyncio.shield(asyncio.to_thread(stop_group, proc.pid, 5.0, proc.poll))

@@ -3,6 +3,7 @@ config, their command line, and the refusal, before anything starts, of one not 
 
 from __future__ import annotations
 
+import asyncio
 import stat
 from pathlib import Path
 
@@ -11,8 +12,9 @@ from click.testing import CliRunner
 from pydantic import ValidationError
 
 from loadgen.cli import main
-from loadgen.proxies import ProxyNotInstalledError, check_installed, find_proxy
+from loadgen.proxies import ProxyNotInstalledError, check_installed, find_proxy, running_proxy
 from loadgen.proxies.nginx import nginx_config, upstream_address
+from loadgen.proxies.ready import log_tail
 from loadgen.proxies.vllm_router import find_vllm_router, router_argv
 from scenarios.plan import CaseSpec, GatewaySpec, ProxySpec
 
@@ -132,3 +134,38 @@ def test_an_upstream_nginx_would_mangle_is_refused(url: str) -> None:
 def test_an_https_upstream_is_proxied_over_https(tmp_path: Path) -> None:
     conf = nginx_config(tmp_path, 1, "https://127.0.0.1:8443").read_text()
     assert "proxy_pass https://vllm;" in _directives(conf)
+
+
+def test_a_directory_is_not_taken_for_the_proxy_executable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SERVING_TESTBED_NGINX", str(tmp_path))  # a directory has the x bit
+    with pytest.raises(ProxyNotInstalledError, match="which is not an executable file"):
+        find_proxy(ProxySpec(kind="nginx"))
+
+
+def test_a_proxy_that_exits_at_once_is_reported_with_what_it_printed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = tmp_path / "nginx"
+    fake.write_text("#!/bin/sh\necho 'nginx: [emerg] unknown directive \"x\"'\nexit 3\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("SERVING_TESTBED_NGINX", str(fake))
+
+    async def start() -> None:
+        async with running_proxy(ProxySpec(kind="nginx"), "http://127.0.0.1:9", tmp_path / "p"):
+            pass
+
+    with pytest.raises(RuntimeError) as caught:
+        asyncio.run(start())
+    text = str(caught.value)
+    assert "nginx exited with code 3 before it relayed a request" in text
+    assert f"{tmp_path / 'p' / 'nginx.log'}:\nnginx: [emerg] unknown directive" in text
+
+
+def test_empty_logs_are_named_not_left_as_a_dangling_colon(tmp_path: Path) -> None:
+    a, b = tmp_path / "error.log", tmp_path / "out.log"
+    a.write_text("")
+    assert log_tail([a, b]) == f"(nothing in {a}, {b})"
+    b.write_text("x" * 3000)
+    assert log_tail([a, b], limit=10) == f"{b}:\n" + "x" * 10
