@@ -155,9 +155,15 @@ class DisconnectAbortParams(RunParams):
     @classmethod
     def _paths(cls, value: str) -> str:
         names = [p.strip() for p in value.split(",") if p.strip()]
+        choose = f"choose from {', '.join(PATHS)}"
+        if not names:
+            raise ValueError(f"no path given; {choose}")
         unknown = [p for p in names if p not in PATHS]
-        if unknown or not names:
-            raise ValueError(f"unknown path(s) {unknown}; choose from {', '.join(PATHS)}")
+        if unknown:
+            raise ValueError(f"unknown path(s) {unknown}; {choose}")
+        twice = sorted({p for p in names if names.count(p) > 1})
+        if twice:  # one case directory a path: a second would mix its records into the first
+            raise ValueError(f"path(s) {twice} given more than once")
         return ",".join(names)
 
     @model_validator(mode="after")

@@ -226,6 +226,14 @@ class Plan(FrozenModel):
     derived: dict[str, Measured] = Field(default_factory=dict)
 
     @model_validator(mode="after")
+    def _case_names_unique(self) -> Plan:
+        names = [c.name for c in self.cases]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:  # a case's name is its directory: two would write into one
+            raise ValueError(f"case name(s) {twice} used more than once")
+        return self
+
+    @model_validator(mode="after")
     def _sources_run_first(self) -> Plan:
         for case in self.cases:
             seen: list[str] = []

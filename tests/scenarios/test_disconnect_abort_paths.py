@@ -74,3 +74,26 @@ def test_an_unknown_path_is_refused_with_the_known_ones() -> None:
         DisconnectAbortParams(paths="direct,haproxy")
     assert "unknown path(s) ['haproxy']" in str(caught.value)
     assert ALL.replace(",", ", ") in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("paths", "message"),
+    [
+        ("nginx,nginx", "path(s) ['nginx'] given more than once"),
+        ("direct,nginx, direct", "path(s) ['direct'] given more than once"),
+        ("", "no path given; choose from direct, gateway"),
+        (" , ", "no path given"),
+    ],
+)
+def test_each_path_is_given_once(paths: str, message: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        DisconnectAbortParams(paths=paths)
+    assert message in str(caught.value)
+
+
+def test_a_plan_refuses_two_cases_of_one_name() -> None:
+    plan = _plan("direct,nginx")
+    twice = plan.model_dump()
+    twice["cases"] = [twice["cases"][0], twice["cases"][0]]
+    with pytest.raises(ValidationError, match=r"case name\(s\) \['direct'\] used more than once"):
+        Plan.model_validate(twice)
