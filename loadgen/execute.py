@@ -441,6 +441,23 @@ async def _run_split(run: _CaseRun, phase: PhaseSpec, watch: ServerWatch) -> Spl
     return split
 
 
+def _check_relays_ran_through(relays: list[tuple[str, Callable[[], int | None]]]) -> None:
+    """Fail the case when a process its requests went through (the gateway, a proxy) ended
+    before the case did: requests through it failed for the relay's sake, not the server's.
+
+    Raises:
+        RuntimeError: one ended (its name and exit code, negative for a signal).
+    """
+    for name, exit_code in relays:
+        code = exit_code()
+        if code is not None:
+            how = f"signal {-code}" if code < 0 else f"exit code {code}"
+            raise RuntimeError(
+                f"{name} ended during the case ({how}): requests through it failed because of "
+                "it, not the server"
+            )
+
+
 async def run_case(
     plan: Plan,
     case: CaseSpec,
@@ -474,6 +491,7 @@ async def run_case(
     stack = contextlib.AsyncExitStack()
     replicas = Replicas(case.server, cdir, clock) if case.server is not None else None
     client: list[dict[str, object] | None] = []  # how each sending thread was placed
+    relays: list[tuple[str, Callable[[], int | None]]] = []  # the processes requests cross
     try:
         if case.replicas > 1:
             if replicas is None:
@@ -499,12 +517,14 @@ async def run_case(
             )
             target = Target(gateway.url, server.model_name)
             helper_problems.append(pin_helpers([gateway.pid], placement))
+            relays.append(("the gateway", gateway.exit_code))
         elif case.proxy is not None:
             proxy = await stack.enter_async_context(
                 running_proxy(case.proxy, server.url, cdir / PROXY_DIR)
             )
             target = Target(proxy.url, server.model_name)
             helper_problems.append(pin_helpers([proxy.pid], placement))
+            relays.append((case.proxy.kind, proxy.exit_code))
         helpers_problem = "; ".join(p for p in helper_problems if p) or None
         if not await asyncio.to_thread(scraper.wait_first_scrape):
             # Without samples no counter delta can be computed: fail before sending load.
@@ -557,6 +577,7 @@ async def run_case(
                         replicas, outcome,
                     )  # fmt: skip
                     await _run_phases(run, phases, scraper)
+        _check_relays_ran_through(relays)
     except ServerGone as exc:
         outcome.status, outcome.error, outcome.server_gone = "failed", str(exc), True
     except RunWriteError as exc:  # the run cannot go on: recorded, then the run ends

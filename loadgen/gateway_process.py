@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +34,8 @@ class GatewayProcess:
 
     url: str
     pid: int
+    #: The process's exit code once it has ended (``Popen.poll``), else ``None``.
+    exit_code: Callable[[], int | None]
 
 
 @contextlib.asynccontextmanager
@@ -68,7 +70,7 @@ async def running_gateway_process(
     proc: subprocess.Popen[bytes] = spawn_group(argv, log_path, env)
     try:
         url = await _wait_ready(proc, log_path, timeout_s)
-        yield GatewayProcess(url, proc.pid)
+        yield GatewayProcess(url, proc.pid, proc.poll)
     finally:
         await asyncio.shield(asyncio.to_thread(stop_group, proc.pid, 5.0, proc.poll))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +30,8 @@ class ProxyProcess:
 
     url: str
     pid: int
+    #: The process's exit code once it has ended (``Popen.poll``), else ``None``.
+    exit_code: Callable[[], int | None]
 
 
 #: The variable that names each proxy's executable explicitly.
@@ -96,5 +98,5 @@ async def running_proxy(
         started = running_nginx(binary, upstream_url, workdir, spec.ignore_client_abort, timeout_s)
     else:
         started = running_vllm_router(binary, upstream_url, workdir, timeout_s)
-    async with started as (url, pid):
-        yield ProxyProcess(url, pid)
+    async with started as (url, proc):
+        yield ProxyProcess(url, proc.pid, proc.poll)

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -113,8 +114,8 @@ http {{
 @contextlib.asynccontextmanager
 async def running_nginx(
     binary: str, upstream_url: str, workdir: Path, ignore_client_abort: bool, timeout_s: float
-) -> AsyncIterator[tuple[str, int]]:
-    """Start nginx with :func:`nginx_config` on a free loopback port; yield ``(url, pid)``
+) -> AsyncIterator[tuple[str, subprocess.Popen[bytes]]]:
+    """Start nginx with :func:`nginx_config` on a free loopback port; yield ``(url, process)``
     once it relays ``/health``; stop it on exit.
 
     Raises:
@@ -129,6 +130,6 @@ async def running_nginx(
     try:
         url = f"http://127.0.0.1:{port}"
         await wait_relaying(proc, url, [workdir / "error.log", log], timeout_s, "nginx")
-        yield url, proc.pid
+        yield url, proc
     finally:
         await asyncio.shield(asyncio.to_thread(stop_group, proc.pid, 5.0, proc.poll))

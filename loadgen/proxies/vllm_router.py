@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -56,8 +57,8 @@ def router_argv(binary: str, upstream_url: str, port: int, metrics_port: int) ->
 @contextlib.asynccontextmanager
 async def running_vllm_router(
     binary: str, upstream_url: str, workdir: Path, timeout_s: float
-) -> AsyncIterator[tuple[str, int]]:
-    """Start the router in front of ``upstream_url``; yield ``(url, pid)`` once it relays
+) -> AsyncIterator[tuple[str, subprocess.Popen[bytes]]]:
+    """Start the router in front of ``upstream_url``; yield ``(url, process)`` once it relays
     ``/health``; stop it on exit. Its log is ``workdir/vllm-router.log``.
 
     Raises:
@@ -73,6 +74,6 @@ async def running_vllm_router(
     try:
         url = f"http://127.0.0.1:{port}"
         await wait_relaying(proc, url, [log], timeout_s, "vllm-router")
-        yield url, proc.pid
+        yield url, proc
     finally:
         await asyncio.shield(asyncio.to_thread(stop_group, proc.pid, 5.0, proc.poll))
