@@ -18,7 +18,9 @@ From the request records (send, disconnect and end stamps) and the 250 ms sample
   disconnect, in s.
 
 A check fails only on evidence (a scrape that shows the server still busy, a wasted fraction
-over its limit); when a figure it needs is undefined — no ``num_requests_running`` sample after
+over its limit). When the server counted more prompt tokens over the phase than the phase
+sent, another client shared it and every figure holds its work too: the check is undecided
+and says so. When a figure it needs is undefined — no ``num_requests_running`` sample after
 the last disconnect, no ``generation_tokens`` delta, no orphan budget — it is undecided and
 says which.
 """
@@ -63,6 +65,10 @@ class DisconnectRow(FrozenModel):
     kv_after_last_disconnect: float | None
     kv_release_s: float | None
     server_idle_after: bool | None
+    #: Δprompt_tokens over the phase window, and the prompt tokens this phase's requests sent:
+    #: more on the server than sent means other traffic shared it (nothing is attributable).
+    prompt_tokens: float | None = None
+    prompt_tokens_sent: int = 0
 
 
 class PathExpectation(FrozenModel):
@@ -141,6 +147,8 @@ def disconnect_row(case: CaseData, phase: PhaseRow) -> DisconnectRow | None:
     generated = counter_delta(series(case.samples, "generation_tokens"), start, end)
     budget = sum(r.max_tokens - sum(r.chunk_tokens) for r in cut)
     wasted = None if generated is None else generated - received
+    prompted = counter_delta(series(case.samples, "prompt_tokens"), start, end)
+    sent = sum(r.prompt_tokens_sent for r in records if r.sent_ns is not None)
     return DisconnectRow(
         case=case.name,
         phase=name,
@@ -160,6 +168,21 @@ def disconnect_row(case: CaseData, phase: PhaseRow) -> DisconnectRow | None:
         kv_after_last_disconnect=_first_at_or_after(kv, last),
         kv_release_s=kv_release,
         server_idle_after=phase.server_idle_after,
+        prompt_tokens=prompted,
+        prompt_tokens_sent=sent,
+    )
+
+
+def other_traffic(row: DisconnectRow) -> str | None:
+    """Why ``row``'s figures are not this phase's alone, or ``None``: the server counted more
+    prompt tokens over the phase window than its requests sent (vLLM's ``prompt_tokens``
+    counts each request's prompt once), so another client shared the server and its tokens
+    and running requests are in every figure."""
+    if row.prompt_tokens is None or row.prompt_tokens <= row.prompt_tokens_sent:
+        return None
+    return (
+        f"the server served other traffic during the phase (Δprompt_tokens "
+        f"{row.prompt_tokens:.0f}, this phase sent {row.prompt_tokens_sent})"
     )
 
 
@@ -199,8 +222,11 @@ def _frees(check: DisconnectFreesServer, case: CaseSummary, details: DisconnectD
         f"orphan budget ({pct(row.wasted_fraction)} %, limit {check.max_wasted_fraction:.0%})"
     )
     undefined = _undefined(row, need_running=True)
-    if late or wasteful:
-        passed: bool | None = False
+    passed: bool | None
+    if (shared := other_traffic(row)) is not None:
+        passed, detail = None, f"{detail}; cannot decide: {shared}"
+    elif late or wasteful:
+        passed = False
     elif undefined:
         passed, detail = None, f"{detail}; cannot decide: {'; '.join(undefined)}"
     else:
@@ -218,6 +244,9 @@ def _orphans(check: OrphansRunOn, case: CaseSummary, details: DisconnectDetails)
         f"budget ({pct(row.wasted_fraction)} %, expected ≥ {check.min_wasted_fraction:.0%}); "
         f"zombie time {row.zombie_s:.1f} s"
     )
+    if (shared := other_traffic(row)) is not None:
+        return Verdict(case=check.case, check=name, passed=None,
+                       detail=f"{detail}; cannot decide: {shared}")  # fmt: skip
     if row.wasted_fraction is None:
         undefined = "; ".join(_undefined(row, need_running=False))
         return Verdict(case=check.case, check=name, passed=None,

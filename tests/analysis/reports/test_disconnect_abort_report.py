@@ -158,3 +158,44 @@ def test_without_a_generation_counter_the_wasted_fraction_decides_nothing() -> N
         "wasted – of a 190 token orphan budget (– %, expected ≥ 80%); zombie time 0.0 s; "
         "cannot decide: no generation_tokens delta over the phase",
     )
+
+
+def _with_prompts(row_case: CaseData, prompt_each: int, counted: list[float]) -> CaseData:
+    """Every record sent ``prompt_each`` prompt tokens; the server's prompt_tokens counter
+    reads ``counted`` at the scrapes (every 0.5 s from t = 0)."""
+    for r in row_case.records:
+        r.prompt_tokens_sent = prompt_each
+    row_case.samples += [Sample(k * S // 2, "prompt_tokens", M, v) for k, v in enumerate(counted)]
+    return row_case
+
+
+def test_another_clients_traffic_makes_the_checks_undecided_not_failed() -> None:
+    # Two requests of 256 prompt tokens (512 sent); the counter rises by 1,536 over the phase
+    # window [1 s, 6 s]: 1,024 came from someone else, whose requests also keep running at 2
+    # after the disconnects and whose tokens raise Δgenerated to 60 (10 received).
+    records = [_record(i, 1 * S, 5, 100, 16 * S // 10) for i in range(2)]
+    shared = _with_prompts(
+        _case([0, 0, 0] + [2] * 10, [0, 0, 0] + [10, 20, 30, 40, 50] + [60] * 5, records),
+        256,
+        [0, 0, 0] + [512, 1024] + [1536] * 8,
+    )
+    row = disconnect_row(shared, PHASE)
+    assert row is not None and row.prompt_tokens == 1536 and row.prompt_tokens_sent == 512
+    (frees, frees_detail), (orphans, orphans_detail) = _verdicts(shared)
+    because = (
+        "cannot decide: the server served other traffic during the phase "
+        "(Δprompt_tokens 1536, this phase sent 512)"
+    )
+    assert frees is None and frees_detail.endswith(because)
+    assert orphans is None and orphans_detail.endswith(because)
+
+
+def test_a_server_that_counted_only_this_phases_prompts_is_judged_as_usual() -> None:
+    records = [_record(i, 1 * S, 5, 100, 16 * S // 10) for i in range(2)]
+    alone = _with_prompts(
+        _case([0, 0, 0, 2] + [0] * 9, [0, 0, 0, 10, 12] + [12] * 8, records),
+        256,
+        [0, 0, 0] + [512] * 10,
+    )
+    (frees, _), (orphans, _) = _verdicts(alone)
+    assert frees is True and orphans is False  # freed at 2.0 s; 2 of 190 wasted
