@@ -60,6 +60,7 @@ from analysis.summaries import case_summary, incomplete_reason
 from loadgen.runformat import CaseInfo, PhaseRow, RequestRecord, Reseal, RunInfo
 from loadgen.runformat.layout import (
     CASE_FILE,
+    CASES_DIR,
     MANIFEST_FILE,
     PHASES_FILE,
     PLAN_FILE,
@@ -105,6 +106,8 @@ class Integrity:
         warnings: figures that need care.
         facts: per case: its status, request and failure counts (workers when split).
         sealed: the run has a manifest.
+        unplanned: the run ended before its plan was made (:func:`ended_before_planning`):
+            it has no plan, cases or report, and needs none.
         reseals: its explicit re-seals (``manifest.json``'s ``resealed``), oldest first.
     """
 
@@ -114,6 +117,7 @@ class Integrity:
     facts: dict[str, object] = field(default_factory=dict)
     sealed: bool = False
     reseals: list[Reseal] = field(default_factory=list)
+    unplanned: bool = False
 
     @property
     def ok(self) -> bool:
@@ -214,6 +218,21 @@ def record_identity_problems(records: Sequence[RequestRecord], case: str) -> lis
     return problems
 
 
+def ended_before_planning(run_dir: Path) -> str | None:
+    """Why ``run_dir`` holds a run that ended before its plan was made (its server did not
+    start or could not be reached, say: ``run.json`` says failed or interrupted and there is
+    no ``plan.json``), or ``None``. Such a run is complete as it is: no case ran."""
+    if (run_dir / PLAN_FILE).exists() or not (run_dir / RUN_FILE).exists():
+        return None
+    if any((run_dir / CASES_DIR).glob("*/requests*.jsonl")):
+        return None  # requests were sent: a plan was made, and its file is missing
+    run = read_json_file(run_dir / RUN_FILE, RunInfo)
+    if run.problem or not run.exists or run.data.status not in ("failed", "interrupted"):
+        return None
+    why = f": {run.data.error}" if run.data.error else ""
+    return f"the run ended before it was planned (status {run.data.status}{why}); no case ran"
+
+
 def check_run(run_dir: Path, rebuilding: bool = False) -> Integrity:
     """The integrity of ``run_dir`` (module docstring); never raises for a broken run.
 
@@ -227,6 +246,10 @@ def check_run(run_dir: Path, rebuilding: bool = False) -> Integrity:
     result = Integrity(sealed=(run_dir / MANIFEST_FILE).exists(), reseals=read_reseals(run_dir))
     result.problems += manifest_changes(run_dir, rebuilding)
     result.attention += [reseal_line(r) for r in result.reseals]
+    if (ended := ended_before_planning(run_dir)) is not None:
+        result.unplanned = True
+        result.attention.append(ended)
+        return result
     for name in (RUN_FILE, PLAN_FILE):
         if not (run_dir / name).exists():
             result.problems.append(f"{name} missing")

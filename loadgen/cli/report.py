@@ -46,7 +46,7 @@ def report(run_dir: Path, reason: str | None) -> None:
     a broken run gets no figures and is never sealed, --reseal or not. Exit 2 for a run format
     this loadgen cannot read.
     """
-    from analysis.integrity import IntegrityError, manifest_changes
+    from analysis.integrity import IntegrityError, ended_before_planning, manifest_changes
     from analysis.load import read_json_file
     from analysis.report import build_report
     from loadgen.progress import make_console
@@ -54,6 +54,8 @@ def report(run_dir: Path, reason: str | None) -> None:
     from loadgen.runformat.layout import MANIFEST_FILE, PLAN_FILE, RUN_FILE
     from loadgen.runformat.manifest import utc_now, write_manifest
 
+    if (ended := ended_before_planning(run_dir)) is not None:
+        raise click.ClickException(f"{run_dir}: {ended}: there is nothing to report")
     if not (run_dir / PLAN_FILE).exists():
         raise click.ClickException(f"{run_dir} has no {PLAN_FILE}: not a run directory")
     if reason is not None and not reason.strip():
