@@ -110,7 +110,7 @@ def _wait_ready(
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{name} exited with {proc.returncode}:\n{log_tail(log)}")
+            raise RuntimeError(f"{name} exited with {proc.returncode}:\n{log_tail([log])}")
         try:
             with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
                 healthy = response.status == 200
@@ -119,7 +119,7 @@ def _wait_ready(
         except (OSError, http.client.HTTPException):
             pass
         time.sleep(0.05)
-    raise RuntimeError(f"{name} at {url} not ready in {timeout_s:.0f} s:\n{log_tail(log)}")
+    raise RuntimeError(f"{name} at {url} not ready in {timeout_s:.0f} s:\n{log_tail([log])}")
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
