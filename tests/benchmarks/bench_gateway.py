@@ -18,7 +18,8 @@ gateway → nginx → vllm-router, 2 rounds.
 
 - added TTFT and E2EL, p50 and p99 (ms), and where the added TTFT goes: the legs client send
   → server read and server first write → client first token (the server logs its own
-  stamps), each minus direct's. Figures are a proxy's minus direct's, pooled over the
+  stamps), each minus direct's. Figures are quantiles of the per-request differences (request
+  i of round r through the proxy minus the same request sent directly), pooled over the
   rounds, after each run's first wave (its first C requests, sent at once: at 64 streams a
   burst that a proxy forwards one request after the other; reported apart).
 - each proxy's cost in those latency runs (``proxy_cost``): CPU µs per request, wake-ups
@@ -324,6 +325,8 @@ def run(tiny: bool) -> dict[str, Any]:
     capacity: dict[str, dict[str, float]] = {}
     # streams level → proxy → [CPU ns, context switches, requests] over its latency runs
     run_cost: dict[str, dict[str, list[int]]] = {}
+    # streams level → path → (round, request index) → legs (ms), for the paired differences
+    paired: dict[str, dict[str, dict[tuple[int, int], dict[str, float]]]] = {}
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         server = stack.enter_context(h.FakeServer(cpu=h.CLIENT_CPU))
@@ -337,7 +340,7 @@ def run(tiny: bool) -> dict[str, Any]:
             first = 0
             for c, n in levels.items():
                 per = lat.setdefault(str(c), {})
-                for _ in range(rounds):
+                for r in range(rounds):
                     for name, (url, pid) in proxies.items():
                         server.take_log()
                         before = h.process_run_stats(pid) if pid is not None else None
@@ -360,13 +363,17 @@ def run(tiny: bool) -> dict[str, Any]:
                         for p in out.per_request:
                             into = per if p["index"] >= c else first_wave.setdefault(str(c), {})
                             got = into.setdefault(name, {k: [] for k in LEGS})
-                            got["ttft_ms"].append(p["ttft_ms"])
-                            got["e2el_ms"].append(p["e2el_ms"])
+                            legs = {"ttft_ms": p["ttft_ms"], "e2el_ms": p["e2el_ms"]}
                             if (e := log.get(p["key"])) is not None:
-                                got["to_server_ms"].append((e["read_ns"] - p["sent_ns"]) / 1e6)
-                                got["to_client_ms"].append(
-                                    (p["first_token_ns"] - e["first_write_ns"]) / 1e6
-                                )
+                                legs["to_server_ms"] = (e["read_ns"] - p["sent_ns"]) / 1e6
+                                legs["to_client_ms"] = (
+                                    p["first_token_ns"] - e["first_write_ns"]
+                                ) / 1e6
+                            for k, v in legs.items():
+                                got[k].append(v)
+                            if p["index"] >= c:  # request i of round r: the same on every path
+                                by_request = paired.setdefault(str(c), {}).setdefault(name, {})
+                                by_request[(r, p["index"])] = legs
             server.configure(0, 0)
             for name, (url, pid) in proxies.items():
                 if pid is None:
@@ -392,16 +399,9 @@ def run(tiny: bool) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     for c, per in lat.items():
         summary[c] = {name: {k: h.dist(v) for k, v in m.items()} for name, m in per.items()}
-        direct = summary[c]["direct"]
         for name in per:
-            if name == "direct":
-                continue
-            summary[c][name]["added"] = {
-                f"{k}_{q}": round(summary[c][name][k][q] - direct[k][q], 3)
-                for k in LEGS
-                for q in ("p50", "p99")
-                if summary[c][name][k][q] is not None and direct[k][q] is not None
-            }
+            if name != "direct":
+                summary[c][name]["added"] = added_paired(paired[c]["direct"], paired[c][name])
     return {
         "config": {
             "ttft_ms": TTFT_MS,
@@ -424,6 +424,26 @@ def run(tiny: bool) -> dict[str, Any]:
         "proxy_cost": proxy_cost(run_cost),
         "gateway_cpu_profile": profile,
     }
+
+
+def added_paired(
+    direct: dict[tuple[int, int], dict[str, float]], via: dict[tuple[int, int], dict[str, float]]
+) -> dict[str, float]:
+    """What a proxy adds, per leg (module docstring), p50 and p99 in ms: the quantiles of
+    the per-request differences, request i of round r through the proxy minus the same
+    request sent directly (the same output length, the same place in its run).
+
+    Not the difference of the two quantiles: E2EL moves in steps of one ITL with the output
+    length, and one request late by a step moves a median of 22 by a whole 10 ms step."""
+    out: dict[str, float] = {}
+    keys = sorted(set(direct) & set(via))
+    for k in LEGS:
+        diffs = [via[i][k] - direct[i][k] for i in keys if k in via[i] and k in direct[i]]
+        for q, frac in (("p50", 0.5), ("p99", 0.99)):
+            value = h.pct(diffs, frac)
+            if value is not None:
+                out[f"{k}_{q}"] = round(value, 3)
+    return out
 
 
 def proxy_cost(run_cost: dict[str, dict[str, list[int]]]) -> dict[str, dict[str, Any]]:
