@@ -180,8 +180,8 @@ GATEWAY_PROXIES = ("gateway", "nginx", "vllm-router")
 
 
 def _side_by_side(r: dict[str, Any]) -> list[str]:
-    """Each proxy's added latency (ms, minus direct's) and streams/s, one column per proxy
-    (``–``: not measured)."""
+    """Each proxy's added latency (ms, per-request differences from direct) and streams/s,
+    one column per proxy (``–``: not measured)."""
     anchors = r.get("anchors") or {"nginx": {}}  # older results: nginx only
     proxies = [p for p in GATEWAY_PROXIES if p == "gateway" or p in anchors]
     rows = []
@@ -206,7 +206,8 @@ def _side_by_side(r: dict[str, Any]) -> list[str]:
         if about["available"] and about["version"]
     )
     return [
-        "The three proxies side by side (added ms: the proxy's figure minus direct's; "
+        "The three proxies side by side (added ms: quantiles of the per-request "
+        "differences, each request through the proxy minus the same request direct; "
         "vllm-router is a peer, the targets are set against nginx"
         + (f"; {versions}" if versions else "") + "):", "",
         *[f"{line}." for line in missing], *([""] if missing else []),
@@ -312,7 +313,8 @@ def _why_gateway(r: dict[str, Any]) -> str:
         if (added := per.get("gateway", {}).get("added"))
     )
     text = (
-        f"Where the added TTFT p50 goes (each leg's p50 minus direct's): {legs}. Each leg of a "
+        f"Where the added TTFT p50 goes (each leg's per-request difference from direct, "
+        f"p50): {legs}. Each leg of a "
         "request crosses the gateway's Python once: the request is parsed, routed and re-sent "
         "through aiohttp's client, the first chunk read, watched and re-written. "
         f"One gateway process relays {_fmt(gw.get('streams_per_s'))} streams/s at "
