@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -14,6 +15,9 @@ import httpx
 from server.net.http import get_bounded
 from server.net.limits import CONTROL_MAX_BYTES
 
+#: Terminal colour and cursor sequences (CSI ... final byte), which a quoted log must not carry.
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+
 
 def is_executable_file(path: str) -> bool:
     """``path`` is a regular file (after symlinks) this process may execute: a directory has
@@ -22,11 +26,12 @@ def is_executable_file(path: str) -> bool:
 
 
 def log_tail(paths: list[Path], limit: int = 2000) -> str:
-    """The last ``limit`` characters of each of ``paths`` that has any, each under its path;
-    says so when none has a line."""
+    """The last ``limit`` characters of each of ``paths`` that has any (terminal escape
+    sequences removed), each under its path; says so when none has a line."""
     parts = []
     for path in paths:
-        text = path.read_text(errors="replace").strip() if path.exists() else ""
+        text = path.read_text(errors="replace") if path.exists() else ""
+        text = _ANSI_ESCAPE.sub("", text).strip()  # vllm-router colours its log regardless
         if text:
             parts.append(f"{path}:\n{text[-limit:]}")
     return "\n".join(parts) if parts else f"(nothing in {', '.join(map(str, paths))})"

@@ -169,3 +169,9 @@ def test_empty_logs_are_named_not_left_as_a_dangling_colon(tmp_path: Path) -> No
     assert log_tail([a, b]) == f"(nothing in {a}, {b})"
     b.write_text("x" * 3000)
     assert log_tail([a, b], limit=10) == f"{b}:\n" + "x" * 10
+
+
+def test_a_quoted_log_carries_no_terminal_colours(tmp_path: Path) -> None:
+    log = tmp_path / "vllm-router.log"
+    log.write_text("\x1b[2m2026-12-02\x1b[0m \x1b[31mERROR\x1b[0m worker unhealthy\n")
+    assert log_tail([log]) == f"{log}:\n2026-12-02 ERROR worker unhealthy"
