@@ -9,7 +9,6 @@ never as a service, with every file it writes (pid, logs, temp files) in its wor
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import shutil
@@ -18,8 +17,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from loadgen.proxies.ready import is_executable_file, wait_relaying
-from server.process import free_loopback_port, spawn_group, stop_group
+from loadgen.proxies.ready import is_executable_file, running_relay
+from server.process import free_loopback_port
 
 #: Where Debian's package puts the binary (``/usr/sbin`` is not on every user's PATH).
 SBIN_PATH = "/usr/sbin:/usr/local/sbin"
@@ -124,12 +123,14 @@ async def running_nginx(
     port = free_loopback_port()
     conf = nginx_config(workdir, port, upstream_url, ignore_client_abort=ignore_client_abort)
     log = workdir / "nginx.log"
-    # -p and -e keep nginx from touching /var/log/nginx before it reads the config.
-    argv = [binary, "-p", str(workdir), "-e", str(workdir / "error.log"), "-c", str(conf)]
-    proc = spawn_group(argv, log, dict(os.environ))
-    try:
-        url = f"http://127.0.0.1:{port}"
-        await wait_relaying(proc, url, [workdir / "error.log", log], timeout_s, "nginx")
+    url = f"http://127.0.0.1:{port}"
+    argv = nginx_argv(binary, workdir, conf)
+    logs = [workdir / "error.log", log]
+    async with running_relay(argv, dict(os.environ), url, log, logs, timeout_s, "nginx") as proc:
         yield url, proc
-    finally:
-        await asyncio.shield(asyncio.to_thread(stop_group, proc.pid, 5.0, proc.poll))
+
+
+def nginx_argv(binary: str, workdir: Path, conf: Path) -> list[str]:
+    """nginx in the foreground with ``conf``; ``-p`` and ``-e`` keep it from touching
+    /var/log/nginx before it reads the config (its errors go to ``workdir/error.log``)."""
+    return [binary, "-p", str(workdir), "-e", str(workdir / "error.log"), "-c", str(conf)]

@@ -1,4 +1,5 @@
-"""Waiting for a started proxy to relay a request, and quoting its log when it does not."""
+"""Running a proxy process: start it, wait until it relays a request (quoting its logs when it
+does not), stop its whole group."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ import os
 import re
 import subprocess
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 
 from server.net.http import get_bounded
 from server.net.limits import CONTROL_MAX_BYTES
+from server.process import spawn_group, stop_group
 
 #: Terminal colour and cursor sequences (CSI ... final byte), which a quoted log must not carry.
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
@@ -61,3 +64,28 @@ async def wait_relaying(
                     return
             await asyncio.sleep(0.1)
     raise RuntimeError(f"{name} did not relay /health within {timeout_s:.0f} s; {log_tail(logs)}")
+
+
+@contextlib.asynccontextmanager
+async def running_relay(
+    argv: list[str],
+    env: dict[str, str],
+    url: str,
+    log: Path,
+    logs: list[Path],
+    timeout_s: float,
+    name: str,
+) -> AsyncIterator[subprocess.Popen[bytes]]:
+    """Start ``argv`` as its own process group (output to ``log``); yield the process once
+    ``url`` relays ``/health`` (:func:`wait_relaying`, quoting ``logs``); stop the group on
+    exit (SIGTERM, then SIGKILL after 5 s).
+
+    Raises:
+        RuntimeError: it exited or did not relay ``/health`` in time.
+    """
+    proc = spawn_group(argv, log, env)
+    try:
+        await wait_relaying(proc, url, logs, timeout_s, name)
+        yield proc
+    finally:
+        await asyncio.shield(asyncio.to_thread(stop_group, proc.pid, 5.0, proc.poll))

@@ -9,7 +9,6 @@ retried request would be sent to vLLM twice and counted once).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import shutil
@@ -17,14 +16,16 @@ import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from loadgen.proxies.ready import is_executable_file, wait_relaying
+from loadgen.proxies.ready import is_executable_file, running_relay
 from server.engines import engines_root
-from server.process import free_loopback_port, spawn_group, stop_group
+from server.process import free_loopback_port
 
 #: The router's own virtualenv under the engines root (``make proxies`` creates it).
 VENV_NAME = "vllm-router"
 #: Names the router's executable explicitly.
 VLLM_ROUTER_ENV = "SERVING_TESTBED_VLLM_ROUTER"
+#: Its log is a file, not a terminal (it colours it all the same: quoted logs are stripped).
+ROUTER_ENV = {"NO_COLOR": "1", "RUST_LOG_STYLE": "never"}
 
 
 def find_vllm_router() -> str | None:
@@ -68,12 +69,8 @@ async def running_vllm_router(
     while (metrics_port := free_loopback_port()) == port:
         pass  # the OS may hand out the same free port twice
     log = workdir / "vllm-router.log"
-    # NO_COLOR: its log is a file, not a terminal.
-    env = {**os.environ, "NO_COLOR": "1", "RUST_LOG_STYLE": "never"}
-    proc = spawn_group(router_argv(binary, upstream_url, port, metrics_port), log, env)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        await wait_relaying(proc, url, [log], timeout_s, "vllm-router")
+    url = f"http://127.0.0.1:{port}"
+    argv = router_argv(binary, upstream_url, port, metrics_port)
+    env = {**os.environ, **ROUTER_ENV}
+    async with running_relay(argv, env, url, log, [log], timeout_s, "vllm-router") as proc:
         yield url, proc
-    finally:
-        await asyncio.shield(asyncio.to_thread(stop_group, proc.pid, 5.0, proc.poll))

@@ -31,7 +31,7 @@ from types import ModuleType
 from typing import Any, Literal
 
 from loadgen.proxies import find_proxy
-from loadgen.proxies.nginx import nginx_config
+from loadgen.proxies.nginx import nginx_argv, nginx_config
 from loadgen.proxies.vllm_router import router_argv
 from scenarios.plan import ProxySpec
 from server.process import free_loopback_port
@@ -140,8 +140,7 @@ def proxy_argv(name: str, binary: str, upstream_url: str, port: int, workdir: Pa
         OSError: nginx's config cannot be written.
     """
     if name == "nginx":
-        conf = nginx_config(workdir, port, upstream_url)
-        return [binary, "-p", str(workdir), "-e", str(workdir / "error.log"), "-c", str(conf)]
+        return nginx_argv(binary, workdir, nginx_config(workdir, port, upstream_url))
     return router_argv(binary, upstream_url, port, free_loopback_port())
 
 

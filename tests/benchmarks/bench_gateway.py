@@ -57,6 +57,7 @@ from anchors import PROXY_ANCHORS, proxy_argv, proxy_binary, proxy_version
 
 from loadgen.proxies import ProxyNotInstalledError
 from loadgen.proxies.ready import log_tail
+from loadgen.proxies.vllm_router import ROUTER_ENV
 from server.process import free_loopback_port
 
 NAME = "gateway"
@@ -215,8 +216,7 @@ def anchor_proxy(name: str, binary: str, upstream: str, workdir: Path) -> Iterat
     out_path = workdir / f"{name}.log"
     # nginx writes its errors to workdir/error.log (-e); the router logs to its output.
     log_path = workdir / "error.log" if name == "nginx" else out_path
-    # As loadgen.proxies runs the router: no colour codes in a log that is a file.
-    env = {**os.environ, "NO_COLOR": "1", "RUST_LOG_STYLE": "never"}
+    env = {**os.environ, **ROUTER_ENV}  # as loadgen.proxies runs the router
     with open(out_path, "wb") as out:
         proc = subprocess.Popen(
             h.pinned(argv, PROXY_CPU), stdout=out, stderr=subprocess.STDOUT, env=env
