@@ -23,17 +23,24 @@ from tests.support.vllm_fixtures import SharedServer, loadgen, read_report, run_
 pytestmark = pytest.mark.vllm
 
 
-@pytest.fixture(scope="module")
-def abort_run(server_1gib: SharedServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _abort_run(server: SharedServer, tmp_path_factory: pytest.TempPathFactory, *paths: str) -> Path:
+    """The module's workload (4 streams, 128 + 256 tokens, disconnect after 16) on the shared
+    server, through the scenario's default paths or ``--paths`` ``paths``."""
     return run_scenario(
         tmp_path_factory, "disconnect-abort",
-        "--url", server_1gib.url,
+        "--url", server.url,
+        *(("--paths", ",".join(paths)) if paths else ()),
         "--requests", "4",
         "--prompt-tokens", "128",
         "--output-tokens", "256",
         "--disconnect-after-tokens", "16",
         "--settle-s", "0.6",
     )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def abort_run(server_1gib: SharedServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _abort_run(server_1gib, tmp_path_factory)
 
 
 def _rows(run: Path) -> dict[str, dict]:
@@ -86,16 +93,7 @@ def proxy_run(server_1gib: SharedServer, tmp_path_factory: pytest.TempPathFactor
             if os.environ.get("CI"):  # `make test` installs both: missing on CI is a failure
                 pytest.fail(str(exc))
             pytest.skip(str(exc))
-    return run_scenario(
-        tmp_path_factory, "disconnect-abort",
-        "--url", server_1gib.url,
-        "--paths", ",".join(PROXY_PATHS),
-        "--requests", "4",
-        "--prompt-tokens", "128",
-        "--output-tokens", "256",
-        "--disconnect-after-tokens", "16",
-        "--settle-s", "0.6",
-    )  # fmt: skip
+    return _abort_run(server_1gib, tmp_path_factory, *PROXY_PATHS)
 
 
 def test_every_real_proxy_frees_the_server_within_a_second(proxy_run: Path) -> None:

@@ -19,6 +19,13 @@ from loadgen.proxies.vllm_router import find_vllm_router, router_argv
 from scenarios.plan import CaseSpec, GatewaySpec, ProxySpec
 
 
+def _executable(path: Path, script: str) -> Path:
+    """Write ``script`` to ``path`` and make it executable."""
+    path.write_text(script)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
 def _directives(conf: str) -> list[str]:
     return [line.strip() for line in conf.splitlines()]
 
@@ -68,9 +75,7 @@ def test_a_case_takes_a_gateway_or_a_proxy_not_both() -> None:
 def test_a_named_executable_is_used_and_a_missing_one_is_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    router = tmp_path / "vllm-router"
-    router.write_text("#!/bin/sh\n")
-    router.chmod(router.stat().st_mode | stat.S_IXUSR)
+    router = _executable(tmp_path / "vllm-router", "#!/bin/sh\n")
     monkeypatch.setenv("SERVING_TESTBED_VLLM_ROUTER", str(router))
     assert find_vllm_router() == str(router)
     assert find_proxy(ProxySpec(kind="vllm-router")) == str(router)
@@ -147,9 +152,9 @@ def test_a_directory_is_not_taken_for_the_proxy_executable(
 def test_a_proxy_that_exits_at_once_is_reported_with_what_it_printed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake = tmp_path / "nginx"
-    fake.write_text("#!/bin/sh\necho 'nginx: [emerg] unknown directive \"x\"'\nexit 3\n")
-    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    fake = _executable(
+        tmp_path / "nginx", "#!/bin/sh\necho 'nginx: [emerg] unknown directive \"x\"'\nexit 3\n"
+    )
     monkeypatch.setenv("SERVING_TESTBED_NGINX", str(fake))
 
     async def start() -> None:
