@@ -90,14 +90,16 @@ run: $(STAMP)
 # Fast unit tests first, then the real-vLLM tier (one server start per configuration).
 test: $(STAMP) $(RAY_STAMP) $(ROUTER_STAMP) $(NGINX_STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
-# The fast tier alone, for quick checks while you work: ruff, mypy and every test that needs
-# no vLLM (the real-vLLM tier is opted out explicitly, and says so). Ray's test runs when the
+# The fast tier alone, for quick checks while you work: ruff (lint and format), mypy and every
+# test that needs no vLLM (the real-vLLM tier is opted out explicitly, and says so). Ray's test runs when the
 # ray extra is installed (`make test` installs it), else it is skipped, saying so.
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	SKIP_VLLM_TESTS=1 $(BIN)/python -m pytest -q
 

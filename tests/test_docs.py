@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.doc_names import unresolved_names
+
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 README_MAX_BYTES = 12 * 1024
@@ -129,3 +131,25 @@ def test_no_file_points_to_files_users_never_see() -> None:
                 if needle in line:
                     found.append(f"{path.relative_to(REPO)}:{lineno}: {needle}")
     assert not found, "point to the docs/ page instead:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("page", markdown_files(), ids=lambda p: p.relative_to(REPO).as_posix())
+def test_backticked_paths_and_dotted_names_resolve(page: Path) -> None:
+    bad = unresolved_names(REPO, page.read_text(encoding="utf-8"))
+    assert not bad, f"{page.relative_to(REPO)}: " + "; ".join(bad)
+
+
+def test_a_renamed_module_path_or_dotted_name_is_caught() -> None:
+    text = (
+        "The runner is `loadgen/run.py`, the old one `loadgen/orchestrate.py`; placeholders "
+        "`scenarios/<name>.py` and `analysis/reports/<scenario>/` resolve, `analysis/reports/"
+        "<name>.py` does not (only `__init__.py` is there). Names: `loadgen.runformat.layout`, "
+        "`scenarios.registry.SCENARIOS`, `loadgen.client.open_session`, `analysis.preemption`."
+        " Files and other projects are not names: `server.json`, `benchmarks/serve.py`."
+    )
+    assert unresolved_names(REPO, text) == [
+        "`loadgen/orchestrate.py`: no such file or folder",
+        "`analysis/reports/<name>.py`: no such file or folder",
+        "`loadgen.client.open_session`: no such module or attribute",
+        "`analysis.preemption`: no such module or attribute",
+    ]

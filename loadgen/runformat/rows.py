@@ -46,7 +46,7 @@ class RequestRecord(msgspec.Struct):
         sent_ns: when the request was handed to the connection pool, the start of the HTTP
             request (prompt built and encoded before it); TTFT is measured from here.
         connection_ready_ns: when a connection was obtained (a reused one, or a new one
-            connected); ``None`` without request tracing (:func:`loadgen.client.open_session`).
+            connected); ``None`` without request tracing (:func:`loadgen.connections.open_session`).
         new_connection: whether that connection was newly opened (its TCP connect counts
             into ``connection_ready_ns − sent_ns``), ``None`` without tracing.
         request_sent_ns: when the request (headers and body, coalesced) was written to the
@@ -221,7 +221,7 @@ class PhaseRow(msgspec.Struct, kw_only=True):
 
 class ClockOffsetRow(msgspec.Struct, kw_only=True):
     """One line of ``clock_offsets.jsonl``: a worker's clock against the coordinator's,
-    measured before a phase (Cristian's method, ``loadgen.workers.ClockOffset``).
+    measured before a phase (Cristian's method, ``loadgen.workers.base.ClockOffset``).
 
     Attributes:
         phase: the phase it was measured before.
@@ -303,7 +303,7 @@ class RunInfo(msgspec.Struct, kw_only=True):
             stamps.
         versions: versions of the pieces that shape results (``loadgen.runformat.manifest``).
         model_variant: the embedded model's variant and why, if the run starts servers.
-        load_generator: how the load was spread (``loadgen.workers.WorkersConfig``).
+        load_generator: how the load was spread (``loadgen.workers.process.WorkersConfig``).
         status: ``running``, then ``ok``, ``failed`` or ``interrupted``.
         error: why the run failed.
         wall_s: the run's duration (s).

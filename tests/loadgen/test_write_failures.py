@@ -176,9 +176,7 @@ def test_an_out_under_proc_is_a_usage_error_before_any_server(
     monkeypatch.setattr(loadgen.run, "run_scenario", never)
     result = CliRunner().invoke(main, _bench_args("http://127.0.0.1:9", Path(out)))
     assert result.exit_code == 2, result.output
-    assert f"--out {out} cannot be created or written: No such file or directory" in (
-        result.output
-    )
+    assert f"--out {out} cannot be created or written: No such file or directory" in (result.output)
     assert "Traceback" not in result.output
     assert started == []
 

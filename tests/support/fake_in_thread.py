@@ -38,4 +38,3 @@ def fake_in_thread(fake: FakeOpenAIServer) -> Iterator[FakeOpenAIServer]:
         loop.call_soon_threadsafe(stop.set)
         thread.join(10)
         loop.close()
-
