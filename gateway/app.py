@@ -21,7 +21,7 @@ from aiohttp import web
 
 from gateway.config import GatewayConfig
 from gateway.health import health_handler
-from gateway.proxy import metrics_handler, proxy_handler
+from gateway.proxy.handler import metrics_handler, proxy_handler
 from gateway.state import STATE_KEY, GatewayState
 
 logger = logging.getLogger(__name__)

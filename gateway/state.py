@@ -1,6 +1,7 @@
 """Typed per-application state of a gateway, stored under :data:`STATE_KEY`.
 
-Owns the wiring between config, metrics, events file, upstream pool, admission controller, the
+Owns the wiring between config, metrics, events file, upstream pool and its router, admission
+controller, the
 shared client session (created and closed by the app's ``cleanup_ctx``) and background drain
 tasks.
 """
@@ -20,6 +21,7 @@ from gateway.breaker import Transition
 from gateway.config import GatewayConfig
 from gateway.events import EventsFile
 from gateway.metrics import GatewayMetrics
+from gateway.routing import Router
 from gateway.upstreams import UpstreamPool
 
 
@@ -30,6 +32,7 @@ class GatewayState:
     config: GatewayConfig
     metrics: GatewayMetrics
     pool: UpstreamPool
+    router: Router
     admission: AdmissionController
     events: EventsFile | None = None
     session: aiohttp.ClientSession | None = None
@@ -37,7 +40,7 @@ class GatewayState:
 
     @classmethod
     def build(cls, config: GatewayConfig) -> GatewayState:
-        """Create metrics, events file, pool and admission controller (no session yet).
+        """Create metrics, events file, pool, router and admission controller (no session yet).
 
         Raises ``OSError`` when the configured events file cannot be created.
         """
@@ -61,7 +64,7 @@ class GatewayState:
         admission = AdmissionController(
             adm.max_in_flight, adm.max_queue, adm.queue_timeout_s, metrics.on_admission_change
         )
-        return cls(config, metrics, pool, admission, events)
+        return cls(config, metrics, pool, Router(pool), admission, events)
 
     def client_session(self) -> aiohttp.ClientSession:
         """The upstream client session; only valid while the app runs."""

@@ -1,11 +1,12 @@
 """Upstream pool: the configured upstreams, their breakers, in-flight counts and what was seen.
 
-Owns routing: :meth:`UpstreamPool.choose` picks, among upstreams whose breaker admits traffic,
-the one with the fewest requests in flight (ties rotate), and reserves it. Only configured
-upstreams exist; nothing in a request can add one. Each upstream also remembers what the
-gateway learnt about it (:class:`Observations`: last success and failure, live checks, the
-last wait it asked for with ``Retry-After``) for ``/health`` and for the ``Retry-After`` of
-the gateway's own 503. Timestamps are seconds on the caller's monotonic clock.
+The pool says which upstreams take traffic now (:meth:`UpstreamPool.admitted`) and reserves
+one for a request (:meth:`UpstreamPool.reserve`); which one is :mod:`gateway.routing`'s
+decision. Only configured upstreams exist; nothing in a request can add one. Each upstream
+also remembers what the gateway learnt about it (:class:`Observations`: last success and
+failure, live checks, the last wait it asked for with ``Retry-After``) for ``/health`` and
+for the ``Retry-After`` of the gateway's own 503. Timestamps are seconds on the caller's
+monotonic clock.
 """
 
 from __future__ import annotations
@@ -85,11 +86,10 @@ class Lease:
 
 @dataclass
 class UpstreamPool:
-    """Least-in-flight selection over breaker-admitted upstreams."""
+    """The configured upstreams, which of them admit traffic, and their reservations."""
 
     upstreams: list[Upstream]
     on_in_flight: Callable[[str, int], None] | None = None
-    _rotation: int = field(default=0, init=False)
 
     @classmethod
     def from_urls(
@@ -103,24 +103,19 @@ class UpstreamPool:
         ups = [Upstream(u, CircuitBreaker(breaker_config, u, on_transition)) for u in urls]
         return cls(ups, on_in_flight)
 
-    def choose(self, now_s: float, exclude: frozenset[str] = frozenset()) -> Lease | None:
-        """Reserve the admitted upstream with the fewest in flight, or ``None`` if none admits.
+    def admitted(self, now_s: float, exclude: frozenset[str] = frozenset()) -> list[Upstream]:
+        """The upstreams, in configured order, whose breaker admits traffic at ``now_s``,
+        leaving out those whose URL is in ``exclude``."""
+        return [u for u in self.upstreams if u.url not in exclude and u.breaker.admits(now_s)]
 
-        ``exclude`` names upstream URLs not to pick (already tried for this request).
-        """
-        n = len(self.upstreams)
-        start = self._rotation % n
-        rotated = [self.upstreams[(start + i) % n] for i in range(n)]  # ties: round robin
-        admitted = [u for u in rotated if u.url not in exclude and u.breaker.admits(now_s)]
-        if not admitted:
-            return None
-        chosen = min(admitted, key=lambda u: u.in_flight)  # first of the tied in rotated order
-        self._rotation = self.upstreams.index(chosen) + 1
-        attempt = chosen.breaker.try_acquire(now_s)
+    def reserve(self, upstream: Upstream, now_s: float) -> Lease:
+        """Reserve ``upstream`` (one of :meth:`admitted` at this same ``now_s``, in the same
+        synchronous step) for one request: a breaker attempt and one more in flight."""
+        attempt = upstream.breaker.try_acquire(now_s)
         assert attempt is not None  # admits() was true in this same synchronous step
-        chosen.in_flight += 1
-        self._notify(chosen)
-        return Lease(chosen, attempt)
+        upstream.in_flight += 1
+        self._notify(upstream)
+        return Lease(upstream, attempt)
 
     def release(self, lease: Lease) -> None:
         """Give back the in-flight reservation (breaker verdicts are recorded separately)."""

@@ -12,6 +12,7 @@ from gateway.app import running_gateway
 from gateway.breaker import BreakerState
 from gateway.config import BreakerConfig
 from gateway.retry_after import MAX_RETRY_AFTER_S, format_retry_after, parse_retry_after
+from gateway.routing import Router
 from gateway.upstreams import UpstreamPool
 from tests.support.gateway_fakes import (
     Behaviour,
@@ -61,8 +62,9 @@ def test_format_rounds_up_to_whole_seconds() -> None:
 
 def test_seconds_until_retry_is_the_longer_of_cool_down_and_the_upstream_request() -> None:
     pool = UpstreamPool.from_urls(["a"], BreakerConfig(consecutive_failures=1, cooldown_s=30.0))
+    router = Router(pool)
     upstream = pool.upstreams[0]
-    lease = pool.choose(100.0)
+    lease = router.choose(100.0)
     assert lease is not None
     upstream.note_retry_after(100.0, 120.0)  # asks for 120 s at t=100: until t=220
     upstream.breaker.record_failure(lease.attempt, 100.0)  # open until t=130

@@ -1,10 +1,10 @@
-"""gateway.proxy._wants_stream: only a JSON object whose "stream" member is true streams."""
+"""wants_stream: only a JSON object whose "stream" member is true asks for a stream."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.proxy import _wants_stream
+from gateway.proxy.forward import wants_stream
 
 
 @pytest.mark.parametrize(
@@ -23,4 +23,4 @@ from gateway.proxy import _wants_stream
     ],
 )
 def test_only_a_true_stream_member_streams(body: bytes, streams: bool) -> None:
-    assert _wants_stream(body) is streams
+    assert wants_stream(body) is streams

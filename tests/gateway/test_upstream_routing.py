@@ -11,6 +11,7 @@ import pytest
 from gateway.app import running_gateway
 from gateway.breaker import BreakerState
 from gateway.config import BreakerConfig
+from gateway.routing import Router
 from gateway.upstreams import UpstreamPool
 from tests.support.gateway_fakes import (
     Behaviour,
@@ -25,11 +26,12 @@ pytestmark = pytest.mark.timeout(30)
 
 def test_pool_picks_least_in_flight_and_skips_open_breakers() -> None:
     pool = UpstreamPool.from_urls(["a", "b", "c"], BreakerConfig(consecutive_failures=1))
-    leases = [pool.choose(0.0) for _ in range(3)]
+    router = Router(pool)
+    leases = [router.choose(0.0) for _ in range(3)]
     assert [lease.upstream.url for lease in leases if lease] == ["a", "b", "c"]
     assert leases[1] is not None
     pool.release(leases[1])  # b now has fewest in flight
-    b_lease = pool.choose(0.0)
+    b_lease = router.choose(0.0)
     assert b_lease is not None and b_lease.upstream.url == "b"
     # Open c's breaker: it gets no traffic although it will have the fewest in flight.
     c = pool.upstreams[2]
@@ -39,7 +41,7 @@ def test_pool_picks_least_in_flight_and_skips_open_breakers() -> None:
     assert c.breaker.state is BreakerState.OPEN
     picks = Counter()
     for _ in range(4):
-        lease = pool.choose(2.0)
+        lease = router.choose(2.0)
         assert lease is not None
         picks[lease.upstream.url] += 1
     assert picks == {"a": 2, "b": 2}
@@ -48,11 +50,12 @@ def test_pool_picks_least_in_flight_and_skips_open_breakers() -> None:
 
 def test_pool_returns_none_when_every_breaker_is_open() -> None:
     pool = UpstreamPool.from_urls(["a"], BreakerConfig(consecutive_failures=1, cooldown_s=4.0))
-    lease = pool.choose(0.0)
+    router = Router(pool)
+    lease = router.choose(0.0)
     assert lease is not None
     lease.upstream.breaker.record_failure(lease.attempt, 0.0)
     pool.release(lease)
-    assert pool.choose(1.0) is None
+    assert router.choose(1.0) is None
     assert pool.seconds_until_retry(1.0) == pytest.approx(3.0)
 
 
