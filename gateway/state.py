@@ -21,7 +21,7 @@ from gateway.breaker import Transition
 from gateway.config import GatewayConfig
 from gateway.events import EventsFile
 from gateway.metrics import GatewayMetrics
-from gateway.routing import Router
+from gateway.upstream_choice import Router
 from gateway.upstreams import UpstreamPool
 
 

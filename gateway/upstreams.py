@@ -1,7 +1,7 @@
 """Upstream pool: the configured upstreams, their breakers, in-flight counts and what was seen.
 
 The pool says which upstreams take traffic now (:meth:`UpstreamPool.admitted`) and reserves
-one for a request (:meth:`UpstreamPool.reserve`); which one is :mod:`gateway.routing`'s
+one for a request (:meth:`UpstreamPool.reserve`); which one is :mod:`gateway.upstream_choice`'s
 decision. Only configured upstreams exist; nothing in a request can add one. Each upstream
 also remembers what the gateway learnt about it (:class:`Observations`: last success and
 failure, live checks, the last wait it asked for with ``Retry-After``) for ``/health`` and

@@ -1,7 +1,7 @@
 """The proxy for ``/v1/*``: one proxied exchange from request body to last byte.
 
 - :mod:`gateway.proxy.handler`: the aiohttp handlers; size limit (413), admission (429),
-  upstream choice through :mod:`gateway.routing` (503 when no upstream takes traffic), one
+  upstream choice through :mod:`gateway.upstream_choice` (503 when no upstream takes traffic), one
   retry elsewhere after a refused connection, and ``/metrics``.
 - :mod:`gateway.proxy.forward`: forwarding one attempt, from sending to relaying, and noticing
   a client that went away.

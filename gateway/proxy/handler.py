@@ -1,7 +1,7 @@
 """Request handlers: the proxy for ``/v1/*`` and the gateway's own ``/metrics``.
 
 :func:`proxy_handler` admits a request and forwards it: size limit (413), admission (429),
-upstream choice (:meth:`gateway.routing.Router.choose`; 503 when no upstream takes
+upstream choice (:meth:`gateway.upstream_choice.Router.choose`; 503 when no upstream takes
 traffic), then one :class:`gateway.proxy.exchange.Exchange` per attempt
 (:func:`gateway.proxy.forward.forward`), with a retry on
 another upstream after a refused connection (the request never reached it). It counts every
@@ -23,8 +23,8 @@ from gateway.proxy.answers import json_error
 from gateway.proxy.exchange import Exchange, RequestOutcome
 from gateway.proxy.forward import forward
 from gateway.retry_after import format_retry_after
-from gateway.routing import RouteRequest
 from gateway.state import STATE_KEY, GatewayState
+from gateway.upstream_choice import RouteRequest
 
 
 def _route_name(request: web.Request) -> str:

@@ -12,7 +12,7 @@ from gateway.app import running_gateway
 from gateway.breaker import BreakerState
 from gateway.config import BreakerConfig
 from gateway.retry_after import MAX_RETRY_AFTER_S, format_retry_after, parse_retry_after
-from gateway.routing import Router
+from gateway.upstream_choice import Router
 from gateway.upstreams import UpstreamPool
 from tests.support.gateway_fakes import (
     Behaviour,

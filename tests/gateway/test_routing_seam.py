@@ -11,8 +11,8 @@ import pytest
 
 from gateway.app import create_app, running_app
 from gateway.config import BreakerConfig
-from gateway.routing import LeastInFlight, Router, RouteRequest
 from gateway.state import STATE_KEY
+from gateway.upstream_choice import LeastInFlight, Router, RouteRequest
 from gateway.upstreams import Upstream, UpstreamPool
 from tests.support.gateway_fakes import (
     FakeUpstream,

@@ -11,7 +11,7 @@ import pytest
 from gateway.app import running_gateway
 from gateway.breaker import BreakerState
 from gateway.config import BreakerConfig
-from gateway.routing import Router
+from gateway.upstream_choice import Router
 from gateway.upstreams import UpstreamPool
 from tests.support.gateway_fakes import (
     Behaviour,
