@@ -23,11 +23,12 @@ ALLOWED: dict[str, set[str]] = {
     # ``server`` only for ``server.net`` (see NET_ONLY).
     "gateway": {"server"},
     "metrics": {"server"},
-    "scenarios": {"server"},
+    # ``gateway`` only for ``gateway.routing`` (see ROUTING).
+    "scenarios": {"server", "gateway"},
     # ``gateway`` only for the row its events file holds (``gateway.events.GatewayEvent``),
     # which the run format (``loadgen.runformat``) re-exports for the readers.
     "loadgen": {"scenarios", "metrics", "server", "gateway"},
-    "analysis": {"loadgen", "metrics", "scenarios", "server"},
+    "analysis": {"loadgen", "metrics", "scenarios", "server", "gateway"},
 }
 
 #: ``server.net`` (talking to an HTTP server safely: size limits, bounded reads, exceptions
@@ -35,6 +36,12 @@ ALLOWED: dict[str, set[str]] = {
 #: scraper use it and nothing else of ``server``, whose vLLM process management they never see.
 NET = "server.net"
 NET_ONLY = ("gateway", "metrics")
+
+#: ``gateway.routing`` (the routing policies as pure code) imports nothing of the project
+#: outside itself, so the fleet model (``scenarios``) and the analysis can run the very
+#: function the gateway routes with; they import it and nothing else of ``gateway``.
+ROUTING = "gateway.routing"
+ROUTING_ONLY = ("scenarios", "analysis")
 
 
 def imported_packages(path: Path) -> set[str]:
@@ -137,6 +144,29 @@ def test_gateway_and_metrics_use_only_server_net_of_server(package: str) -> None
     beyond = {
         p.relative_to(ROOT).as_posix(): sorted(
             n for n in imported_names(p) if n.split(".")[0] == "server" and not n.startswith(NET)
+        )
+        for p in sorted((ROOT / package).rglob("*.py"))
+    }
+    assert {k: v for k, v in beyond.items() if v} == {}
+
+
+def test_gateway_routing_imports_nothing_outside_itself() -> None:
+    outside = {
+        p.relative_to(ROOT).as_posix(): sorted(
+            n for n in imported_names(p) if n != ROUTING and not n.startswith(ROUTING + ".")
+        )
+        for p in sorted((ROOT / "gateway" / "routing").rglob("*.py"))
+    }
+    assert outside and {k: v for k, v in outside.items() if v} == {}
+
+
+@pytest.mark.parametrize("package", ROUTING_ONLY)
+def test_scenarios_and_analysis_use_only_gateway_routing_of_gateway(package: str) -> None:
+    beyond = {
+        p.relative_to(ROOT).as_posix(): sorted(
+            n
+            for n in imported_names(p)
+            if n.split(".")[0] == "gateway" and n != ROUTING and not n.startswith(ROUTING + ".")
         )
         for p in sorted((ROOT / package).rglob("*.py"))
     }
