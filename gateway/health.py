@@ -4,7 +4,7 @@ A gateway is healthy (200, ``"status": "ok"``) only when some upstream both take
 breaker admits) and answers its own ``/health`` now: each call checks every upstream's
 ``/health`` concurrently, each bounded by ``health_check_timeout_s``. So a fresh gateway in
 front of upstreams that were never reached is not reported ok on faith, and a caller that
-waits for the gateway's ``/health`` before sending load (``loadgen.gateway_process``) waits for
+waits for the gateway's ``/health`` before sending load (``loadgen.proxies.gateway``) waits for
 a real upstream. Otherwise 503 with ``"status": "no_upstream"``.
 
 The live checks do not feed the breakers: the breakers judge real traffic only (Envoy's

@@ -130,13 +130,19 @@ class GatewaySpec(FrozenModel):
     propagate_cancellation: bool = True
     extra_args: tuple[str, ...] = ()
 
+    @property
+    def kind(self) -> Literal["gateway"]:
+        """The relay kind (``loadgen.proxies.RELAYS``); not a field, so not in ``plan.json``."""
+        return "gateway"
+
 
 class ProxySpec(FrozenModel):
     """Send the case's requests through a third-party reverse proxy (its own process, started
-    by the load generator on loopback, stopped with the case), in front of replica 0.
+    by the load generator on loopback, stopped with the case), in front of every replica.
 
     ``kind``: ``nginx`` (a streaming reverse-proxy config: HTTP/1.1 keep-alive upstream,
-    ``proxy_buffering off``) or ``vllm-router`` (vLLM's Rust load balancer, one worker).
+    ``proxy_buffering off``) or ``vllm-router`` (vLLM's Rust load balancer, a worker per
+    replica).
     ``ignore_client_abort`` (nginx only) adds ``proxy_ignore_client_abort on``.
     """
 
@@ -170,6 +176,11 @@ class CaseSpec(FrozenModel):
     proxy: ProxySpec | None = None
     #: Phases of this case only; empty means the plan's shared ``phases``.
     phases: tuple[PhaseSpec, ...] = ()
+
+    @property
+    def relay(self) -> GatewaySpec | ProxySpec | None:
+        """The relay in front of the case's servers (its gateway or proxy), if any."""
+        return self.gateway or self.proxy
 
     @model_validator(mode="after")
     def _one_proxy(self) -> CaseSpec:

@@ -1,7 +1,7 @@
 """``loadgen gateway``: the gateway's own command (``gateway.cli``), mounted under ``loadgen``.
 
 The command stays in the ``gateway`` package so the gateway runs alone
-(``python -m gateway.cli``, as ``loadgen.gateway_process`` starts it) without the load
+(``python -m gateway.cli``, as ``loadgen.proxies.gateway`` starts it) without the load
 generator.
 """
 

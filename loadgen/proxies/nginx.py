@@ -1,4 +1,5 @@
-"""nginx as a streaming reverse proxy in front of one vLLM: its config and its process.
+"""nginx as a streaming reverse proxy in front of a case's vLLM replicas: its config and its
+process.
 
 The config is what a streaming deployment writes: HTTP/1.1 to a keep-alive upstream pool and
 ``proxy_buffering off`` so each SSE event is relayed as it arrives; everything else is nginx's
@@ -9,15 +10,16 @@ never as a service, with every file it writes (pid, logs, temp files) in its wor
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
-from loadgen.proxies.ready import is_executable_file, running_relay
+from loadgen.proxies.ready import is_executable_file
+from loadgen.proxies.relay import RelayCommand, RelayKind
+from loadgen.runformat.layout import PROXY_DIR
 from server.process import free_loopback_port
 
 #: Where Debian's package puts the binary (``/usr/sbin`` is not on every user's PATH).
@@ -56,13 +58,14 @@ def upstream_address(url: str) -> tuple[str, str]:
 def nginx_config(
     workdir: Path,
     listen_port: int,
-    upstream_url: str,
+    upstream_url: str | Sequence[str],
     *,
     ignore_client_abort: bool = False,
     worker_connections: int = 4096,
 ) -> Path:
     """Write ``workdir/nginx.conf``: a streaming proxy on ``127.0.0.1:listen_port`` in front
-    of ``upstream_url`` (``http://host:port``); returns its path.
+    of ``upstream_url`` (``http://host:port``, or several: one upstream pool, nginx's
+    round-robin); returns its path.
 
     One worker process, no access log, keep-alive upstream connections (as a gateway holds
     them), ``proxy_read_timeout 3600s`` (a long generation may pause longer than nginx's 60 s
@@ -70,11 +73,17 @@ def nginx_config(
     ``proxy_ignore_client_abort on``.
 
     Raises:
-        ValueError: ``upstream_url`` is not a base URL nginx can proxy to
-            (:func:`upstream_address`).
+        ValueError: an upstream is not a base URL nginx can proxy to
+            (:func:`upstream_address`), or the upstreams mix http and https.
         OSError: the file cannot be written.
     """
-    scheme, host_port = upstream_address(upstream_url)
+    urls = [upstream_url] if isinstance(upstream_url, str) else list(upstream_url)
+    addresses = [upstream_address(url) for url in urls]
+    schemes = {scheme for scheme, _ in addresses}
+    if len(schemes) != 1:
+        raise ValueError("nginx needs upstreams of one scheme (all http or all https)")
+    scheme = schemes.pop()
+    servers = " ".join(f"server {host_port};" for _, host_port in addresses)
     abort = "on" if ignore_client_abort else "off"
     conf = f"""worker_processes 1;
 daemon off;
@@ -90,7 +99,7 @@ http {{
     uwsgi_temp_path {workdir}/uwsgi;
     scgi_temp_path {workdir}/scgi;
     keepalive_requests 1000000;
-    upstream vllm {{ server {host_port}; keepalive 512; keepalive_requests 1000000; }}
+    upstream vllm {{ {servers} keepalive 512; keepalive_requests 1000000; }}
     server {{
         listen 127.0.0.1:{listen_port};
         location / {{
@@ -110,27 +119,35 @@ http {{
     return path
 
 
-@contextlib.asynccontextmanager
-async def running_nginx(
-    binary: str, upstream_url: str, workdir: Path, ignore_client_abort: bool, timeout_s: float
-) -> AsyncIterator[tuple[str, subprocess.Popen[bytes]]]:
-    """Start nginx with :func:`nginx_config` on a free loopback port; yield ``(url, process)``
-    once it relays ``/health``; stop it on exit.
-
-    Raises:
-        RuntimeError: nginx exited or did not relay ``/health`` in time (its log quoted).
-    """
-    port = free_loopback_port()
-    conf = nginx_config(workdir, port, upstream_url, ignore_client_abort=ignore_client_abort)
-    log = workdir / "nginx.log"
-    url = f"http://127.0.0.1:{port}"
-    argv = nginx_argv(binary, workdir, conf)
-    logs = [workdir / "error.log", log]
-    async with running_relay(argv, dict(os.environ), url, log, logs, timeout_s, "nginx") as proc:
-        yield url, proc
-
-
 def nginx_argv(binary: str, workdir: Path, conf: Path) -> list[str]:
     """nginx in the foreground with ``conf``; ``-p`` and ``-e`` keep it from touching
     /var/log/nginx before it reads the config (its errors go to ``workdir/error.log``)."""
     return [binary, "-p", str(workdir), "-e", str(workdir / "error.log"), "-c", str(conf)]
+
+
+class NginxKind(RelayKind):
+    """nginx (``scenarios.plan.ProxySpec`` of kind ``nginx``), its files in the case's
+    ``proxy/`` directory: ``nginx.conf``, ``error.log``, ``nginx.log``."""
+
+    name: ClassVar[str] = "nginx"
+    env_var: ClassVar[str | None] = NGINX_ENV
+    install_hint: ClassVar[str] = (
+        "nginx is not installed: `make proxies` installs it (Debian's package, as root), "
+        "or put an nginx binary on PATH or in $SERVING_TESTBED_NGINX"
+    )
+
+    def find(self) -> str | None:
+        return find_nginx()
+
+    def command(
+        self, spec: Any, binary: str, upstreams: Sequence[str], workdir: Path
+    ) -> RelayCommand:
+        port = free_loopback_port()
+        conf = nginx_config(workdir, port, upstreams, ignore_client_abort=spec.ignore_client_abort)
+        log = workdir / "nginx.log"
+        argv = nginx_argv(binary, workdir, conf)
+        url = f"http://127.0.0.1:{port}"
+        return RelayCommand(argv, dict(os.environ), url, log, [workdir / "error.log", log])
+
+    def workdir(self, case_dir: Path) -> Path:
+        return case_dir / PROXY_DIR

@@ -1,5 +1,4 @@
-"""Running a proxy process: start it, wait until it relays a request (quoting its logs when it
-does not), stop its whole group."""
+"""Is a relay ready? Its ``/health`` through it, and its logs quoted when it is not."""
 
 from __future__ import annotations
 
@@ -9,14 +8,12 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 
 from server.net.http import get_bounded
 from server.net.limits import CONTROL_MAX_BYTES
-from server.process import spawn_group, stop_group
 
 #: Terminal colour and cursor sequences (CSI ... final byte), which a quoted log must not carry.
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
@@ -51,7 +48,8 @@ async def wait_relaying(
             quotes the end of each of ``logs``.
     """
     deadline = time.monotonic() + timeout_s
-    async with httpx.AsyncClient(timeout=2.0) as client:
+    # Longer than the gateway's own live checks of its upstreams (1 s by default).
+    async with httpx.AsyncClient(timeout=5.0) as client:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise RuntimeError(
@@ -63,29 +61,7 @@ async def wait_relaying(
                 if health.status_code == 200:
                     return
             await asyncio.sleep(0.1)
-    raise RuntimeError(f"{name} did not relay /health within {timeout_s:.0f} s; {log_tail(logs)}")
-
-
-@contextlib.asynccontextmanager
-async def running_relay(
-    argv: list[str],
-    env: dict[str, str],
-    url: str,
-    log: Path,
-    logs: list[Path],
-    timeout_s: float,
-    name: str,
-) -> AsyncIterator[subprocess.Popen[bytes]]:
-    """Start ``argv`` as its own process group (output to ``log``); yield the process once
-    ``url`` relays ``/health`` (:func:`wait_relaying`, quoting ``logs``); stop the group on
-    exit (SIGTERM, then SIGKILL after 5 s).
-
-    Raises:
-        RuntimeError: it exited or did not relay ``/health`` in time.
-    """
-    proc = spawn_group(argv, log, env)
-    try:
-        await wait_relaying(proc, url, logs, timeout_s, name)
-        yield proc
-    finally:
-        await asyncio.shield(asyncio.to_thread(stop_group, proc.pid, 5.0, proc.poll))
+    raise RuntimeError(
+        f"{name} did not become ready within {timeout_s:.0f} s (no 200 from /health through "
+        f"it); {log_tail(logs)}"
+    )

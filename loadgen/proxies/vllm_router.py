@@ -1,4 +1,5 @@
-"""vllm-router (vLLM's Rust load balancer, package ``vllm-router``) in front of one vLLM.
+"""vllm-router (vLLM's Rust load balancer, package ``vllm-router``) in front of a case's vLLM
+replicas.
 
 It is installed into its own virtualenv (``make proxies``: ``.engines/vllm-router/``), so its
 dependencies never meet the project's, and runs as our own process on loopback. Its settings
@@ -9,14 +10,15 @@ retried request would be sent to vLLM twice and counted once).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, ClassVar
 
-from loadgen.proxies.ready import is_executable_file, running_relay
+from loadgen.proxies.ready import is_executable_file
+from loadgen.proxies.relay import RelayCommand, RelayKind
+from loadgen.runformat.layout import PROXY_DIR
 from server.engines import engines_root
 from server.process import free_loopback_port
 
@@ -40,13 +42,17 @@ def find_vllm_router() -> str | None:
     return shutil.which("vllm-router")
 
 
-def router_argv(binary: str, upstream_url: str, port: int, metrics_port: int) -> list[str]:
-    """The command line that runs the router on ``127.0.0.1:port`` with one worker."""
+def router_argv(
+    binary: str, upstream_url: str | Sequence[str], port: int, metrics_port: int
+) -> list[str]:
+    """The command line that runs the router on ``127.0.0.1:port`` with ``upstream_url`` as
+    its worker (or several, one argument each)."""
+    urls = [upstream_url] if isinstance(upstream_url, str) else list(upstream_url)
     return [
         binary,
         "--host", "127.0.0.1",
         "--port", str(port),
-        "--worker-urls", upstream_url,
+        "--worker-urls", *urls,
         "--prometheus-host", "127.0.0.1",
         "--prometheus-port", str(metrics_port),
         "--worker-startup-check-interval", "1",
@@ -55,22 +61,31 @@ def router_argv(binary: str, upstream_url: str, port: int, metrics_port: int) ->
     ]  # fmt: skip
 
 
-@contextlib.asynccontextmanager
-async def running_vllm_router(
-    binary: str, upstream_url: str, workdir: Path, timeout_s: float
-) -> AsyncIterator[tuple[str, subprocess.Popen[bytes]]]:
-    """Start the router in front of ``upstream_url``; yield ``(url, process)`` once it relays
-    ``/health``; stop it on exit. Its log is ``workdir/vllm-router.log``.
+class VllmRouterKind(RelayKind):
+    """vllm-router (``scenarios.plan.ProxySpec`` of kind ``vllm-router``), its log
+    ``vllm-router.log`` in the case's ``proxy/`` directory."""
 
-    Raises:
-        RuntimeError: it exited or did not relay ``/health`` in time (its log quoted).
-    """
-    port = free_loopback_port()
-    while (metrics_port := free_loopback_port()) == port:
-        pass  # the OS may hand out the same free port twice
-    log = workdir / "vllm-router.log"
-    url = f"http://127.0.0.1:{port}"
-    argv = router_argv(binary, upstream_url, port, metrics_port)
-    env = {**os.environ, **ROUTER_ENV}
-    async with running_relay(argv, env, url, log, [log], timeout_s, "vllm-router") as proc:
-        yield url, proc
+    name: ClassVar[str] = "vllm-router"
+    env_var: ClassVar[str | None] = VLLM_ROUTER_ENV
+    install_hint: ClassVar[str] = (
+        "vllm-router is not installed: `make proxies` installs it into "
+        ".engines/vllm-router/ (its own virtualenv, from the package index), or set "
+        "$SERVING_TESTBED_VLLM_ROUTER to its executable"
+    )
+
+    def find(self) -> str | None:
+        return find_vllm_router()
+
+    def command(
+        self, spec: Any, binary: str, upstreams: Sequence[str], workdir: Path
+    ) -> RelayCommand:
+        port = free_loopback_port()
+        while (metrics_port := free_loopback_port()) == port:
+            pass  # the OS may hand out the same free port twice
+        log = workdir / "vllm-router.log"
+        argv = router_argv(binary, upstreams, port, metrics_port)
+        env = {**os.environ, **ROUTER_ENV}
+        return RelayCommand(argv, env, f"http://127.0.0.1:{port}", log, [log])
+
+    def workdir(self, case_dir: Path) -> Path:
+        return case_dir / PROXY_DIR

@@ -1,7 +1,7 @@
 """The gateway as the load generator starts it (its own process): events file, honest readiness.
 
 Kept beside the gateway tests because it pins the gateway's command-line contract that
-``loadgen.gateway_process`` relies on (``--events-file``, ``/health`` 200 only when an upstream
+``loadgen.proxies.gateway`` relies on (``--events-file``, ``/health`` 200 only when an upstream
 answers).
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from loadgen.gateway_process import running_gateway_process
+from loadgen.proxies.gateway import running_gateway_process
 from tests.support.gateway_fakes import FakeUpstream, closed_port, serve_upstream
 
 pytestmark = pytest.mark.timeout(60)

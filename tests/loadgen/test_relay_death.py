@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.execute import _check_relays_ran_through
+from loadgen.case.ending import check_relays_ran_through
 
 
 def test_a_relay_still_running_fails_nothing() -> None:
-    _check_relays_ran_through([("nginx", lambda: None), ("the gateway", lambda: None)])
+    check_relays_ran_through([("nginx", lambda: None), ("the gateway", lambda: None)])
 
 
 @pytest.mark.parametrize(
@@ -17,5 +17,5 @@ def test_a_relay_still_running_fails_nothing() -> None:
 )
 def test_a_relay_that_ended_fails_the_case_with_how_it_ended(code: int, how: str) -> None:
     with pytest.raises(RuntimeError) as caught:
-        _check_relays_ran_through([("the gateway", lambda: None), ("nginx", lambda: code)])
+        check_relays_ran_through([("the gateway", lambda: None), ("nginx", lambda: code)])
     assert str(caught.value).startswith(f"nginx ended during the case ({how}): requests through")

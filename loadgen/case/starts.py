@@ -1,0 +1,152 @@
+"""What a case starts: its servers, the scraper, and the relay in front of the servers.
+
+A case runs against N identical servers: replica 0 is the case's server (started or attached
+by the run, shared by consecutive cases of one config, scraped, watched), replicas 1…N−1 are
+started for the case (``loadgen.replicas``, where faults are injected). Its requests go to
+replica 0, or to the one relay the case names (the project's gateway, nginx, vllm-router:
+``loadgen.proxies``) in front of every replica. The helper processes (scraper, relay) are
+pinned off the servers' cores from the start (``loadgen.placement``); the load is sent only
+after the first scrape and two more scrapes of baseline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from loadgen.case.hooks import RunHooks
+from loadgen.client import Target
+from loadgen.clock import Clock
+from loadgen.placement import Placement, pin_helpers, placement_for_servers
+from loadgen.proxies import running_relay_for
+from loadgen.proxies.relay import Relay
+from loadgen.replicas import Replicas
+from loadgen.runformat.atomic import write_error_under
+from metrics.scraper import ScraperProcess
+from scenarios.plan import CaseSpec, Plan
+from server.cpus import ServerHost
+from server.manager import RunningServer, attach, start_server
+
+
+async def open_server(case: CaseSpec, workdir: Path, hooks: RunHooks) -> RunningServer:
+    """Start (``case.server``) or attach to (``case.url``) the case's server.
+
+    Raises:
+        RunWriteError: a file of the server's ``workdir`` (its log, command, facts) could not
+            be written: a failed write of the run, not a server that failed to start.
+        Exception: whatever ``server.manager.start_server`` / ``attach`` raise.
+    """
+    if case.url is not None:
+        return await attach(case.url)
+    if case.server is None:
+        raise ValueError(f"case {case.name} has neither a server config nor a URL")
+    try:
+        return await start_server(case.server, workdir, on_status=hooks.on_server_status)
+    except OSError as exc:
+        written = write_error_under(exc, workdir)
+        if written is not None:
+            raise written from exc
+        raise
+
+
+@dataclass
+class CaseServers:
+    """A case's servers: replica 0 (``main``) and replicas 1…n−1 (``None`` when the case
+    attaches to a URL: nothing to start more of)."""
+
+    main: RunningServer
+    replicas: Replicas | None
+
+    def urls(self) -> list[str]:
+        """Every replica's base URL, replica 0 first."""
+        return [self.main.url, *(self.replicas.urls() if self.replicas else [])]
+
+    def hosts(self) -> list[ServerHost | None]:
+        """Where each replica computes (``loadgen.placement.placement_for_servers``)."""
+        others = self.replicas.servers.values() if self.replicas else ()
+        return [self.main.host, *(r.host for r in others)]
+
+
+@dataclass
+class CaseStart:
+    """What a started case sends to and how its helpers were placed.
+
+    Attributes:
+        servers: its replicas.
+        target: where its requests go (the relay, else replica 0).
+        placement: the cores and priority its sending threads get.
+        helpers_problem: why a helper could not be pinned, else ``None``.
+        relays: the processes its requests cross (none, or its one relay).
+    """
+
+    servers: CaseServers
+    target: Target
+    placement: Placement
+    helpers_problem: str | None
+    relays: list[Relay] = field(default_factory=list)
+
+
+def start_scraper(plan: Plan, server: RunningServer, cdir: Path) -> ScraperProcess:
+    """The case's scraper of replica 0's ``/metrics``, started (its files in ``cdir``)."""
+    scraper = ScraperProcess(
+        server.url, cdir, plan.scrape_interval_s, max_bytes=plan.metrics_max_bytes
+    )
+    scraper.start()
+    return scraper
+
+
+async def start_case(
+    stack: contextlib.AsyncExitStack,
+    plan: Plan,
+    case: CaseSpec,
+    server: RunningServer,
+    cdir: Path,
+    scraper: ScraperProcess,
+    clock: Clock,
+) -> CaseStart:
+    """Start the case's replicas 1…n−1 and its relay (both stopped by ``stack``), pin the
+    scraper and the relay off the servers' cores, and wait for the first scrape and two
+    more of baseline.
+
+    Raises:
+        ValueError: replicas of a case that attaches to a URL.
+        RuntimeError: a replica or the relay did not start, or no scrape succeeded.
+    """
+    replicas = Replicas(case.server, cdir, clock) if case.server is not None else None
+    if case.replicas > 1:
+        if replicas is None:
+            raise ValueError(f"case {case.name}: replicas need a server config, not a URL")
+        stack.push_async_callback(replicas.stop_all)
+        await replicas.start(case.replicas)
+    servers = CaseServers(server, replicas)
+    placement = placement_for_servers(plan.client_priority, servers.hosts())
+    # Helpers keep off the server's cores from the start: the first scrape is awaited
+    # next, and a process left on the worker's busy core can wait there for many seconds.
+    problems = [pin_helpers([scraper.pid] if scraper.pid else [], placement)]
+    started = CaseStart(servers, Target(server.url, server.model_name), placement, None)
+    if case.relay is not None:
+        relay = await stack.enter_async_context(running_relay_for(case.relay, servers.urls(), cdir))
+        started.target = Target(relay.url, server.model_name)
+        problems.append(pin_helpers([relay.pid], placement))
+        started.relays.append(relay)
+    started.helpers_problem = "; ".join(p for p in problems if p) or None
+    await _baseline_scrapes(plan, server, cdir, scraper)
+    return started
+
+
+async def _baseline_scrapes(
+    plan: Plan, server: RunningServer, cdir: Path, scraper: ScraperProcess
+) -> None:
+    """Wait for the first successful scrape, then two scrape intervals of baseline.
+
+    Raises:
+        RuntimeError: no scrape succeeded (without samples no counter delta can be computed).
+    """
+    if not await asyncio.to_thread(scraper.wait_first_scrape):
+        raise RuntimeError(
+            scraper.failure
+            or f"no successful /metrics scrape from {server.url} (errors in {cdir}/metrics)"
+        )
+    await asyncio.sleep(2 * plan.scrape_interval_s)
