@@ -119,6 +119,8 @@ def _click_type(field: FieldInfo) -> click.ParamType:
         elif isinstance(m, annotated_types.Lt | annotated_types.Le):
             bounds.update(max=m.lt if isinstance(m, annotated_types.Lt) else m.le,
                           max_open=isinstance(m, annotated_types.Lt))  # fmt: skip
+    if typing.get_origin(base) is typing.Literal:
+        return click.Choice([str(v) for v in typing.get_args(base)])
     if base is int:
         return click.IntRange(**bounds) if bounds else click.INT
     if base is float:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gateway.routing import DEFAULT_EPSILON, DEFAULT_PREFIX_BLOCKS, DEFAULT_PREFIX_CHARS
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
@@ -119,7 +121,11 @@ class GatewayConfig(BaseModel):
     upstream stream; beyond it the exchange is an upstream failure (502).
     ``health_check_timeout_s`` bounds the live check of each upstream's ``/health`` that the
     gateway's own ``/health`` makes. ``events_file``, when set, receives one JSON line per
-    breaker transition (:mod:`gateway.events`).
+    breaker transition, ``decisions_file`` one per routing decision (:mod:`gateway.events`).
+    ``routing`` is the routing policy (docs/fleet.md): ``least-loaded`` (default),
+    ``round-robin`` or ``prefix-hash`` with its load slack ``routing_epsilon`` and the prompt
+    prefix its key covers (``routing_prefix_blocks`` blocks of token IDs, or
+    ``routing_prefix_chars`` characters of a text or chat prompt).
     """
 
     model_config = _FROZEN
@@ -145,6 +151,31 @@ class GatewayConfig(BaseModel):
         description="Seconds each upstream's /health may take when the gateway's /health is asked.",
     )
     events_file: Path | None = None
+    decisions_file: Path | None = Field(
+        default=None, description="File receiving one JSON line per routing decision."
+    )
+    routing: Literal["least-loaded", "round-robin", "prefix-hash"] = Field(
+        default="least-loaded",
+        description="Routing policy: least-loaded (default), round-robin or prefix-hash.",
+    )
+    routing_epsilon: float = Field(
+        default=DEFAULT_EPSILON,
+        ge=0,
+        le=100,
+        description="prefix-hash: a replica takes at most ceil((1 + epsilon) x mean load).",
+    )
+    routing_prefix_blocks: int = Field(
+        default=DEFAULT_PREFIX_BLOCKS,
+        ge=1,
+        le=2**16,
+        description="prefix-hash: 128-token blocks of a token-ID prompt the key covers.",
+    )
+    routing_prefix_chars: int = Field(
+        default=DEFAULT_PREFIX_CHARS,
+        ge=1,
+        le=2**24,
+        description="prefix-hash: characters of a text or chat prompt the key covers.",
+    )
     shutdown_timeout_s: float = Field(default=5.0, ge=0)
     #: Retries on another upstream when the connection is refused (the request never reached
     #: the upstream, so a retry cannot duplicate work). 0 turns retries off.

@@ -1,4 +1,4 @@
-"""The gateway's events file: breaker transitions as JSON lines, for the analysis to read.
+"""The gateway's events files: breaker transitions and routing decisions as JSON lines.
 
 Owns the file format (the contract with ``analysis``; the run directory calls the file
 ``gateway_events.jsonl``). One JSON object per line, appended and flushed as it happens, so a
@@ -16,8 +16,20 @@ parsing the log (the log keeps its human line per transition too).
 Writing opens, appends and closes the file each time: transitions are rare (a handful per
 run), and a short append to the page cache does not stall the event loop.
 
-The row type, :class:`GatewayEvent`, is defined here because ``gateway`` imports no other
-project package; ``loadgen.runformat`` re-exports it for the readers.
+The routing decisions go to a file of their own (``routing_decisions.jsonl`` in a run
+directory), one line per upstream choice, retries included, written as the choice is made::
+
+    {"t_ns": 81234567890123, "upstream": "http://127.0.0.1:8001", "replica": 1,
+     "policy": "prefix-hash", "key": "9f0c41d2a7b3e5f1", "why": "matched", "home": 1,
+     "attempt": 0, "request_id": "bench-17"}
+
+``key`` and ``home`` are ``null`` for policies without a key; ``request_id`` is the client's
+``X-Request-Id`` header (``null`` without one), so the analysis can join a decision to the
+load generator's record of the same request.
+
+The row types, :class:`GatewayEvent` and :class:`RoutingDecisionRow`, are defined here
+because ``gateway`` imports no other project package; ``loadgen.runformat`` re-exports them
+for the readers.
 """
 
 from __future__ import annotations
@@ -29,6 +41,7 @@ from typing import Literal
 import msgspec
 
 from gateway.breaker import Transition
+from gateway.routing import Decision
 
 logger = logging.getLogger(__name__)
 
@@ -67,16 +80,56 @@ def transition_event(transition: Transition) -> GatewayEvent:
     )
 
 
+class RoutingDecisionRow(msgspec.Struct, kw_only=True):
+    """One line of ``routing_decisions.jsonl``: where one attempt of one request went, and why.
+
+    Attributes:
+        t_ns: when the gateway chose (monotonic ns, the load generator's clock).
+        upstream: the chosen upstream's URL; ``replica`` its index in the configured order.
+        policy: the routing policy (``least-loaded``, ``round-robin``, ``prefix-hash``).
+        key: prefix-hash's routing key, 16 hex digits; ``None`` for the other policies or a
+            request without a usable prompt.
+        why: ``matched``, ``passed-on-load``, ``passed-on-breaker``, ``round-robin`` or
+            ``least-loaded`` (:class:`gateway.routing.Decision`).
+        home: prefix-hash: the key's own replica, whether or not it took the request.
+        attempt: 0 for a request's first choice, 1 for its retry after a refused connection.
+        request_id: the client's ``X-Request-Id`` header, ``None`` without one.
+    """
+
+    t_ns: int
+    upstream: str
+    replica: int
+    policy: str
+    key: str | None = None
+    why: str
+    home: int | None = None
+    attempt: int = 0
+    request_id: str | None = None
+
+
+def decision_row(
+    t_ns: int, upstream: str, decision: Decision, attempt: int, request_id: str | None
+) -> RoutingDecisionRow:
+    """The decisions-file row of one routing decision (format in the module docstring)."""
+    return RoutingDecisionRow(
+        t_ns=t_ns, upstream=upstream, replica=decision.replica, policy=decision.policy,
+        key=decision.key, why=decision.why, home=decision.home, attempt=attempt,
+        request_id=request_id,
+    )  # fmt: skip
+
+
 class EventsFile:
     """Appends events to ``path`` (created, empty, at once: an empty file = no transitions)."""
 
     def __init__(self, path: Path) -> None:
-        """Raises ``OSError`` when ``path`` cannot be created (reported at start, not later)."""
+        """Raises ``OSError`` when ``path`` cannot be created (reported at start, not later).
+        The same class appends the decisions file (:meth:`append` a
+        :class:`RoutingDecisionRow`)."""
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
 
-    def append(self, event: GatewayEvent) -> None:
+    def append(self, event: GatewayEvent | RoutingDecisionRow) -> None:
         """Write one line and flush it; a write error is logged, never raised into a request."""
         try:
             with open(self.path, "ab") as fh:

@@ -21,6 +21,8 @@ Metric families (all prefixed ``gateway_``):
   ``Content-Encoding`` the gateway cannot decode; gzip and deflate are decoded).
 - ``rejections_total{reason}``: admission and routing refusals (queue_full, queue_timeout,
   no_upstream, body_too_large).
+- ``routing_decisions_total{upstream,policy,why}``: every upstream choice, retries included
+  (``why``: matched, passed-on-load, passed-on-breaker, round-robin, least-loaded).
 - ``breaker_state{upstream}``: 0 closed, 1 open, 2 half-open.
 - ``breaker_transitions_total{upstream,from,to}``.
 - ``in_flight``, ``queue_depth``, ``upstream_in_flight{upstream}``: gauges.
@@ -79,6 +81,12 @@ class GatewayMetrics:
         )
         self.rejections = Counter(
             "gateway_rejections", "Requests refused by the gateway.", ["reason"], registry=r
+        )
+        self.routing_decisions = Counter(
+            "gateway_routing_decisions",
+            "Routing decisions by upstream, policy and why (docs/fleet.md).",
+            ["upstream", "policy", "why"],
+            registry=r,
         )
         self.breaker_state = Gauge(
             "gateway_breaker_state",

@@ -21,7 +21,9 @@ from gateway.breaker import Transition
 from gateway.config import GatewayConfig
 from gateway.events import EventsFile
 from gateway.metrics import GatewayMetrics
-from gateway.upstream_choice import Router
+from gateway.routing import PrefixKeys
+from gateway.routing import Router as PolicyRouter
+from gateway.upstream_choice import PolicyRouting, Router
 from gateway.upstreams import UpstreamPool
 
 
@@ -35,14 +37,16 @@ class GatewayState:
     router: Router
     admission: AdmissionController
     events: EventsFile | None = None
+    decisions: EventsFile | None = None
     session: aiohttp.ClientSession | None = None
     background: set[asyncio.Task[None]] = field(default_factory=set)
 
     @classmethod
     def build(cls, config: GatewayConfig) -> GatewayState:
-        """Create metrics, events file, pool, router and admission controller (no session yet).
+        """Create metrics, events files, pool, router and admission controller (no session
+        yet).
 
-        Raises ``OSError`` when the configured events file cannot be created.
+        Raises ``OSError`` when a configured events file cannot be created.
         """
         metrics = GatewayMetrics()
         for url in config.upstreams:
@@ -64,7 +68,15 @@ class GatewayState:
         admission = AdmissionController(
             adm.max_in_flight, adm.max_queue, adm.queue_timeout_s, metrics.on_admission_change
         )
-        return cls(config, metrics, pool, Router(pool), admission, events)
+        keys = PrefixKeys(
+            prefix_blocks=config.routing_prefix_blocks, prefix_chars=config.routing_prefix_chars
+        )
+        policy = PolicyRouter(
+            config.routing, len(config.upstreams), epsilon=config.routing_epsilon, keys=keys
+        )
+        router = Router(pool, PolicyRouting(policy))
+        decisions = EventsFile(config.decisions_file) if config.decisions_file else None
+        return cls(config, metrics, pool, router, admission, events, decisions)
 
     def client_session(self) -> aiohttp.ClientSession:
         """The upstream client session; only valid while the app runs."""

@@ -1,12 +1,12 @@
 """Request handlers: the proxy for ``/v1/*`` and the gateway's own ``/metrics``.
 
 :func:`proxy_handler` admits a request and forwards it: size limit (413), admission (429),
-upstream choice (:meth:`gateway.upstream_choice.Router.choose`; 503 when no upstream takes
-traffic), then one :class:`gateway.proxy.exchange.Exchange` per attempt
-(:func:`gateway.proxy.forward.forward`), with a retry on
-another upstream after a refused connection (the request never reached it). It counts every
-request in ``gateway_requests_total`` by route, upstream and status (499: the client went
-away).
+upstream choice (:meth:`gateway.upstream_choice.Router.route`, each decision counted and
+written to the decisions file; 503 when no upstream takes traffic), then one
+:class:`gateway.proxy.exchange.Exchange` per attempt (:func:`gateway.proxy.forward.forward`),
+with a retry on another upstream after a refused connection (the request never reached it).
+It counts every request in ``gateway_requests_total`` by route, upstream and status (499: the
+client went away).
 """
 
 from __future__ import annotations
@@ -18,13 +18,14 @@ import time
 from aiohttp import web
 
 from gateway.admission import AdmissionRejected
+from gateway.events import decision_row
 from gateway.metrics import CONTENT_TYPE
 from gateway.proxy.answers import json_error
 from gateway.proxy.exchange import Exchange, RequestOutcome
 from gateway.proxy.forward import forward
 from gateway.retry_after import format_retry_after
 from gateway.state import STATE_KEY, GatewayState
-from gateway.upstream_choice import RouteRequest
+from gateway.upstream_choice import Routed, RouteRequest
 
 
 def _route_name(request: web.Request) -> str:
@@ -88,12 +89,15 @@ async def _forward(
     """Forward an admitted request; after a refused connection, once more elsewhere."""
     route = RouteRequest(request.method, request.rel_url.path_qs, body)
     response: web.StreamResponse | None = None
+    request_id = request.headers.get("X-Request-Id")
     for attempt in range(1 + state.config.connect_retries):
-        lease = state.router.choose(time.monotonic(), route)
-        if lease is None:
+        routed = state.router.route(time.monotonic(), route)
+        if routed is None:
             if response is not None:
                 return response  # the refused attempt's 502: nowhere else to go
             return _no_upstream(state)
+        lease = routed.lease
+        _record_decision(state, routed, attempt, request_id)
         if attempt:
             state.metrics.retries.labels(upstream=lease.upstream.url).inc()
         outcome.upstream = lease.upstream.url
@@ -107,6 +111,19 @@ async def _forward(
         route = dataclasses.replace(route, tried=route.tried | {lease.upstream.url})
     assert response is not None
     return response
+
+
+def _record_decision(
+    state: GatewayState, routed: Routed, attempt: int, request_id: str | None
+) -> None:
+    """Count the decision, and append it to the decisions file when one is configured."""
+    url, decision = routed.lease.upstream.url, routed.decision
+    state.metrics.routing_decisions.labels(
+        upstream=url, policy=decision.policy, why=decision.why
+    ).inc()
+    if state.decisions is not None:
+        row = decision_row(time.monotonic_ns(), url, decision, attempt, request_id)
+        state.decisions.append(row)
 
 
 def _no_upstream(state: GatewayState) -> web.Response:

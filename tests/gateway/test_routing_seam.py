@@ -11,8 +11,10 @@ import pytest
 
 from gateway.app import create_app, running_app
 from gateway.config import BreakerConfig
+from gateway.routing import Decision
+from gateway.routing import Router as PolicyRouter
 from gateway.state import STATE_KEY
-from gateway.upstream_choice import LeastInFlight, Router, RouteRequest
+from gateway.upstream_choice import Pick, PolicyRouting, Router, RouteRequest
 from gateway.upstreams import Upstream, UpstreamPool
 from tests.support.gateway_fakes import (
     FakeUpstream,
@@ -32,9 +34,10 @@ class LastAdmitted:
 
     def choose(
         self, request: RouteRequest, upstreams: Sequence[Upstream], admitted: Sequence[Upstream]
-    ) -> Upstream:
+    ) -> Pick:
         self.offers.append((request, [u.url for u in upstreams], [u.url for u in admitted]))
-        return admitted[-1]
+        chosen = admitted[-1]
+        return Pick(chosen, Decision(list(upstreams).index(chosen), "last", None, "matched"))
 
 
 def test_the_policy_is_offered_only_admitted_untried_upstreams_and_its_pick_is_reserved() -> None:
@@ -53,14 +56,18 @@ def test_the_policy_is_offered_only_admitted_untried_upstreams_and_its_pick_is_r
     assert len(policy.offers) == 2  # nothing admitted: the policy is not asked
 
 
-def test_least_in_flight_breaks_ties_round_robin_after_the_last_pick() -> None:
+def test_least_loaded_breaks_ties_round_robin_after_the_last_pick() -> None:
     ups = [Upstream(url, None) for url in ("a", "b", "c")]  # type: ignore[arg-type]
-    policy = LeastInFlight()
+    policy = PolicyRouting(PolicyRouter("least-loaded", 3))
     request = RouteRequest()
-    assert [policy.choose(request, ups, ups).url for _ in range(4)] == ["a", "b", "c", "a"]
+
+    def pick(admitted: list[Upstream]) -> str:
+        return policy.choose(request, ups, admitted).upstream.url
+
+    assert [pick(ups) for _ in range(4)] == ["a", "b", "c", "a"]
     ups[2].in_flight = 1  # c is busier: skipped although it is next in turn
-    assert [policy.choose(request, ups, ups).url for _ in range(2)] == ["b", "a"]
-    assert policy.choose(request, ups, [ups[2]]).url == "c"  # only c admitted
+    assert [pick(ups) for _ in range(2)] == ["b", "a"]
+    assert pick([ups[2]]) == "c"  # only c admitted
 
 
 @pytest.mark.asyncio
