@@ -14,7 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from analysis.compare import CLASSES, Comparison, MetricComparison
+from analysis.compare_models import CLASSES, Comparison, MetricComparison
 from analysis.gate_decision import Decision, decide, is_key, key_selectors
 from analysis.markdown import f, table
 from analysis.plots import save

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from analysis.compare import Comparison, MetricComparison, VerdictComparison
+from analysis.compare_models import Comparison, MetricComparison, VerdictComparison
 from analysis.compare_stats import Statistic
 from analysis.gate_sample_size import (
     PairsEstimate,

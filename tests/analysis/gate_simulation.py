@@ -19,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.compare import Comparison, SideInfo, compare_request_metric
+from analysis.compare_figures import compare_request_metric
+from analysis.compare_models import Comparison, SideInfo
 from analysis.gate_decision import Decision, decide
 from analysis.gate_file import GateConfig, load_gate
 from analysis.gate_sequential import run_until_decided

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from analysis.compare import CompareError, compare_paths, workload_hash
+from analysis.compare import CompareError, compare_paths
+from analysis.compare_runs import workload_hash
 from analysis.gate_decision import decide, exit_code
 from analysis.gate_file import GateFileError, load_gate
 from analysis.load import load_plan, load_run
@@ -243,7 +244,8 @@ def test_repeats_in_a_directory_are_pooled(tmp_path: Path) -> None:
 def test_a_well_sampled_peak_with_repeats_is_compared(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("analysis.compare.MIN_PEAK_SAMPLES", 6)  # the warm window's 6 scrapes
+    # the warm window's 6 scrapes
+    monkeypatch.setattr("analysis.compare_figures.MIN_PEAK_SAMPLES", 6)
     for side in ("base", "cand"):
         for k in (1, 2):
             build_run(tmp_path / side / f"run-{k}")

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from analysis.compare import compare_run_metric
+from analysis.compare_figures import compare_run_metric
 from analysis.compare_metrics import RunMetric
 from analysis.compare_stats import classify, per_run_difference
 from analysis.gate_file import load_gate

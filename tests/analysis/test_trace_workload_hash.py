@@ -1,4 +1,4 @@
-"""analysis.compare.workload_hash on trace-replay plans: the trace's content and the mapping
+"""analysis.compare_runs.workload_hash on trace-replay plans: the trace's content and the mapping
 options are part of the workload, the file's path is not."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from analysis.compare import workload_hash
+from analysis.compare_runs import workload_hash
 from scenarios.plan import Plan
 from scenarios.trace_replay import TraceReplay, TraceReplayParams
 from server.capacity import KVCapacity

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.compare import workload_hash
+from analysis.compare_runs import workload_hash
 from scenarios.bench import Bench, BenchParams
 from server.capacity import KVCapacity
 

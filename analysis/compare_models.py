@@ -1,0 +1,96 @@
+"""What ``loadgen compare`` produces: the models of ``compare.json`` (:class:`Comparison` and its
+parts) and :class:`CompareError`, raised when the inputs cannot be compared.
+
+See :mod:`analysis.compare` for how a comparison is made and docs/compare-and-gates.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from analysis.compare_stats import Classification
+from server.frozen import FrozenModel
+
+CLASSES: tuple[Classification, ...] = (
+    "regression",
+    "improvement",
+    "no change",
+    "inconclusive",
+    "missing",
+)
+
+
+class CompareError(ValueError):
+    """The inputs cannot be compared (not runs, different workloads, nothing paired)."""
+
+
+class MetricComparison(FrozenModel):
+    """One metric of one paired case and phase.
+
+    ``scale`` says what ``change``/``low``/``high`` are: the candidate/baseline ratio of the
+    pooled statistic (``ratio``) or the difference of the per-run means (``difference``).
+    ``n_baseline``/``n_candidate`` count values (per-request metrics) or runs (per-run ones).
+    """
+
+    case: str
+    candidate_case: str
+    phase: str
+    metric: str
+    stat: str | None = None
+    scale: str
+    better: str
+    baseline: float | None = None
+    candidate: float | None = None
+    change: float | None = None
+    low: float | None = None
+    high: float | None = None
+    tolerance: float
+    classification: Classification
+    gated: bool = True
+    n_baseline: int = 0
+    n_candidate: int = 0
+    per_run_baseline: list[float | None] = Field(default_factory=list)
+    per_run_candidate: list[float | None] = Field(default_factory=list)
+    note: str = ""
+    incomplete: bool = False
+
+
+class VerdictComparison(FrozenModel):
+    """A check's verdict on both sides (PASS, FAIL, MIXED, UNDECIDED) and its class;
+    ``incomplete`` (with ``note``) when a run it comes from did not complete."""
+
+    case: str
+    check: str
+    baseline: str
+    candidate: str
+    classification: Classification
+    incomplete: bool = False
+    note: str = ""
+
+
+class SideInfo(FrozenModel):
+    """One side: its runs, the vLLM versions its servers reported, its workload hash."""
+
+    label: str
+    runs: list[str]
+    vllm_versions: list[str]
+    workload_hash: str
+    started_at: list[str | None]
+
+
+class Comparison(FrozenModel):
+    """The whole comparison (``compare.json`` is its dump)."""
+
+    scenario: str
+    baseline: SideInfo
+    candidate: SideInfo
+    workload_match: bool
+    settings: dict[str, Any]
+    pairs: dict[str, str]
+    unpaired: list[str]
+    metrics: list[MetricComparison]
+    verdicts: list[VerdictComparison]
+    counts: dict[str, int]
+    notes: list[str] = Field(default_factory=list)

@@ -1,0 +1,136 @@
+"""The sides of ``loadgen compare``: their run directories, each run loaded and summarised
+(:class:`RunView`), why a run is incomplete, and the workload hash that says two runs sent the
+same thing (see :mod:`analysis.compare`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from analysis.compare_models import CompareError, SideInfo
+from analysis.integrity import IntegrityError, check_run
+from analysis.load import RunFileError, load_run
+from analysis.models import CaseSummary
+from analysis.report import summarize_run
+from loadgen.runformat import FormatVersionError, ReadRecord, RunInfo
+from loadgen.runformat.layout import MANIFEST_FILE, PLAN_FILE
+from scenarios.plan import Plan
+
+
+def workload_hash(plan: Plan) -> str:
+    """sha256 (hex) of what a plan sends (module docstring); equal for the same workload."""
+    payload = {
+        "scenario": plan.scenario,
+        "seed": plan.seed,
+        "tokens": plan.tokens.model_dump(mode="json"),
+        "cases": [
+            {
+                "role": case.role,
+                "phases": [p.model_dump(mode="json") for p in plan.phases_of(case)],
+            }
+            for case in plan.cases
+        ],
+    }
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass
+class RunView:
+    """One run of a side: its plan, summaries, verdicts and request records per case, and why
+    it is incomplete (empty when it completed)."""
+
+    run_dir: Path
+    plan: Plan
+    started_at: str | None
+    cases: dict[str, CaseSummary]
+    records: dict[str, list[ReadRecord]]
+    verdicts: dict[tuple[str, str], bool | None]
+    incomplete: list[str] = field(default_factory=list)
+
+
+def run_dirs(path: Path) -> list[Path]:
+    """The run directories of a side: ``path`` itself, or its subdirectories with a plan.
+
+    Raises:
+        CompareError: neither.
+    """
+    if (path / PLAN_FILE).exists():
+        return [path]
+    found = sorted(p for p in path.iterdir() if (p / PLAN_FILE).exists()) if path.is_dir() else []
+    if not found:
+        raise CompareError(f"{path} is not a run directory and holds none ({PLAN_FILE} missing)")
+    return found
+
+
+def incompleteness(run_dir: Path, run: RunInfo, cases: Mapping[str, CaseSummary]) -> list[str]:
+    """Why a run did not complete (module docstring); empty when it did."""
+    out = []
+    if run.status != "ok":
+        out.append(f"run status {run.status or 'unknown'}")
+    if not (run_dir / MANIFEST_FILE).exists():
+        out.append(f"no {MANIFEST_FILE} (the run was not sealed)")
+    for name, case in cases.items():
+        if case.status != "ok":
+            out.append(f"case {name} status {case.status}")
+        out += [f"case {name} phase {p} incomplete" for p, s in case.phases.items() if s.incomplete]
+    return out
+
+
+def load_view(run_dir: Path) -> RunView:
+    """Load and summarise one run (``analysis.report.summarize_run``).
+
+    Raises:
+        CompareError: its plan is unreadable or invalid, it is broken by the integrity rule
+            every reader applies (``analysis.integrity``), or its format version is neither
+            this one nor 0.
+    """
+    try:
+        integrity = check_run(run_dir)
+        integrity.raise_if_broken(run_dir)
+        data = load_run(run_dir)
+    except (RunFileError, FormatVersionError, IntegrityError) as exc:
+        raise CompareError(str(exc)) from None
+    report = summarize_run(data, integrity.reseals)
+    return RunView(
+        run_dir=run_dir,
+        plan=data.plan,
+        started_at=data.run.started_at,
+        cases=report.summary.cases,
+        records={c.name: c.records for c in data.cases},
+        verdicts={(v.case, v.check): v.passed for v in report.summary.verdicts},
+        incomplete=incompleteness(run_dir, data.run, report.summary.cases),
+    )
+
+
+def incomplete_runs(views: Sequence[RunView], label: str) -> list[str]:
+    """One line per incomplete run of a side labelled ``label``: the run and why."""
+    return [f"{label} run {v.run_dir} ({'; '.join(v.incomplete)})" for v in views if v.incomplete]
+
+
+def side_info(label: str, views: Sequence[RunView]) -> SideInfo:
+    """The :class:`SideInfo` of a side's runs.
+
+    Raises:
+        CompareError: the runs differ in workload among themselves.
+    """
+    hashes = {workload_hash(v.plan) for v in views}
+    if len(hashes) > 1:
+        raise CompareError(
+            f"the {label} runs differ in workload among themselves: "
+            + ", ".join(f"{v.run_dir} ({workload_hash(v.plan)[:12]})" for v in views)
+        )
+    versions = sorted(
+        {str(c.server.get("version") or "unknown") for v in views for c in v.cases.values()}
+    )
+    return SideInfo(
+        label=label,
+        runs=[str(v.run_dir) for v in views],
+        vllm_versions=versions,
+        workload_hash=hashes.pop(),
+        started_at=[v.started_at for v in views],
+    )
