@@ -226,7 +226,8 @@ async def send_request(
     (``record.chunk_ns`` / ``chunk_tokens``, counted as ``record.token_timing`` says); the
     final usage-only chunk adds no stamp. ``sent_ns`` is stamped after the body is encoded;
     with a session from :func:`loadgen.connections.open_session` the connection and write
-    stamps are filled too. The status is ``ok`` only if the final usage matches what was
+    stamps are filled too. The request carries ``X-Request-Id: record.request_id`` unless the
+    plan's own headers set one. The status is ``ok`` only if the final usage matches what was
     asked (prompt length, ``max_tokens``) and what was streamed.
 
     Timeouts come from the session (:func:`loadgen.connections.open_session`): no byte for
@@ -236,7 +237,9 @@ async def send_request(
     body = json.dumps(completion_body(planned, target.model), separators=(",", ":")).encode()
     stream = _Stream(record, planned.disconnect_after_tokens, clock)
     path = ENDPOINT_PATHS[planned.endpoint]
-    headers = {**_JSON, **dict(planned.headers)} if planned.headers else _JSON
+    # The request id travels as X-Request-Id, so a relay's records of the request (the
+    # gateway's routing decisions) and vLLM's own logs join this record.
+    headers = {**_JSON, "X-Request-Id": record.request_id, **dict(planned.headers)}
     prompt_exact = planned.prompt_text is None and planned.messages is None
     exact_output = planned.ignore_eos
     del planned  # the prompt is not needed any more: keep only the encoded body

@@ -123,11 +123,22 @@ class PhaseSpec(FrozenModel):
         return self.model_copy(update={"arrival": arrival, "workload": workload}), record
 
 
+#: The gateway's routing policies (``gateway.routing``; docs/fleet.md).
+GatewayRouting = Literal["least-loaded", "round-robin", "prefix-hash"]
+#: vllm-router 0.1.17's ``--policy`` choices (its default is ``cache_aware``).
+VllmRouterPolicy = Literal[
+    "random", "round_robin", "cache_aware", "kv_aware", "power_of_two", "consistent_hash",
+    "sticky_least_loaded",
+]  # fmt: skip
+
+
 class GatewaySpec(FrozenModel):
     """Send the case's requests through the project's gateway (its own process), in front of
-    every replica of the case's server; ``extra_args`` go to ``loadgen gateway``."""
+    every replica of the case's server, routing with ``routing`` (each decision written to the
+    case's ``routing_decisions.jsonl``); ``extra_args`` go to ``loadgen gateway``."""
 
     propagate_cancellation: bool = True
+    routing: GatewayRouting = "least-loaded"
     extra_args: tuple[str, ...] = ()
 
     @property
@@ -144,15 +155,20 @@ class ProxySpec(FrozenModel):
     ``proxy_buffering off``) or ``vllm-router`` (vLLM's Rust load balancer, a worker per
     replica).
     ``ignore_client_abort`` (nginx only) adds ``proxy_ignore_client_abort on``.
+    ``policy`` (vllm-router only) is its ``--policy``; ``None`` leaves its default
+    (``cache_aware``).
     """
 
     kind: Literal["nginx", "vllm-router"]
     ignore_client_abort: bool = False
+    policy: VllmRouterPolicy | None = None
 
     @model_validator(mode="after")
     def _nginx_only(self) -> ProxySpec:
         if self.ignore_client_abort and self.kind != "nginx":
             raise ValueError("ignore_client_abort is an nginx setting")
+        if self.policy is not None and self.kind != "vllm-router":
+            raise ValueError("policy is a vllm-router setting")
         return self
 
 

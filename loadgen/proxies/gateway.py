@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from loadgen.proxies.relay import Relay, RelayCommand, RelayKind, running_relay
-from loadgen.runformat.layout import GATEWAY_EVENTS_FILE, GATEWAY_LOG
+from loadgen.runformat.layout import GATEWAY_EVENTS_FILE, GATEWAY_LOG, ROUTING_DECISIONS_FILE
 from server.process import free_loopback_port
 
 
@@ -26,11 +26,14 @@ def gateway_command(
     *,
     propagate_cancellation: bool,
     events_path: Path | None = None,
+    routing: str | None = None,
+    decisions_path: Path | None = None,
     extra_args: Sequence[str] = (),
 ) -> RelayCommand:
     """The gateway on a free loopback port in front of ``upstreams``; ``events_path``
-    receives its breaker transitions (``--events-file``), ``extra_args`` go to
-    ``loadgen gateway`` as they are."""
+    receives its breaker transitions (``--events-file``), ``routing`` is its policy
+    (``--routing``; ``None``: its default), ``decisions_path`` receives its routing decisions
+    (``--decisions-file``), ``extra_args`` go to ``loadgen gateway`` as they are."""
     port = free_loopback_port()
     argv = [sys.executable, "-m", "gateway.cli", "--port", str(port)]
     for upstream in upstreams:
@@ -39,6 +42,10 @@ def gateway_command(
         argv.append("--no-propagate-cancellation")
     if events_path is not None:
         argv += ["--events-file", str(events_path)]
+    if routing is not None:
+        argv += ["--routing", routing]
+    if decisions_path is not None:
+        argv += ["--decisions-file", str(decisions_path)]
     argv += list(extra_args)
     # Unbuffered, so the log shows transitions as they happen.
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -62,6 +69,8 @@ class GatewayKind(RelayKind):
             workdir / GATEWAY_LOG,
             propagate_cancellation=spec.propagate_cancellation,
             events_path=workdir / GATEWAY_EVENTS_FILE,
+            routing=spec.routing,
+            decisions_path=workdir / ROUTING_DECISIONS_FILE,
             extra_args=spec.extra_args,
         )
 

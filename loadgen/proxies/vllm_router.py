@@ -43,11 +43,17 @@ def find_vllm_router() -> str | None:
 
 
 def router_argv(
-    binary: str, upstream_url: str | Sequence[str], port: int, metrics_port: int
+    binary: str,
+    upstream_url: str | Sequence[str],
+    port: int,
+    metrics_port: int,
+    policy: str | None = None,
 ) -> list[str]:
     """The command line that runs the router on ``127.0.0.1:port`` with ``upstream_url`` as
-    its worker (or several, one argument each)."""
+    its worker (or several, one argument each), routing with ``policy`` (its ``--policy``;
+    ``None`` leaves its default, ``cache_aware``)."""
     urls = [upstream_url] if isinstance(upstream_url, str) else list(upstream_url)
+    chosen = ["--policy", policy] if policy is not None else []
     return [
         binary,
         "--host", "127.0.0.1",
@@ -58,6 +64,7 @@ def router_argv(
         "--worker-startup-check-interval", "1",
         "--disable-retries",
         "--log-level", "warning",
+        *chosen,
     ]  # fmt: skip
 
 
@@ -83,7 +90,7 @@ class VllmRouterKind(RelayKind):
         while (metrics_port := free_loopback_port()) == port:
             pass  # the OS may hand out the same free port twice
         log = workdir / "vllm-router.log"
-        argv = router_argv(binary, upstreams, port, metrics_port)
+        argv = router_argv(binary, upstreams, port, metrics_port, spec.policy)
         env = {**os.environ, **ROUTER_ENV}
         return RelayCommand(argv, env, f"http://127.0.0.1:{port}", log, [log])
 

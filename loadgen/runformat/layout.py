@@ -11,6 +11,7 @@ Every JSON file and JSON line is one row type of :mod:`loadgen.runformat` (named
         server/                vllm.log, command.json, server.json (spawned servers only)
         gateway.log            the gateway's log (cases sent through the gateway)
         gateway_events.jsonl   the gateway's breaker transitions (GatewayEvent)
+        routing_decisions.jsonl  the gateway's routing decisions (RoutingDecisionRow)
         faults.jsonl           injected faults: replica killed / restarted (FaultRow)
         requests.jsonl         one record per request (RequestRecord); with several
                                load-generator workers, one file per worker instead:
@@ -60,6 +61,7 @@ PHASES_FILE = "phases.jsonl"
 SERVER_DIR = "server"
 GATEWAY_LOG = "gateway.log"
 GATEWAY_EVENTS_FILE = "gateway_events.jsonl"
+ROUTING_DECISIONS_FILE = "routing_decisions.jsonl"
 #: A third-party proxy's config and logs (``loadgen.proxies``).
 PROXY_DIR = "proxy"
 FAULTS_FILE = "faults.jsonl"
