@@ -42,6 +42,7 @@ from loadgen.case.late import LateFigures
 from loadgen.case.phases import CaseRun, run_phases
 from loadgen.case.starts import open_server, start_case, start_scraper
 from loadgen.clock import Clock, MonotonicClock
+from loadgen.replicas import SharedReplicas
 from loadgen.runformat import CaseInfo, RunWriteError
 from loadgen.runformat.layout import CASE_FILE, PLAN_FILE, SERVER_DIR, case_dir, write_json
 from loadgen.senders.choice import open_sender
@@ -61,8 +62,11 @@ async def run_case(
     hooks: RunHooks,
     clock: Clock,
     workers: WorkersConfig | None = None,
+    shared: SharedReplicas | None = None,
 ) -> CaseOutcome:
     """Run every phase of ``case`` against ``server``; records go to the case directory.
+    Its replicas 1…n−1 come from ``shared`` (kept for the next case of the same config);
+    without it they are started for this case alone.
 
     What the case starts (``loadgen.case.starts``: scraper, replicas, relay), how its load is
     sent (``loadgen.senders``: with ``workers`` that split the load, worker processes or Ray
@@ -80,10 +84,13 @@ async def run_case(
     write_case_info(cdir, case, server, None)
     scraper = start_scraper(plan, server, cdir)
     stack = contextlib.AsyncExitStack()
+    if shared is None:
+        shared = SharedReplicas(clock)
+        stack.push_async_callback(shared.stop)
     client: list[dict[str, object] | None] = []  # how each sending thread was placed
     try:
         with recorded_failures(outcome, cdir):
-            started = await start_case(stack, plan, case, server, cdir, scraper, clock)
+            started = await start_case(stack, plan, case, server, cdir, scraper, shared)
             phases = plan.phases_of(case)
             async with open_sender(
                 workers, plan, phases, case.name, cdir, started.target, clock,
@@ -125,6 +132,7 @@ async def execute_plan(
     clock = clock or MonotonicClock()
     write_json(run_dir / PLAN_FILE, plan.model_dump(mode="json"))
     outcomes: list[CaseOutcome] = []
+    shared = SharedReplicas(clock)  # replicas 1…n−1, kept like ``server`` across cases
     server = first_server
     server_key: str | None = (
         plan.cases[0].model_dump_json(include={"server", "url"}) if server else None
@@ -136,6 +144,7 @@ async def execute_plan(
             # answering) in the last case: start anew, or attach anew, which fails fast.
             gone = bool(outcomes) and outcomes[-1].server_gone
             if server is not None and (key != server_key or gone or server.exit_code() is not None):
+                await shared.stop()
                 await asyncio.shield(asyncio.to_thread(server.stop))
                 server = None
             if server is None:
@@ -162,8 +171,11 @@ async def execute_plan(
                     continue
             if hooks.on_case_start:
                 hooks.on_case_start(case, server)
-            outcomes.append(await run_case(plan, case, server, run_dir, hooks, clock, workers))
+            outcomes.append(
+                await run_case(plan, case, server, run_dir, hooks, clock, workers, shared)
+            )
     finally:
+        await shared.stop()
         if server is not None:
             await asyncio.shield(asyncio.to_thread(server.stop))
     return outcomes

@@ -52,6 +52,14 @@ class Replicas:
     def _workdir(self, k: int) -> Path:
         return self._case_dir / f"server-replica-{k}"
 
+    def all_running(self) -> bool:
+        """Whether every replica's process still runs."""
+        return all(s.exit_code() is None for s in self.servers.values())
+
+    def retarget(self, case_dir: Path) -> None:
+        """Record the next case's faults in ``case_dir`` (replicas shared by several cases)."""
+        self._case_dir = case_dir
+
     def urls(self) -> list[str]:
         return [self.servers[k].url for k in sorted(self.servers)]
 
@@ -89,3 +97,39 @@ class Replicas:
         for server in self.servers.values():
             await asyncio.shield(asyncio.to_thread(server.stop))
         self.servers.clear()
+
+
+class SharedReplicas:
+    """Replicas 1…n−1 kept across consecutive cases of one server config and replica count,
+    as replica 0 is (a fleet run's policies share one start); owned by the plan's executor,
+    which stops them when the config changes or the run ends.
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._key: tuple[str, int] | None = None
+        self.current: Replicas | None = None
+
+    async def for_case(self, config: ServerConfig, replicas: int, case_dir: Path) -> Replicas:
+        """The replicas of a case with ``replicas`` > 1 servers of ``config``: those of the case
+        before when it had the same config and count and all of them still run, else new ones
+        (the old ones stopped). Faults of the case are recorded in ``case_dir``.
+
+        Raises:
+            whatever ``server.manager.start_server`` raises for a replica that fails to start.
+        """
+        key = (config.model_dump_json(), replicas)
+        kept = self.current
+        if kept is not None and key == self._key and kept.all_running():
+            kept.retarget(case_dir)
+            return kept
+        await self.stop()
+        self.current, self._key = Replicas(config, case_dir, self._clock), key
+        await self.current.start(replicas)
+        return self.current
+
+    async def stop(self) -> None:
+        """Stop the replicas kept, if any."""
+        if self.current is not None:
+            await self.current.stop_all()
+        self.current, self._key = None, None

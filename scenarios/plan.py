@@ -186,6 +186,13 @@ class CaseSpec(FrozenModel):
     label: str = ""
     #: Identical servers started for this case (replica 0 is scraped; faults target others).
     replicas: int = Field(default=1, ge=1, le=4)
+    #: A fleet case (docs/fleet.md): every replica is scraped (replica k's files under
+    #: ``replicas/K/``), not only replica 0.
+    scrape_replicas: bool = False
+    #: Empty every replica's prefix cache before the case's first request (vLLM's
+    #: ``POST /reset_prefix_cache``, which needs ``VLLM_SERVER_DEV_MODE=1``), so a case that
+    #: shares its servers with the case before it starts cold.
+    reset_prefix_cache: bool = False
     #: Route requests through a gateway in front of the server.
     gateway: GatewaySpec | None = None
     #: Route requests through a third-party proxy instead (nginx, vllm-router).

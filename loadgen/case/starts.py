@@ -16,13 +16,13 @@ import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loadgen.case.fleet import reset_prefix_caches, start_replica_scrapers
 from loadgen.case.hooks import RunHooks
 from loadgen.client import Target
-from loadgen.clock import Clock
 from loadgen.placement import Placement, pin_helpers, placement_for_servers
 from loadgen.proxies import running_relay_for
 from loadgen.proxies.relay import Relay
-from loadgen.replicas import Replicas
+from loadgen.replicas import Replicas, SharedReplicas
 from loadgen.runformat.atomic import write_error_under
 from metrics.scraper import ScraperProcess
 from scenarios.plan import CaseSpec, Plan
@@ -104,23 +104,29 @@ async def start_case(
     server: RunningServer,
     cdir: Path,
     scraper: ScraperProcess,
-    clock: Clock,
+    shared: SharedReplicas,
 ) -> CaseStart:
-    """Start the case's replicas 1…n−1 and its relay (both stopped by ``stack``), pin the
-    scraper and the relay off the servers' cores, and wait for the first scrape and two
-    more of baseline.
+    """Take the case's replicas 1…n−1 from ``shared`` (kept from the case before when it had
+    the same config, else started), start its relay (stopped by ``stack``), pin the scraper
+    and the relay off the servers' cores, and wait for the first scrape and two more of
+    baseline. A fleet case (``scrape_replicas``, ``reset_prefix_cache``) also gets a scraper
+    per replica and starts with every prefix cache empty (``loadgen.case.fleet``).
 
     Raises:
         ValueError: replicas of a case that attaches to a URL.
         RuntimeError: a replica or the relay did not start, or no scrape succeeded.
+        CacheResetError: a replica's prefix cache could not be emptied.
     """
-    replicas = Replicas(case.server, cdir, clock) if case.server is not None else None
+    replicas: Replicas | None = None
     if case.replicas > 1:
-        if replicas is None:
+        if case.server is None:
             raise ValueError(f"case {case.name}: replicas need a server config, not a URL")
-        stack.push_async_callback(replicas.stop_all)
-        await replicas.start(case.replicas)
+        replicas = await shared.for_case(case.server, case.replicas, cdir)
+    else:
+        await shared.stop()
     servers = CaseServers(server, replicas)
+    if case.reset_prefix_cache:
+        await reset_prefix_caches(servers.urls())
     placement = placement_for_servers(plan.client_priority, servers.hosts())
     # Helpers keep off the server's cores from the start: the first scrape is awaited
     # next, and a process left on the worker's busy core can wait there for many seconds.
@@ -131,6 +137,9 @@ async def start_case(
         started.target = Target(relay.url, server.model_name)
         problems.append(pin_helpers([relay.pid], placement))
         started.relays.append(relay)
+    if case.scrape_replicas:
+        others = await start_replica_scrapers(stack, plan, servers.urls()[1:], cdir)
+        problems.append(pin_helpers([s.pid for s in others if s.pid], placement))
     started.helpers_problem = "; ".join(p for p in problems if p) or None
     await _baseline_scrapes(plan, server, cdir, scraper)
     return started

@@ -23,6 +23,7 @@ Every JSON file and JSON line is one row type of :mod:`loadgen.runformat` (named
                                concurrency; with workers, per-worker figures (PhaseRow)
         metrics/               samples.jsonl (SampleRow), scrapes.jsonl (ScrapeTick),
                                raw.jsonl.gz (metrics.store)
+        replicas/K/metrics/    a fleet case: replica K's scrapes, as metrics/ (K ≥ 1)
       report.md, report.json, plots/*.png
       manifest.json            files with sizes and sha256, status — written last (Manifest)
 
@@ -65,10 +66,18 @@ ROUTING_DECISIONS_FILE = "routing_decisions.jsonl"
 #: A third-party proxy's config and logs (``loadgen.proxies``).
 PROXY_DIR = "proxy"
 FAULTS_FILE = "faults.jsonl"
+#: A fleet case's per-replica files: ``replicas/K/`` for replica K ≥ 1.
+REPLICAS_DIR = "replicas"
 
 
 def case_dir(run_dir: Path, case: str) -> Path:
     return run_dir / CASES_DIR / case
+
+
+def replica_dir(cdir: Path, replica: int) -> Path:
+    """Where replica ``replica``'s scrapes of a fleet case go: the case directory itself for
+    replica 0, ``replicas/K/`` under it for replica K ≥ 1."""
+    return cdir if replica == 0 else cdir / REPLICAS_DIR / str(replica)
 
 
 def worker_requests_file(worker: int) -> str:
