@@ -40,6 +40,7 @@ from scenarios.common import (
     RunParams,
     SizeText,
 )
+from scenarios.fleet_cases import FleetParams, fleet_cases
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
 from scenarios.slo_goodput import parse_duration, parse_slo
 from server.capacity import KVCapacity
@@ -139,7 +140,7 @@ def parse_header(text: str) -> tuple[str, str]:
     return name, value
 
 
-class BenchParams(RunParams):
+class BenchParams(RunParams, FleetParams):
     """Knobs of bench (each becomes a ``--flag``)."""
 
     url: HttpUrlText | None = Field(
@@ -382,8 +383,15 @@ class Bench(Scenario):
             label=f"embedded server, cache {format_size(cache)}",
         )
 
+    def _cases(self, p: BenchParams) -> tuple[CaseSpec, ...]:
+        """The run's one case, or a fleet run's case per routing policy."""
+        case = self._case(p)
+        if not p.is_fleet or case.server is None:
+            return (case,)
+        return fleet_cases(p, case.server, "", case.label)
+
     def sizing_case(self, params: BaseModel) -> CaseSpec:
-        return self._case(self._params(params))
+        return self._cases(self._params(params))[0]
 
     def _workload(self, p: BenchParams, count: int, items: tuple[BenchItem, ...]) -> BenchRequests:
         return BenchRequests(
@@ -442,9 +450,9 @@ class Bench(Scenario):
                     settle_s=p.settle_s,
                 )
             )
-        case = self._case(p)
+        cases = self._cases(p)
         checks: list[Check] = []
-        for name, load in loads:
+        for case, (name, load) in ((c, nl) for c in cases for nl in loads):
             checks.append(RequestsSent(case=case.name, phase=name, requests=p.requests))
             if isinstance(load, ClosedLoop):
                 checks.append(
@@ -470,7 +478,7 @@ class Bench(Scenario):
             description=self.summary,
             params=p.recorded(),
             sizing=sizing,
-            cases=(case,),
+            cases=cases,
             phases=tuple(phases),
             checks=tuple(checks),
             **p.plan_fields(),

@@ -55,6 +55,7 @@ from scenarios.arrivals import TraceArrival
 from scenarios.base import Scenario
 from scenarios.checks import Check, CheckSpec
 from scenarios.common import MAX_REQUESTS, HttpUrlText, RunParams
+from scenarios.fleet_cases import FleetParams, fleet_cases
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
 from scenarios.slo_goodput import parse_slo
 from scenarios.traces import (
@@ -203,7 +204,7 @@ class TraceSendLateness(CheckSpec):
 # --- Parameters -----------------------------------------------------------------------------
 
 
-class TraceReplayParams(RunParams):
+class TraceReplayParams(RunParams, FleetParams):
     """Knobs of trace-replay (each becomes a ``--flag``)."""
 
     # Before ``trace``: the trace's validation needs it.
@@ -468,9 +469,23 @@ class TraceReplay(Scenario):
             name=format_size(cache), server=p.server(cache), label=f"cache {format_size(cache)}"
         )
 
+    def _cases(self, p: TraceReplayParams) -> tuple[CaseSpec, ...]:
+        """A case per cache size; a fleet run's case per cache size and routing policy."""
+        caches = parse_caches(p.cache)[:1] if p.url else parse_caches(p.cache)
+        cases = [self._case(p, c) for c in caches]
+        if not p.is_fleet:
+            return tuple(cases)
+        prefix = len(cases) > 1
+        return tuple(
+            fleet_case
+            for case in cases
+            if case.server is not None
+            for fleet_case in fleet_cases(p, case.server, case.name if prefix else "", case.label)
+        )
+
     def sizing_case(self, params: BaseModel) -> CaseSpec:
         p = TraceReplayParams.model_validate(params.model_dump())
-        return self._case(p, parse_caches(p.cache)[0])
+        return self._cases(p)[0]
 
     def plan(self, params: BaseModel, capacity: KVCapacity) -> Plan:
         p = TraceReplayParams.model_validate(params.model_dump())
@@ -509,8 +524,7 @@ class TraceReplay(Scenario):
             )
             for s in speedups
         )
-        caches = parse_caches(p.cache)[:1] if p.url else parse_caches(p.cache)
-        cases = tuple(self._case(p, c) for c in caches)
+        cases = self._cases(p)
         checks: list[Check] = []
         for case in cases:
             for phase in phases:
