@@ -1,7 +1,8 @@
 """Routing policies as pure code: which replica of a fleet a request goes to.
 
-One implementation serves two callers that must agree request by request: the gateway's
-proxy (live traffic) and the fleet cache model in ``scenarios/`` (prediction). So this
+One implementation serves two callers that must agree request by request: the gateway
+(live traffic; a :class:`Router` plugs into its upstream-choice seam,
+:mod:`gateway.upstream_choice`) and the fleet cache model in ``scenarios/`` (prediction). So this
 package does no I/O, reads no clock and imports nothing of the project outside itself
 (``tests/test_package_layering.py`` enforces that, and lets ``scenarios`` and ``analysis``
 import this package and nothing else of ``gateway``).

@@ -31,6 +31,7 @@ import hashlib
 import json
 import struct
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,6 +130,14 @@ class PrefixKeys:
     def of_text(self, text: str) -> int:
         """The key of a text prompt: its first ``prefix_chars`` characters, UTF-8."""
         return _digest(text[: self.prefix_chars].encode("utf-8", "surrogatepass"), _TEXT)
+
+    def of_json(self, raw: bytes) -> int | None:
+        """The key of a raw request body (JSON bytes, as the gateway reads it), or ``None``
+        when it is not a JSON object or carries no usable prompt (:meth:`of_body`)."""
+        body: object = None
+        with suppress(ValueError, RecursionError):
+            body = json.loads(raw)
+        return self.of_body(body) if isinstance(body, Mapping) else None
 
     def of_body(self, body: Mapping[str, Any]) -> int | None:
         """The key of an OpenAI completions or chat request body (parsed JSON), or ``None``

@@ -90,6 +90,14 @@ def test_body_keys_of_each_request_shape() -> None:
     assert keys.of_body({"messages": ["not an object"]}) is None
 
 
+def test_raw_json_bodies_are_keyed_like_parsed_ones() -> None:
+    keys = PrefixKeys()
+    assert keys.of_json(b'{"prompt": [1, 2, 3]}') == keys.of_tokens([1, 2, 3])
+    assert keys.of_json(b"not json") is None
+    assert keys.of_json(b"\xff\xfe") is None
+    assert keys.of_json(b"[1, 2]") is None
+
+
 def test_prefix_keys_refuse_sizes_below_one() -> None:
     with pytest.raises(ValueError, match="prefix_blocks must be ≥ 1"):
         PrefixKeys(prefix_blocks=0)
