@@ -1,0 +1,220 @@
+"""The fleet model's answer: per routing policy, the predicted fleet hit rate and load
+imbalance, beside the two bounds every policy lies between.
+
+- **Pooled** (upper bound): one cache of N × C blocks serving every request: the fleet's
+  memory as if no prefix group were ever held twice. No router does better in practice (LRU
+  caches can in principle gain from a split on rare orders, never by much).
+- **Spread** (worst): every prefix group spread over every replica in turn
+  (:func:`scenarios.fleet.rules.spread_rule`): each replica must cache every group and sees
+  only 1/N of its reuse, what a router blind to prefixes does at worst.
+- **Exact** policies (the gateway's three; vllm-router's ``round_robin`` and
+  ``consistent_hash``): one replay of their rule.
+- **Bracketed** policies (vllm-router's ``random``, ``power_of_two``, ``cache_aware``,
+  ``kv_aware``): the rule depends on draws or on state the model cannot know, so a low and a
+  high replay (:data:`BRACKETS` says which and why).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from gateway.routing import DEFAULT_EPSILON, DEFAULT_VIRTUAL_NODES
+from scenarios.fleet import rules
+from scenarios.fleet.cache_aware import cache_aware_rule
+from scenarios.fleet.requests import FleetRequest
+from scenarios.fleet.simulate import FleetOutcome, Rule, simulate
+from scenarios.prefix_cache_model import predict_hits
+
+GATEWAY_POLICIES = ("round-robin", "least-loaded", "prefix-hash")
+VLLM_ROUTER_POLICIES = (
+    "round_robin",
+    "consistent_hash",
+    "cache_aware",
+    "power_of_two",
+    "random",
+    "kv_aware",
+)
+#: Every policy the model predicts, as ``--routing`` names them.
+FLEET_POLICIES = GATEWAY_POLICIES + tuple(f"vllm-router:{p}" for p in VLLM_ROUTER_POLICIES)
+#: Seeded draws of vllm-router's random policies.
+DRAWS = 16
+
+#: Why each bracketed policy's low and high replays bound it.
+BRACKETS = {
+    "vllm-router:random": f"lowest and highest of {DRAWS} seeded draws of its uniform choice "
+    "(the router draws unseeded)",
+    "vllm-router:power_of_two": f"lowest and highest of {DRAWS} seeded draws of its two "
+    "candidates (the router draws unseeded)",
+    "vllm-router:cache_aware": "its approximate-tree rule replayed with ties to the lower and "
+    "to the higher index (the router's tie order is unknown)",
+    "vllm-router:kv_aware": "low: least-loaded (its load term deciding every request); high: "
+    "an oracle sending each request where most of its prefix is cached now (its KV events "
+    "telling it exactly, without lag)",
+}
+
+
+def parse_fleet_policies(text: str) -> list[str]:
+    """``--routing``'s comma-separated policies, in order, without repeats.
+
+    Raises:
+        ValueError: an empty list, an unknown or a repeated policy (the message lists the
+            known ones).
+    """
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    if not names:
+        raise ValueError("no routing policy given")
+    for name in names:
+        if name not in FLEET_POLICIES:
+            raise ValueError(
+                f"unknown routing policy {name!r}: choose from {', '.join(FLEET_POLICIES)}"
+            )
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"routing policy given twice: {', '.join(repeated)}")
+    return names
+
+
+def default_worker_urls(replicas: int) -> list[str]:
+    """The worker URLs ``consistent_hash`` is predicted with unless told the real ones:
+    ``http://127.0.0.1:8000`` upwards (its placement depends on them)."""
+    return [f"http://127.0.0.1:{8000 + i}" for i in range(replicas)]
+
+
+def imbalance(values: Sequence[int]) -> float:
+    """max ÷ mean of ``values`` (1.0 when all are 0): 1 is perfectly even, N is all on one."""
+    mean = sum(values) / len(values)
+    return max(values) / mean if mean else 1.0
+
+
+@dataclass(frozen=True)
+class PolicyPrediction:
+    """One policy's prediction.
+
+    Attributes:
+        policy: its ``--routing`` name.
+        exact: one replay of its exact rule (``low`` is ``high``), else a bracket.
+        low, high: the replays with the lowest and the highest fleet hit rate.
+        basis: how the prediction was made (for a bracket, why it bounds the policy).
+    """
+
+    policy: str
+    exact: bool
+    low: FleetOutcome
+    high: FleetOutcome
+    basis: str
+
+    @property
+    def hit_rate(self) -> float | None:
+        """The predicted fleet hit rate (exact policies; ``None`` for a bracket)."""
+        return self.low.hit_rate if self.exact else None
+
+
+@dataclass(frozen=True)
+class FleetPrediction:
+    """The fleet model's answer for N replicas of C usable blocks each.
+
+    Attributes:
+        replicas: N.
+        capacity_blocks: C (``None``: unbounded).
+        block_tokens: B.
+        pooled: the upper bound's hit rate (one cache of N × C).
+        spread: the worst bound's replay.
+        single: one replica of C serving every request (the single-server model).
+        policies: the asked policies, in the order asked.
+    """
+
+    replicas: int
+    capacity_blocks: int | None
+    block_tokens: int
+    pooled: float
+    spread: FleetOutcome
+    single: float
+    policies: tuple[PolicyPrediction, ...]
+
+
+@dataclass(frozen=True)
+class FleetOptions:
+    """The knobs of the routers modelled: prefix-hash's ε and virtual nodes, and the
+    worker URLs vllm-router's ring hashes (``None``: :func:`default_worker_urls`)."""
+
+    epsilon: float = DEFAULT_EPSILON
+    virtual_nodes: int = DEFAULT_VIRTUAL_NODES
+    worker_urls: tuple[str, ...] | None = None
+
+
+def _rule_factories(
+    policy: str, replicas: int, options: FleetOptions
+) -> tuple[list[Callable[[], Rule]], str]:
+    """The rules to replay for ``policy`` and the basis of its prediction."""
+    if policy in GATEWAY_POLICIES:
+        return [
+            lambda: rules.gateway_rule(
+                policy, replicas, epsilon=options.epsilon, virtual_nodes=options.virtual_nodes
+            )
+        ], "the gateway's own routing function (gateway.routing), replayed"
+    if policy == "vllm-router:round_robin":
+        return [rules.vllm_round_robin_rule], "vllm-router's RoundRobinPolicy, ported"
+    if policy == "vllm-router:consistent_hash":
+        urls = list(options.worker_urls or default_worker_urls(replicas))
+        if len(urls) != replicas:
+            raise ValueError(f"{len(urls)} worker URLs for {replicas} replicas")
+        return [lambda: rules.vllm_consistent_hash_rule(urls)], (
+            "vllm-router's ConsistentHashPolicy, ported bit for bit, ring over " + ", ".join(urls)
+        )
+    basis = BRACKETS[policy]
+    if policy == "vllm-router:random":
+        return [functools.partial(rules.random_rule, s) for s in range(DRAWS)], basis
+    if policy == "vllm-router:power_of_two":
+        return [functools.partial(rules.power_of_two_rule, s) for s in range(DRAWS)], basis
+    if policy == "vllm-router:cache_aware":
+        return [lambda: cache_aware_rule(False), lambda: cache_aware_rule(True)], basis
+    return [
+        lambda: rules.gateway_rule("least-loaded", replicas),
+        rules.longest_cached_prefix_rule,
+    ], basis
+
+
+def predict_fleet(
+    requests: Sequence[FleetRequest],
+    replicas: int,
+    capacity_blocks: int | None,
+    block_tokens: int,
+    policies: Sequence[str],
+    events: Sequence[tuple[str, int]] | None = None,
+    options: FleetOptions | None = None,
+) -> FleetPrediction:
+    """Predict each of ``policies`` for ``requests`` on ``replicas`` replicas of
+    ``capacity_blocks`` usable blocks of ``block_tokens`` tokens, in ``events`` order
+    (``None``: one after another; see :func:`scenarios.fleet.requests.closed_loop_events`).
+
+    Raises:
+        ValueError: an unknown policy, fewer than 1 replica, worker URLs not one per
+            replica, or what :func:`scenarios.prefix_cache_model.predict_hits` refuses.
+    """
+    options = options or FleetOptions()
+    for policy in policies:
+        parse_fleet_policies(policy)
+    caches = [r.cache for r in requests]
+    pooled_capacity = None if capacity_blocks is None else replicas * capacity_blocks
+    predictions = []
+    for policy in policies:
+        factories, basis = _rule_factories(policy, replicas, options)
+        outcomes = [
+            simulate(requests, replicas, capacity_blocks, block_tokens, make(), events)
+            for make in factories
+        ]
+        ranked = sorted(outcomes, key=lambda o: o.hit_rate)
+        exact = len(outcomes) == 1
+        predictions.append(PolicyPrediction(policy, exact, ranked[0], ranked[-1], basis))
+    spread = rules.spread_rule()
+    return FleetPrediction(
+        replicas=replicas,
+        capacity_blocks=capacity_blocks,
+        block_tokens=block_tokens,
+        pooled=predict_hits(caches, pooled_capacity, block_tokens, events).hit_rate,
+        spread=simulate(requests, replicas, capacity_blocks, block_tokens, spread, events),
+        single=predict_hits(caches, capacity_blocks, block_tokens, events).hit_rate,
+        policies=tuple(predictions),
+    )

@@ -1,0 +1,145 @@
+"""What the fleet model needs of each request, and the event orders it replays.
+
+A :class:`FleetRequest` is the single-server model's :class:`CacheRequest` plus what the
+routers read: the gateway's routing key (:class:`gateway.routing.PrefixKeys`, the very
+function the gateway keys requests with) and vllm-router's routing text
+(:func:`scenarios.fleet.vllm_router_hash.routing_text`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gateway.routing import PrefixKeys
+from scenarios.fleet.vllm_router_hash import routing_text
+from scenarios.prefix_cache_model import (
+    CacheRequest,
+    content_block_keys,
+    server_block_keys,
+)
+from scenarios.tokens import TokenSpace
+from scenarios.traces import Trace, TraceRequest, block_token_ids
+
+
+@dataclass(frozen=True)
+class FleetRequest:
+    """One request as the fleet model sees it.
+
+    Attributes:
+        cache: its prompt blocks and lengths (the single-server model's view).
+        prefix_key: the gateway's routing key (``None``: the gateway has none and places the
+            request least-loaded).
+        router_text: the text vllm-router routes it by.
+    """
+
+    cache: CacheRequest
+    prefix_key: int | None
+    router_text: str
+
+    @property
+    def request_id(self) -> str:
+        return self.cache.request_id
+
+
+def token_fleet_request(
+    request_id: str,
+    token_ids: Sequence[int],
+    output_tokens: int,
+    block_tokens: int,
+    keys: PrefixKeys | None = None,
+) -> FleetRequest:
+    """A request whose prompt is known token by token (a run's planned requests): block
+    keys by content (:func:`scenarios.prefix_cache_model.content_block_keys`), the gateway's
+    key of the same tokens, and vllm-router's text of a token-ID prompt.
+
+    Raises:
+        ValueError: a token ID outside [0, 2^32).
+    """
+    return FleetRequest(
+        cache=CacheRequest(
+            request_id=request_id,
+            block_keys=content_block_keys(token_ids, block_tokens),
+            prompt_tokens=len(token_ids),
+            output_tokens=output_tokens,
+        ),
+        prefix_key=(keys or PrefixKeys()).of_tokens(token_ids),
+        router_text=routing_text(token_ids),
+    )
+
+
+@dataclass(frozen=True)
+class TraceTokens:
+    """How a trace replay draws its prompts' tokens: ``scenarios.workloads.TracePrompts``
+    with the run's ``seed`` and the phase name as ``salt`` (``trace-replay``'s phase of
+    speedup 1 is ``speedup-1x``), in the token ID range ``space``."""
+
+    seed: int = 0
+    salt: str = "speedup-1x"
+    space: TokenSpace = field(default_factory=TokenSpace)
+
+    def block_seed(self) -> int:
+        """``TracePrompts.block_seed``: the first 8 bytes of sha256("{seed}:{salt}")."""
+        digest = hashlib.sha256(f"{self.seed}:{self.salt}".encode()).digest()
+        return int.from_bytes(digest[:8], "little")
+
+
+def _head_tokens(
+    request: TraceRequest, trace_block: int, tokens: int, seed: int, space: TokenSpace
+) -> list[int]:
+    """The first ``tokens`` prompt tokens of a trace request, as the replay builds them."""
+    need = min(tokens, request.input_length)
+    blocks = [
+        block_token_ids(seed, h, trace_block, space)
+        for h in request.hash_ids[: -(-need // trace_block)]
+    ]
+    head = np.concatenate(blocks)[:need] if blocks else np.zeros(0, dtype=np.int64)
+    return [int(t) for t in head]
+
+
+def trace_fleet_requests(
+    trace: Trace,
+    server_block_tokens: int,
+    keys: PrefixKeys | None = None,
+    tokens: TraceTokens | None = None,
+) -> list[FleetRequest]:
+    """Every request of ``trace`` (file order, ids ``line-{n}``) as a replay would send it:
+    block keys from its hash ids (:func:`scenarios.prefix_cache_model.server_block_keys`),
+    the gateway's key of its first ``keys.prefix_tokens`` tokens drawn as ``tokens`` says,
+    and vllm-router's text of a token-ID prompt."""
+    keys = keys or PrefixKeys()
+    tokens = tokens or TraceTokens()
+    seed = tokens.block_seed()
+    out: list[FleetRequest] = []
+    for r in trace.requests:
+        head = _head_tokens(r, trace.block_tokens, keys.prefix_tokens, seed, tokens.space)
+        cache = CacheRequest(
+            request_id=f"line-{r.line}",
+            block_keys=server_block_keys(r, trace.block_tokens, server_block_tokens),
+            prompt_tokens=r.input_length,
+            output_tokens=r.output_length,
+        )
+        text = routing_text(range(r.input_length))
+        out.append(FleetRequest(cache, keys.of_tokens(head), text))
+    return out
+
+
+def closed_loop_events(n: int, concurrency: int) -> list[tuple[str, int]]:
+    """The event order of ``n`` requests sent by ``concurrency`` clients in a closed loop
+    with equal service times: requests 0 … C−1 start, then request i ends just before
+    request i + C starts (C = 1: one after another).
+
+    Raises:
+        ValueError: ``concurrency`` < 1.
+    """
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be ≥ 1, got {concurrency}")
+    events: list[tuple[str, int]] = [("start", i) for i in range(min(concurrency, n))]
+    for i in range(n):
+        events.append(("end", i))
+        if i + concurrency < n:
+            events.append(("start", i + concurrency))
+    return events

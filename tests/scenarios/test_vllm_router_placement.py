@@ -1,0 +1,96 @@
+"""vllm-router's placement as the fleet model ports it, checked against the installed router
+itself (``make proxies``): requests sent through a real ``vllm-router`` to two recording fake
+upstreams land where :mod:`scenarios.fleet.vllm_router_hash` and
+:func:`scenarios.fleet.rules.vllm_round_robin_rule` say. Skipped, saying so, when the router
+is not installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from loadgen.proxies.vllm_router import ROUTER_ENV, find_vllm_router
+from scenarios.fleet.vllm_router_hash import ConsistentHashRing, hash_key, routing_text
+from server.process import free_loopback_port
+from tests.support.gateway_fakes import FakeUpstream, serve_upstream
+
+
+@contextlib.asynccontextmanager
+async def router(policy: str, urls: list[str], log: Path) -> AsyncIterator[str]:
+    binary = find_vllm_router()
+    if binary is None:
+        pytest.skip("vllm-router is not installed (make proxies)")
+    port, metrics = free_loopback_port(), free_loopback_port()
+    argv = [
+        binary, "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *urls,
+        "--policy", policy, "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics),
+        "--worker-startup-check-interval", "1", "--disable-retries", "--log-level", "warning",
+    ]  # fmt: skip
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, **ROUTER_ENV})  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with aiohttp.ClientSession() as session:
+            for _ in range(150):
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with session.get(url + "/health") as r:
+                        if r.status == 200:
+                            break
+                await asyncio.sleep(0.2)
+            else:
+                pytest.fail(f"vllm-router did not come up: {log.read_text()[-2000:]}")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+async def landed(url: str, fakes: list[FakeUpstream], body: dict[str, object]) -> int:
+    """Send one completion through the router; the index of the fake that received it."""
+    before = [f.count for f in fakes]
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url + "/v1/completions", json=body) as r,
+    ):
+        await r.read()
+    return next(i for i, f in enumerate(fakes) if f.count > before[i])
+
+
+async def test_consistent_hash_lands_where_the_port_says(tmp_path: Path) -> None:
+    """30 prompts (token IDs of 5 lengths, and text prompts short and long) through
+    ``--policy consistent_hash``: each lands on the worker the ported ring names, the
+    token-ID ones keyed by their length alone (``token_ids:{count}``)."""
+    rng = random.Random(7)
+    async with serve_upstream(FakeUpstream()) as a, serve_upstream(FakeUpstream()) as b:
+        ring = ConsistentHashRing([a.url, b.url])
+        async with router("consistent_hash", [a.url, b.url], tmp_path / "router.log") as url:
+            for i in range(30):
+                n = rng.choice([3, 10, 30, 200, 600])
+                ids = [rng.randrange(32000) for _ in range(n)]
+                prompt: object = f"prompt {i} " * (n // 10 + 1) if i % 3 == 0 else ids
+                text = routing_text(text=prompt) if isinstance(prompt, str) else routing_text(ids)
+                body = {"model": "fake-model", "prompt": prompt, "max_tokens": 1, "stream": False}
+                got = await landed(url, [a, b], body)
+                assert got == ring.worker_of(hash_key(text)), (i, n, text[:40])
+
+
+async def test_round_robin_alternates_from_the_first_worker(tmp_path: Path) -> None:
+    """``--policy round_robin``, one request at a time: workers 0, 1, 0, 1, …"""
+    body = {"model": "fake-model", "prompt": [1, 2, 3], "max_tokens": 1, "stream": False}
+    async with (
+        serve_upstream(FakeUpstream()) as a,
+        serve_upstream(FakeUpstream()) as b,
+        router("round_robin", [a.url, b.url], tmp_path / "router.log") as url,
+    ):
+        got = [await landed(url, [a, b], body) for _ in range(6)]
+    assert got == [0, 1, 0, 1, 0, 1]
