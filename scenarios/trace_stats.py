@@ -1,5 +1,6 @@
-"""Offline statistics of a trace: arrivals, lengths, sessions, and its predicted prefix-cache
-hit rate against cache size (the cache-size half of a capacity plan).
+"""Offline statistics of a trace: arrivals, lengths, sessions, its predicted prefix-cache
+hit rate against cache size (the cache-size half of a capacity plan), and on a fleet of N
+replicas under each routing policy.
 
 Pure functions from a :class:`scenarios.traces.Trace` to typed summaries; printing and
 plotting live in the command (``loadgen trace stats``).
@@ -12,6 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gateway.routing import PrefixKeys
+from scenarios.fleet.model import FleetOptions, FleetPrediction, predict_fleet
+from scenarios.fleet.requests import TraceTokens, closed_loop_events, trace_fleet_requests
 from scenarios.prefix_cache_model import (
     CacheRequest,
     capacity_blocks_for_tokens,
@@ -215,3 +219,52 @@ def cache_tokens_for_bytes(cache_bytes: int, kv_bytes_per_token: int, block_toke
     bytes (``available_memory // bytes_per_block`` in ``vllm/v1/core/kv_cache_utils.py``, as
     ``server.model_variant.ModelVariant.capacity_tokens`` computes for the embedded model)."""
     return cache_bytes // (block_tokens * kv_bytes_per_token) * block_tokens
+
+
+@dataclass(frozen=True)
+class FleetStats:
+    """A trace's predicted hit rate on a fleet, per routing policy (``loadgen trace stats
+    --replicas N``).
+
+    Attributes:
+        cache_tokens: one replica's cache as vLLM reports it.
+        concurrency: the closed loop's clients (1: requests one after another).
+        prediction: the fleet model's answer (:class:`scenarios.fleet.model.FleetPrediction`).
+    """
+
+    cache_tokens: int
+    concurrency: int
+    prediction: FleetPrediction
+
+
+def fleet_stats(
+    trace: Trace,
+    block_tokens: int,
+    cache_tokens: int,
+    replicas: int,
+    policies: Sequence[str],
+    concurrency: int = 1,
+    keys: PrefixKeys | None = None,
+    options: FleetOptions | None = None,
+    tokens: TraceTokens | None = None,
+) -> FleetStats:
+    """``trace`` (file order) on ``replicas`` replicas of ``cache_tokens`` each, sent by
+    ``concurrency`` clients in a closed loop, under each of ``policies``
+    (:func:`scenarios.fleet.model.predict_fleet`); the gateway's keys are those of the
+    prompts a replay with ``tokens`` sends.
+
+    Raises:
+        ValueError: a cache smaller than 2 blocks, or what ``predict_fleet`` refuses.
+    """
+    if cache_tokens < 2 * block_tokens:
+        raise ValueError(
+            f"cache of {cache_tokens} tokens: needs at least 2 blocks of {block_tokens} tokens "
+            "(one is vLLM's null block)"
+        )
+    requests = trace_fleet_requests(trace, block_tokens, keys, tokens)
+    events = closed_loop_events(len(requests), concurrency)
+    capacity = capacity_blocks_for_tokens(cache_tokens, block_tokens)
+    prediction = predict_fleet(
+        requests, replicas, capacity, block_tokens, policies, events, options
+    )
+    return FleetStats(cache_tokens, concurrency, prediction)

@@ -15,10 +15,17 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from loadgen.cli.trace_fleet import (
+    FleetArgs,
+    check_fleet_args,
+    fleet_json,
+    fleet_options,
+    fleet_text,
+)
 from server.model_variant import CPU_BLOCK_SIZE, KV_BYTES_PER_TOKEN
 
 if TYPE_CHECKING:
-    from scenarios.trace_stats import HitCurve, TraceSummary
+    from scenarios.trace_stats import FleetStats, HitCurve, TraceSummary
     from scenarios.traces import Trace
 
 #: Where the plot goes unless ``--plot`` says otherwise (``runs/`` is the results root).
@@ -309,6 +316,7 @@ def _json(
 )
 @click.option("--no-plot", is_flag=True, help="Do not draw the plot.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@fleet_options
 def stats(
     file: Path,
     cache: str | None,
@@ -321,16 +329,26 @@ def stats(
     plot_path: Path | None,
     no_plot: bool,
     as_json: bool,
+    **fleet_flags: Any,
 ) -> None:
     """Statistics of trace FILE and its predicted prefix-cache hit rate against cache size.
 
     Offline: replays the trace's prompt blocks, one request after another in file order,
     against vLLM's prefix-cache rules (docs/traces.md) at each cache size, and reports the
-    unbounded maximum and the smallest cache reaching 90 % of it.
+    unbounded maximum and the smallest cache reaching 90 % of it. With --replicas N, also
+    the hit rate of N replicas of the --cache size under each --routing policy, between the
+    pooled and the spread bounds (docs/fleet.md).
     """
     from scenarios.trace_stats import hit_curve, summarize
 
     sizes, labels = _cache_tokens(cache, cache_tokens, block_tokens, kv_bytes_per_token)
+    try:
+        fleet_args = check_fleet_args(
+            fleet_flags["replicas"], fleet_flags["routing"], fleet_flags["worker_urls"], sizes,
+            labels,
+        )  # fmt: skip
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
     loaded = _load(file, trace_block_tokens, token_scale)
     summary = summarize(loaded, peak_window_s)
     try:
@@ -342,7 +360,41 @@ def stats(
         scale = "" if loaded.token_scale == 1 else f"-scale{loaded.token_scale}".replace("/", "_")
         default = DEFAULT_PLOT_DIR / f"{file.stem}-block{block_tokens}{scale}.png"
         plot = _plot(loaded, curve, kv_bytes_per_token, plot_path or default)
+    fleet = _fleet(loaded, block_tokens, fleet_args, fleet_flags)
     if as_json:
-        click.echo(json.dumps(_json(loaded, summary, curve, kv_bytes_per_token, plot)))
+        out = _json(loaded, summary, curve, kv_bytes_per_token, plot)
+        out["fleet"] = None if fleet is None else fleet_json(fleet, kv_bytes_per_token)
+        click.echo(json.dumps(out))
     else:
-        click.echo(_text(loaded, summary, curve, kv_bytes_per_token, labels, plot))
+        text = _text(loaded, summary, curve, kv_bytes_per_token, labels, plot)
+        if fleet is not None and fleet_args is not None:
+            size = _size(fleet.cache_tokens, kv_bytes_per_token)
+            text += "\n" + fleet_text(fleet, fleet_args, size)
+        click.echo(text)
+
+
+def _fleet(
+    trace: Trace, block_tokens: int, args: FleetArgs | None, flags: dict[str, Any]
+) -> FleetStats | None:
+    """The fleet prediction the options ask for (``None``: none asked)."""
+    if args is None:
+        return None
+    from gateway.routing import PrefixKeys
+    from scenarios.fleet.model import FleetOptions
+    from scenarios.fleet.requests import TraceTokens
+    from scenarios.trace_stats import fleet_stats
+
+    try:
+        return fleet_stats(
+            trace,
+            block_tokens,
+            args.cache_tokens,
+            args.replicas,
+            args.policies,
+            concurrency=flags["concurrency"],
+            keys=PrefixKeys(prefix_blocks=flags["routing_prefix_blocks"]),
+            options=FleetOptions(epsilon=flags["routing_epsilon"], worker_urls=args.worker_urls),
+            tokens=TraceTokens(seed=flags["seed"]),
+        )
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
