@@ -41,7 +41,9 @@ def gateway_rule(
 def vllm_round_robin_rule() -> Rule:
     """vllm-router's ``round_robin`` with every worker healthy: request k (in arrival order)
     goes to worker k mod N (``RoundRobinPolicy``: an atomic counter modulo the healthy
-    workers)."""
+    workers). The router numbers workers in the order their first health checks succeed, so
+    which physical worker is 0 varies; the partition of the requests, hence every hit rate,
+    does not."""
     counter = 0
 
     def rule(index: int, request: FleetRequest, state: FleetState) -> tuple[int, Decision | None]:

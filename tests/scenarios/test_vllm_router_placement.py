@@ -84,8 +84,11 @@ async def test_consistent_hash_lands_where_the_port_says(tmp_path: Path) -> None
                 assert got == ring.worker_of(hash_key(text)), (i, n, text[:40])
 
 
-async def test_round_robin_alternates_from_the_first_worker(tmp_path: Path) -> None:
-    """``--policy round_robin``, one request at a time: workers 0, 1, 0, 1, …"""
+async def test_round_robin_alternates(tmp_path: Path) -> None:
+    """``--policy round_robin``, one request at a time: the workers alternate. Which one
+    comes first varies from start to start (the router lists workers in the order their
+    first health checks succeed), which changes no hit rate: the replicas are alike, so the
+    model's k mod N names the same partition of the requests."""
     body = {"model": "fake-model", "prompt": [1, 2, 3], "max_tokens": 1, "stream": False}
     async with (
         serve_upstream(FakeUpstream()) as a,
@@ -93,4 +96,4 @@ async def test_round_robin_alternates_from_the_first_worker(tmp_path: Path) -> N
         router("round_robin", [a.url, b.url], tmp_path / "router.log") as url,
     ):
         got = [await landed(url, [a, b], body) for _ in range(6)]
-    assert got == [0, 1, 0, 1, 0, 1]
+    assert got in ([0, 1, 0, 1, 0, 1], [1, 0, 1, 0, 1, 0])
