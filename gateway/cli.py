@@ -1,60 +1,55 @@
 """Command line for the gateway: ``gateway_command`` (click) and ``main(argv) -> int``.
 
 Owns turning flags and an optional JSON config file into a :class:`GatewayConfig` (flags
-override the file; validation errors become usage errors; the flags are built from the
-config model's fields, their types, bounds and help) and running the gateway until
-Ctrl-C or SIGTERM. Heavy imports (aiohttp) stay inside the command so ``--help`` is instant.
+override the file; validation errors become one usage line; the flags are generated from the
+config model's fields, their types, bounds and help, by ``server.cli_options``) and running
+the gateway until Ctrl-C or SIGTERM. Heavy imports (aiohttp) stay inside the command so
+``--help`` is instant.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import signal
-import types
-import typing
+from pathlib import Path
 from typing import Any
 
-import annotated_types
 import click
-from pydantic import BaseModel
-from pydantic.fields import FieldInfo
 
+from gateway.config import GatewayConfig
+from server.cli_options import ModelOptions
 from server.net.errors import describe_exception
 from server.net.urls import redact_urls_in
 
 
-def build_config(config_file: str | None, overrides: dict[str, Any]) -> Any:
-    """Build a validated ``GatewayConfig`` from an optional JSON file plus flag overrides.
+def build_config(config_file: str | None, values: dict[str, Any]) -> GatewayConfig:
+    """A validated ``GatewayConfig`` from an optional JSON file, overridden by the flags given
+    (``values`` as click passes them: :func:`config_options`' names, ``None`` = not given).
 
-    Raises ``click.UsageError`` on any validation problem.
+    Raises ``click.UsageError`` (one line naming the flags or the file's fields) on any
+    validation problem or an unreadable file.
     """
-    from pydantic import ValidationError
-
-    from gateway.config import GatewayConfig
-
+    base: dict[str, Any] = {}
+    if config_file is not None:
+        try:
+            base = json.loads(Path(config_file).read_text(), parse_constant=_no_constant)
+        except (OSError, ValueError) as exc:
+            why = describe_exception(exc)
+            raise click.UsageError(f"cannot read gateway config {config_file}: {why}") from exc
+        if not isinstance(base, dict):
+            raise click.UsageError(f"gateway config {config_file}: not a JSON object")
     try:
-        if config_file is not None:
-            return GatewayConfig.from_json_file(config_file).with_overrides(overrides)
-        return GatewayConfig.model_validate(_drop_none(overrides))
-    except ValidationError as exc:
-        raise click.UsageError(f"invalid gateway configuration:\n{exc}") from exc
-    except (OSError, ValueError) as exc:
-        why = describe_exception(exc)
-        raise click.UsageError(f"cannot read gateway config {config_file}: {why}") from exc
+        return _OPTIONS.build(values, base=base)
+    except click.UsageError as exc:
+        raise click.UsageError(f"invalid gateway configuration: {exc.message}") from None
 
 
-def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in d.items():
-        if isinstance(value, dict):
-            value = _drop_none(value)
-            if value:
-                out[key] = value
-        elif value is not None:
-            out[key] = value
-    return out
+def _no_constant(name: str) -> Any:
+    """JSON's non-standard ``NaN`` and ``Infinity`` are no setting's value."""
+    raise ValueError(f"{name} is not a finite number")
 
 
 async def _serve_forever(config: Any) -> None:
@@ -90,6 +85,7 @@ def run_event_loop(coro: Any) -> Any:
 _NO_FLAG = {"shutdown_timeout_s", "admission.retry_after_s"}
 #: Fields whose flag is not the one their name gives (see :func:`_flag`).
 _FLAG_NAMES = {
+    "upstreams": "upstream",
     "breaker.consecutive_failures": "breaker-failures",
     "breaker.half_open_probes": "breaker-probes",
 }
@@ -106,86 +102,21 @@ def _flag(path: str) -> str:
     return {"timeouts": f"{flag}-timeout", "breaker": f"breaker-{flag}"}.get(group, flag)
 
 
-def _click_type(field: FieldInfo) -> click.ParamType:
-    """The field's type as a click type, with its bounds (``gt``/``ge``/``lt``/``le``)."""
-    base = field.annotation
-    if typing.get_origin(base) in (typing.Union, types.UnionType):
-        base = next(a for a in typing.get_args(base) if a is not type(None))
-    bounds: dict[str, Any] = {}
-    for m in field.metadata:
-        if isinstance(m, annotated_types.Gt | annotated_types.Ge):
-            bounds.update(min=m.gt if isinstance(m, annotated_types.Gt) else m.ge,
-                          min_open=isinstance(m, annotated_types.Gt))  # fmt: skip
-        elif isinstance(m, annotated_types.Lt | annotated_types.Le):
-            bounds.update(max=m.lt if isinstance(m, annotated_types.Lt) else m.le,
-                          max_open=isinstance(m, annotated_types.Lt))  # fmt: skip
-    if typing.get_origin(base) is typing.Literal:
-        return click.Choice([str(v) for v in typing.get_args(base)])
-    if base is int:
-        return click.IntRange(**bounds) if bounds else click.INT
-    if base is float:
-        return click.FloatRange(**bounds) if bounds else click.FLOAT
-    return click.STRING
+#: The gateway's flags, one per field of ``GatewayConfig`` (nested models' fields included),
+#: default ``None``: a flag not given leaves the config file's value (or the model's default).
+_OPTIONS = ModelOptions(GatewayConfig, flag=_flag, skip=_NO_FLAG, flatten=True, given_only=True)
 
 
-def config_options(model: type[BaseModel] | None = None, prefix: str = "") -> list[click.Option]:
-    """One option per field of the gateway's config model (nested models: one per field of
-    theirs), its type, bounds and help from the field: default ``None``, so a flag not given
-    leaves the config file's value (or the model's default). The option's name is the field's
-    path with ``__`` for the dots (``breaker__window_s``); :func:`_overrides` nests it back.
-    ``upstreams``, ``propagate_cancellation`` and ``events_file`` have their own flags
-    (``--upstream``, ``--no-propagate-cancellation``, ``--events-file``)."""
-    from gateway.config import GatewayConfig
-
-    options: list[click.Option] = []
-    for name, field in (model or GatewayConfig).model_fields.items():
-        path = f"{prefix}{name}"
-        if path in _NO_FLAG or path in ("upstreams", "propagate_cancellation", "events_file"):
-            continue
-        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
-            options += config_options(field.annotation, f"{path}.")
-            continue
-        options.append(
-            click.Option(
-                [f"--{_flag(path)}", path.replace(".", "__")],
-                type=_click_type(field),
-                default=None,
-                help=field.description,
-            )
-        )
-    return options
+def config_options() -> list[click.Option]:
+    """The click options of :data:`_OPTIONS` (``server.cli_options``)."""
+    return _OPTIONS.options()
 
 
-def _overrides(values: dict[str, Any]) -> dict[str, Any]:
-    """``{"breaker__window_s": 5}`` → ``{"breaker": {"window_s": 5}}``."""
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        *groups, name = key.split("__")
-        target = out
-        for group in groups:
-            target = target.setdefault(group, {})
-        target[name] = value
-    return out
-
-
-def _serve(
-    upstreams: tuple[str, ...],
-    config_file: str | None,
-    no_propagate: bool,
-    events_file: str | None,
-    log_level: str,
-    **fields: Any,
-) -> None:
+def _serve(config_file: str | None, log_level: str, **fields: Any) -> None:
     """Run the reverse proxy in front of vLLM upstreams until Ctrl-C."""
-    overrides: dict[str, Any] = {
-        **_overrides(fields),
-        "upstreams": list(upstreams) or None,
-        "propagate_cancellation": False if no_propagate else None,
-        "events_file": events_file,
-    }
-    if config_file is None and not upstreams:
+    if config_file is None and not fields.get("upstreams"):
         raise click.UsageError("give at least one --upstream URL or a --config file")
-    config = build_config(config_file, overrides)
+    config = build_config(config_file, fields)
     handler = logging.StreamHandler()
     handler.setFormatter(_RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=log_level.upper(), handlers=[handler])
@@ -209,17 +140,8 @@ gateway_command = click.Command(
     callback=_serve,
     help=_serve.__doc__,
     params=[
-        click.Option(["--upstream", "upstreams"], multiple=True, metavar="URL",
-                     help="Upstream base URL, e.g. http://127.0.0.1:8000 (repeatable)."),
         click.Option(["--config", "config_file"], type=click.Path(exists=True, dir_okay=False),
                      help="JSON file with a GatewayConfig; flags override it."),
-        click.Option(["--no-propagate-cancellation", "no_propagate"], is_flag=True,
-                     default=False,
-                     help="Emulate a broken proxy: keep upstream requests running after the "
-                     "client disconnects (drain and discard)."),
-        click.Option(["--events-file"], type=click.Path(dir_okay=False, writable=True),
-                     default=None, help="Append one JSON line per breaker transition to this "
-                     "file (created at start)."),
         *config_options(),
         click.Option(["--log-level"], default="INFO", show_default=True,
                      type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"],

@@ -17,7 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gateway.routing import DEFAULT_EPSILON, DEFAULT_PREFIX_BLOCKS, DEFAULT_PREFIX_CHARS
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
+#: ``allow_inf_nan=False``: a JSON config file may hold ``NaN`` or ``Infinity`` (Python's
+#: reader accepts them), and no setting means anything at such a value.
+_FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class TimeoutConfig(BaseModel):
@@ -130,12 +132,16 @@ class GatewayConfig(BaseModel):
 
     model_config = _FROZEN
 
-    upstreams: tuple[str, ...] = Field(min_length=1)
-    host: str = Field(default="127.0.0.1", description="Address to bind (default 127.0.0.1).")
-    port: int = Field(
-        default=0, ge=0, le=65535, description="Port to bind (default 0 = a free port)."
+    upstreams: tuple[str, ...] = Field(
+        min_length=1, description="Upstream base URL, e.g. http://127.0.0.1:8000."
     )
-    propagate_cancellation: bool = True
+    host: str = Field(default="127.0.0.1", description="Address to bind.")
+    port: int = Field(default=0, ge=0, le=65535, description="Port to bind (0: a free port).")
+    propagate_cancellation: bool = Field(
+        default=True,
+        description="Close the upstream request when the client disconnects; "
+        "--no-propagate-cancellation emulates a broken proxy (drain and discard).",
+    )
     max_body_bytes: int = Field(
         default=8 * 2**20, ge=1, description="Request body limit in bytes (413 above it)."
     )
@@ -150,7 +156,10 @@ class GatewayConfig(BaseModel):
         gt=0,
         description="Seconds each upstream's /health may take when the gateway's /health is asked.",
     )
-    events_file: Path | None = None
+    events_file: Path | None = Field(
+        default=None,
+        description="Append one JSON line per breaker transition to this file (created at start).",
+    )
     decisions_file: Path | None = Field(
         default=None, description="File receiving one JSON line per routing decision."
     )
@@ -182,7 +191,7 @@ class GatewayConfig(BaseModel):
     connect_retries: int = Field(
         default=1,
         ge=0,
-        description="Retries on another upstream after a refused connection (default 1).",
+        description="Retries on another upstream after a refused connection.",
     )
     timeouts: TimeoutConfig = TimeoutConfig()
     breaker: BreakerConfig = BreakerConfig()

@@ -6,7 +6,7 @@ import shlex
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
 
 from scenarios.plan import REQUEST_TIMEOUT_S, STALL_TIMEOUT_S, ClientPriority
 from scenarios.tokens import TokenSpace
@@ -104,14 +104,110 @@ MAX_RATE_RPS = 1000.0
 MIN_METRICS_MAX_BYTES = 64 * 2**10
 
 
-class RunParams(FrozenModel):
+class ServerParams(FrozenModel):
+    """Knobs of how a vLLM server is started (each a ``--flag``), shared by every scenario and
+    ``loadgen server start``, so a knob has one name on every command."""
+
+    # allow_inf_nan=False: an infinite settle or duration would hang the run.
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    max_model_len: int = Field(default=2048, gt=0, description="Server context (tokens).")
+    enforce_eager: bool = Field(
+        default=True,
+        description="Start vLLM without torch.compile (--no-enforce-eager: compile, a "
+        "slower start).",
+    )
+    model: str | None = Field(default=None, description="Model dir; default: embedded model.")
+    model_variant: VariantChoice = Field(
+        default="auto",
+        description="Embedded model: auto (the faster on this CPU), bf16 or fp32 (same KV).",
+    )
+    vllm: str | None = Field(
+        default=None,
+        description="vLLM version to serve with: the project's own or one installed by "
+        "`make engine VLLM=X`.",
+    )
+    engine_python: str | None = Field(
+        default=None, description="Interpreter of a vLLM installed elsewhere (instead of --vllm)."
+    )
+    vllm_args: str | None = Field(
+        default=None,
+        description="Extra vLLM arguments, one shell-quoted string, appended last (they win).",
+    )
+    engine_core_nice: int = Field(
+        default=ENGINE_CORE_NICE,
+        ge=0,
+        le=19,
+        description="Nice value for vLLM's busy-waiting engine-core process, so the load "
+        "generator on the same cores wakes on time (0: as vLLM starts it).",
+    )
+    server_group_nice: int = Field(
+        default=0,
+        ge=0,
+        le=19,
+        description=f"Nice value of the vLLM server's session (its autogroup) against the load "
+        f"generator's, e.g. {SERVER_GROUP_NICE}: the client's timing improves but vLLM slows "
+        "(0: as vLLM starts it).",
+    )
+
+    @model_validator(mode="after")
+    def _engine_installed(self) -> Any:
+        # Fails on the command line, before any start, with the install command.
+        try:
+            self.engine_python_path()
+        except EngineNotFoundError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    @field_validator("vllm_args")
+    @classmethod
+    def _shell_words(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                shlex.split(value)
+            except ValueError as exc:  # unbalanced quotes
+                raise ValueError(f"not shell words: {exc}") from None
+        return value
+
+    def engine_python_path(self) -> str | None:
+        """The interpreter the servers run in; ``None`` for the project's own.
+
+        Raises:
+            server.engines.EngineNotFoundError: the chosen engine is not installed.
+        """
+        if not self.vllm and not self.engine_python:
+            return None
+        engine = resolve_engine(self.vllm, self.engine_python)
+        try:
+            own = project_engine().python
+        except EngineNotFoundError:
+            own = None
+        return None if engine.python == own else engine.python
+
+    def server(self, cache_bytes: int, **extra: Any) -> ServerConfig:
+        """The server configuration for a case with ``cache_bytes`` of KV cache; ``extra``:
+        more ``ServerConfig`` fields (its ``extra_args`` come before ``--vllm-args``)."""
+        extra = dict(extra)
+        args = (*extra.pop("extra_args", ()), *shlex.split(self.vllm_args or ""))
+        return ServerConfig(
+            model=self.model,
+            model_variant=self.model_variant,
+            kv_cache_bytes=cache_bytes,
+            max_model_len=self.max_model_len,
+            enforce_eager=self.enforce_eager,
+            python=self.engine_python_path(),
+            extra_args=args,
+            engine_core_nice=self.engine_core_nice,
+            server_group_nice=self.server_group_nice,
+            **extra,
+        )
+
+
+class RunParams(ServerParams):
     """Knobs of how the server runs and how the run is measured (each a ``--flag``).
 
     Scenario parameter models extend this; their own fields come first on the command line.
     """
-
-    # allow_inf_nan=False: an infinite settle or duration would hang the run.
-    model_config = ConfigDict(allow_inf_nan=False)
 
     settle_s: float = Field(
         default=1.0,
@@ -145,34 +241,8 @@ class RunParams(FrozenModel):
         description="A request with no byte from the server this long fails as 'stalled' (s; "
         "also the wait for the first byte, so above the longest queueing wait).",
     )
-    max_model_len: int = Field(default=2048, gt=0, description="Server context (tokens).")
-    enforce_eager: bool = Field(default=True, description="Start vLLM without torch.compile.")
-    model: str | None = Field(default=None, description="Model dir; default: embedded model.")
-    model_variant: VariantChoice = Field(
-        default="auto",
-        description="Embedded model: auto (the faster on this CPU), bf16 or fp32 (same KV).",
-    )
     seed: int = Field(default=0, description="Seed of all prompt tokens (and arrivals).")
     token_id_high: int = Field(default=4000, gt=10, description="Prompt token IDs below this.")
-    vllm: str | None = Field(
-        default=None,
-        description="vLLM version to serve with: the project's own or one installed by "
-        "`make engine VLLM=X`.",
-    )
-    engine_python: str | None = Field(
-        default=None, description="Interpreter of a vLLM installed elsewhere (instead of --vllm)."
-    )
-    vllm_args: str | None = Field(
-        default=None,
-        description="Extra vLLM arguments, one shell-quoted string, appended last (they win).",
-    )
-    engine_core_nice: int = Field(
-        default=ENGINE_CORE_NICE,
-        ge=0,
-        le=19,
-        description="Nice value for vLLM's busy-waiting engine-core process, so the load "
-        "generator on the same cores wakes on time (0: as vLLM starts it).",
-    )
     client_priority: ClientPriority = Field(
         default="auto",
         description="auto: for a server on this host whose compute cores are known and leave "
@@ -180,40 +250,6 @@ class RunParams(FrozenModel):
         "otherwise (a server elsewhere included) as the kernel places it. realtime: "
         "real-time in any case; normal: as the kernel places it.",
     )
-    server_group_nice: int = Field(
-        default=0,
-        ge=0,
-        le=19,
-        description=f"Nice value of the vLLM server's session (its autogroup) against the load "
-        f"generator's, e.g. {SERVER_GROUP_NICE}: the client's timing improves but vLLM slows "
-        "(0: as vLLM starts it).",
-    )
-
-    @model_validator(mode="after")
-    def _engine_installed(self) -> Any:
-        # Fails on the command line, before any start, with the install command.
-        try:
-            self.engine_python_path()
-        except EngineNotFoundError as exc:
-            raise ValueError(str(exc)) from None
-        if self.vllm_args is not None:
-            shlex.split(self.vllm_args)  # raises ValueError on unbalanced quotes
-        return self
-
-    def engine_python_path(self) -> str | None:
-        """The interpreter the servers run in; ``None`` for the project's own.
-
-        Raises:
-            server.engines.EngineNotFoundError: the chosen engine is not installed.
-        """
-        if not self.vllm and not self.engine_python:
-            return None
-        engine = resolve_engine(self.vllm, self.engine_python)
-        try:
-            own = project_engine().python
-        except EngineNotFoundError:
-            own = None
-        return None if engine.python == own else engine.python
 
     @model_validator(mode="after")
     def _stall_within_request_timeout(self) -> Any:
@@ -240,23 +276,6 @@ class RunParams(FrozenModel):
                 f"prompt ({prompt_tokens}) + output ({output_tokens}) tokens exceed "
                 f"max_model_len {self.max_model_len}"
             )
-
-    def server(self, cache_bytes: int, **extra: Any) -> ServerConfig:
-        """The server configuration for a case with ``cache_bytes`` of KV cache."""
-        extra = dict(extra)
-        args = (*extra.pop("extra_args", ()), *shlex.split(self.vllm_args or ""))
-        return ServerConfig(
-            model=self.model,
-            model_variant=self.model_variant,
-            kv_cache_bytes=cache_bytes,
-            max_model_len=self.max_model_len,
-            enforce_eager=self.enforce_eager,
-            python=self.engine_python_path(),
-            extra_args=args,
-            engine_core_nice=self.engine_core_nice,
-            server_group_nice=self.server_group_nice,
-            **extra,
-        )
 
     def plan_fields(self) -> dict[str, Any]:
         """The ``Plan`` fields these knobs decide."""

@@ -20,7 +20,7 @@ COMPOSITION_ROOT = Path("loadgen/cli")
 #: What each package may import (data flows scenario → loadgen + metrics → run dir → analysis).
 ALLOWED: dict[str, set[str]] = {
     "server": set(),
-    # ``server`` only for ``server.net`` (see NET_ONLY).
+    # ``server`` only for its leaves, ``server.net`` and ``server.cli_options`` (see LEAVES).
     "gateway": {"server"},
     "metrics": {"server"},
     # ``gateway`` only for ``gateway.routing`` (see ROUTING).
@@ -31,11 +31,13 @@ ALLOWED: dict[str, set[str]] = {
     "analysis": {"loadgen", "metrics", "scenarios", "server", "gateway"},
 }
 
-#: ``server.net`` (talking to an HTTP server safely: size limits, bounded reads, exceptions
-#: described, URL passwords redacted) imports no other project module; the gateway and the
-#: scraper use it and nothing else of ``server``, whose vLLM process management they never see.
-NET = "server.net"
-NET_ONLY = ("gateway", "metrics")
+#: The leaves of ``server`` that import no other project module: ``server.net`` (talking to an
+#: HTTP server safely: size limits, bounded reads, exceptions described, URL passwords
+#: redacted) and ``server.cli_options`` (command-line options from pydantic models). The
+#: gateway and the scraper use them and nothing else of ``server``, whose vLLM process
+#: management they never see.
+LEAVES = ("server.net", "server.cli_options")
+LEAVES_ONLY = ("gateway", "metrics")
 
 #: ``gateway.routing`` (the routing policies as pure code) imports nothing of the project
 #: outside itself, so the fleet model (``scenarios``) and the analysis can run the very
@@ -125,25 +127,32 @@ def test_package_imports_only_what_the_data_flow_allows(package: str) -> None:
     assert not unexpected, f"{package} imports {unexpected}"
 
 
-def _net_modules() -> list[Path]:
-    return sorted((ROOT / "server" / "net").rglob("*.py"))
+def _in(name: str, leaf: str) -> bool:
+    """Whether module ``name`` is ``leaf`` or inside it (``server.net.urls`` in ``server.net``)."""
+    return name == leaf or name.startswith(f"{leaf}.")
 
 
-def test_server_net_imports_nothing_outside_itself() -> None:
+def _leaf_modules(leaf: str) -> list[Path]:
+    path = ROOT.joinpath(*leaf.split("."))
+    return sorted(path.rglob("*.py")) if path.is_dir() else [path.with_suffix(".py")]
+
+
+@pytest.mark.parametrize("leaf", LEAVES)
+def test_a_leaf_of_server_imports_nothing_outside_itself(leaf: str) -> None:
     outside = {
-        p.relative_to(ROOT).as_posix(): sorted(
-            n for n in imported_names(p) if not n.startswith(NET)
-        )
-        for p in _net_modules()
+        p.relative_to(ROOT).as_posix(): sorted(n for n in imported_names(p) if not _in(n, leaf))
+        for p in _leaf_modules(leaf)
     }
     assert {k: v for k, v in outside.items() if v} == {}
 
 
-@pytest.mark.parametrize("package", NET_ONLY)
-def test_gateway_and_metrics_use_only_server_net_of_server(package: str) -> None:
+@pytest.mark.parametrize("package", LEAVES_ONLY)
+def test_gateway_and_metrics_use_only_the_leaves_of_server(package: str) -> None:
     beyond = {
         p.relative_to(ROOT).as_posix(): sorted(
-            n for n in imported_names(p) if n.split(".")[0] == "server" and not n.startswith(NET)
+            n
+            for n in imported_names(p)
+            if n.split(".")[0] == "server" and not any(_in(n, leaf) for leaf in LEAVES)
         )
         for p in sorted((ROOT / package).rglob("*.py"))
     }

@@ -1,8 +1,9 @@
 """``loadgen``: the command line, and the project's composition root (it may import every package;
 nothing else imports it). One module per command: ``run``, ``report``, ``validate``,
-``compare``, ``gate``, ``server``, ``gateway``, ``trace``, ``export``; ``scenario_commands``
-holds what ``run`` and ``gate`` share (one subcommand per scenario, the checks before any
-start), ``run_and_report`` a run followed by its report and manifest.
+``compare``, ``gate``, ``server`` (``server_start``: its ``start``), ``gateway``, ``trace``,
+``export``; ``scenario_commands`` holds what ``run`` and ``gate`` share (one subcommand per
+scenario, the checks before any start), ``run_and_report`` a run followed by its report and
+manifest.
 
 Thin: build a config, validate it, call one entry point. Heavy modules (pandas, matplotlib,
 aiohttp) are imported inside commands so ``--help`` is quick.

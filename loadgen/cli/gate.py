@@ -13,7 +13,7 @@ from rich.markup import escape
 from loadgen.cli.compare import compare_exit_code, fail_compare
 from loadgen.cli.run_and_report import check_out_dir, new_run_dir, run_and_report
 from loadgen.cli.scenario_commands import ScenarioGroup, nominal_check
-from loadgen.params_cli import options_for, params_from_options
+from server.cli_options import ModelOptions
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -39,19 +39,13 @@ def _gate_command(scenario: Scenario, values: dict[str, Any]) -> None:
     if values.get("until_decided") and repeats < 2:
         raise click.UsageError("--until-decided needs --repeats ≥ 2: with one run per side no "
                                "run-to-run shift can show (docs/gate-decisions.md)")  # fmt: skip
-    shared = {k: v for k, v in values.items() if k not in _GATE_OWNED}
+    options = ModelOptions(scenario.Params, skip=_GATE_OWNED)
     extra = values.get("candidate_vllm_args")
+    candidate_args = " ".join(a for a in (values.get("vllm_args"), extra) if a) or None
     sides = {
-        "baseline": params_from_options(
-            scenario.Params, {**shared, "vllm": values["baseline_vllm"]}
-        ),
-        "candidate": params_from_options(
-            scenario.Params,
-            {
-                **shared,
-                "vllm": values["candidate_vllm"],
-                "vllm_args": " ".join(a for a in (values.get("vllm_args"), extra) if a) or None,
-            },
+        "baseline": options.build(values, base={"vllm": values["baseline_vllm"]}),
+        "candidate": options.build(
+            {**values, "vllm_args": candidate_args}, base={"vllm": values["candidate_vllm"]}
         ),
     }
     for params in sides.values():
@@ -150,7 +144,7 @@ class _GateGroup(ScenarioGroup):
             click.Option(["--out", "out"], type=click.Path(path_type=Path), default=None,
                          help="Gate directory (default: runs/gate-<scenario>-<UTC time>)."),
         ]  # fmt: skip
-        options = [o for o in options_for(scenario.Params) if o.name not in _GATE_OWNED]
+        options = ModelOptions(scenario.Params, skip=_GATE_OWNED).options()
         return click.Command(name, callback=callback, params=[*options, *own],
                              help=f"Regression gate on {name}: {scenario.summary}")  # fmt: skip
 

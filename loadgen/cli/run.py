@@ -1,5 +1,5 @@
 """``loadgen run SCENARIO``: one subcommand per scenario, its options from the scenario's Params
-model (``loadgen.params_cli``) plus the run's own (``--out``, ``--strict``, ``--workers``,
+model (``server.cli_options``) plus the run's own (``--out``, ``--strict``, ``--workers``,
 ``--ray``); bad input is refused (exit 2) before any server starts or any load is sent."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import click
 
 from loadgen.cli.run_and_report import check_out_dir, new_run_dir, run_and_report
 from loadgen.cli.scenario_commands import ScenarioGroup, nominal_check
-from loadgen.params_cli import options_for, params_from_options
+from server.cli_options import ModelOptions
 
 if TYPE_CHECKING:
     from loadgen.workers.process import WorkersConfig
@@ -42,7 +42,7 @@ class _RunGroup(ScenarioGroup):
         return click.Command(
             name,
             callback=callback,
-            params=[*options_for(scenario.Params), *common],
+            params=[*ModelOptions(scenario.Params).options(), *common],
             help=scenario.summary,
         )
 
@@ -91,7 +91,7 @@ def _workers_config(scenario: Scenario, values: dict[str, Any]) -> WorkersConfig
 
 
 def _run_command(scenario: Scenario, values: dict[str, Any]) -> None:
-    params = params_from_options(scenario.Params, values)
+    params = ModelOptions(scenario.Params).build(values)
     workers = _workers_config(scenario, values)
     nominal_check(scenario, params)
     run_dir = values.get("out") or new_run_dir(scenario.name)

@@ -65,14 +65,15 @@ def test_json_file_with_flag_overrides(tmp_path: Path) -> None:
         )
     )
     assert GatewayConfig.from_json_file(path).timeouts.idle_s == 7
-    config = build_config(
+    config = build_config(  # as click passes them: a nested field's name joined by "__"
         str(path),
         {
-            "upstreams": None,
+            "upstreams": (),
             "port": 9000,
             "propagate_cancellation": False,
-            "timeouts": {"idle_s": None, "first_token_s": 2.5},
-            "breaker": {"half_open_probes": 3},
+            "timeouts__idle_s": None,
+            "timeouts__first_token_s": 2.5,
+            "breaker__half_open_probes": 3,
         },
     )
     assert config.upstreams == ("http://127.0.0.1:8001",)
@@ -170,3 +171,35 @@ def test_every_flag_built_from_the_config_model_reaches_its_field(
     # Bounds come from the fields: error_rate ∈ (0, 1], ports ≤ 65535.
     assert main(["--upstream", "http://127.0.0.1:9", "--breaker-error-rate", "0"]) == 2
     assert main(["--upstream", "http://127.0.0.1:9", "--port", "65536"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--idle-timeout", "nan"], "Invalid value for '--idle-timeout': 'nan' is not a finite"),
+        (["--breaker-window", "inf"], "Invalid value for '--breaker-window': 'inf' is not a"),
+        (["--breaker-error-rate", "0"],
+         "invalid gateway configuration: --breaker-error-rate: Input should be greater than 0 "
+         "(got 0.0)"),
+        (["--port", "65536"], "--port: Input should be less than or equal to 65535 (got 65536)"),
+    ],
+)  # fmt: skip
+def test_bad_flags_fail_in_one_line_naming_the_flag(
+    capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    assert main(["--upstream", "http://127.0.0.1:9", *args]) == 2
+    assert message in " ".join(capsys.readouterr().err.split())
+
+
+def test_a_config_file_value_is_named_by_its_path_and_nan_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "gw.json"
+    path.write_text('{"upstreams": ["http://127.0.0.1:1"], "timeouts": {"idle_s": -1}}')
+    assert main(["--config", str(path)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "invalid gateway configuration: timeouts.idle_s: Input should be greater than 0" in err
+    # Python's JSON reader takes NaN and Infinity; no setting means anything at them.
+    path.write_text('{"upstreams": ["http://127.0.0.1:1"], "timeouts": {"idle_s": NaN}}')
+    assert main(["--config", str(path)]) == 2
+    assert "NaN is not a finite number" in capsys.readouterr().err
