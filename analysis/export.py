@@ -41,6 +41,7 @@ from analysis.load import RunData
 from loadgen.runformat import ReadRecord
 from loadgen.runformat.atomic import write_text
 from scenarios.arrivals import ClosedLoop, OpenLoop
+from scenarios.plan import PhaseSpec
 
 #: The request columns written first, in this order (the rest follow as the records have them).
 LEADING_COLUMNS = ("case", "phase", "request_id", "index", "status", "error", "sent_wall_s",
@@ -135,6 +136,56 @@ def _buckets(ok: list[ReadRecord]) -> tuple[float, int]:
     return float(tokens.max()), int(active.max())
 
 
+def _goodput(run: RunData, frame: pd.DataFrame, duration: float) -> float | None:
+    """Requests/s that met the run's SLO (``params.slo``), or ``None`` without one."""
+    slo_text = run.plan.params.get("slo")
+    if not slo_text or duration <= 0 or frame.empty:
+        return None
+    from scenarios.slo_goodput import parse_slo
+
+    limits = parse_slo(str(slo_text))
+    slo = SLOLimits(limits.get("ttft"), limits.get("tpot"), limits.get("e2el"))
+    return int(judge(frame, slo)["good"].sum()) / duration
+
+
+def _arrival_fields(planned: PhaseSpec) -> dict[str, Any]:
+    """``request_rate`` (req/s, ``"inf"`` when closed-loop), ``burstiness`` and
+    ``max_concurrency`` of a planned phase, as vLLM names them."""
+    arrival = planned.arrival
+    rate: float | str = "inf"
+    burstiness = 1.0
+    max_concurrency = None
+    if isinstance(arrival, OpenLoop):
+        rate, burstiness = arrival.rate(), arrival.burstiness
+        max_concurrency = arrival.max_concurrency
+    elif isinstance(arrival, ClosedLoop):
+        max_concurrency = arrival.concurrency
+    return {"request_rate": rate, "burstiness": burstiness, "max_concurrency": max_concurrency}
+
+
+def _date(started: object) -> str | None:
+    """vLLM's ``date`` (``%Y%m%d-%H%M%S``) from the run's ``started_at`` (ISO, UTC)."""
+    if not isinstance(started, str):
+        return None
+    return time.strftime("%Y%m%d-%H%M%S", time.strptime(started, "%Y-%m-%dT%H:%M:%SZ"))
+
+
+def _per_request_lists(records: Sequence[ReadRecord]) -> dict[str, list[float]]:
+    """Written by vLLM even without --save-detailed: per request, in request order, E2EL in s
+    (0.0 for a failure, as vLLM's unset latency) and the client-side wait from its arrival
+    (the phase start, or its open-loop offset) to its send, s."""
+    ordered = sorted(records, key=lambda r: int(r.index))
+    return {
+        "latencies": [
+            (r.chunk_ns[-1] - _sent_ns(r)) / 1e9 if r.status == "ok" and r.chunk_ns else 0.0
+            for r in ordered
+        ],
+        "queue_times": [
+            (r.sent_ns - r.scheduled_ns) / 1e9 if r.sent_ns is not None else 0.0 for r in ordered
+        ],
+    }
+
+
 def vllm_bench_result(
     run: RunData, case: str, phase: str, percentiles: Sequence[float] = (99,)
 ) -> dict[str, Any]:
@@ -160,37 +211,13 @@ def vllm_bench_result(
         for r in ok
     )  # fmt: skip
     total_out = int(frame["output_tokens"].sum()) if not frame.empty else 0
-    params = run.plan.params
-    slo_text = params.get("slo")
-    goodput = None
-    if slo_text and duration > 0 and not frame.empty:
-        from scenarios.slo_goodput import parse_slo
-
-        limits = parse_slo(str(slo_text))
-        slo = SLOLimits(limits.get("ttft"), limits.get("tpot"), limits.get("e2el"))
-        goodput = int(judge(frame, slo)["good"].sum()) / duration
-    arrival = planned.arrival
-    rate: float | str = "inf"
-    burstiness = 1.0
-    max_concurrency = None
-    if isinstance(arrival, OpenLoop):
-        rate, burstiness = arrival.rate(), arrival.burstiness
-        max_concurrency = arrival.max_concurrency
-    elif isinstance(arrival, ClosedLoop):
-        max_concurrency = arrival.concurrency
+    goodput = _goodput(run, frame, duration)
     endpoint = getattr(planned.workload, "endpoint", "completions")
     server = data.info.server or {}
-    started = run.run.started_at
-    date = (
-        time.strftime("%Y%m%d-%H%M%S", time.strptime(started, "%Y-%m-%dT%H:%M:%SZ"))
-        if isinstance(started, str)
-        else None
-    )
-    ordered = sorted(records, key=lambda r: int(r.index))
     per_sec = (lambda x: x / duration) if duration > 0 else (lambda x: 0.0)
     max_tokens_s, max_active = _buckets(ok)
     result: dict[str, Any] = {
-        "date": date,
+        "date": _date(run.run.started_at),
         "endpoint_type": "openai-chat" if endpoint == "chat" else "vllm",
         "backend": "openai-chat" if endpoint == "chat" else "vllm",
         "label": None,
@@ -198,9 +225,7 @@ def vllm_bench_result(
         "tokenizer_id": run.plan.sizing.get("prompt_tokens_measured_with")
         or server.get("model_name"),
         "num_prompts": len(records),
-        "request_rate": rate,
-        "burstiness": burstiness,
-        "max_concurrency": max_concurrency,
+        **_arrival_fields(planned),
         "duration": duration,
         "completed": len(ok),
         "failed": len(records) - len(ok),
@@ -213,16 +238,7 @@ def vllm_bench_result(
         "max_output_tokens_per_s": max_tokens_s,
         "max_concurrent_requests": max_active,
         "rtfx": 0.0,
-        # Written by vLLM even without --save-detailed: per request, in request order, E2EL
-        # in s (0.0 for a failure, as vLLM's unset latency) and the client-side wait from its
-        # arrival (the phase start, or its open-loop offset) to its send, s.
-        "latencies": [
-            (r.chunk_ns[-1] - _sent_ns(r)) / 1e9 if r.status == "ok" and r.chunk_ns else 0.0
-            for r in ordered
-        ],
-        "queue_times": [
-            (r.sent_ns - r.scheduled_ns) / 1e9 if r.sent_ns is not None else 0.0 for r in ordered
-        ],
+        **_per_request_lists(records),
     }
     columns = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2el": "e2el_ms"}
     for name in ("ttft", "tpot", "itl", "e2el"):

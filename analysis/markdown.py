@@ -177,15 +177,13 @@ def _client_lines(case: CaseSummary) -> list[str]:
     return [" ".join(lines), ""] if lines else []
 
 
-def _case_lines(
-    case: CaseSummary, phases: Sequence[str], report: ScenarioReport[Any], details: Any
-) -> list[str]:
+def _status_line(case: CaseSummary) -> str:
+    """The case's one-line summary: status, server, KV capacity, requests, scrapes."""
     server = case.server
     cap = server.get("capacity") or {}
     variant = (server.get("model_variant") or {}).get("variant")
     scrapes = case.scrapes
-    out = [f"## Case {case.name}", ""]
-    out += [
+    return (
         f"Status: **{case.status}**"
         + (f" — {case.error}" if case.error else "")
         + f"; vLLM {server.get('version', '?')}"
@@ -217,34 +215,40 @@ def _case_lines(
             if scrapes.duplicates_dropped
             else ""
         )
-        + ").",
-        "",
-    ]
-    out += _client_lines(case)
-    headers, rows = phase_rows(case, case.planned_phases or phases, report.phase_columns(details))
-    out += [table(headers, rows), ""]
+        + ")."
+    )
+
+
+def _overall_lines(case: CaseSummary) -> list[str]:
+    """The latency statistics of all phases together (ms), when the case sent requests."""
+    if not case.requests_total:
+        return []
     overall = case.all_phases
     labels = (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("E2EL", "e2el_ms"),
               ("ITL (per token)", "itl_ms"), ("chunk gap (per step)", "chunk_gap_ms"))  # fmt: skip
-    if case.requests_total:
-        rows = [
-            [label, *(f(getattr(getattr(overall, key), k)) for k in STAT_KEYS)]
-            for label, key in labels
-        ]
-        out += ["All phases together (ms):", "", table(["metric", *STAT_KEYS], rows), ""]
-    out += _counter_table(case)
-    out += _histogram_table(case)
+    rows = [
+        [label, *(f(getattr(getattr(overall, key), k)) for k in STAT_KEYS)] for label, key in labels
+    ]
+    return ["All phases together (ms):", "", table(["metric", *STAT_KEYS], rows), ""]
+
+
+def _loop_lag_lines(case: CaseSummary) -> list[str]:
+    """The load generator's worst event-loop lag over the case's phases."""
     lags = [p.loop_lag_max_ms or 0.0 for p in case.phases.values()]
-    if lags:
-        out += [
-            f"Load-generator event-loop lag: max {f(max(lags), 2)} ms over all phases"
-            + (" (the worst worker's)." if any(p.workers for p in case.phases.values()) else ".")
-            + " 'conc. asked' is the concurrency the phase requested; 'server in flight peak' "
-            "the most requests the server held at one scrape (running + waiting, sampled).",
-            "",
-        ]
-    out += _workers_lines(case)
-    out += report.case_markdown(details, case.name)
+    if not lags:
+        return []
+    return [
+        f"Load-generator event-loop lag: max {f(max(lags), 2)} ms over all phases"
+        + (" (the worst worker's)." if any(p.workers for p in case.phases.values()) else ".")
+        + " 'conc. asked' is the concurrency the phase requested; 'server in flight peak' "
+        "the most requests the server held at one scrape (running + waiting, sampled).",
+        "",
+    ]
+
+
+def _data_notes(case: CaseSummary) -> list[str]:
+    """Metric names matched by an alias, families the server lacks, data-quality notes."""
+    out: list[str] = []
     if case.metric_aliases:
         renamed = {
             k: v
@@ -262,6 +266,23 @@ def _case_lines(
         ]
     if case.data_quality:
         out += ["Data quality:", ""] + [f"- {line}" for line in case.data_quality] + [""]
+    return out
+
+
+def _case_lines(
+    case: CaseSummary, phases: Sequence[str], report: ScenarioReport[Any], details: Any
+) -> list[str]:
+    out = [f"## Case {case.name}", "", _status_line(case), ""]
+    out += _client_lines(case)
+    headers, rows = phase_rows(case, case.planned_phases or phases, report.phase_columns(details))
+    out += [table(headers, rows), ""]
+    out += _overall_lines(case)
+    out += _counter_table(case)
+    out += _histogram_table(case)
+    out += _loop_lag_lines(case)
+    out += _workers_lines(case)
+    out += report.case_markdown(details, case.name)
+    out += _data_notes(case)
     return out
 
 
