@@ -34,6 +34,7 @@ from server.embedded_model import ensure_draft_model, ensure_embedded_model
 from server.engine_flags import adapt_command
 from server.engines import Engine, inspect_engine
 from server.files import replace_whole
+from server.model_variant import VariantDecision
 from server.net.errors import describe_exception
 from server.net.http import get_bounded
 from server.net.limits import CONTROL_MAX_BYTES, METRICS_MAX_BYTES
@@ -301,6 +302,41 @@ async def _wait_healthy(
             await asyncio.sleep(HEALTH_POLL_S)
 
 
+async def _model_paths(
+    config: ServerConfig, decision: VariantDecision | None
+) -> tuple[str, str | None]:
+    """The model's path, and its draft's (``None`` without one): the embedded model's variant
+    and its draft are built on first use, off the loop (the build blocks for seconds)."""
+    if decision is None:
+        return str(config.model), None
+    model_path = str(await asyncio.to_thread(ensure_embedded_model, decision.variant))
+    draft_path = None
+    if config.draft is not None:  # built for the target's variant
+        draft = config.draft.spec()
+        draft_path = str(await asyncio.to_thread(ensure_draft_model, draft, decision.variant))
+    return model_path, draft_path
+
+
+async def _learn_started(server: RunningServer, config: ServerConfig, pid: int) -> None:
+    """Once healthy: the server's host facts, its lowered CPU priorities (as configured), its
+    KV capacity (or why it is unknown) and its vLLM version, into ``server``."""
+    # /proc walks, off the loop: a replica restarts mid-phase on the sending loop.
+    server.host = await asyncio.to_thread(ServerHost.of_process, pid)
+    server.cpu_priority = {}
+    if config.engine_core_nice is not None:
+        change = await asyncio.to_thread(lower_engine_core_priority, pid, config.engine_core_nice)
+        server.cpu_priority["engine_core"] = change.as_dict()
+    if config.server_group_nice is not None:
+        change = await asyncio.to_thread(lower_session_priority, pid, config.server_group_nice)
+        server.cpu_priority["session"] = change.as_dict()
+    async with httpx.AsyncClient(timeout=10.0) as client:
+        server.capacity, server.capacity_error = await _capacity_or_why(
+            client, server.url, server.log_path
+        )
+        version = await _get_json(client, f"{server.url}/version")
+    server.version = str(version.get("version", "")) if isinstance(version, dict) else ""
+
+
 async def start_server(
     config: ServerConfig,
     workdir: Path,
@@ -331,14 +367,7 @@ async def start_server(
     """
     engine = inspect_engine(config.python or sys.executable)
     decision = config.variant_decision()
-    if decision is None:
-        model_path = str(config.model)
-    else:  # the build (first use only) blocks for seconds: keep the loop free
-        model_path = str(await asyncio.to_thread(ensure_embedded_model, decision.variant))
-    draft_path = None
-    if config.draft is not None and decision is not None:  # built for the target's variant
-        draft = config.draft.spec()
-        draft_path = str(await asyncio.to_thread(ensure_draft_model, draft, decision.variant))
+    model_path, draft_path = await _model_paths(config, decision)
     port = port or free_loopback_port()
     url = f"http://127.0.0.1:{port}"
     log_path = workdir / "vllm.log"
@@ -365,23 +394,7 @@ async def start_server(
     try:
         await _wait_healthy(proc, url, log_path, start_timeout_s, on_status)
         server.startup_s = round(time.monotonic() - started, 2)
-        # /proc walks, off the loop: a replica restarts mid-phase on the sending loop.
-        server.host = await asyncio.to_thread(ServerHost.of_process, proc.pid)
-        server.cpu_priority = {}
-        if config.engine_core_nice is not None:
-            change = await asyncio.to_thread(
-                lower_engine_core_priority, proc.pid, config.engine_core_nice
-            )
-            server.cpu_priority["engine_core"] = change.as_dict()
-        if config.server_group_nice is not None:
-            change = await asyncio.to_thread(
-                lower_session_priority, proc.pid, config.server_group_nice
-            )
-            server.cpu_priority["session"] = change.as_dict()
-        async with httpx.AsyncClient(timeout=10.0) as client:
-            server.capacity, server.capacity_error = await _capacity_or_why(client, url, log_path)
-            version = await _get_json(client, f"{url}/version")
-        server.version = str(version.get("version", "")) if isinstance(version, dict) else ""
+        await _learn_started(server, config, proc.pid)
         # Inside the try: a server whose facts cannot be written is stopped, not orphaned.
         _write_whole(workdir / "server.json", json.dumps(server.describe(), indent=2))
     except BaseException as exc:
