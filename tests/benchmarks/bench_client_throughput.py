@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import drivers
 import harness as h
 import stamps
 from anchors import vllm_client
@@ -43,7 +44,7 @@ CAPACITY_WAVES = 3
 CAPACITY_TRIES = 2
 
 
-def _stamps_of(out: h.Outcome) -> tuple[int, int]:
+def _stamps_of(out: drivers.Outcome) -> tuple[int, int]:
     """(stamps, tokens) over the run's records (ours); (0, 0) for the anchor."""
     recs = [r for r in out.records if "chunk_tokens" in r]
     return sum(len(r["chunk_tokens"]) for r in recs), sum(sum(r["chunk_tokens"]) for r in recs)
@@ -170,7 +171,7 @@ def run(tiny: bool) -> dict[str, Any]:
     rounds = 1 if tiny else 3
     ladder = (2, 4) if tiny else (32, 64, 128, 256, 512, 1024)
     have_anchor = vllm_client() is not None
-    clients = {"ours": h.ours, **({"anchor": h.anchor} if have_anchor else {})}
+    clients = {"ours": drivers.ours, **({"anchor": drivers.anchor} if have_anchor else {})}
     with h.FakeServer() as server:
 
         async def measure() -> tuple[Any, Any, Any]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import drivers
 import harness as h
 import stamps
 from anchors import vllm_client
@@ -90,51 +91,63 @@ def where_time_goes(
     )
 
 
-def run(tiny: bool) -> dict[str, Any]:
-    levels = {1: 2, 8: 16} if tiny else {1: 12, 256: 768, 1024: 3072}  # streams: requests
-    rounds = 1 if tiny else 2
-    have_anchor = vllm_client() is not None
-    clients = {"ours": h.ours, **({"anchor": h.anchor} if have_anchor else {})}
-    waves: dict[str, dict[str, dict[str, list[dict[str, Any]]]]] = {}
-    lags: dict[str, list[tuple[float, float]]] = {}
-    cpu: dict[str, dict[str, list[dict[str, float]]]] = {}
-    workers = workers_used()
-    with h.FakeServer() as server:
-        server.configure(TTFT_MS, ITL_MS, spread=True)
+#: streams level → client → wave → per-run stamp errors
+Waves = dict[str, dict[str, dict[str, list[dict[str, Any]]]]]
+#: streams level → ours's (loop lag p99, max) per run, ms
+Lags = dict[str, list[tuple[float, float]]]
+#: streams level → client → per run, its CPU share and CPU µs per chunk
+Cpu = dict[str, dict[str, list[dict[str, float]]]]
 
-        async def measure() -> None:
-            first = 0
-            for c, n in levels.items():
-                per = waves.setdefault(str(c), {})
-                for _ in range(rounds):
-                    for name, client in clients.items():
-                        server.take_log()
-                        out = await client(
-                            server.url, n, concurrency=c, max_tokens=tokens_of, first_index=first
-                        )
-                        log = {e["key"]: e for e in server.take_log()}
-                        assert out.failed == 0, f"{name}: {out.failed} requests failed"
-                        errors = stamps.run_errors(out, log, c)
-                        for wave, e in errors.items():
-                            per.setdefault(name, {}).setdefault(wave, []).append(e)
-                        if name == "ours" and out.loop_lag_p99_ms is not None:
-                            lags.setdefault(str(c), []).append(
-                                (out.loop_lag_p99_ms, out.loop_lag_max_ms or 0.0)
-                            )
-                        cpu.setdefault(str(c), {}).setdefault(name, []).append(
-                            {
-                                "cpu_share": out.cpu_s / out.wall_s,
-                                "cpu_us_per_chunk": out.cpu_s / max(out.chunks, 1) * 1e6,
-                            }
-                        )
-                        first += n
-                        steady = errors["steady"]["ttft"] or errors["first"]["ttft"]
-                        h.progress(
-                            f"  {c} streams, {name}: TTFT stamp error p99 "
-                            f"{h.pct(steady or [0.0], 0.99):.2f} ms"
-                        )
 
-        h.run_loop(measure())
+def _measure(
+    server: h.FakeServer, levels: dict[int, int], rounds: int, clients: dict[str, Any]
+) -> tuple[
+    Waves, dict[str, list[tuple[float, float]]], dict[str, dict[str, list[dict[str, float]]]]
+]:
+    """Every client at every streams level, ``rounds`` times: the stamp errors per streams
+    level, client and wave; ours's loop lag (p99, max ms) and each client's CPU per run."""
+    waves: Waves = {}
+    lags: Lags = {}
+    cpu: Cpu = {}
+
+    async def measure() -> None:
+        first = 0
+        for c, n in levels.items():
+            per = waves.setdefault(str(c), {})
+            for _ in range(rounds):
+                for name, client in clients.items():
+                    server.take_log()
+                    out = await client(
+                        server.url, n, concurrency=c, max_tokens=tokens_of, first_index=first
+                    )
+                    log = {e["key"]: e for e in server.take_log()}
+                    assert out.failed == 0, f"{name}: {out.failed} requests failed"
+                    errors = stamps.run_errors(out, log, c)
+                    for wave, e in errors.items():
+                        per.setdefault(name, {}).setdefault(wave, []).append(e)
+                    if name == "ours" and out.loop_lag_p99_ms is not None:
+                        lags.setdefault(str(c), []).append(
+                            (out.loop_lag_p99_ms, out.loop_lag_max_ms or 0.0)
+                        )
+                    cpu.setdefault(str(c), {}).setdefault(name, []).append(
+                        {
+                            "cpu_share": out.cpu_s / out.wall_s,
+                            "cpu_us_per_chunk": out.cpu_s / max(out.chunks, 1) * 1e6,
+                        }
+                    )
+                    first += n
+                    steady = errors["steady"]["ttft"] or errors["first"]["ttft"]
+                    h.progress(
+                        f"  {c} streams, {name}: TTFT stamp error p99 "
+                        f"{h.pct(steady or [0.0], 0.99):.2f} ms"
+                    )
+
+    h.run_loop(measure())
+    return waves, lags, cpu
+
+
+def _summary(waves: Waves, lags: Lags) -> dict[str, Any]:
+    """Per streams level and client, each wave's stamp-error summary; ours's worst loop lag."""
     summary: dict[str, Any] = {}
     for c, per in waves.items():
         summary[c] = {}
@@ -143,12 +156,19 @@ def run(tiny: bool) -> dict[str, Any]:
             if name == "ours" and c in lags:
                 summary[c][name]["loop_lag_p99_ms"] = round(max(x for x, _ in lags[c]), 3)
                 summary[c][name]["loop_lag_max_ms"] = round(max(x for _, x in lags[c]), 3)
-    client_cpu = {
-        c: {name: {k: h.spread([r[k] for r in rs], 3) for k in rs[0]} for name, rs in per.items()}
-        for c, per in cpu.items()
-    }
-    rows, why = [], []
-    targets = TARGET_LEVELS if not tiny else (str(max(levels)),)
+    return summary
+
+
+def _rows(
+    summary: dict[str, Any],
+    client_cpu: dict[str, Any],
+    targets: tuple[str, ...],
+    have_anchor: bool,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The result's rows (stamp error p50/p99 per level, then the first wave's) and, for every
+    level that missed a target, where its time went."""
+    rows: list[dict[str, Any]] = []
+    why: list[str] = []
     for c in summary:
         # One stream has no steady state apart from its first request: all of its requests.
         for metric, label in (("ttft", "TTFT"), ("itl", "ITL")):
@@ -180,6 +200,25 @@ def run(tiny: bool) -> dict[str, Any]:
                 where_time_goes(c, summary[c]["ours"], ours_cpu["cpu_share"]["median"],
                                 ours_cpu["cpu_us_per_chunk"]["median"])
             )  # fmt: skip
+    return rows, why
+
+
+def run(tiny: bool) -> dict[str, Any]:
+    levels = {1: 2, 8: 16} if tiny else {1: 12, 256: 768, 1024: 3072}  # streams: requests
+    rounds = 1 if tiny else 2
+    have_anchor = vllm_client() is not None
+    clients = {"ours": drivers.ours, **({"anchor": drivers.anchor} if have_anchor else {})}
+    workers = workers_used()
+    with h.FakeServer() as server:
+        server.configure(TTFT_MS, ITL_MS, spread=True)
+        waves, lags, cpu = _measure(server, levels, rounds, clients)
+    summary = _summary(waves, lags)
+    client_cpu = {
+        c: {name: {k: h.spread([r[k] for r in rs], 3) for k in rs[0]} for name, rs in per.items()}
+        for c, per in cpu.items()
+    }
+    targets = TARGET_LEVELS if not tiny else (str(max(levels)),)
+    rows, why = _rows(summary, client_cpu, targets, have_anchor)
     return {
         "config": {
             "ttft_ms": TTFT_MS,

@@ -49,9 +49,11 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import drivers
 import harness as h
 from anchors import PROXY_ANCHORS, proxy_argv, proxy_binary, proxy_version
 
@@ -314,19 +316,115 @@ def _rows(summary: dict[str, Any], capacity: dict[str, dict[str, float]]) -> lis
     return rows
 
 
+#: (streams level →) proxy → leg → per-request values (ms)
+Legs = dict[str, dict[str, dict[str, list[float]]]]
+
+
+@dataclass
+class _Measured:
+    """What the runs measured, per streams level (as text) and proxy.
+
+    ``lat``: legs after each run's first wave; ``first_wave``: legs of the first waves;
+    ``paired``: (round, request index) → legs, for the paired differences; ``run_cost``:
+    [CPU ns, context switches, requests] over the proxy's latency runs; ``capacity``: per
+    proxy, streams/s and CPU shares of the capacity run.
+    """
+
+    lat: dict[str, Legs] = field(default_factory=dict)
+    first_wave: dict[str, Legs] = field(default_factory=dict)
+    paired: dict[str, dict[str, dict[tuple[int, int], dict[str, float]]]] = field(
+        default_factory=dict
+    )
+    run_cost: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    capacity: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def record(self, out: Any, log: dict[Any, Any], c: int, r: int, name: str) -> None:
+        """File run ``out`` of round ``r`` at ``c`` streams through ``name`` (``log``: the
+        server's stamps by request key)."""
+        per = self.lat.setdefault(str(c), {})
+        for p in out.per_request:
+            into = per if p["index"] >= c else self.first_wave.setdefault(str(c), {})
+            got = into.setdefault(name, {k: [] for k in LEGS})
+            legs = {"ttft_ms": p["ttft_ms"], "e2el_ms": p["e2el_ms"]}
+            if (e := log.get(p["key"])) is not None:
+                legs["to_server_ms"] = (e["read_ns"] - p["sent_ns"]) / 1e6
+                legs["to_client_ms"] = (p["first_token_ns"] - e["first_write_ns"]) / 1e6
+            for k, v in legs.items():
+                got[k].append(v)
+            if p["index"] >= c:  # request i of round r: the same on every path
+                by_request = self.paired.setdefault(str(c), {}).setdefault(name, {})
+                by_request[(r, p["index"])] = legs
+
+    def add_cost(self, c: int, name: str, before: tuple[int, int], pid: int, n: int) -> None:
+        """Add the proxy's CPU ns and context switches since ``before``, and ``n`` requests."""
+        after = h.process_run_stats(pid)
+        used = self.run_cost.setdefault(str(c), {}).setdefault(name, [0, 0, 0])
+        used[0] += after[0] - before[0]
+        used[1] += after[1] - before[1]
+        used[2] += n
+
+
+async def _latency_runs(
+    m: _Measured,
+    server: h.FakeServer,
+    proxies: dict[str, tuple[str, int | None]],
+    levels: dict[int, int],
+    rounds: int,
+    tiny: bool,
+) -> None:
+    """Every proxy at every streams level, ``rounds`` times, each run's requests new ones."""
+    server.configure(TTFT_MS, ITL_MS, spin=False)
+    first = 0
+    for c, n in levels.items():
+        for r in range(rounds):
+            for name, (url, pid) in proxies.items():
+                server.take_log()
+                before = h.process_run_stats(pid) if pid is not None else None
+                out = await drivers.ours(
+                    url,
+                    n,
+                    concurrency=c,
+                    max_tokens=4 if tiny else tokens_of,
+                    first_index=first,
+                )
+                if before is not None and pid is not None:
+                    m.add_cost(c, name, before, pid, n)
+                log = {e["key"]: e for e in server.take_log()}
+                first += n
+                assert out.failed == 0, f"{name}: {out.failed} failed"
+                m.record(out, log, c, r, name)
+
+
+async def _capacity_runs(
+    m: _Measured,
+    server: h.FakeServer,
+    proxies: dict[str, tuple[str, int | None]],
+    capacity_n: int,
+    tokens: int,
+) -> None:
+    """Streams/s through each proxy process from a zero-delay server, with CPU shares."""
+    server.configure(0, 0)
+    for name, (url, pid) in proxies.items():
+        if pid is None:
+            continue
+        cpu0 = h.process_cpu_s(pid)
+        out = await drivers.ours(url, capacity_n, concurrency=64, max_tokens=tokens)
+        assert out.failed == 0, f"{name}: {out.failed} failed"
+        m.capacity[name] = {
+            "streams_per_s": round(capacity_n / out.wall_s, 1),
+            "proxy_cpu_share": round((h.process_cpu_s(pid) - cpu0) / out.wall_s, 3),
+            "client_cpu_share": round(out.cpu_s / out.wall_s, 3),
+        }
+        h.progress(f"  capacity {name}: {m.capacity[name]}")
+
+
 def run(tiny: bool) -> dict[str, Any]:
     levels = {1: 3, 4: 8} if tiny else {1: 12, 64: 256}  # streams: requests per run
     rounds = 1 if tiny else 2
     capacity_n = 64 if tiny else 2048
     tokens = 4 if tiny else TOKENS
     profile: list[dict[str, Any]] = []
-    lat: dict[str, dict[str, dict[str, list[float]]]] = {}
-    first_wave: dict[str, dict[str, dict[str, list[float]]]] = {}
-    capacity: dict[str, dict[str, float]] = {}
-    # streams level → proxy → [CPU ns, context switches, requests] over its latency runs
-    run_cost: dict[str, dict[str, list[int]]] = {}
-    # streams level → path → (round, request index) → legs (ms), for the paired differences
-    paired: dict[str, dict[str, dict[tuple[int, int], dict[str, float]]]] = {}
+    m = _Measured()
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         server = stack.enter_context(h.FakeServer(cpu=h.CLIENT_CPU))
@@ -336,57 +434,8 @@ def run(tiny: bool) -> dict[str, Any]:
         proxies.update(running)
 
         async def measure() -> None:
-            server.configure(TTFT_MS, ITL_MS, spin=False)
-            first = 0
-            for c, n in levels.items():
-                per = lat.setdefault(str(c), {})
-                for r in range(rounds):
-                    for name, (url, pid) in proxies.items():
-                        server.take_log()
-                        before = h.process_run_stats(pid) if pid is not None else None
-                        out = await h.ours(
-                            url,
-                            n,
-                            concurrency=c,
-                            max_tokens=4 if tiny else tokens_of,
-                            first_index=first,
-                        )
-                        if before is not None and pid is not None:
-                            after = h.process_run_stats(pid)
-                            used = run_cost.setdefault(str(c), {}).setdefault(name, [0, 0, 0])
-                            used[0] += after[0] - before[0]
-                            used[1] += after[1] - before[1]
-                            used[2] += n
-                        log = {e["key"]: e for e in server.take_log()}
-                        first += n
-                        assert out.failed == 0, f"{name}: {out.failed} failed"
-                        for p in out.per_request:
-                            into = per if p["index"] >= c else first_wave.setdefault(str(c), {})
-                            got = into.setdefault(name, {k: [] for k in LEGS})
-                            legs = {"ttft_ms": p["ttft_ms"], "e2el_ms": p["e2el_ms"]}
-                            if (e := log.get(p["key"])) is not None:
-                                legs["to_server_ms"] = (e["read_ns"] - p["sent_ns"]) / 1e6
-                                legs["to_client_ms"] = (
-                                    p["first_token_ns"] - e["first_write_ns"]
-                                ) / 1e6
-                            for k, v in legs.items():
-                                got[k].append(v)
-                            if p["index"] >= c:  # request i of round r: the same on every path
-                                by_request = paired.setdefault(str(c), {}).setdefault(name, {})
-                                by_request[(r, p["index"])] = legs
-            server.configure(0, 0)
-            for name, (url, pid) in proxies.items():
-                if pid is None:
-                    continue
-                cpu0 = h.process_cpu_s(pid)
-                out = await h.ours(url, capacity_n, concurrency=64, max_tokens=tokens)
-                assert out.failed == 0, f"{name}: {out.failed} failed"
-                capacity[name] = {
-                    "streams_per_s": round(capacity_n / out.wall_s, 1),
-                    "proxy_cpu_share": round((h.process_cpu_s(pid) - cpu0) / out.wall_s, 3),
-                    "client_cpu_share": round(out.cpu_s / out.wall_s, 3),
-                }
-                h.progress(f"  capacity {name}: {capacity[name]}")
+            await _latency_runs(m, server, proxies, levels, rounds, tiny)
+            await _capacity_runs(m, server, proxies, capacity_n, tokens)
 
         h.run_loop(measure())
         if not tiny:  # where the gateway's CPU goes under the capacity load
@@ -394,14 +443,14 @@ def run(tiny: bool) -> dict[str, Any]:
                 url,
                 _pid,
             ):
-                h.run_loop(h.ours(url, capacity_n, concurrency=64, max_tokens=TOKENS))
+                h.run_loop(drivers.ours(url, capacity_n, concurrency=64, max_tokens=TOKENS))
             profile = profile_top(tmp / "gateway.prof")
     summary: dict[str, Any] = {}
-    for c, per in lat.items():
-        summary[c] = {name: {k: h.dist(v) for k, v in m.items()} for name, m in per.items()}
+    for c, per in m.lat.items():
+        summary[c] = {name: {k: h.dist(v) for k, v in legs.items()} for name, legs in per.items()}
         for name in per:
             if name != "direct":
-                summary[c][name]["added"] = added_paired(paired[c]["direct"], paired[c][name])
+                summary[c][name]["added"] = added_paired(m.paired[c]["direct"], m.paired[c][name])
     return {
         "config": {
             "ttft_ms": TTFT_MS,
@@ -414,14 +463,14 @@ def run(tiny: bool) -> dict[str, Any]:
         # The targets' anchor (nginx); every proxy anchor's own state is in "anchors".
         "anchor_available": anchors[TARGET_ANCHOR]["available"],
         "anchors": anchors,
-        "rows": _rows(summary, capacity),
+        "rows": _rows(summary, m.capacity),
         "summary": summary,
         "first_wave": {
-            c: {name: {k: h.dist(v) for k, v in m.items()} for name, m in per.items()}
-            for c, per in first_wave.items()
+            c: {name: {k: h.dist(v) for k, v in legs.items()} for name, legs in per.items()}
+            for c, per in m.first_wave.items()
         },
-        "capacity": capacity,
-        "proxy_cost": proxy_cost(run_cost),
+        "capacity": m.capacity,
+        "proxy_cost": proxy_cost(m.run_cost),
         "gateway_cpu_profile": profile,
     }
 

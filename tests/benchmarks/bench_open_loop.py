@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import drivers
 import harness as h
 import numpy as np
 from anchors import vllm_get_request
@@ -59,52 +60,44 @@ def _figures(
     }
 
 
-def run(tiny: bool) -> dict[str, Any]:
-    rates = (100.0,) if tiny else (100.0, 500.0, 1000.0)
-    seconds = 0.3 if tiny else 10.0
-    rounds = 1 if tiny else 2
-    have_anchor = vllm_get_request() is not None
-    results: dict[str, dict[str, list[dict[str, Any]]]] = {}
-    with h.FakeServer() as server:
-        server.configure(0, 0)
+#: rate (req/s, as text) → client → per round, its :func:`_figures`
+Results = dict[str, dict[str, list[dict[str, Any]]]]
 
-        async def measure() -> None:
-            seed = 0
-            for rate in rates:
-                n = int(rate * seconds)
-                per = results.setdefault(f"{rate:g}", {"ours": [], "anchor": []})
-                for _ in range(rounds):
-                    seed += 1
-                    out = await h.ours(server.url, n, rate_rps=rate, seed=seed, max_tokens=16)
-                    assert out.failed == 0
-                    recs = [r for r in out.records if r["sent_ns"] is not None]
-                    per["ours"].append(
-                        _figures(
-                            [r["sent_ns"] / 1e9 for r in recs],
-                            [r["scheduled_ns"] / 1e9 for r in recs],
-                            [(r["sent_ns"] - r["scheduled_ns"]) / 1e6 for r in recs],
-                            rate,
-                        )
-                    )
-                    if not have_anchor:
-                        continue
-                    out = await h.anchor(
-                        server.url, n, rate_rps=rate, seed=seed, max_tokens=16, warm=int(rate)
-                    )
-                    assert out.failed == 0
-                    sched = anchor_schedule_s(n, rate, seed)
-                    start = min(s - d for s, d in zip(out.sent_s, sched, strict=True))
-                    late = [(s - d - start) * 1e3 for s, d in zip(out.sent_s, sched, strict=True)]
-                    per["anchor"].append(_figures(out.sent_s, sched, late, rate))
-                    h.progress(
-                        f"  {rate:g} req/s: ours p99 lateness "
-                        f"{h.pct(per['ours'][-1]['lateness_ms'], 0.99):.2f} ms, anchor "
-                        f"{h.pct(late, 0.99):.2f} ms"
-                    )
 
-        h.run_loop(measure())
+async def _round(
+    url: str, rate: float, n: int, seed: int, have_anchor: bool, per: dict[str, list[Any]]
+) -> None:
+    """One round at ``rate``: ``n`` requests from ours, then from the anchor (when installed),
+    each one's figures appended to ``per``."""
+    out = await drivers.ours(url, n, rate_rps=rate, seed=seed, max_tokens=16)
+    assert out.failed == 0
+    recs = [r for r in out.records if r["sent_ns"] is not None]
+    per["ours"].append(
+        _figures(
+            [r["sent_ns"] / 1e9 for r in recs],
+            [r["scheduled_ns"] / 1e9 for r in recs],
+            [(r["sent_ns"] - r["scheduled_ns"]) / 1e6 for r in recs],
+            rate,
+        )
+    )
+    if not have_anchor:
+        return
+    out = await drivers.anchor(url, n, rate_rps=rate, seed=seed, max_tokens=16, warm=int(rate))
+    assert out.failed == 0
+    sched = anchor_schedule_s(n, rate, seed)
+    start = min(s - d for s, d in zip(out.sent_s, sched, strict=True))
+    late = [(s - d - start) * 1e3 for s, d in zip(out.sent_s, sched, strict=True)]
+    per["anchor"].append(_figures(out.sent_s, sched, late, rate))
+    h.progress(
+        f"  {rate:g} req/s: ours p99 lateness "
+        f"{h.pct(per['ours'][-1]['lateness_ms'], 0.99):.2f} ms, anchor "
+        f"{h.pct(late, 0.99):.2f} ms"
+    )
+
+
+def _summary(results: Results) -> dict[str, Any]:
+    """Per rate and client: lateness over all rounds, and each round's rate figures."""
     summary: dict[str, Any] = {}
-    rows = []
     for rate, per in results.items():
         summary[rate] = {}
         for name, rs in per.items():
@@ -118,6 +111,13 @@ def run(tiny: bool) -> dict[str, Any]:
                 "achieved_vs_schedule": [r["achieved_vs_schedule"] for r in rs],
                 "achieved_vs_nominal": [r["achieved_vs_nominal"] for r in rs],
             }
+    return summary
+
+
+def _rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per rate: the worst round's achieved − scheduled rate (%), then send lateness (ms)."""
+    rows = []
+    for rate in summary:
         ours_s = summary[rate]["ours"]
         anchor_s = summary[rate].get("anchor")
         is_target = float(rate) == TARGET_RATE
@@ -147,6 +147,28 @@ def run(tiny: bool) -> dict[str, Any]:
                     "ms",
                 )
             )
+    return rows
+
+
+def run(tiny: bool) -> dict[str, Any]:
+    rates = (100.0,) if tiny else (100.0, 500.0, 1000.0)
+    seconds = 0.3 if tiny else 10.0
+    rounds = 1 if tiny else 2
+    have_anchor = vllm_get_request() is not None
+    results: Results = {}
+    with h.FakeServer() as server:
+        server.configure(0, 0)
+
+        async def measure() -> None:
+            seed = 0
+            for rate in rates:
+                per = results.setdefault(f"{rate:g}", {"ours": [], "anchor": []})
+                for _ in range(rounds):
+                    seed += 1
+                    await _round(server.url, rate, int(rate * seconds), seed, have_anchor, per)
+
+        h.run_loop(measure())
+    summary = _summary(results)
     return {
         "config": {
             "rates_rps": list(rates),
@@ -155,7 +177,7 @@ def run(tiny: bool) -> dict[str, Any]:
             "tokens": 16,
         },
         "anchor_available": have_anchor,
-        "rows": rows,
+        "rows": _rows(summary),
         "summary": summary,
     }
 

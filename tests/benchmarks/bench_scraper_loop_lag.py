@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import drivers
 import harness as h
 
 NAME = "scraper"
@@ -78,13 +79,15 @@ def _cadence(case_dir: Path) -> dict[str, Any]:
     }
 
 
-def run(tiny: bool) -> dict[str, Any]:
+def _measure(
+    n: int, tokens: int, rounds: int
+) -> tuple[dict[str, list[int]], dict[str, list[float]], list[dict[str, Any]]]:
+    """``rounds`` of the same load without and with the scraper: the load loop's lags (ns)
+    and walls (s) per variant, and each scraping round's cadence."""
     from loadgen.clock import MonotonicClock
     from loadgen.phase import LoopLagMonitor
     from metrics.scraper import ScraperProcess
 
-    n, tokens = (64, 16) if tiny else (2048, 256)
-    rounds = 1 if tiny else 3
     lags: dict[str, list[int]] = {"no scraping": [], "scraping": []}
     cadence: list[dict[str, Any]] = []
     walls: dict[str, list[float]] = {"no scraping": [], "scraping": []}
@@ -93,7 +96,7 @@ def run(tiny: bool) -> dict[str, Any]:
 
         async def load(variant: str) -> None:
             with LoopLagMonitor(MonotonicClock(), interval_ms=5.0) as monitor:
-                out = await h.ours(server.url, n, concurrency=64, max_tokens=tokens)
+                out = await drivers.ours(server.url, n, concurrency=64, max_tokens=tokens)
             assert out.failed == 0
             lags[variant].extend(monitor.lags_ns)
             walls[variant].append(out.wall_s)
@@ -114,21 +117,17 @@ def run(tiny: bool) -> dict[str, Any]:
             finally:
                 scraper.stop()
             cadence.append(_cadence(case_dir))
-    costs = parse_costs(20 if tiny else 200)
-    intervals = [x for c in cadence for x in c["intervals_ms"]]
-    lag_ms = {k: [x / 1e6 for x in v] for k, v in lags.items()}
-    lag = {k: h.dist(v) for k, v in lag_ms.items()}
-    interval = h.dist(intervals)
-    # The intervals outside the target band: with ~30 intervals p99 is the largest, so one
-    # late start decides it; these say whether it was one or many.
-    interval["outside_target"] = sorted(
-        round(x, 1) for x in intervals if abs(x - INTERVAL_MS) > TARGET_INTERVAL_MS
-    )
+    return lags, walls, cadence
+
+
+def _rows(interval: dict[str, Any], lag: dict[str, Any]) -> list[dict[str, Any]]:
+    """The scrape interval's p50 and p99 (target: 250 ms ± the band) and the load loop's lag
+    p99 with scraping against without."""
     p99 = interval["p99"]
     p99_off = None if p99 is None else round(abs(p99 - INTERVAL_MS), 3)
     base, with_scraping = lag["no scraping"]["p99"], lag["scraping"]["p99"]
     lag_ratio = h.ratio(with_scraping, base)
-    rows = [
+    return [
         h.row("scrape interval p50", interval["p50"], None, "", None, "ms"),
         h.row(
             "scrape interval p99",
@@ -148,6 +147,23 @@ def run(tiny: bool) -> dict[str, Any]:
             "ms",
         ),
     ]
+
+
+def run(tiny: bool) -> dict[str, Any]:
+    n, tokens = (64, 16) if tiny else (2048, 256)
+    rounds = 1 if tiny else 3
+    lags, walls, cadence = _measure(n, tokens, rounds)
+    costs = parse_costs(20 if tiny else 200)
+    intervals = [x for c in cadence for x in c["intervals_ms"]]
+    lag_ms = {k: [x / 1e6 for x in v] for k, v in lags.items()}
+    lag = {k: h.dist(v) for k, v in lag_ms.items()}
+    interval = h.dist(intervals)
+    # The intervals outside the target band: with ~30 intervals p99 is the largest, so one
+    # late start decides it; these say whether it was one or many.
+    interval["outside_target"] = sorted(
+        round(x, 1) for x in intervals if abs(x - INTERVAL_MS) > TARGET_INTERVAL_MS
+    )
+    rows = _rows(interval, lag)
     return {
         "config": {
             "requests": n,

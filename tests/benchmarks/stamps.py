@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import drivers
 import harness as h
 
 
@@ -45,7 +46,7 @@ def request_errors(p: dict[str, Any], srv: dict[str, Any]) -> dict[str, Any] | N
 
 
 def run_errors(
-    out: h.Outcome, log: dict[int, dict[str, Any]], concurrency: int
+    out: drivers.Outcome, log: dict[int, dict[str, Any]], concurrency: int
 ) -> dict[str, dict[str, Any]]:
     """A run's errors pooled per wave (``first``, ``steady``): lists ``ttft``, ``token``,
     ``itl``, ``lateness`` (ms), counts ``coalesced``/``stamps``, and ``unmatched``

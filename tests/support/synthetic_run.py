@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -126,6 +127,94 @@ def _cached(case: str, phase: str, index: int, anchors: int) -> int:
     return PARAMS.prefix_tokens
 
 
+def _record(case: str, phase: str, j: int, p: Any, start: int, broken: bool) -> RequestRecord:
+    """Request ``j`` (planned as ``p``) of ``phase``, which started at ``start`` (ns): a
+    failure without a token when ``broken``, else its 4 chunks timed by its cache hit."""
+    cached = _cached(case, phase, j, PARAMS.anchors)
+    sent = start + j * SEND_SPACING_NS
+    first = sent + (HIT_TTFT_NS if cached else MISS_TTFT_NS)
+    rec = RequestRecord(
+        request_id=p.request_id,
+        case=case,
+        phase=phase,
+        index=j,
+        group=p.group,
+        prompt_tokens_sent=len(p.prompt_token_ids),
+        max_tokens=p.max_tokens,
+        scheduled_ns=start,
+        sent_ns=sent,
+        http_status=200,
+    )
+    if broken:
+        rec.status = "error"
+        rec.error = "ClientPayloadError: Response payload is not completed"
+        rec.end_ns = sent + MISS_TTFT_NS
+        return rec
+    rec.chunk_ns = [first + i * ITL_NS for i in range(p.max_tokens)]
+    rec.chunk_tokens = [1] * p.max_tokens
+    rec.end_ns = rec.chunk_ns[-1] + MS
+    rec.status = "ok"
+    rec.usage_prompt_tokens = len(p.prompt_token_ids)
+    rec.usage_completion_tokens = p.max_tokens
+    rec.cached_tokens = cached
+    rec.finish_reason = "length"
+    return rec
+
+
+def _write_phase(
+    cdir: Path, case: str, k: int, phase: Any, plan: Plan, writers: list[RecordWriter],
+    options: Options,
+) -> tuple[int, int, int, dict[str, float]]:  # fmt: skip
+    """Phase ``k``'s records, clock offsets and ``phases.jsonl`` row: its start and last end
+    (ns), its failed requests and its counter increments."""
+    start = BASE_NS + k * PHASE_SPACING_NS
+    planned = materialize(phase.workload, phase.name, plan.seed, plan.tokens)
+    totals = {"queries": 0.0, "hits": 0.0, "generated": 0.0, "success": 0.0}
+    ends = []
+    failed = 0
+    for j, p in enumerate(planned):
+        broken = (
+            options.failed_request
+            and case == TEST_CASE
+            and phase.name == "pollution"
+            and j == len(planned) - 1
+        )
+        rec = _record(case, phase.name, j, p, start, broken)
+        if broken:
+            failed += 1
+        else:
+            totals["generated"] += p.max_tokens
+            totals["success"] += 1
+        totals["queries"] += len(p.prompt_token_ids)
+        totals["hits"] += rec.cached_tokens or 0
+        ends.append(rec.end_ns)
+        worker = j % len(writers)
+        writers[worker].write(_ahead(rec, worker * options.worker_clock_ahead_ns))
+    if options.workers and options.worker_clock_ahead_ns:
+        for w in range(options.workers):
+            append_jsonl(cdir / CLOCK_OFFSETS_FILE, ClockOffsetRow(
+                phase=phase.name, worker=w, node=f"node-{w}",
+                offset_ns=w * options.worker_clock_ahead_ns,
+                rtt_ns=400_000, bound_ns=200_000, samples=10,
+            ))  # fmt: skip
+    last_end = max(e for e in ends if e is not None)
+    append_jsonl(
+        cdir / PHASES_FILE,
+        PhaseRow(
+            phase=phase.name,
+            start_ns=start,
+            last_end_ns=last_end,
+            end_ns=last_end + int(phase.settle_s * S),
+            settle_s=phase.settle_s,
+            requests=len(planned),
+            loop_lag_max_ms=0.25,
+            loop_lag_p99_ms=0.125,
+            late_sends=0,
+        ),
+    )
+    return start, last_end, failed, totals
+
+
 def _write_case(run_dir: Path, plan: Plan, case_index: int, options: Options) -> None:
     spec = plan.cases[case_index]
     cdir = case_dir(run_dir, spec.name)
@@ -140,77 +229,12 @@ def _write_case(run_dir: Path, plan: Plan, case_index: int, options: Options) ->
     with contextlib.ExitStack() as stack:
         writers = [stack.enter_context(RecordWriter(path)) for path in paths]
         for k, phase in enumerate(plan.phases):
-            start = BASE_NS + k * PHASE_SPACING_NS
-            planned = materialize(phase.workload, phase.name, plan.seed, plan.tokens)
-            totals = {"queries": 0.0, "hits": 0.0, "generated": 0.0, "success": 0.0}
-            ends = []
-            for j, p in enumerate(planned):
-                cached = _cached(spec.name, phase.name, j, PARAMS.anchors)
-                sent = start + j * SEND_SPACING_NS
-                first = sent + (HIT_TTFT_NS if cached else MISS_TTFT_NS)
-                rec = RequestRecord(
-                    request_id=p.request_id,
-                    case=spec.name,
-                    phase=phase.name,
-                    index=j,
-                    group=p.group,
-                    prompt_tokens_sent=len(p.prompt_token_ids),
-                    max_tokens=p.max_tokens,
-                    scheduled_ns=start,
-                    sent_ns=sent,
-                    http_status=200,
-                )
-                broken = (
-                    options.failed_request
-                    and spec.name == TEST_CASE
-                    and phase.name == "pollution"
-                    and j == len(planned) - 1
-                )
-                if broken:
-                    rec.status = "error"
-                    rec.error = "ClientPayloadError: Response payload is not completed"
-                    rec.end_ns = sent + MISS_TTFT_NS
-                    failed += 1
-                else:
-                    rec.chunk_ns = [first + i * ITL_NS for i in range(p.max_tokens)]
-                    rec.chunk_tokens = [1] * p.max_tokens
-                    rec.end_ns = rec.chunk_ns[-1] + MS
-                    rec.status = "ok"
-                    rec.usage_prompt_tokens = len(p.prompt_token_ids)
-                    rec.usage_completion_tokens = p.max_tokens
-                    rec.cached_tokens = cached
-                    rec.finish_reason = "length"
-                    totals["generated"] += p.max_tokens
-                    totals["success"] += 1
-                totals["queries"] += len(p.prompt_token_ids)
-                totals["hits"] += cached
-                ends.append(rec.end_ns)
-                worker = j % len(writers)
-                writers[worker].write(_ahead(rec, worker * options.worker_clock_ahead_ns))
-            if options.workers and options.worker_clock_ahead_ns:
-                for w in range(options.workers):
-                    append_jsonl(cdir / CLOCK_OFFSETS_FILE, ClockOffsetRow(
-                        phase=phase.name, worker=w, node=f"node-{w}",
-                        offset_ns=w * options.worker_clock_ahead_ns,
-                        rtt_ns=400_000, bound_ns=200_000, samples=10,
-                    ))  # fmt: skip
-            last_end = max(ends)
+            start, last_end, phase_failed, totals = _write_phase(
+                cdir, spec.name, k, phase, plan, writers, options
+            )
+            failed += phase_failed
             increments.append((last_end, totals))
             busy.append((start, last_end))
-            append_jsonl(
-                cdir / PHASES_FILE,
-                PhaseRow(
-                    phase=phase.name,
-                    start_ns=start,
-                    last_end_ns=last_end,
-                    end_ns=last_end + int(phase.settle_s * S),
-                    settle_s=phase.settle_s,
-                    requests=len(planned),
-                    loop_lag_max_ms=0.25,
-                    loop_lag_p99_ms=0.125,
-                    late_sends=0,
-                ),
-            )
     _write_metrics(cdir, spec.name, increments, busy, options)
     requests = sum(1 for path in paths for _ in path.open())
     write_json(
