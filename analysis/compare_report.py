@@ -1,5 +1,8 @@
 """Writing a comparison: ``compare.md``, ``compare.json`` and ``plots/compare_<case>.png`` (the
 candidate/baseline ratios with their intervals). Reads a ``Comparison``; computes nothing new.
+
+``compare.json`` is typed and versioned (:class:`CompareFile`, :data:`COMPARE_FORMAT_VERSION`)
+and read back by :func:`read_compare_file` (a sequential gate's looks read its decision).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
+from pydantic import ValidationError
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -19,9 +23,57 @@ from analysis.gate_decision import Decision, decide, is_key, key_selectors
 from analysis.markdown import f, table
 from analysis.plots import save
 from loadgen.runformat.atomic import write_text
+from loadgen.runformat.layout import COMPARE_JSON, COMPARE_MD, PLOTS_DIR
+from loadgen.runformat.reading import read_json_object
 
-COMPARE_MD = "compare.md"
-COMPARE_JSON = "compare.json"
+#: The version of ``compare.json``'s format (:class:`CompareFile`).
+COMPARE_FORMAT_VERSION = 1
+
+
+class CompareFile(Comparison):
+    """``compare.json``: the comparison with its decision (``analysis.gate_decision``).
+
+    Attributes:
+        format_version: this format's version (:data:`COMPARE_FORMAT_VERSION`; a file
+            written before it was recorded has none and is version 1).
+        exit_code: ``loadgen compare``'s exit code for it (0, 1 or 3).
+        decision: the headline, why, and the undecided key metrics.
+        strict: every gated metric was key (``--strict``).
+    """
+
+    format_version: int = COMPARE_FORMAT_VERSION
+    exit_code: int
+    decision: Decision
+    strict: bool
+
+
+class CompareFileError(ValueError):
+    """``compare.json`` is missing, unreadable, of another format version or mistyped; the
+    message is one line naming the file."""
+
+
+def read_compare_file(out_dir: Path) -> CompareFile:
+    """The ``compare.json`` of ``out_dir``, its format version checked first.
+
+    Raises:
+        CompareFileError: see the class.
+    """
+    path = out_dir / COMPARE_JSON
+    data, exists, problem = read_json_object(path)
+    if data is None:
+        raise CompareFileError(f"{path}: {problem}" if exists else f"{path} missing")
+    found = data.get("format_version", 1)
+    if type(found) is not int or found != COMPARE_FORMAT_VERSION:
+        raise CompareFileError(f"{path}: compare format version {found!r}, this loadgen reads "
+                               f"version {COMPARE_FORMAT_VERSION}")  # fmt: skip
+    try:
+        return CompareFile.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"]) or "file"
+        raise CompareFileError(f"{path} is not a well-typed comparison ({where}: "
+                               f"{err['msg']})") from None  # fmt: skip
+
 
 _COLOURS = {
     "regression": "tab:red",
@@ -195,15 +247,13 @@ def ratio_plot(c: Comparison, case: str, out: Path) -> Path:
 def write_comparison(c: Comparison, out_dir: Path, strict: bool = False) -> Path:
     """Write ``compare.md``, ``compare.json`` and the plots into ``out_dir``; return the .md."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    plots = out_dir / "plots"
+    plots = out_dir / PLOTS_DIR
     plots.mkdir(exist_ok=True)
     for case in c.pairs:
         ratio_plot(c, case, plots / f"compare_{case}.png")
-    data = c.model_dump(mode="json")
     decision = decide(c, strict)
-    data["exit_code"] = decision.exit_code
-    data["decision"] = decision.model_dump(mode="json")
-    data["strict"] = strict
+    typed = CompareFile(**dict(c), exit_code=decision.exit_code, decision=decision, strict=strict)
+    data = typed.model_dump(mode="json")
     write_text(out_dir / COMPARE_JSON, json.dumps(data, indent=2) + "\n")
     path = out_dir / COMPARE_MD
     write_text(path, render_markdown(c, strict))

@@ -13,11 +13,11 @@ from pathlib import Path
 
 from analysis.compare_models import CompareError, SideInfo
 from analysis.integrity import IntegrityError, check_run
-from analysis.load import RunFileError, load_run
+from analysis.load import load_run
 from analysis.models import CaseSummary
 from analysis.report import summarize_run
-from loadgen.runformat import FormatVersionError, ReadRecord, RunInfo
-from loadgen.runformat.layout import MANIFEST_FILE, PLAN_FILE
+from loadgen.runformat import ReadRecord, RunFileError, RunInfo, UnreadableRun, open_run
+from loadgen.runformat.layout import MANIFEST_FILE, PLAN_FILE, RUN_FILE
 from scenarios.plan import Plan
 
 
@@ -53,17 +53,30 @@ class RunView:
     incomplete: list[str] = field(default_factory=list)
 
 
+def _is_run(path: Path) -> bool:
+    return (path / PLAN_FILE).exists() or (path / RUN_FILE).exists()
+
+
 def run_dirs(path: Path) -> list[Path]:
-    """The run directories of a side: ``path`` itself, or its subdirectories with a plan.
+    """The run directories of a side: ``path`` itself when it is a run (it has ``plan.json``
+    or ``run.json``), or its subdirectories that are; each passes the one check every reader
+    makes (``loadgen.runformat.open_run``).
 
     Raises:
-        CompareError: neither.
+        CompareError: neither, or a run that check refuses (another format version, a run
+            that ended before its plan was made).
     """
-    if (path / PLAN_FILE).exists():
-        return [path]
-    found = sorted(p for p in path.iterdir() if (p / PLAN_FILE).exists()) if path.is_dir() else []
+    if _is_run(path):
+        found = [path]
+    else:
+        found = sorted(p for p in path.iterdir() if _is_run(p)) if path.is_dir() else []
     if not found:
         raise CompareError(f"{path} is not a run directory and holds none ({PLAN_FILE} missing)")
+    for run_dir in found:
+        try:
+            open_run(run_dir)
+        except UnreadableRun as exc:
+            raise CompareError(str(exc)) from None
     return found
 
 
@@ -93,7 +106,7 @@ def load_view(run_dir: Path) -> RunView:
         integrity = check_run(run_dir)
         integrity.raise_if_broken(run_dir)
         data = load_run(run_dir)
-    except (RunFileError, FormatVersionError, IntegrityError) as exc:
+    except (RunFileError, UnreadableRun, IntegrityError) as exc:
         raise CompareError(str(exc)) from None
     report = summarize_run(data, integrity.reseals)
     return RunView(

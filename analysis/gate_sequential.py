@@ -30,18 +30,18 @@ pair. Every look is appended to ``looks.jsonl`` in the gate directory (:class:`L
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from analysis.compare_report import COMPARE_JSON
+from analysis.compare_report import read_compare_file
 from analysis.gate_decision import Decision, undecided_line
 from loadgen.runformat.atomic import append_bytes
 
-LOOKS_FILE = "looks.jsonl"
+#: The version of a ``looks.jsonl`` line's format (:class:`Look`).
+LOOK_FORMAT_VERSION = 1
 
 #: Fewest pairs before the first look. With one run per side the request bootstrap cannot see
 #: a shift of a whole run and a per-run figure has no interval (its point alone decides), so
@@ -54,6 +54,7 @@ class Look(BaseModel):
     """One look of a sequential gate (a line of ``looks.jsonl``).
 
     Attributes:
+        format_version: this format's version (:data:`LOOK_FORMAT_VERSION`).
         look: 1-based look number; ``looks``: the planned number L.
         pairs: runs per side the look compared.
         confidence: the per-look interval confidence 1 − α/L.
@@ -67,6 +68,7 @@ class Look(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+    format_version: int = LOOK_FORMAT_VERSION
     look: int
     looks: int
     pairs: int
@@ -123,9 +125,12 @@ def stop_reason(decision: Decision, pairs: int, max_pairs: int) -> str | None:
 
 
 def decision_of(gate_dir: Path) -> Decision:
-    """The decision ``loadgen compare`` wrote into ``gate_dir``'s ``compare.json``."""
-    data = json.loads((gate_dir / COMPARE_JSON).read_text())
-    return Decision.model_validate(data["decision"])
+    """The decision ``loadgen compare`` wrote into ``gate_dir``'s ``compare.json``.
+
+    Raises:
+        CompareFileError: it cannot be read (``analysis.compare_report.read_compare_file``).
+    """
+    return read_compare_file(gate_dir).decision
 
 
 def record_look(path: Path, look: Look) -> None:

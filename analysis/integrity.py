@@ -47,23 +47,28 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis.load import (
-    RunData,
-    RunFileError,
-    gzip_jsonl_problem,
-    load_case,
-    load_plan,
-    load_run,
-    read_json_file,
-)
+from analysis.load import RunData, load_case, load_run
 from analysis.summaries import case_summary, incomplete_reason
-from loadgen.runformat import CaseInfo, PhaseRow, RequestRecord, Reseal, RunInfo
+from loadgen.runformat import (
+    CaseInfo,
+    NotARunError,
+    PhaseRow,
+    RequestRecord,
+    Reseal,
+    RunFileError,
+    RunInfo,
+    UnplannedRunError,
+    open_run,
+    read_plan,
+)
 from loadgen.runformat.layout import (
     CASE_FILE,
-    CASES_DIR,
     MANIFEST_FILE,
     PHASES_FILE,
     PLAN_FILE,
+    PLOTS_DIR,
+    REPORT_JSON,
+    REPORT_MD,
     REQUESTS_FILE,
     RUN_FILE,
     SAMPLES_FILE,
@@ -72,11 +77,13 @@ from loadgen.runformat.layout import (
     worker_request_files,
 )
 from loadgen.runformat.manifest import read_reseals, verify_manifest
+from loadgen.runformat.metric_files import gzip_jsonl_problem
+from loadgen.runformat.reading import read_json_file
 from metrics.ticks import tick_problems
 from scenarios.plan import CaseSpec, Plan
 
 #: Files ``loadgen report`` writes itself: a rebuild may replace them (``rebuilding``).
-REPORT_OUTPUTS = ("report.md", "report.json", "plots/")
+REPORT_OUTPUTS = (REPORT_MD, REPORT_JSON, f"{PLOTS_DIR}/")
 
 #: ``validate``'s exit code for a valid run that needs attention (module docstring); the same
 #: code ``loadgen gate`` uses for a run that did not complete.
@@ -106,8 +113,9 @@ class Integrity:
         warnings: figures that need care.
         facts: per case: its status, request and failure counts (workers when split).
         sealed: the run has a manifest.
-        unplanned: the run ended before its plan was made (:func:`ended_before_planning`):
-            it has no plan, cases or report, and needs none.
+        unplanned: the run ended before its plan was made
+            (``loadgen.runformat.opening.unplanned_reason``): it has no plan, cases or
+            report, and needs none.
         reseals: its explicit re-seals (``manifest.json``'s ``resealed``), oldest first.
     """
 
@@ -218,21 +226,6 @@ def record_identity_problems(records: Sequence[RequestRecord], case: str) -> lis
     return problems
 
 
-def ended_before_planning(run_dir: Path) -> str | None:
-    """Why ``run_dir`` holds a run that ended before its plan was made (its server did not
-    start or could not be reached, say: ``run.json`` says failed or interrupted and there is
-    no ``plan.json``), or ``None``. Such a run is complete as it is: no case ran."""
-    if (run_dir / PLAN_FILE).exists() or not (run_dir / RUN_FILE).exists():
-        return None
-    if any((run_dir / CASES_DIR).glob("*/requests*.jsonl")):
-        return None  # requests were sent: a plan was made, and its file is missing
-    run = read_json_file(run_dir / RUN_FILE, RunInfo)
-    if run.problem or not run.exists or run.data.status not in ("failed", "interrupted"):
-        return None
-    why = f": {run.data.error}" if run.data.error else ""
-    return f"the run ended before it was planned (status {run.data.status}{why}); no case ran"
-
-
 def check_run(run_dir: Path, rebuilding: bool = False) -> Integrity:
     """The integrity of ``run_dir`` (module docstring); never raises for a broken run.
 
@@ -246,17 +239,20 @@ def check_run(run_dir: Path, rebuilding: bool = False) -> Integrity:
     result = Integrity(sealed=(run_dir / MANIFEST_FILE).exists(), reseals=read_reseals(run_dir))
     result.problems += manifest_changes(run_dir, rebuilding)
     result.attention += [reseal_line(r) for r in result.reseals]
-    if (ended := ended_before_planning(run_dir)) is not None:
-        result.unplanned = True
-        result.attention.append(ended)
-        return result
-    for name in (RUN_FILE, PLAN_FILE):
-        if not (run_dir / name).exists():
-            result.problems.append(f"{name} missing")
-    if not (run_dir / PLAN_FILE).exists():
-        return result
     try:
-        plan = load_plan(run_dir)
+        open_run(run_dir)  # the one check every reader makes (its version error propagates)
+    except UnplannedRunError as exc:
+        result.unplanned = True
+        result.attention.append(exc.reason)
+        return result
+    except NotARunError:
+        result.problems += [f"{name} missing" for name in (RUN_FILE, PLAN_FILE)
+                            if not (run_dir / name).exists()]  # fmt: skip
+        return result
+    if not (run_dir / RUN_FILE).exists():
+        result.problems.append(f"{RUN_FILE} missing")
+    try:
+        plan = read_plan(run_dir)
     except RunFileError as exc:
         result.problems.append(str(exc))
         return result
@@ -277,7 +273,7 @@ def load_intact_run(run_dir: Path) -> RunData:
 
     Raises:
         IntegrityError: the run is broken.
-        FormatVersionError, FileNotFoundError, RunFileError: as ``load_run``.
+        UnreadableRun, RunFileError: as ``load_run``.
     """
     check_run(run_dir).raise_if_broken(run_dir)
     return load_run(run_dir)

@@ -231,9 +231,21 @@ class RunFacts(FrozenModel):
     resealed: list[ResealFact] = Field(default_factory=list)
 
 
-class RunSummary(FrozenModel):
-    """The whole report. ``details`` is the scenario's own section (its model's dump)."""
+#: The version of ``report.json``'s format (:class:`RunSummary`): raised, with a rule for
+#: older files, by any change a reader of the previous version cannot read.
+REPORT_FORMAT_VERSION = 1
 
+
+class RunSummary(FrozenModel):
+    """The whole report, as ``report.json`` holds it (``analysis.report_file`` reads it back).
+
+    ``format_version`` is the version of this format (:data:`REPORT_FORMAT_VERSION`; a file
+    written before it was recorded has none and is version 1); ``run.format_version`` is the
+    run format of the run it was built from. ``details`` is the scenario's own section (its
+    model's dump).
+    """
+
+    format_version: int = REPORT_FORMAT_VERSION
     scenario: str
     description: str
     run: RunFacts

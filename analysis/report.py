@@ -28,7 +28,7 @@ from analysis.reports import ScenarioReport, report_for
 from analysis.summaries import case_summary
 from loadgen.runformat import Reseal
 from loadgen.runformat.atomic import write_text
-from loadgen.runformat.layout import PLOTS_DIR, REPORT_JSON, REPORT_MD
+from loadgen.runformat.layout import PLOTS_DIR, REPORT_JSON, REPORT_MD, TIMELINE_PLOT, TTFT_PLOT
 from loadgen.runformat.manifest import read_reseals
 
 
@@ -152,11 +152,11 @@ def build_report(run_dir: Path, reseal: Reseal | None = None) -> Report:
     written: list[Path] = []
     ran = [c for c in data.cases if c.records]
     if ran:
-        written.append(plots.ttft_by_phase(ran, summary.phases, plot_dir / "ttft_by_phase.png"))
+        written.append(plots.ttft_by_phase(ran, summary.phases, plot_dir / TTFT_PLOT))
     written += built.parts.plots(data, summary.cases, built.details, plot_dir)
     for case in data.cases:
         if case.samples:
-            written.append(plots.timeline(case, plot_dir / f"timeline_{case.name}.png"))
+            written.append(plots.timeline(case, plot_dir / TIMELINE_PLOT.format(case=case.name)))
     summary = summary.model_copy(
         update={"plots": [p.relative_to(run_dir).as_posix() for p in written]}
     )

@@ -3,8 +3,10 @@
 The checks of its raw data are the one integrity rule every reader applies
 (``analysis.integrity.check_run``: its problems, what needs attention, its warnings); on top,
 ``validate`` checks what only a finished, sealed run has: ``manifest.json`` (a run without one
-is invalid: it was never sealed), ``report.json`` (present, no non-finite value, its failure
-counts equal to the records'). Validation never raises for a broken run.
+is invalid: it was never sealed), ``report.json`` (present, of this report format version, a
+well-typed report (``analysis.report_file``; one written before reports recorded their
+version is checked as before, untyped), no non-finite value, its failure counts equal to the
+records'). Validation never raises for a broken run.
 
 A run whose format version is neither this one nor 0 is not validated: ``validate_run`` raises
 ``FormatVersionError`` (the command says so in one line).
@@ -17,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from analysis.integrity import check_run
-from analysis.load import read_json_object
+from analysis.report_file import ReportFileError, read_report
 from loadgen.runformat.layout import MANIFEST_FILE, REPORT_JSON
+from loadgen.runformat.reading import read_json_object
 
 
 @dataclass
@@ -63,6 +66,13 @@ def validate_run(run_dir: Path) -> ValidationResult:
                    parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))  # fmt: skip
     except ValueError as exc:
         result.problems.append(f"{REPORT_JSON}: non-finite value ({exc})")
+        return result
+    if report is not None and "format_version" in report:
+        try:
+            read_report(run_dir)
+        except ReportFileError as exc:
+            result.problems.append(str(exc))
+            return result
     cases = (report or {}).get("cases")
     for name, facts in found.facts.items():
         entry = cases.get(name) if isinstance(cases, dict) else None

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from loadgen.clock import Clock
-from loadgen.runformat.layout import FAULTS_FILE, append_jsonl
+from loadgen.runformat.layout import FAULTS_FILE, REPLICA_SERVER_DIR, append_jsonl
 from loadgen.runformat.rows import FaultRow
 from scenarios.plan import KillReplica
 from server.config import ServerConfig
@@ -50,7 +50,7 @@ class Replicas:
             self.servers[k] = await start_server(self._config_for(k), self._workdir(k))
 
     def _workdir(self, k: int) -> Path:
-        return self._case_dir / f"server-replica-{k}"
+        return self._case_dir / REPLICA_SERVER_DIR.format(k=k)
 
     def all_running(self) -> bool:
         """Whether every replica's process still runs."""

@@ -63,7 +63,7 @@ from metrics.names import FAMILIES, FAMILY_OF_SAMPLE
 from metrics.parse import ParsedPage, parse_page
 from metrics.rows import RawScrape, ScrapeTick
 from metrics.samples import Sample
-from metrics.store import RAW_FILE, SAMPLES_FILE, SCRAPES_FILE, sample_to_json
+from metrics.store import METRICS_DIR, RAW_FILE, SAMPLES_FILE, SCRAPES_FILE, sample_to_json
 from server.net.errors import describe_exception
 from server.net.http import AnswerTooLarge, read_bounded
 from server.net.limits import METRICS_MAX_BYTES
@@ -256,7 +256,7 @@ def _open_files(case_dir: Path) -> Iterator[_Files]:
             failure is the one named: closing after it may fail again on the same bytes).
     """
     stack = contextlib.ExitStack()
-    current = case_dir / "metrics"
+    current = case_dir / METRICS_DIR
     try:
         current.mkdir(parents=True, exist_ok=True)
         handles = []

@@ -1,4 +1,5 @@
-"""Files the scraper writes into a case directory (``analysis.load`` reads them back).
+"""Files the scraper writes into a case directory (``loadgen.runformat.metric_files`` reads them
+back).
 
 - ``metrics/samples.jsonl``: one canonical sample per line (``metrics.rows.SampleRow``).
 - ``metrics/scrapes.jsonl``: one line per scrape tick, every tick accounted for
@@ -16,9 +17,11 @@ import msgspec
 from metrics.rows import SampleRow
 from metrics.samples import Sample
 
-SAMPLES_FILE = "metrics/samples.jsonl"
-SCRAPES_FILE = "metrics/scrapes.jsonl"
-RAW_FILE = "metrics/raw.jsonl.gz"
+#: The scraper's directory in a case directory, and its three files (paths relative to the case).
+METRICS_DIR = "metrics"
+SAMPLES_FILE = f"{METRICS_DIR}/samples.jsonl"
+SCRAPES_FILE = f"{METRICS_DIR}/scrapes.jsonl"
+RAW_FILE = f"{METRICS_DIR}/raw.jsonl.gz"
 
 
 _ENCODER = msgspec.json.Encoder()

@@ -40,6 +40,7 @@ from server.net.http import get_bounded
 from server.net.limits import CONTROL_MAX_BYTES, METRICS_MAX_BYTES
 from server.priority import lower_engine_core_priority, lower_session_priority
 from server.process import free_loopback_port, port_is_free, spawn_group, stop_group
+from server.workdir import COMMAND_FILE, SERVER_FILE, VLLM_LOG
 
 #: Called about once a second while waiting: (elapsed seconds, last log line).
 StatusCallback = Callable[[float, str], None]
@@ -370,7 +371,7 @@ async def start_server(
     model_path, draft_path = await _model_paths(config, decision)
     port = port or free_loopback_port()
     url = f"http://127.0.0.1:{port}"
-    log_path = workdir / "vllm.log"
+    log_path = workdir / VLLM_LOG
     launch = adapt_command(config.command(engine.python, model_path, port, draft_path), engine)
     argv = launch.argv
     env = {**os.environ, "HF_HUB_OFFLINE": "1", **config.env, **launch.env_set}
@@ -378,7 +379,7 @@ async def start_server(
         env.pop(key, None)
     workdir.mkdir(parents=True, exist_ok=True)
     _write_whole(
-        workdir / "command.json",
+        workdir / COMMAND_FILE,
         json.dumps(
             {"argv": argv, "env": {**config.env, **launch.env_set}, "notes": launch.notes},
             indent=2,
@@ -396,7 +397,7 @@ async def start_server(
         server.startup_s = round(time.monotonic() - started, 2)
         await _learn_started(server, config, proc.pid)
         # Inside the try: a server whose facts cannot be written is stopped, not orphaned.
-        _write_whole(workdir / "server.json", json.dumps(server.describe(), indent=2))
+        _write_whole(workdir / SERVER_FILE, json.dumps(server.describe(), indent=2))
     except BaseException as exc:
         await asyncio.shield(asyncio.to_thread(server.stop))
         if isinstance(exc, ServerStartError):

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from loadgen.cli.opening import open_or_exit
+
 
 def _percentiles(text: str) -> list[float]:
     try:
@@ -36,22 +38,24 @@ def export(run_dir: Path, fmt: str, out: Path | None, percentiles: str) -> None:
     """Export RUN_DIR's records (csv, parquet) or phases (vllm-bench).
 
     Refuses (exit 1, one line) a run that `loadgen validate` calls broken
-    (docs/run-integrity.md): its records give no figures.
+    (docs/run-integrity.md): its records give no figures. Exit 2 for a run format this
+    loadgen cannot read and a directory that is no run.
     """
     from analysis.export import write_requests, write_vllm_bench
     from analysis.integrity import IntegrityError
-    from analysis.load import RunFileError
-    from loadgen.runformat import RunWriteError
+    from loadgen.runformat import RunFileError, RunWriteError
+    from loadgen.runformat.layout import EXPORT_DIR
 
-    if not (run_dir / "plan.json").exists():
-        raise click.UsageError(f"{run_dir} has no plan.json: not a run directory")
     wanted = _percentiles(percentiles)
+    open_or_exit(run_dir, "export")
     try:
         if fmt == "vllm-bench":
-            for path in write_vllm_bench(run_dir, out or run_dir / "export" / "vllm-bench", wanted):
+            for path in write_vllm_bench(
+                run_dir, out or run_dir / EXPORT_DIR / "vllm-bench", wanted
+            ):
                 click.echo(path)
             return
-        target = out or run_dir / "export" / f"requests.{fmt}"
+        target = out or run_dir / EXPORT_DIR / f"requests.{fmt}"
         click.echo(write_requests(run_dir, target, fmt))
     except ImportError as exc:
         raise click.UsageError(f"--format {fmt} needs a package that is missing: {exc}") from None

@@ -13,6 +13,7 @@ from rich.markup import escape
 from loadgen.cli.compare import compare_exit_code, fail_compare
 from loadgen.cli.run_and_report import check_out_dir, new_run_dir, run_and_report
 from loadgen.cli.scenario_commands import ScenarioGroup, nominal_check
+from loadgen.runformat.layout import GATE_SIDES, LOOKS_FILE, gate_run_dir
 from server.cli_options import ModelOptions
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ def _gate_command(scenario: Scenario, values: dict[str, Any]) -> None:
 
     def run_side(side: str) -> None:
         seen[side] += 1
-        run_dir = out / side / f"run-{seen[side]}"
+        run_dir = gate_run_dir(out, side, seen[side])
         status, report = run_and_report(scenario, sides[side], run_dir)
         if status != "ok":
             shown = escape(str(run_dir))
@@ -72,7 +73,7 @@ def _gate_command(scenario: Scenario, values: dict[str, Any]) -> None:
         run_side(side)
 
     def compare(confidence: float | None = None) -> int:
-        return compare_exit_code(out / "baseline", out / "candidate", out,
+        return compare_exit_code(out / GATE_SIDES[0], out / GATE_SIDES[1], out,
                                  values.get("gate_file"), bool(values.get("strict")),
                                  confidence=confidence)  # fmt: skip
 
@@ -88,7 +89,7 @@ def _until_decided(
 ) -> int:  # fmt: skip
     """Add pairs in the gate's order until decided (``analysis.gate_sequential``)."""
     from analysis.gate_file import load_gate
-    from analysis.gate_sequential import LOOKS_FILE, decision_of, run_until_decided
+    from analysis.gate_sequential import decision_of, run_until_decided
     from loadgen.run import gate_order
 
     def add_pair(k: int) -> None:

@@ -2,29 +2,14 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
 from rich.markup import escape
 
+from loadgen.cli.opening import open_or_exit
 from loadgen.cli.run_and_report import print_summary
 from server.net.errors import describe_exception
-
-#: Exit code of ``report``/``validate`` for a run of a format version this loadgen cannot read.
-FORMAT_VERSION_EXIT = 2
-
-
-def refuse_unreadable_version(run_dir: Path) -> None:
-    """Exit ``FORMAT_VERSION_EXIT`` with one line when ``run_dir``'s run format version is
-    neither this loadgen's nor 0 (which is read through its migration)."""
-    from loadgen.runformat import FormatVersionError, run_format_version
-
-    try:
-        run_format_version(run_dir)
-    except FormatVersionError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(FORMAT_VERSION_EXIT)
 
 
 @click.command()
@@ -44,20 +29,17 @@ def report(run_dir: Path, reason: str | None) -> None:
     not be re-derivable from what the run wrote) unless --reseal REASON is given, and when the
     run is broken by the integrity rule that `loadgen validate` applies (docs/run-integrity.md):
     a broken run gets no figures and is never sealed, --reseal or not. Exit 2 for a run format
-    this loadgen cannot read.
+    this loadgen cannot read and a directory that is no run.
     """
-    from analysis.integrity import IntegrityError, ended_before_planning, manifest_changes
-    from analysis.load import read_json_file
+    from analysis.integrity import IntegrityError, manifest_changes
     from analysis.report import build_report
     from loadgen.progress import make_console
     from loadgen.runformat import Reseal, RunInfo, RunWriteError
-    from loadgen.runformat.layout import MANIFEST_FILE, PLAN_FILE, RUN_FILE
+    from loadgen.runformat.layout import MANIFEST_FILE, REPORT_MD, RUN_FILE
     from loadgen.runformat.manifest import utc_now, write_manifest
+    from loadgen.runformat.reading import read_json_file
 
-    if (ended := ended_before_planning(run_dir)) is not None:
-        raise click.ClickException(f"{run_dir}: {ended}: there is nothing to report")
-    if not (run_dir / PLAN_FILE).exists():
-        raise click.ClickException(f"{run_dir} has no {PLAN_FILE}: not a run directory")
+    open_or_exit(run_dir, "report")
     if reason is not None and not reason.strip():
         raise click.UsageError("--reseal needs a reason (why the files changed)")
     if reason is not None and any(ord(c) < 32 or ord(c) == 127 for c in reason):
@@ -65,7 +47,6 @@ def report(run_dir: Path, reason: str | None) -> None:
         # cannot forge a second "Resealed" line or send terminal escapes.
         raise click.UsageError("--reseal takes one line of text (no newlines or control "
                                "characters)")  # fmt: skip
-    refuse_unreadable_version(run_dir)
     changed = manifest_changes(run_dir, rebuilding=True)
     reseal = None
     if reason is not None:
@@ -95,4 +76,4 @@ def report(run_dir: Path, reason: str | None) -> None:
         console.print(f"[yellow]note: {escape(problem)}[/yellow]")
     if reseal is not None:
         console.print(f"[yellow]resealed: {escape(reseal.reason)}[/yellow]")
-    click.echo(str(run_dir / "report.md"))
+    click.echo(str(run_dir / REPORT_MD))

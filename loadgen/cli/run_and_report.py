@@ -140,10 +140,11 @@ def finalize(
     or ``None``). A run that never made a plan has no report and no report error (its status
     says why). Never raises for a file it cannot write."""
     from loadgen.runformat import RunWriteError
+    from loadgen.runformat.layout import PLAN_FILE
     from loadgen.runformat.manifest import write_manifest
 
     report, error = None, None
-    if (run_dir / "plan.json").exists():
+    if (run_dir / PLAN_FILE).exists():
         try:
             from analysis.report import build_report
 

@@ -33,12 +33,14 @@ def validate(run_dir: Path, as_json: bool, strict: bool) -> None:
     """
     from analysis.integrity import ATTENTION_EXIT
     from analysis.validate import ValidationResult, validate_run
-    from loadgen.cli.report import refuse_unreadable_version
-
-    refuse_unreadable_version(run_dir)
+    from loadgen.cli.opening import FORMAT_VERSION_EXIT
+    from loadgen.runformat import FormatVersionError
 
     try:
         result = validate_run(run_dir)
+    except FormatVersionError as exc:  # the one check every reader makes: one line
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(FORMAT_VERSION_EXIT)
     except Exception as exc:  # a bug or a file nobody foresaw: invalid, said in one line
         result = ValidationResult(
             problems=[f"validation could not finish: {type(exc).__name__}: {exc}"]

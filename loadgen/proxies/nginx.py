@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from loadgen.proxies.ready import is_executable_file
 from loadgen.proxies.relay import RelayCommand, RelayKind
-from loadgen.runformat.layout import PROXY_DIR
+from loadgen.runformat.layout import NGINX_CONF, NGINX_ERROR_LOG, NGINX_LOG, PROXY_DIR
 from server.process import free_loopback_port
 
 #: Where Debian's package puts the binary (``/usr/sbin`` is not on every user's PATH).
@@ -89,7 +89,7 @@ def nginx_config(
 daemon off;
 master_process off;
 pid {workdir}/nginx.pid;
-error_log {workdir}/error.log warn;
+error_log {workdir}/{NGINX_ERROR_LOG} warn;
 events {{ worker_connections {worker_connections}; }}
 http {{
     access_log off;
@@ -114,7 +114,7 @@ http {{
 }}
 """
     workdir.mkdir(parents=True, exist_ok=True)
-    path = workdir / "nginx.conf"
+    path = workdir / NGINX_CONF
     path.write_text(conf, encoding="utf-8")
     return path
 
@@ -122,7 +122,7 @@ http {{
 def nginx_argv(binary: str, workdir: Path, conf: Path) -> list[str]:
     """nginx in the foreground with ``conf``; ``-p`` and ``-e`` keep it from touching
     /var/log/nginx before it reads the config (its errors go to ``workdir/error.log``)."""
-    return [binary, "-p", str(workdir), "-e", str(workdir / "error.log"), "-c", str(conf)]
+    return [binary, "-p", str(workdir), "-e", str(workdir / NGINX_ERROR_LOG), "-c", str(conf)]
 
 
 class NginxKind(RelayKind):
@@ -144,10 +144,10 @@ class NginxKind(RelayKind):
     ) -> RelayCommand:
         port = free_loopback_port()
         conf = nginx_config(workdir, port, upstreams, ignore_client_abort=spec.ignore_client_abort)
-        log = workdir / "nginx.log"
+        log = workdir / NGINX_LOG
         argv = nginx_argv(binary, workdir, conf)
         url = f"http://127.0.0.1:{port}"
-        return RelayCommand(argv, dict(os.environ), url, log, [workdir / "error.log", log])
+        return RelayCommand(argv, dict(os.environ), url, log, [workdir / NGINX_ERROR_LOG, log])
 
     def workdir(self, case_dir: Path) -> Path:
         return case_dir / PROXY_DIR

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from loadgen.proxies.ready import is_executable_file
 from loadgen.proxies.relay import RelayCommand, RelayKind
-from loadgen.runformat.layout import PROXY_DIR
+from loadgen.runformat.layout import PROXY_DIR, ROUTER_LOG
 from server.engines import engines_root
 from server.process import free_loopback_port
 
@@ -89,7 +89,7 @@ class VllmRouterKind(RelayKind):
         port = free_loopback_port()
         while (metrics_port := free_loopback_port()) == port:
             pass  # the OS may hand out the same free port twice
-        log = workdir / "vllm-router.log"
+        log = workdir / ROUTER_LOG
         argv = router_argv(binary, upstreams, port, metrics_port, spec.policy)
         env = {**os.environ, **ROUTER_ENV}
         return RelayCommand(argv, env, f"http://127.0.0.1:{port}", log, [log])

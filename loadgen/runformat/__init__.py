@@ -11,7 +11,14 @@ here, never from the load generator's internals:
   ``run.json``, ``manifest.json``; metric sample and scrape tick (``metrics.rows``) and
   gateway event (``gateway.events``) are defined beside their writers, which may import no
   other project package, and re-exported here;
-- :mod:`loadgen.runformat.version`: :data:`FORMAT_VERSION` and the check every reader makes;
+- :mod:`loadgen.runformat.version`: :data:`FORMAT_VERSION` and the version check;
+- :mod:`loadgen.runformat.opening`: :func:`open_run`, the one check every reader makes
+  before it reads a run (format version, a run that ended before its plan, not a run), and
+  the plan's reader;
+- :mod:`loadgen.runformat.reading`: the readers of JSON and JSON-lines files as row types
+  (tolerant: what is broken is reported, never raised);
+- :mod:`loadgen.runformat.record_files`: a case's request records, merged over its workers'
+  files and clocks; :mod:`loadgen.runformat.metric_files`: its metrics files;
 - :mod:`loadgen.runformat.migrate_v0`: the one migration, from version 0;
 - :mod:`loadgen.runformat.manifest`: ``manifest.json``, written last.
 
@@ -21,6 +28,14 @@ Field lists with units: ``docs/run-format.md``.
 from gateway.events import GatewayEvent
 from loadgen.runformat import migrate_v0
 from loadgen.runformat.atomic import RunWriteError
+from loadgen.runformat.errors import UnreadableRun
+from loadgen.runformat.opening import (
+    NotARunError,
+    RunFileError,
+    UnplannedRunError,
+    open_run,
+    read_plan,
+)
 from loadgen.runformat.rows import (
     CaseInfo,
     ClockOffsetRow,
@@ -48,18 +63,24 @@ __all__ = [
     "GatewayEvent",
     "Manifest",
     "ManifestFile",
+    "NotARunError",
     "PhaseRow",
     "RawScrape",
     "ReadRecord",
     "RequestRecord",
     "Reseal",
+    "RunFileError",
     "RunInfo",
     "RunStatus",
     "RunWriteError",
     "SampleRow",
     "ScrapeTick",
     "Status",
+    "UnplannedRunError",
+    "UnreadableRun",
     "WorkerPhaseRow",
     "migrate_v0",
+    "open_run",
+    "read_plan",
     "run_format_version",
 ]

@@ -21,11 +21,14 @@ from loadgen.runformat import migrate_v0, rows
 from loadgen.runformat.layout import (
     CASE_FILE,
     CLOCK_OFFSETS_FILE,
+    COMPARE_JSON,
     FAULTS_FILE,
     GATEWAY_EVENTS_FILE,
+    LOOKS_FILE,
     MANIFEST_FILE,
     PHASES_FILE,
     RAW_FILE,
+    REPORT_JSON,
     REQUESTS_FILE,
     RUN_FILE,
     SAMPLES_FILE,
@@ -55,14 +58,27 @@ KINDS: list[tuple[str, type[msgspec.Struct]]] = [
     (f"{MANIFEST_FILE}: each of its `resealed`", rows.Reseal),
 ]
 
+#: (file, its type, its reader) of the files the analysis writes, as the page lists them.
+_OUTPUTS = [
+    (REPORT_JSON, "analysis.models.RunSummary", "analysis.report_file.read_report"),
+    (f"{COMPARE_JSON} (compare and gate directories)", "analysis.compare_report.CompareFile",
+     "analysis.compare_report.read_compare_file"),
+    (f"{LOOKS_FILE} (a sequential gate), one a line", "analysis.gate_sequential.Look", None),
+]  # fmt: skip
+_OUTPUT_TABLE = "\n".join(
+    ["| file | type (pydantic) | reader |", "|---|---|---|"]
+    + [f"| `{f}` | `{t}` | {f'`{r}`' if r else ''} |" for f, t, r in _OUTPUTS]
+)
+
 _HEAD = f"""\
 # Run format
 
 Every file a run directory holds is one row type of `loadgen.runformat` (JSON files: one
 object; JSON-lines files: one object per line). The writers (the load generator, the scraper,
-the gateway) and every reader (`loadgen report`, `validate`, `compare`, `gate`) use the same
-types; readers check each row strictly (an integer is a JSON integer, a status one of the
-listed values) and skip and report a row that is not well typed. Stamps (`*_ns`) are integer
+the gateway) and every reader (`loadgen report`, `validate`, `export`, `compare`, `gate`) use
+the same types, and the readers live beside the writers in `loadgen/runformat/`; readers
+check each row strictly (an integer is a JSON integer, a status one of the listed values) and
+skip and report a row that is not well typed. Stamps (`*_ns`) are integer
 nanoseconds of the monotonic clock (one clock for every process of a Linux host);
 `run.json`'s `clock` pairs it with the wall clock once per run. Durations are in the unit their
 name ends with (`_s` seconds, `_ms` milliseconds); token counts are tokens, `bytes` bytes.
@@ -73,23 +89,41 @@ equal to them.
 ## Format version
 
 `run.json` records `format_version`; this loadgen writes version **{FORMAT_VERSION}**. Every reader
-checks it first:
+(`loadgen report`, `validate`, `export`, `compare`, `gate`) makes the same check first, through
+one function (`loadgen.runformat.open_run`), and says the same thing about the same directory
+in one line:
 
 - version {FORMAT_VERSION} is read as it is;
 - version 0, every run written before the version was recorded (no `format_version`), is read
   through the one migration, `loadgen.runformat.migrate_v0`, which upgrades its rows as they
   are read and never rewrites the files (a report of such a run says "Run format: version 0");
-- any other version is refused with one line naming both versions (`loadgen report` and
-  `loadgen validate` exit 2; `loadgen compare` and `loadgen gate` exit 2 with it as their
-  usage error).
+- any other version is refused with one line naming both versions (`report`, `validate` and
+  `export` exit 2; `compare` and `gate` exit 2, "could not compare");
+- a run that ended before its plan was made (`run.json` says failed or interrupted, no
+  `plan.json`, no records: its server could not be started or reached) holds nothing to read:
+  `report` and `export` say there is nothing to report or export (exit 1), `validate` calls it
+  valid and needing attention (exit 4), `compare` cannot compare it (exit 2);
+- a directory without `plan.json` that is not such a run is no run directory (exit 2; for
+  `validate`, invalid).
 
 What the migration of version 0 does:
 
-{migrate_v0.__doc__.split(chr(10) + chr(10), 2)[2].strip()}
+{{MIGRATION}}
 
 A change to any row type that a reader of the previous version cannot read raises
 `FORMAT_VERSION` and adds the migration from the previous version (or states that such runs
 are refused).
+
+## The files the analysis writes
+
+They carry their own `format_version` (1), each read back by one reader that checks it first
+and refuses another version in one line; a file written before it was recorded has none and
+is version 1, the same shape:
+
+{_OUTPUT_TABLE}
+
+`{REPORT_JSON}` is rebuilt by `loadgen report RUN` in the current version from the run's own
+files.
 
 ## Row kinds
 """
@@ -153,7 +187,8 @@ def _markdown(text: str) -> str:
 
 def render() -> str:
     """The whole page."""
-    out = [_HEAD]
+    migration = (migrate_v0.__doc__ or "").split("\n\n", 2)[2].strip()
+    out = [_HEAD.replace("{MIGRATION}", migration)]
     for where, cls in KINDS:
         out += [f"### `{where}`: {cls.__name__}", "", *_table(cls), ""]
     return _markdown("\n".join(out).rstrip() + "\n")

@@ -24,8 +24,28 @@ Every JSON file and JSON line is one row type of :mod:`loadgen.runformat` (named
         metrics/               samples.jsonl (SampleRow), scrapes.jsonl (ScrapeTick),
                                raw.jsonl.gz (metrics.store)
         replicas/K/metrics/    a fleet case: replica K's scrapes, as metrics/ (K ≥ 1)
-      report.md, report.json, plots/*.png
+      report.md, report.json   the report (``analysis.models.RunSummary``, versioned)
+      plots/*.png
+      export/                  ``loadgen export``'s default output: derived, never sealed
       manifest.json            files with sizes and sha256, status — written last (Manifest)
+
+The server's and the third-party proxy's files are named beside their writers (``server``
+and ``metrics`` import no project package; ``loadgen.proxies``) and re-exported here:
+
+      cases/NAME/server/       vllm.log, command.json, server.json (``server.workdir``);
+                               replica K ≥ 1 of a case in ``server-replica-K/``
+      cases/NAME/proxy/        a third-party proxy's config and logs (nginx: nginx.conf,
+                               error.log, nginx.log; vllm-router: vllm-router.log)
+
+A ``loadgen compare`` directory (and a ``loadgen gate`` directory, which adds the runs of
+each side and the looks of a sequential gate):
+
+    OUT/
+      compare.md, compare.json the comparison, its decision and exit code
+                               (``analysis.compare_report.CompareFile``, versioned)
+      plots/compare_CASE.png
+      baseline/run-K/, candidate/run-K/   a gate's runs, one run directory each
+      looks.jsonl              a sequential gate's looks (``analysis.gate_sequential.Look``)
 
 See docs/run-directory.md.
 """
@@ -40,11 +60,16 @@ import msgspec
 
 from loadgen.runformat.atomic import append_bytes, write_text
 
-# The scraper's files, named beside it (``metrics`` imports no project package): re-exported.
+# The scraper's files and the server's, named beside their writers (``metrics`` and ``server``
+# import no other project package): re-exported.
+from metrics.store import METRICS_DIR as METRICS_DIR
 from metrics.store import RAW_FILE as RAW_FILE
 from metrics.store import SAMPLES_FILE as SAMPLES_FILE
 from metrics.store import SCRAPES_FILE as SCRAPES_FILE
 from server.net.urls import redact_urls_in
+from server.workdir import COMMAND_FILE as COMMAND_FILE
+from server.workdir import SERVER_FILE as SERVER_FILE
+from server.workdir import VLLM_LOG as VLLM_LOG
 
 RUN_FILE = "run.json"
 PLAN_FILE = "plan.json"
@@ -63,14 +88,35 @@ SERVER_DIR = "server"
 GATEWAY_LOG = "gateway.log"
 GATEWAY_EVENTS_FILE = "gateway_events.jsonl"
 ROUTING_DECISIONS_FILE = "routing_decisions.jsonl"
-#: A third-party proxy's config and logs (``loadgen.proxies``).
+#: A third-party proxy's config and logs (``loadgen.proxies``): nginx's config, its error log
+#: and its output; vllm-router's output (nginx adds its pid file and temporary directories).
 PROXY_DIR = "proxy"
+NGINX_CONF = "nginx.conf"
+NGINX_ERROR_LOG = "error.log"
+NGINX_LOG = "nginx.log"
+ROUTER_LOG = "vllm-router.log"
+#: The server directory of replica K ≥ 1 of a case (replica 0's is ``server/``).
+REPLICA_SERVER_DIR = "server-replica-{k}"
 FAULTS_FILE = "faults.jsonl"
 #: A fleet case's per-replica files: ``replicas/K/`` for replica K ≥ 1.
 REPLICAS_DIR = "replicas"
+#: Where ``loadgen export`` writes by default: derived from the sealed files, read by no
+#: reader of the run, so never sealed (``loadgen.runformat.manifest.UNSEALED_DIRS``).
+EXPORT_DIR = "export"
+#: The report's plots in ``plots/`` (a scenario's own plots are named by its report).
+TTFT_PLOT = "ttft_by_phase.png"
+TIMELINE_PLOT = "timeline_{case}.png"
+
+#: A compare or gate directory (module docstring).
+COMPARE_MD = "compare.md"
+COMPARE_JSON = "compare.json"
+LOOKS_FILE = "looks.jsonl"
+#: A gate's two sides, each a directory of runs ``run-K`` (K from 1).
+GATE_SIDES = ("baseline", "candidate")
 
 
 def case_dir(run_dir: Path, case: str) -> Path:
+    """``RUN/cases/CASE``."""
     return run_dir / CASES_DIR / case
 
 
@@ -78,6 +124,11 @@ def replica_dir(cdir: Path, replica: int) -> Path:
     """Where replica ``replica``'s scrapes of a fleet case go: the case directory itself for
     replica 0, ``replicas/K/`` under it for replica K ≥ 1."""
     return cdir if replica == 0 else cdir / REPLICAS_DIR / str(replica)
+
+
+def gate_run_dir(gate_dir: Path, side: str, index: int) -> Path:
+    """Run ``index`` (1-based) of ``side`` (one of ``GATE_SIDES``) in a gate directory."""
+    return gate_dir / side / f"run-{index}"
 
 
 def worker_requests_file(worker: int) -> str:

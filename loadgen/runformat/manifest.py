@@ -17,7 +17,7 @@ from pathlib import Path
 
 import msgspec
 
-from loadgen.runformat.layout import MANIFEST_FILE, write_json
+from loadgen.runformat.layout import EXPORT_DIR, MANIFEST_FILE, write_json
 from loadgen.runformat.rows import Manifest, ManifestFile, Reseal
 
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -68,7 +68,7 @@ def environment_facts() -> dict[str, object]:
 
 #: What ``loadgen export`` writes into a run by default: derived from the sealed files and
 #: read by no reader of the run, so neither listed nor "present but not in the manifest".
-UNSEALED_DIRS = ("export/",)
+UNSEALED_DIRS = (f"{EXPORT_DIR}/",)
 
 
 def list_files(run_dir: Path) -> list[ManifestFile]:

@@ -11,6 +11,7 @@ integer nanoseconds of the monotonic clock (``*_ns``); the run's wall-clock anch
 
 from __future__ import annotations
 
+import typing
 from typing import Any, Literal
 
 import msgspec
@@ -117,6 +118,21 @@ class RequestRecord(msgspec.Struct):
         per finished request (figures for a 17- and a 512-chunk record in the commit that
         made this a Struct)."""
         return _ENCODER.encode(self).decode()
+
+
+def _stamp_fields(list_of: bool) -> tuple[str, ...]:
+    """The request record's monotonic stamp fields (``*_ns``), read off its type: those of
+    one stamp (``int`` or ``int | None``), or with ``list_of`` those holding a list of them."""
+    hints = typing.get_type_hints(RequestRecord)
+    wanted = (list[int],) if list_of else (int, int | None)
+    return tuple(f for f in RequestRecord.__struct_fields__
+                 if f.endswith("_ns") and hints[f] in wanted)  # fmt: skip
+
+
+#: Record fields holding one monotonic stamp (ns), and those holding a list of them: what a
+#: reader moves onto another clock (``loadgen.runformat.record_files.shift_stamps``).
+STAMP_FIELDS = _stamp_fields(list_of=False)
+STAMP_LIST_FIELDS = _stamp_fields(list_of=True)
 
 
 class ReadRecord(RequestRecord, kw_only=True):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from loadgen.runformat.errors import UnreadableRun
 from loadgen.runformat.layout import RUN_FILE
 
 #: The version of the run format this code writes (``run.json``'s ``format_version``).
@@ -19,7 +20,7 @@ FORMAT_VERSION = 1
 READABLE_VERSIONS = (0, FORMAT_VERSION)
 
 
-class FormatVersionError(ValueError):
+class FormatVersionError(UnreadableRun):
     """A run directory whose format version this code cannot read (the message is one line)."""
 
 

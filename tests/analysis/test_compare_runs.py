@@ -18,9 +18,10 @@ from analysis.compare import CompareError, compare_paths
 from analysis.compare_runs import workload_hash
 from analysis.gate_decision import decide, exit_code
 from analysis.gate_file import GateFileError, load_gate
-from analysis.load import load_plan, load_run
+from analysis.load import load_run
 from analysis.report import summarize_run
 from loadgen.cli import main
+from loadgen.runformat import read_plan
 from loadgen.runformat.manifest import write_manifest
 from metrics.store import SAMPLES_FILE, SCRAPES_FILE
 from tests.support.synthetic_run import TEST_CASE
@@ -189,8 +190,8 @@ def test_runs_with_different_workloads_are_refused_unless_allowed(tmp_path: Path
     plan["seed"] = 1  # other prompt tokens: another workload
     (tmp_path / "cand" / "plan.json").write_text(json.dumps(plan))
     _reseal(tmp_path / "cand")
-    assert workload_hash(load_plan(tmp_path / "base")) != workload_hash(
-        load_plan(tmp_path / "cand")
+    assert workload_hash(read_plan(tmp_path / "base")) != workload_hash(
+        read_plan(tmp_path / "cand")
     )
     with pytest.raises(CompareError, match="workloads differ"):
         compare_paths(tmp_path / "base", tmp_path / "cand", load_gate())
@@ -203,12 +204,12 @@ def test_runs_with_different_workloads_are_refused_unless_allowed(tmp_path: Path
 def test_the_workload_hash_ignores_the_server(tmp_path: Path) -> None:
     build_run(tmp_path / "base")
     plan = json.loads((tmp_path / "base" / "plan.json").read_text())
-    before = workload_hash(load_plan(tmp_path / "base"))
+    before = workload_hash(read_plan(tmp_path / "base"))
     plan["cases"][0]["server"]["python"] = "/elsewhere/bin/python"
     plan["cases"][0]["server"]["extra_args"] = ["--max-num-seqs", "1"]
     (tmp_path / "base" / "plan.json").write_text(json.dumps(plan))
     _reseal(tmp_path / "base")
-    assert workload_hash(load_plan(tmp_path / "base")) == before
+    assert workload_hash(read_plan(tmp_path / "base")) == before
 
 
 def test_repeats_in_a_directory_are_pooled(tmp_path: Path) -> None:

@@ -18,11 +18,11 @@ from click.testing import CliRunner
 from analysis.compare import CompareError, compare_paths
 from analysis.gate_file import load_gate
 from analysis.integrity import IntegrityError
-from analysis.load import RunFileError, load_run
+from analysis.load import load_run
 from analysis.report import build_report, summarize
 from analysis.validate import validate_run
 from loadgen.cli import main
-from loadgen.runformat import CaseInfo
+from loadgen.runformat import CaseInfo, RunFileError
 from loadgen.runformat.layout import case_dir
 from loadgen.runformat.manifest import write_manifest
 from tests.support.synthetic_run import TEST_CASE, build_run

@@ -17,7 +17,7 @@ import pytest
 from analysis.compare import compare_paths
 from analysis.gate_file import load_gate
 from analysis.latency import request_frame
-from analysis.load import load_run, read_records
+from analysis.load import load_run
 from analysis.report import summarize
 from analysis.summaries import stats
 from analysis.validate import validate_run
@@ -25,6 +25,7 @@ from loadgen.records import RecordWriter, RequestRecord
 from loadgen.runformat import ReadRecord
 from loadgen.runformat.layout import REPORT_JSON, case_dir, worker_requests_file
 from loadgen.runformat.manifest import write_manifest
+from loadgen.runformat.record_files import read_records
 from tests.support.synthetic_run import TEST_CASE, Options, build_run
 
 MS = 1_000_000

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from analysis.compare import CompareError, compare_paths
 from analysis.gate_file import load_gate
-from analysis.load import load_case, load_run, read_json_file, read_jsonl, read_records
+from analysis.load import load_case, load_run
 from analysis.report import build_report
 from analysis.validate import validate_run
 from gateway.breaker import BreakerState, Transition
@@ -58,6 +58,8 @@ from loadgen.runformat.layout import (
     write_json,
 )
 from loadgen.runformat.manifest import list_files, verify_manifest, write_manifest
+from loadgen.runformat.reading import read_json_file, read_jsonl
+from loadgen.runformat.record_files import read_records
 from metrics.samples import Sample
 from metrics.scraper import _Files
 from metrics.store import sample_row
@@ -224,7 +226,8 @@ def test_a_run_of_another_version_is_refused_by_every_reader_in_one_line(
     with pytest.raises(CompareError, match="run format version"):
         compare_paths(synthetic, run_dir, load_gate())
     runner = CliRunner()
-    for command in (["report"], ["validate"], ["validate", "--json"]):
+    for command in (["report"], ["validate"], ["validate", "--json"], ["export"],
+                    ["export", "--format", "vllm-bench"]):  # fmt: skip
         result = runner.invoke(main, [*command, str(run_dir)])
         assert result.exit_code == 2, (command, result.output)
         assert result.output == f"error: {expected}\n", command

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from analysis.integrity import IntegrityError
-from analysis.load import load_run, read_jsonl, rebuild_missing_phases
+from analysis.load import load_run, rebuild_missing_phases
 from analysis.report import build_report, summarize
 from analysis.validate import validate_run
 from loadgen.runformat import (
@@ -23,6 +23,7 @@ from loadgen.runformat import (
 )
 from loadgen.runformat.layout import case_dir
 from loadgen.runformat.manifest import write_manifest
+from loadgen.runformat.reading import read_jsonl
 from tests.support.row_builders import record
 from tests.support.synthetic_run import TEST_CASE, build_run
 

@@ -264,8 +264,12 @@ def test_report_refuses_to_reseal_raw_files_changed_after_the_run(run_copy: Path
     assert not validate_run(run_copy).ok  # still flagged: nothing was re-sealed
 
 
-def test_report_on_a_directory_without_a_plan_writes_nothing(tmp_path: Path) -> None:
-    result = CliRunner().invoke(main, ["report", str(tmp_path)])
-    assert result.exit_code == 1
-    assert "not a run directory" in result.output
+@pytest.mark.parametrize("command", [["report"], ["export"], ["export", "--format", "vllm-bench"]])
+def test_a_directory_without_a_plan_is_no_run_to_report_or_export(
+    tmp_path: Path, command: list[str]
+) -> None:
+    # The one check every reader makes: one line, exit 2 (a usage error), nothing written.
+    result = CliRunner().invoke(main, [*command, str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert result.output == f"error: {tmp_path} has no plan.json: not a run directory\n"
     assert list(tmp_path.iterdir()) == []

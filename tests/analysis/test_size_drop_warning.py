@@ -6,11 +6,11 @@ from pathlib import Path
 
 import msgspec
 
-from analysis.load import read_scrapes
 from analysis.report import build_report
 from analysis.validate import validate_run
 from loadgen.runformat.layout import case_dir
 from loadgen.runformat.manifest import write_manifest
+from loadgen.runformat.metric_files import read_scrapes
 from metrics.rows import ScrapeTick
 from metrics.store import SCRAPES_FILE
 from tests.support.synthetic_run import TEST_CASE, build_run

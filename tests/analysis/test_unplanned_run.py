@@ -35,10 +35,16 @@ def test_a_run_that_failed_before_planning_is_valid_and_needs_attention(tmp_path
     ]
     out = CliRunner().invoke(main, ["validate", str(run)])
     assert out.exit_code == 4
-    out = CliRunner().invoke(main, ["report", str(run)])
-    assert out.exit_code == 1
-    assert "the run ended before it was planned" in out.output
-    assert "there is nothing to report" in out.output
+    # Every reader says so through the one check (loadgen.runformat.open_run), in one line.
+    ended = f"{run}: the run ended before it was planned (status failed: {ERROR}); no case ran"
+    for command, what in ((["report"], "report"), (["export"], "export")):
+        out = CliRunner().invoke(main, [*command, str(run)])
+        assert out.exit_code == 1, out.output
+        assert out.output == f"error: {ended}: there is nothing to {what}\n"
+    out = CliRunner().invoke(main, ["compare", str(run), str(run)])
+    assert out.exit_code == 2
+    assert out.output == f"error: could not compare: {ended}\n"
+    assert sorted(p.name for p in run.iterdir()) == ["manifest.json", "run.json"]
 
 
 def test_an_ok_run_without_its_plan_is_invalid(tmp_path: Path) -> None:

@@ -145,7 +145,7 @@ async def _serve() -> None:
 
 
 def _records(path_or_dir: Path) -> list[Any]:
-    from analysis.load import read_records
+    from loadgen.runformat.record_files import read_records
 
     return read_records(path_or_dir).records
 

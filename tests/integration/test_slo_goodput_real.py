@@ -17,8 +17,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from analysis.load import read_jsonl
 from loadgen.runformat import PhaseRow
+from loadgen.runformat.reading import read_jsonl
 from tests.support.vllm_fixtures import loadgen, read_report, run_scenario
 
 pytestmark = pytest.mark.vllm

@@ -16,7 +16,6 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from analysis.load import read_jsonl, read_records
 from analysis.summaries import INTERRUPTED, SERVER_DIED, incomplete_reason
 from loadgen.client import Target
 from loadgen.clock import MonotonicClock
@@ -26,6 +25,8 @@ from loadgen.phase import INTERRUPTED_ERROR, run_phase
 from loadgen.records import RecordWriter
 from loadgen.runformat import PhaseRow, ReadRecord
 from loadgen.runformat.layout import case_dir
+from loadgen.runformat.reading import read_jsonl
+from loadgen.runformat.record_files import read_records
 from loadgen.workers.process import WorkersConfig
 from scenarios.arrivals import ClosedLoop
 from scenarios.plan import CaseSpec, PhaseSpec, Plan

@@ -19,13 +19,13 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from analysis.load import read_jsonl
 from loadgen.client import Target
 from loadgen.clock import Clock, MonotonicClock
 from loadgen.connections import open_session
 from loadgen.phase import WARMUP_MAX_CONNECTIONS, PhaseTiming, run_phase, warmup_connections
 from loadgen.records import RecordWriter, RequestRecord
 from loadgen.runformat import ReadRecord
+from loadgen.runformat.reading import read_jsonl
 from scenarios.arrivals import AllAtOnce, ClosedLoop, OpenLoop, open_loop_offsets_ns
 from scenarios.requests import PhaseRequests, PlannedRequest, header_of
 from tests.support.fake_openai_server import FakeOpenAIServer, StreamScript

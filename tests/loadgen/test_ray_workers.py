@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 
 from analysis.latency import request_frame
-from analysis.load import read_records
 from analysis.summaries import stats
 from loadgen.client import Target
 from loadgen.clock import MonotonicClock
 from loadgen.placement import Placement
 from loadgen.runformat.layout import CLOCK_OFFSETS_FILE, append_jsonl, worker_requests_file
+from loadgen.runformat.record_files import read_records
 from loadgen.workers.base import ClockOffset
 from loadgen.workers.process import run_split_phase
 from scenarios.arrivals import ClosedLoop

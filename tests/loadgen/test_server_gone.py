@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from analysis.load import read_records
 from loadgen.clock import MonotonicClock
 from loadgen.execute import RunHooks, run_case
 from loadgen.records import RequestRecord
 from loadgen.runformat.layout import case_dir
+from loadgen.runformat.record_files import read_records
 from loadgen.server_watch import ServerWatch, lost_connection
 from loadgen.workers.process import WorkersConfig
 from scenarios.arrivals import ClosedLoop, OpenLoop

@@ -22,12 +22,12 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from analysis.load import read_jsonl
 from analysis.report import build_report
 from loadgen.execute import RunHooks
 from loadgen.records import RequestRecord
 from loadgen.run import run_scenario
 from loadgen.runformat import PhaseRow, ReadRecord
+from loadgen.runformat.reading import read_jsonl
 from scenarios.slo_goodput import SLOGoodput, SLOGoodputParams
 from tests.support.fake_openai_server import FakeOpenAIServer, StreamScript
 

@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from analysis.load import read_records
 from loadgen.client import Target
 from loadgen.clock import MonotonicClock
 from loadgen.runformat.layout import worker_request_files
+from loadgen.runformat.record_files import read_records
 from loadgen.workers.process import ProcessWorkers, run_split_phase
 from scenarios.arrivals import AllAtOnce, ClosedLoop, OpenLoop
 from scenarios.partition import merged_open_loop

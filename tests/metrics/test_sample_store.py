@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.load import iter_raw, read_samples, read_scrapes
+from loadgen.runformat.metric_files import iter_raw, read_samples, read_scrapes
 from metrics.rows import ScrapeTick
 from metrics.samples import Sample
 from metrics.store import RAW_FILE, SAMPLES_FILE, SCRAPES_FILE, sample_to_json

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.load import iter_raw, read_scrapes
+from loadgen.runformat.metric_files import iter_raw, read_scrapes
 from metrics.rows import ScrapeTick
 from metrics.scraper import ScraperProcess
 from metrics.store import RAW_FILE, SAMPLES_FILE

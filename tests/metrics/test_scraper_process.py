@@ -19,7 +19,7 @@ import msgspec
 import pytest
 from aiohttp import web
 
-from analysis.load import iter_raw, read_samples, read_scrapes
+from loadgen.runformat.metric_files import iter_raw, read_samples, read_scrapes
 from metrics.rows import ScrapeTick
 from metrics.samples import counter_delta, counter_resets, gauge_peak_by, series
 from metrics.scraper import ScraperProcess
