@@ -18,9 +18,9 @@ from pathlib import Path
 
 import aiohttp
 
-from loadgen.runformat.layout import replica_dir
+from loadgen.runformat.layout import FLEET_FILE, replica_dir, write_json
 from metrics.scraper import ScraperProcess
-from scenarios.plan import Plan
+from scenarios.plan import CaseSpec, Plan
 from server.net.errors import describe_exception
 
 #: Tries of one replica's reset: vLLM refuses it (``success: false``) while blocks are still
@@ -91,3 +91,23 @@ async def start_replica_scrapers(
         if not await asyncio.to_thread(scraper.wait_first_scrape):
             raise RuntimeError(f"replica {k}: {scraper.failure or 'no successful scrape'}")
     return scrapers
+
+
+def routing_name(case: CaseSpec) -> str | None:
+    """The routing policy in front of ``case``'s replicas as ``--routing`` names it
+    (``prefix-hash``, ``vllm-router:cache_aware``), or ``None`` without a router."""
+    if case.gateway is not None:
+        return case.gateway.routing
+    if case.proxy is not None and case.proxy.kind == "vllm-router":
+        return f"vllm-router:{case.proxy.policy or 'cache_aware'}"
+    return None
+
+
+def write_fleet_file(cdir: Path, case: CaseSpec, urls: Sequence[str]) -> None:
+    """``fleet.json``: the replicas' base URLs in order (replica 0 first: the order the
+    router was given them, which vllm-router's consistent hash depends on) and the routing.
+
+    Raises:
+        RunWriteError: the file could not be written.
+    """
+    write_json(cdir / FLEET_FILE, {"replica_urls": list(urls), "routing": routing_name(case)})

@@ -16,7 +16,7 @@ import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loadgen.case.fleet import reset_prefix_caches, start_replica_scrapers
+from loadgen.case.fleet import reset_prefix_caches, start_replica_scrapers, write_fleet_file
 from loadgen.case.hooks import RunHooks
 from loadgen.client import Target
 from loadgen.placement import Placement, pin_helpers, placement_for_servers
@@ -127,6 +127,8 @@ async def start_case(
     servers = CaseServers(server, replicas)
     if case.reset_prefix_cache:
         await reset_prefix_caches(servers.urls())
+    if case.scrape_replicas:
+        write_fleet_file(cdir, case, servers.urls())
     placement = placement_for_servers(plan.client_priority, servers.hosts())
     # Helpers keep off the server's cores from the start: the first scrape is awaited
     # next, and a process left on the worker's busy core can wait there for many seconds.

@@ -24,6 +24,7 @@ Every JSON file and JSON line is one row type of :mod:`loadgen.runformat` (named
         metrics/               samples.jsonl (SampleRow), scrapes.jsonl (ScrapeTick),
                                raw.jsonl.gz (metrics.store)
         replicas/K/metrics/    a fleet case: replica K's scrapes, as metrics/ (K ≥ 1)
+        fleet.json             a fleet case: its replicas' URLs in order and its routing
       report.md, report.json   the report (``analysis.models.RunSummary``, versioned)
       plots/*.png
       export/                  ``loadgen export``'s default output: derived, never sealed
@@ -100,6 +101,8 @@ REPLICA_SERVER_DIR = "server-replica-{k}"
 FAULTS_FILE = "faults.jsonl"
 #: A fleet case's per-replica files: ``replicas/K/`` for replica K ≥ 1.
 REPLICAS_DIR = "replicas"
+#: A fleet case's replica URLs (replica 0 first) and routing policy.
+FLEET_FILE = "fleet.json"
 #: Where ``loadgen export`` writes by default: derived from the sealed files, read by no
 #: reader of the run, so never sealed (``loadgen.runformat.manifest.UNSEALED_DIRS``).
 EXPORT_DIR = "export"

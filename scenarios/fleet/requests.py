@@ -23,6 +23,7 @@ from scenarios.prefix_cache_model import (
 )
 from scenarios.tokens import TokenSpace
 from scenarios.traces import Trace, TraceRequest, block_token_ids
+from scenarios.workloads import TracePrompts
 
 
 @dataclass(frozen=True)
@@ -143,3 +144,38 @@ def closed_loop_events(n: int, concurrency: int) -> list[tuple[str, int]]:
         if i + concurrency < n:
             events.append(("start", i + concurrency))
     return events
+
+
+def workload_fleet_requests(
+    workload: TracePrompts,
+    indices: Sequence[int],
+    seed: int,
+    server_block_tokens: int,
+    keys: PrefixKeys | None = None,
+    space: TokenSpace | None = None,
+) -> list[FleetRequest]:
+    """The requests ``indices`` of a trace-replay phase's workload as the replay sent them
+    (ids ``L{line}``): block keys from their hash ids, the gateway's key of their first
+    ``keys.prefix_tokens`` tokens drawn with the run's ``seed`` and the phase's salt, and
+    vllm-router's text of a token-ID prompt."""
+    keys = keys or PrefixKeys()
+    space = space or TokenSpace()
+    block_seed = workload.block_seed(seed)
+    out: list[FleetRequest] = []
+    for i in indices:
+        item = workload.items[i]
+        request = TraceRequest(
+            line=item.line, timestamp_ms=None, input_length=item.input_tokens,
+            output_length=item.output_tokens, hash_ids=item.hash_ids,
+        )  # fmt: skip
+        head = _head_tokens(request, workload.block_tokens, keys.prefix_tokens, block_seed, space)
+        cache = CacheRequest(
+            request_id=f"L{item.line}",
+            block_keys=server_block_keys(request, workload.block_tokens, server_block_tokens),
+            prompt_tokens=item.input_tokens,
+            output_tokens=item.output_tokens,
+        )
+        out.append(
+            FleetRequest(cache, keys.of_tokens(head), routing_text(range(item.input_tokens)))
+        )
+    return out

@@ -27,11 +27,13 @@ Definitions (the report prints them):
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
+from analysis.fleet import FleetData, FleetFunnel, fleet_funnel, load_fleet
 from analysis.goodput import (
     RatePoint,
     SLOLimits,
@@ -45,6 +47,7 @@ from analysis.load import CaseData, RunData
 from analysis.models import CaseSummary, Stats
 from loadgen.measure import Window
 from scenarios.arrivals import TraceArrival
+from scenarios.fleet.requests import workload_fleet_requests
 from scenarios.plan import PhaseSpec, Plan
 from scenarios.prefix_cache_model import (
     CacheRequest,
@@ -102,6 +105,9 @@ class PhaseFigures(_Frozen):
     preemptions: float | None
     waiting_peak: float | None
     running_peak: float | None
+    #: A fleet case: the cache funnel and load per replica (``analysis.fleet``); its
+    #: measured and predicted hit rates are the ones above.
+    fleet: FleetFunnel | None = None
 
 
 class CapacityAnswer(_Frozen):
@@ -238,6 +244,27 @@ def _rates(spec: PhaseSpec, rows: pd.DataFrame) -> tuple[int, float | None, floa
     return len(timed), scheduled, achieved
 
 
+def _fleet_funnel(
+    spec: PhaseSpec,
+    case: CaseData,
+    plan: Plan,
+    fleet: FleetData,
+    sent: pd.DataFrame,
+    capacity: tuple[int | None, int | None],
+) -> FleetFunnel | None:
+    """The phase's funnel (``analysis.fleet``), or ``None`` without the numbers it needs."""
+    capacity_blocks, block = capacity
+    row = next((r for r in case.phases if r.phase == spec.name), None)
+    workload = spec.workload
+    if row is None or capacity_blocks is None or block is None or sent.empty:
+        return None
+    assert isinstance(workload, TracePrompts)
+    indices = [int(i) for i in sent["index"]]
+    requests = workload_fleet_requests(workload, indices, plan.seed, block, space=plan.tokens)
+    events = measured_events(sent)
+    return fleet_funnel(fleet, requests, events, capacity_blocks, block, (row.start_ns, row.end_ns))
+
+
 def _phase(
     spec: PhaseSpec,
     frame: pd.DataFrame,
@@ -245,6 +272,7 @@ def _phase(
     capacity_blocks: int | None,
     block: int | None,
     slo: SLOLimits,
+    fleet: FleetFunnel | None = None,
 ) -> PhaseFigures:
     p = summary.phases.get(spec.name)
     rows = frame[frame["phase"] == spec.name] if not frame.empty else frame
@@ -252,6 +280,8 @@ def _phase(
     timed, scheduled, achieved = _rates(spec, rows)
     hits = p.counter_deltas.get("prefix_cache_hits") if p else None
     queries = p.counter_deltas.get("prefix_cache_queries") if p else None
+    if fleet is not None:  # every replica's counters, summed
+        hits, queries = fleet.hits, fleet.queries
     measured = _ratio(hits, queries)
     predicted = maximum = sequential = None
     matching = None
@@ -288,16 +318,20 @@ def _phase(
         hit_rate_counters=measured,
         hit_rate_requests=p.cached_token_rate if p else None,
         cached_reported=p.cached_reported if p else 0,
-        predicted_hit_rate=None if predicted is None else predicted.hit_rate,
+        predicted_hit_rate=(
+            fleet.predicted
+            if fleet is not None
+            else None
+            if predicted is None
+            else predicted.hit_rate
+        ),
         predicted_hit_tokens=None if predicted is None else predicted.total_hit_tokens,
         predicted_query_tokens=None if predicted is None else predicted.total_query_tokens,
         predicted_short_requests=None if predicted is None else predicted.short_requests,
         sequential_hit_rate=None if sequential is None else sequential.hit_rate,
         max_hit_rate=None if maximum is None else maximum.hit_rate,
         requests_matching_prediction=matching,
-        prediction_gap=(
-            None if measured is None or predicted is None else measured - predicted.hit_rate
-        ),
+        prediction_gap=_gap(measured, predicted, fleet),
         ttft_ms=p.ttft_ms if p else Stats(),
         tpot_ms=p.tpot_ms if p else Stats(),
         itl_ms=p.itl_ms if p else Stats(),
@@ -311,7 +345,20 @@ def _phase(
         preemptions=p.counter_deltas.get("num_preemptions") if p else None,
         waiting_peak=p.gauge_peaks.get("num_requests_waiting") if p else None,
         running_peak=p.gauge_peaks.get("num_requests_running") if p else None,
+        fleet=fleet,
     )
+
+
+def _gap(
+    measured: float | None, predicted: Prediction | None, fleet: FleetFunnel | None
+) -> float | None:
+    """Measured − predicted hit rate; a fleet's against its policy's prediction (``None``
+    for a bracket: its verdict reads the bracket)."""
+    if measured is None:
+        return None
+    if fleet is not None:
+        return None if fleet.predicted is None else measured - fleet.predicted
+    return None if predicted is None else measured - predicted.hit_rate
 
 
 def capacity_answer(
@@ -374,18 +421,26 @@ def capacity_answer(
     )
 
 
-def _case(case: CaseData, summary: CaseSummary, plan: Plan, slo: SLOLimits) -> CaseFigures:
+def _case(
+    case: CaseData, summary: CaseSummary, plan: Plan, slo: SLOLimits, run_dir: Path
+) -> CaseFigures:
     spec = case.spec or next(c for c in plan.cases if c.name == case.name)
     cap = summary.server.get("capacity") or {}
     block = _int(cap.get("block_size"))
     num_blocks = _int(cap.get("num_blocks"))
     capacity_blocks = None if num_blocks is None else usable_blocks(num_blocks)
     frame = request_frame(case.records)
-    phases = {
-        ph.name: _phase(ph, frame, summary, capacity_blocks, block, slo)
-        for ph in plan.phases_of(spec)
-        if isinstance(ph.arrival, TraceArrival)
-    }
+    fleet = load_fleet(run_dir, case)
+    phases = {}
+    for ph in plan.phases_of(spec):
+        if not isinstance(ph.arrival, TraceArrival):
+            continue
+        funnel = None
+        if fleet is not None and not frame.empty:
+            rows = frame[(frame["phase"] == ph.name) & frame["sent_ns"].notna()]
+            sent = rows.sort_values("index")
+            funnel = _fleet_funnel(ph, case, plan, fleet, sent, (capacity_blocks, block))
+        phases[ph.name] = _phase(ph, frame, summary, capacity_blocks, block, slo, funnel)
     target_speedup = plan.params.get("target_speedup")
     answer = capacity_answer(
         phases,
@@ -414,5 +469,5 @@ def trace_details(run: RunData, cases: dict[str, CaseSummary]) -> TraceReplayDet
         max_model_len=int(sizing.get("max_model_len") or 0),  # type: ignore[call-overload]
         slo_ms=slo.given(),
         hit_rate_tolerance=float(plan.params["hit_rate_tolerance"]),  # type: ignore[arg-type]
-        cases={c.name: _case(c, cases[c.name], plan, slo) for c in run.cases},
+        cases={c.name: _case(c, cases[c.name], plan, slo, run.run_dir) for c in run.cases},
     )

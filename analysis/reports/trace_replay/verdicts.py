@@ -22,9 +22,13 @@ def _figures(details: TraceReplayDetails | None, case: str, phase: str) -> Phase
 def hit_rate_verdict(
     check: TraceHitRatePredicted, _: CaseSummary, details: TraceReplayDetails | None
 ) -> Verdict:
-    """PASS when |counter hit rate − predicted| ≤ tolerance."""
+    """PASS when |counter hit rate − predicted| ≤ tolerance; for a fleet case whose policy
+    the model brackets, when the counter hit rate lies in [low − tolerance, high +
+    tolerance]."""
     name = f"{check.phase} hit rate within {check.tolerance:g} of the prediction"
     p = _figures(details, check.case, check.phase)
+    if p is not None and p.fleet is not None and p.fleet.predicted is None:
+        return _bracket_verdict(check, name, p)
     if p is None or p.hit_rate_counters is None or p.predicted_hit_rate is None:
         missing = (
             "the phase's figures"
@@ -89,3 +93,19 @@ def lateness_verdict(
         detail=f"p99 {p99:.3f} ms over {phase.send_lateness_ms.count} sends; late sends "
         f"(> 10 ms after their time) {phase.late_sends if phase.late_sends is not None else 'n/a'}",
     )
+
+
+def _bracket_verdict(check: TraceHitRatePredicted, name: str, p: PhaseFigures) -> Verdict:
+    """A fleet policy the model brackets (``analysis.fleet``): inside [low, high] ± tolerance."""
+    assert p.fleet is not None
+    f, tol = p.fleet, check.tolerance
+    if p.hit_rate_counters is None:
+        return Verdict(case=check.case, check=name, passed=None,
+                       detail="no prefix-cache counters from every replica")  # fmt: skip
+    inside = f.predicted_low - tol <= p.hit_rate_counters <= f.predicted_high + tol
+    detail = (
+        f"measured {p.hit_rate_counters:.4f} (Δhits {fmt(p.hits_counters, 0)} / Δqueries "
+        f"{fmt(p.queries_counters, 0)}, {f.replicas} replicas summed) vs {f.policy} bracketed "
+        f"[{f.predicted_low:.4f}, {f.predicted_high:.4f}] ({f.basis}); tolerance {tol:g}"
+    )
+    return Verdict(case=check.case, check=name, passed=inside, detail=detail)

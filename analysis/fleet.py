@@ -1,0 +1,177 @@
+"""A fleet case's figures: every replica's counters summed, and the cache funnel.
+
+A fleet case (``--replicas N --routing …``; docs/fleet.md) scrapes each of its N replicas
+(replica 0's samples where a case keeps them, replica K's under ``replicas/K/``) and records
+their URLs and its routing in ``fleet.json``. Its figures:
+
+- **measured fleet hit rate** = Σ over replicas of Δ``prefix_cache_hits`` ÷ Σ of
+  Δ``prefix_cache_queries`` over the phase window (the per-phase counter delta rule of every
+  scenario, applied to each replica and summed);
+- **the cache funnel** per phase: what the fleet could reuse (``pooled``: one cache of N × C,
+  no router does better), what the worst router gets (``spread``: every replica sees every
+  group), what the case's policy should get (the fleet model,
+  :func:`scenarios.fleet.model.predict_fleet`, replaying the requests in the order their
+  records show: exact for the gateway's policies and vllm-router's ``round_robin`` and
+  ``consistent_hash``, a bracket for the others), and what the engines delivered (the
+  measured rate above, and per request from ``usage.prompt_tokens_details.cached_tokens``);
+- **load per replica**: requests (Δ``request_success``) and prefill tokens
+  (Δ``prompt_tokens`` − Δ``prefix_cache_hits``) per replica, and their imbalance max ÷ mean.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from analysis import server_side
+from analysis.load import CaseData
+from loadgen.runformat.layout import FLEET_FILE, replica_dir
+from loadgen.runformat.metric_files import read_samples
+from metrics.samples import Sample
+from scenarios.fleet.model import FleetOptions, imbalance, predict_fleet
+from scenarios.fleet.requests import FleetRequest
+from scenarios.plan import CaseSpec
+
+
+@dataclass(frozen=True)
+class FleetData:
+    """What a fleet case recorded of its replicas.
+
+    Attributes:
+        routing: its policy as ``--routing`` names it (``prefix-hash``,
+            ``vllm-router:cache_aware``).
+        replica_urls: the replicas' base URLs, replica 0 first.
+        samples: each replica's finite samples, replica 0 first.
+    """
+
+    routing: str
+    replica_urls: tuple[str, ...]
+    samples: tuple[list[Sample], ...]
+
+    @property
+    def replicas(self) -> int:
+        return len(self.samples)
+
+    def deltas(self, name: str, start_ns: int, end_ns: int) -> list[float | None]:
+        """Each replica's delta of counter ``name`` over the window (``None``: not sampled)."""
+        return [server_side.counter_figures(s, start_ns, end_ns)[0].get(name) for s in self.samples]
+
+    def summed(self, name: str, start_ns: int, end_ns: int) -> float | None:
+        """The fleet's delta of counter ``name``: the replicas' deltas summed, ``None`` when
+        one replica's is unknown (a sum without it would be too small)."""
+        values = self.deltas(name, start_ns, end_ns)
+        return None if any(v is None for v in values) else sum(v or 0.0 for v in values)
+
+
+def is_fleet(spec: CaseSpec | None) -> bool:
+    """Whether ``spec`` is a fleet case (several replicas, every one scraped)."""
+    return spec is not None and spec.scrape_replicas and spec.replicas > 1
+
+
+def load_fleet(run_dir: Path, case: CaseData) -> FleetData | None:
+    """The fleet data of ``case`` (its ``fleet.json`` and every replica's samples), or
+    ``None`` when it is not a fleet case or its ``fleet.json`` is missing or unreadable."""
+    if not is_fleet(case.spec):
+        return None
+    assert case.spec is not None
+    cdir = run_dir / "cases" / case.name
+    try:
+        facts = json.loads((cdir / FLEET_FILE).read_text())
+        urls = tuple(str(u) for u in facts["replica_urls"])
+        routing = str(facts["routing"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    samples = [case.samples]
+    for k in range(1, case.spec.replicas):
+        samples.append(read_samples(replica_dir(cdir, k)))
+    return FleetData(routing, urls, tuple(samples))
+
+
+class FleetFunnel(BaseModel):
+    """The cache funnel and load of one phase of one fleet case (module docstring).
+
+    Hit rates are fractions of prompt tokens (0-1); ``predicted`` is ``None`` for a bracketed
+    policy, whose ``predicted_low``/``predicted_high`` bound it (equal for an exact one).
+    Per-replica lists are replica 0 first; ``None`` where a replica's counter is unknown.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    policy: str
+    replicas: int
+    pooled: float
+    spread: float
+    single: float
+    predicted: float | None
+    predicted_low: float
+    predicted_high: float
+    basis: str
+    measured: float | None
+    hits: float | None
+    queries: float | None
+    requests_per_replica: list[float | None]
+    prefill_tokens_per_replica: list[float | None]
+    requests_imbalance: float | None
+    prefill_imbalance: float | None
+    predicted_requests_per_replica: list[int]
+
+
+def _imbalance(values: Sequence[float | None]) -> float | None:
+    if any(v is None for v in values):
+        return None
+    return imbalance([int(v or 0) for v in values])
+
+
+def fleet_funnel(
+    fleet: FleetData,
+    requests: Sequence[FleetRequest],
+    events: Sequence[tuple[str, int]],
+    capacity_blocks: int,
+    block_tokens: int,
+    window: tuple[int, int],
+) -> FleetFunnel:
+    """The funnel of one phase: its sent ``requests`` in send order with their measured
+    start/end ``events``, replicas of ``capacity_blocks`` usable blocks of ``block_tokens``,
+    the phase's counter ``window`` (start, end ns).
+
+    Raises:
+        ValueError: what :func:`scenarios.fleet.model.predict_fleet` refuses.
+    """
+    options = FleetOptions(worker_urls=fleet.replica_urls)
+    model = predict_fleet(
+        requests, fleet.replicas, capacity_blocks, block_tokens, [fleet.routing], events,
+        options,
+    )  # fmt: skip
+    policy = model.policies[0]
+    start, end = window
+    hits = fleet.summed("prefix_cache_hits", start, end)
+    queries = fleet.summed("prefix_cache_queries", start, end)
+    per_requests = fleet.deltas("request_success", start, end)
+    prompts = fleet.deltas("prompt_tokens", start, end)
+    per_hits = fleet.deltas("prefix_cache_hits", start, end)
+    prefill = [
+        None if p is None or h is None else p - h for p, h in zip(prompts, per_hits, strict=True)
+    ]
+    return FleetFunnel(
+        policy=fleet.routing,
+        replicas=fleet.replicas,
+        pooled=model.pooled,
+        spread=model.spread.hit_rate,
+        single=model.single,
+        predicted=policy.hit_rate,
+        predicted_low=policy.low.hit_rate,
+        predicted_high=policy.high.hit_rate,
+        basis=policy.basis,
+        measured=hits / queries if hits is not None and queries else None,
+        hits=hits,
+        queries=queries,
+        requests_per_replica=per_requests,
+        prefill_tokens_per_replica=prefill,
+        requests_imbalance=_imbalance(per_requests),
+        prefill_imbalance=_imbalance(prefill),
+        predicted_requests_per_replica=policy.low.requests_per_replica(),
+    )
