@@ -43,8 +43,50 @@ RATE_HEADERS = ["phase", "sent", "failed", "sched. req/s", "achieved req/s", "ra
                 "waiting peak"]  # fmt: skip
 
 
+FUNNEL_HEADERS = ["phase", "policy", "pooled bound", "spread bound", "one replica",
+                  "predicted", "measured (counters)", "measured (requests)",
+                  "requests/replica", "prefill tokens/replica", "req max/mean",
+                  "prefill max/mean"]  # fmt: skip
+
+
+def _per_replica(values: list[float | None]) -> str:
+    return " / ".join(f(v, 0) for v in values)
+
+
+def funnel_lines(c: CaseFigures) -> list[str]:
+    """A fleet case's cache funnel per phase (``analysis.fleet``); nothing for one server."""
+    rows = []
+    for p in c.phases.values():
+        if p.fleet is None:
+            continue
+        fl = p.fleet
+        predicted = (
+            f(fl.predicted, 4)
+            if fl.predicted is not None
+            else f"[{f(fl.predicted_low, 4)}, {f(fl.predicted_high, 4)}]"
+        )
+        rows.append(
+            [p.phase, fl.policy, f(fl.pooled, 4), f(fl.spread, 4), f(fl.single, 4), predicted,
+             f(p.hit_rate_counters, 4), f(p.hit_rate_requests, 4),
+             _per_replica(fl.requests_per_replica), _per_replica(fl.prefill_tokens_per_replica),
+             f(fl.requests_imbalance, 2), f(fl.prefill_imbalance, 2)]
+        )  # fmt: skip
+    if not rows:
+        return []
+    return [
+        "Cache funnel (every replica's counters summed; docs/fleet.md): what one cache of "
+        "N × C would reuse, what a router that spreads every group gets, one replica alone, "
+        "the model's prediction for this policy (a bracket where the policy is not "
+        "deterministic), and what the engines delivered.",
+        "",
+        table(FUNNEL_HEADERS, rows),
+        "",
+    ]
+
+
 def case_lines(c: CaseFigures) -> list[str]:
-    """A case's hit-rate table, rate and latency table, and its capacity answer."""
+    """A case's hit-rate table, its cache funnel on a fleet, rate and latency table, and its
+    capacity answer."""
     hit_rows = [
         [p.phase, f(p.hit_rate_counters, 4), f(p.hit_rate_requests, 4), f(p.predicted_hit_rate, 4),
          f(p.prediction_gap, 4), f(p.sequential_hit_rate, 4), f(p.max_hit_rate, 4),
@@ -64,6 +106,7 @@ def case_lines(c: CaseFigures) -> list[str]:
         "",
         table(HIT_HEADERS, hit_rows),
         "",
+        *funnel_lines(c),
         table(RATE_HEADERS, rate_rows),
         "",
         f"Capacity answer: {c.answer.text}.",
