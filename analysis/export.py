@@ -40,7 +40,6 @@ from analysis.latency import itl_per_token_ms, request_frame
 from analysis.load import RunData
 from loadgen.runformat import ReadRecord
 from loadgen.runformat.atomic import write_text
-from scenarios.arrivals import ClosedLoop, OpenLoop
 from scenarios.plan import PhaseSpec
 
 #: The request columns written first, in this order (the rest follow as the records have them).
@@ -152,15 +151,12 @@ def _arrival_fields(planned: PhaseSpec) -> dict[str, Any]:
     """``request_rate`` (req/s, ``"inf"`` when closed-loop), ``burstiness`` and
     ``max_concurrency`` of a planned phase, as vLLM names them."""
     arrival = planned.arrival
-    rate: float | str = "inf"
-    burstiness = 1.0
-    max_concurrency = None
-    if isinstance(arrival, OpenLoop):
-        rate, burstiness = arrival.rate(), arrival.burstiness
-        max_concurrency = arrival.max_concurrency
-    elif isinstance(arrival, ClosedLoop):
-        max_concurrency = arrival.concurrency
-    return {"request_rate": rate, "burstiness": burstiness, "max_concurrency": max_concurrency}
+    open_rate = arrival.open_rate()
+    return {
+        "request_rate": "inf" if open_rate is None else open_rate,
+        "burstiness": arrival.gamma_shape(),
+        "max_concurrency": arrival.concurrency_cap,
+    }
 
 
 def _date(started: object) -> str | None:

@@ -43,7 +43,6 @@ from typing import Any
 import numpy as np
 
 from loadgen.records import RequestRecord
-from scenarios.arrivals import ClosedLoop, OpenLoop, TraceArrival
 from scenarios.plan import PhaseSpec
 
 
@@ -106,10 +105,10 @@ def window_of(phase: PhaseSpec, facts: Sequence[RequestFacts]) -> Window | None:
         return None
     warmup_ns = int(phase.warmup_s * 1e9)
     arrival = phase.arrival
-    if isinstance(arrival, OpenLoop | TraceArrival):
+    if arrival.timed:
         t0 = min(f.scheduled_ns for f in facts)
-        if isinstance(arrival, OpenLoop) and arrival.duration_s is not None:
-            return Window(t0 + warmup_ns, t0 + int(arrival.duration_s * 1e9) - 1)
+        if arrival.time_limit_s is not None:
+            return Window(t0 + warmup_ns, t0 + int(arrival.time_limit_s * 1e9) - 1)
         return Window(t0 + warmup_ns, max(f.scheduled_ns for f in facts))
     sent = [f.sent_ns for f in facts if f.sent_ns is not None]
     if not sent:
@@ -163,10 +162,11 @@ def measure_phase(phase: PhaseSpec, facts: Sequence[RequestFacts]) -> dict[str, 
             (last - first) / 1e6 / (n - 1) for _, first, last, _, n in ok if n >= 2
         ),
     }
-    if isinstance(phase.arrival, ClosedLoop) and ok:
+    concurrency = phase.arrival.steady_concurrency
+    if concurrency is not None and ok:
         cut = window.end_ns - max(end - sent for sent, _, _, end, _ in ok)
         held = [(end - sent) / 1e9 for sent, _, _, end, _ in ok if sent <= cut]
         if held:
-            out["closed_loop_rps"] = phase.arrival.concurrency / float(np.mean(held))
+            out["closed_loop_rps"] = concurrency / float(np.mean(held))
             out["closed_loop_requests"] = len(held)
     return out

@@ -16,7 +16,6 @@ import array
 import asyncio
 import contextlib
 import gc
-import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,10 +24,10 @@ import aiohttp
 
 from loadgen.client import PlannedRequest, Target, send_request
 from loadgen.clock import Clock
-from loadgen.connections import warm_up
+from loadgen.connections import WarmUp, warm_up
 from loadgen.records import RecordWriter, RequestRecord
 from loadgen.runformat import RunWriteError
-from scenarios.arrivals import AllAtOnce, ClosedLoop, OpenLoop, TraceArrival, concurrency_limit
+from scenarios.arrivals import Arrival, ArrivalPattern
 from scenarios.partition import WorkerShare, partition_phase
 from scenarios.requests import PhaseRequests
 
@@ -127,20 +126,11 @@ def heap_frozen() -> Iterator[None]:
         gc.unfreeze()
 
 
-def warmup_connections(arrival: ClosedLoop | AllAtOnce | OpenLoop | TraceArrival, n: int) -> int:
+def warmup_connections(arrival: ArrivalPattern, n: int) -> int:
     """Connections to open before a phase of ``n`` requests: as many as it will have in
     flight (its concurrency; an open loop's cap, or else its first second of arrivals; a
     trace's timed requests due in its first second), at most :data:`WARMUP_MAX_CONNECTIONS`."""
-    limit = concurrency_limit(arrival, n)
-    if isinstance(arrival, TraceArrival):
-        limit = sum(
-            1
-            for i in range(n)
-            if arrival.follows[i] is None and arrival.offset_ns(i) < OPEN_LOOP_WARMUP_S * 1e9
-        )
-    elif limit is None:
-        assert isinstance(arrival, OpenLoop)
-        limit = math.ceil(arrival.rate() * OPEN_LOOP_WARMUP_S)
+    limit = arrival.in_flight_at_start(n, OPEN_LOOP_WARMUP_S)
     return max(0, min(limit, n, WARMUP_MAX_CONNECTIONS))
 
 
@@ -307,7 +297,9 @@ class _Dispatch:
             for k in range(workers):
                 group.create_task(worker(k))
 
-    async def trace(self, phase_start: int, offsets: Sequence[int], arrival: TraceArrival) -> None:
+    async def trace(
+        self, phase_start: int, offsets: Sequence[int], arrival: ArrivalPattern
+    ) -> None:
         """A trace with session turns: the timed requests on the open loop's absolute
         schedule (``offsets``, by position), each session turn ``arrival.delay_ns`` after the
         END of the turn it follows (its ``scheduled_ns``; lateness is sent − that).
@@ -318,7 +310,7 @@ class _Dispatch:
         position_of = {index: position for position, index in enumerate(self.order)}
         followers: dict[int, list[int]] = {}
         for index in self.order:
-            before = arrival.follows[index]
+            before = arrival.follows_turn(index)
             if before is not None:
                 followers.setdefault(before, []).append(index)
 
@@ -336,7 +328,7 @@ class _Dispatch:
                     group.create_task(turn(nxt, ended + arrival.delay_ns(nxt)))
 
             for position, index in enumerate(self.order):
-                if arrival.follows[index] is not None:
+                if arrival.follows_turn(index) is not None:
                     continue
                 scheduled = phase_start + offsets[position]
                 await self.clock.sleep_until_ns(scheduled)
@@ -380,7 +372,7 @@ async def run_phase(
     case: str,
     phase: str,
     requests: Sequence[PlannedRequest],
-    arrival: ClosedLoop | AllAtOnce | OpenLoop | TraceArrival,
+    arrival: Arrival,
     target: Target,
     session: aiohttp.ClientSession,
     writer: RecordWriter,
@@ -413,7 +405,6 @@ async def run_phase(
     """
     plan = PhaseRequests.of(requests)
     n = len(plan)
-    by_duration = isinstance(arrival, ClosedLoop) and arrival.duration_s is not None
     warm = None
     if warmup:
         count = warmup_connections(arrival, n) if share is None else share_warmup_connections(share)
@@ -429,22 +420,7 @@ async def run_phase(
         if start_at_ns is not None:
             await clock.sleep_until_ns(start_at_ns)
         with LoopLagMonitor(clock) as monitor:
-            if isinstance(arrival, TraceArrival) and arrival.has_sessions:
-                assert offsets is not None
-                await dispatch.trace(phase_start, offsets, arrival)
-            elif isinstance(arrival, OpenLoop | TraceArrival):
-                assert offsets is not None
-                await dispatch.open_loop(phase_start, offsets, share.concurrency)
-            else:
-                assert share.concurrency is not None
-                if isinstance(arrival, ClosedLoop):
-                    duration = arrival.duration_s
-                    stop = None if duration is None else phase_start + int(duration * 1e9)
-                    await dispatch.closed_loop(
-                        phase_start, share.concurrency, stop, arrival.start_offset_ns
-                    )
-                else:
-                    await dispatch.closed_loop(phase_start, share.concurrency, None)
+            await _dispatch_all(dispatch, arrival, share, phase_start)
     except BaseExceptionGroup as group:
         # A sender's record write failed inside the task group: the one error to report.
         written = group.subgroup(RunWriteError)
@@ -452,9 +428,37 @@ async def run_phase(
             raise
         raise _first_leaf(written) from None
     finally:
-        planned = dispatch.dispatched if by_duration else len(share.indices)
+        planned = dispatch.dispatched if arrival.ends_on_time else len(share.indices)
         if dispatch.in_flight or dispatch.dispatched < planned:
             dispatch.account_unsent(lambda p: phase_start + (offsets[p] if offsets else 0), planned)
+    return _timing(dispatch, monitor, warm, phase_start, clock)
+
+
+async def _dispatch_all(
+    dispatch: _Dispatch, arrival: ArrivalPattern, share: WorkerShare, phase_start: int
+) -> None:
+    """Send the share as its pattern says: session turns after the turns they follow, timed
+    requests at their offsets, else C senders each taking the next request (until the
+    pattern's time limit)."""
+    offsets = share.offsets_ns
+    if arrival.has_sessions:
+        assert offsets is not None
+        await dispatch.trace(phase_start, offsets, arrival)
+    elif arrival.timed:
+        assert offsets is not None
+        await dispatch.open_loop(phase_start, offsets, share.concurrency)
+    else:
+        assert share.concurrency is not None
+        limit = arrival.time_limit_s
+        stop = None if limit is None else phase_start + int(limit * 1e9)
+        await dispatch.closed_loop(phase_start, share.concurrency, stop, arrival.start_offset_ns)
+
+
+def _timing(
+    dispatch: _Dispatch, monitor: LoopLagMonitor, warm: WarmUp | None, phase_start: int,
+    clock: Clock,
+) -> PhaseTiming:  # fmt: skip
+    """The phase's figures once it was sent."""
     lag_max, lag_p99 = monitor.summary_ms()
     return PhaseTiming(
         start_ns=dispatch.first_sent_ns if dispatch.first_sent_ns is not None else phase_start,

@@ -29,15 +29,127 @@ from __future__ import annotations
 
 import bisect
 import math
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, Self
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from scenarios.late import LateBindingError, Measured
+from scenarios.late import LateBindingError, Measured, Measurements
 
 
-class ClosedLoop(BaseModel):
+class ArrivalPattern(BaseModel):
+    """What every arrival pattern answers, so that no caller tells the kinds apart.
+
+    The defaults are those of a pattern without a time limit, a schedule or a late-bound
+    figure; each kind overrides what it has.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @property
+    def time_limit_s(self) -> float | None:
+        """Seconds after the phase start at which sending ends (``duration_s``), if any."""
+        return None
+
+    @property
+    def ends_on_time(self) -> bool:
+        """Whether the time limit may end the sending before the workload's count is sent
+        (a closed loop with ``duration_s``: the count is only an upper bound)."""
+        return False
+
+    @property
+    def timed(self) -> bool:
+        """Whether requests leave on a schedule of offsets from the phase start (open loop,
+        trace) rather than whenever a sender is free (closed loop, all at once)."""
+        return False
+
+    @property
+    def has_sessions(self) -> bool:
+        """Whether some request waits for the end of another (a trace's session turn)."""
+        return False
+
+    @property
+    def ramps_senders(self) -> bool:
+        """Whether its senders start one after the other (a closed loop's ``ramp_s``)."""
+        return False
+
+    @property
+    def concurrency_cap(self) -> int | None:
+        """A fixed limit of requests in flight the pattern itself sets (a closed loop's C, an
+        open loop's ``max_concurrency``), else ``None``."""
+        return None
+
+    @property
+    def steady_concurrency(self) -> int | None:
+        """A closed loop's C: requests kept in flight all along; ``None`` for other kinds."""
+        return None
+
+    @property
+    def late_rate(self) -> Measured | None:
+        """The rate, when it is a late-bound figure (``scenarios.late``), else ``None``."""
+        return None
+
+    def open_rate(self) -> float | None:
+        """An open loop's λ (req/s), ``None`` for other kinds.
+
+        Raises:
+            LateBindingError: the rate is still a late-bound figure.
+        """
+        return None
+
+    def gamma_shape(self) -> float:
+        """The shape of its gamma inter-arrival gaps (vLLM bench's "burstiness"): an open
+        loop's ``burstiness``; 1.0 (Poisson, vLLM bench's default) for other kinds."""
+        return 1.0
+
+    def start_offset_ns(self, sender: int) -> int:
+        """When sender ``sender`` sends its first request, ns after the phase start."""
+        return 0
+
+    def follows_turn(self, i: int) -> int | None:
+        """The request whose END request ``i`` waits for (a session turn), else ``None``."""
+        return None
+
+    def delay_ns(self, i: int) -> int:
+        """The wait after the end of the turn request ``i`` follows, ns."""
+        return 0
+
+    def concurrency_limit(self, n: int) -> int | None:
+        """How many of a phase's ``n`` requests may be in flight (``None`` = unlimited: an
+        uncapped open loop or a trace)."""
+        return self.concurrency_cap
+
+    def slots(self, n: int) -> int | None:
+        """Senders that each take the next of ``n`` requests when their own finishes (at
+        least 1), ``None`` for a timed pattern."""
+        return None
+
+    def in_flight_at_start(self, n: int, window_s: float) -> int:
+        """How many of ``n`` requests are in flight within the first ``window_s`` seconds at
+        most (its concurrency, a cap, or the timed arrivals due in that window)."""
+        limit = self.concurrency_limit(n)
+        return n if limit is None else limit
+
+    def resolved(self, measurements: Measurements) -> tuple[Self, dict[str, Any]]:
+        """The pattern with its late-bound figures resolved, and what that used (for
+        ``phases.jsonl``: ``rate_from``, ``rate_rps``); ``(self, {})`` when nothing is late.
+
+        Raises:
+            scenarios.late.LateBindingError: a source phase was not measured.
+        """
+        return self, {}
+
+    def count_within_limit(self) -> int | None:
+        """The request count that follows from the time limit (an open loop's arrivals in
+        ``duration_s``), ``None`` when the workload gives the count."""
+        return None
+
+    def describe(self) -> str:
+        """The pattern in a few words, for reports."""
+        raise NotImplementedError
+
+
+class ClosedLoop(ArrivalPattern):
     """Keep ``concurrency`` requests in flight (for at most ``duration_s`` seconds if given).
 
     ``ramp_s``: sender k (0-based) sends its first request k × ramp_s / concurrency seconds
@@ -46,25 +158,57 @@ class ClosedLoop(BaseModel):
     only) that an open-loop load never produces; staggered starts avoid that.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     kind: Literal["closed_loop"] = "closed_loop"
     concurrency: int = Field(gt=0)
     duration_s: float | None = Field(default=None, gt=0)
     ramp_s: float = Field(default=0.0, ge=0)
 
+    @property
+    def time_limit_s(self) -> float | None:
+        return self.duration_s
+
+    @property
+    def ends_on_time(self) -> bool:
+        return self.duration_s is not None
+
+    @property
+    def ramps_senders(self) -> bool:
+        return self.ramp_s > 0
+
+    @property
+    def concurrency_cap(self) -> int:
+        return self.concurrency
+
+    @property
+    def steady_concurrency(self) -> int:
+        return self.concurrency
+
     def start_offset_ns(self, sender: int) -> int:
-        """When sender ``sender`` sends its first request, ns after the phase start."""
         return int(sender * self.ramp_s * 1e9 / self.concurrency)
 
+    def slots(self, n: int) -> int:
+        return max(1, min(self.concurrency, n))
 
-class AllAtOnce(BaseModel):
+    def describe(self) -> str:
+        return f"closed loop, C = {self.concurrency}"
+
+
+class AllAtOnce(ArrivalPattern):
     """Send every request at the phase start."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     kind: Literal["all_at_once"] = "all_at_once"
 
+    def concurrency_limit(self, n: int) -> int:
+        return max(n, 1)
 
-class OpenLoop(BaseModel):
+    def slots(self, n: int) -> int:
+        return max(1, n)
+
+    def describe(self) -> str:
+        return "all at once"
+
+
+class OpenLoop(ArrivalPattern):
     """Send at ``rate_rps`` requests/s on average.
 
     Attributes:
@@ -103,8 +247,53 @@ class OpenLoop(BaseModel):
             )
         return self.rate_rps
 
+    @property
+    def time_limit_s(self) -> float | None:
+        return self.duration_s
 
-class TraceArrival(BaseModel):
+    @property
+    def timed(self) -> bool:
+        return True
+
+    @property
+    def concurrency_cap(self) -> int | None:
+        return self.max_concurrency
+
+    @property
+    def late_rate(self) -> Measured | None:
+        return self.rate_rps if isinstance(self.rate_rps, Measured) else None
+
+    def open_rate(self) -> float:
+        return self.rate()
+
+    def gamma_shape(self) -> float:
+        return self.burstiness
+
+    def in_flight_at_start(self, n: int, window_s: float) -> int:
+        if self.max_concurrency is not None:
+            return self.max_concurrency
+        return math.ceil(self.rate() * window_s)
+
+    def resolved(self, measurements: Measurements) -> tuple[Self, dict[str, Any]]:
+        record: dict[str, Any] = {}
+        arrival = self
+        if isinstance(self.rate_rps, Measured):
+            record["rate_from"] = self.rate_rps.inputs(measurements)
+            arrival = self.model_copy(update={"rate_rps": record["rate_from"]["value"]})
+        record["rate_rps"] = arrival.rate()
+        return arrival, record
+
+    def count_within_limit(self) -> int | None:
+        return None if self.duration_s is None else arrivals_within(self, self.duration_s)
+
+    def describe(self) -> str:
+        cap = f", cap {self.max_concurrency}" if self.max_concurrency else ""
+        ramp = f", ramp {self.ramp_s:g} s" if self.ramp_s else ""
+        how = "constant" if self.pattern == "constant" else f"gamma {self.burstiness:g}"
+        return f"open loop, {self.rate():g} req/s ({how}{cap}{ramp})"
+
+
+class TraceArrival(ArrivalPattern):
     """Send on a trace's own clock, ``speedup`` times faster (0.5 = half as fast).
 
     Attributes:
@@ -144,8 +333,22 @@ class TraceArrival(BaseModel):
 
     @property
     def has_sessions(self) -> bool:
-        """Whether some request waits for the end of another (a session turn)."""
         return any(f is not None for f in self.follows)
+
+    @property
+    def timed(self) -> bool:
+        return True
+
+    def follows_turn(self, i: int) -> int | None:
+        return self.follows[i]
+
+    def in_flight_at_start(self, n: int, window_s: float) -> int:
+        return sum(
+            1 for i in range(n) if self.follows[i] is None and self.offset_ns(i) < window_s * 1e9
+        )
+
+    def describe(self) -> str:
+        return f"trace at {self.speedup:g}× its clock"
 
     def offset_ns(self, i: int) -> int:
         """When timed request ``i`` is due, ns after the phase start (trace ms ÷ speedup).
@@ -223,15 +426,6 @@ def arrivals_within(arrival: OpenLoop, duration_s: float) -> int:
         n *= 2
 
 
-def concurrency_limit(
-    arrival: ClosedLoop | AllAtOnce | OpenLoop | TraceArrival, n: int
-) -> int | None:
-    """How many requests may be in flight (``None`` = unlimited: an uncapped open loop or
-    a trace)."""
-    if isinstance(arrival, TraceArrival):
-        return None
-    if isinstance(arrival, ClosedLoop):
-        return arrival.concurrency
-    if isinstance(arrival, AllAtOnce):
-        return max(n, 1)
-    return arrival.max_concurrency
+def concurrency_limit(arrival: ArrivalPattern, n: int) -> int | None:
+    """How many of ``n`` requests may be in flight (:meth:`ArrivalPattern.concurrency_limit`)."""
+    return arrival.concurrency_limit(n)

@@ -41,13 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scenarios.arrivals import (
-    AllAtOnce,
-    ClosedLoop,
-    OpenLoop,
-    TraceArrival,
-    open_loop_offsets_ns,
-)
+from scenarios.arrivals import Arrival, OpenLoop, TraceArrival, open_loop_offsets_ns
 
 
 @dataclass(frozen=True)
@@ -130,9 +124,7 @@ def _slot_shares(n: int, slots: int, workers: int) -> list[WorkerShare]:
     ]
 
 
-def partition_phase(
-    arrival: ClosedLoop | AllAtOnce | OpenLoop | TraceArrival, n: int, workers: int
-) -> list[WorkerShare]:
+def partition_phase(arrival: Arrival, n: int, workers: int) -> list[WorkerShare]:
     """Split a phase of ``n`` requests across ``workers`` (see the module docstring).
 
     Returns one share per worker (some may be empty: 2 in flight over 3 workers leaves one
@@ -144,12 +136,18 @@ def partition_phase(
     """
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
+    slots = arrival.slots(n)
+    if slots is not None:  # closed loop, all at once
+        return _slot_shares(n, slots, workers)
     if isinstance(arrival, TraceArrival):
         return _trace_shares(arrival, n, workers)
-    if isinstance(arrival, ClosedLoop):
-        return _slot_shares(n, max(1, min(arrival.concurrency, n)), workers)
-    if isinstance(arrival, AllAtOnce):
-        return _slot_shares(n, max(1, n), workers)
+    assert isinstance(arrival, OpenLoop)
+    return _open_loop_shares(arrival, n, workers)
+
+
+def _open_loop_shares(arrival: OpenLoop, n: int, workers: int) -> list[WorkerShare]:
+    """An open loop's shares: per-worker streams merged (a constant pattern dealt
+    round-robin), its cap split like a closed loop's concurrency."""
     caps = (
         split_concurrency(arrival.max_concurrency, workers)
         if arrival.max_concurrency is not None

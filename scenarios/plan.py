@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from scenarios.arrivals import Arrival, OpenLoop, arrivals_within
+from scenarios.arrivals import Arrival
 from scenarios.checks import Check
 from scenarios.late import RATE_STATISTICS, Measured, Measurements
 from scenarios.tokens import TokenSpace
@@ -63,7 +63,8 @@ class PhaseSpec(FrozenModel):
 
     @model_validator(mode="after")
     def _count_and_duration(self) -> PhaseSpec:
-        by_duration = isinstance(self.arrival, OpenLoop) and self.arrival.duration_s is not None
+        # An open loop with duration_s: its count follows from its schedule.
+        by_duration = self.arrival.timed and self.arrival.time_limit_s is not None
         count = self.workload.requests
         if count is None and not by_duration:
             raise ValueError(
@@ -75,18 +76,18 @@ class PhaseSpec(FrozenModel):
                 f"phase {self.name}: give either the request count or the open loop's "
                 "duration_s, not both"
             )
-        rate = self.arrival.rate_rps if isinstance(self.arrival, OpenLoop) else None
-        if isinstance(rate, Measured) and rate.statistic not in RATE_STATISTICS:
+        rate = self.arrival.late_rate
+        if rate is not None and rate.statistic not in RATE_STATISTICS:
             raise ValueError(f"phase {self.name}: an arrival rate cannot be a {rate.statistic}")
-        duration = getattr(self.arrival, "duration_s", None)
+        duration = self.arrival.time_limit_s
         if duration is not None and self.warmup_s >= duration:
             raise ValueError(f"phase {self.name}: warmup_s must be below the duration")
         return self
 
     def sources(self) -> set[str]:
         """Earlier phases whose measurements this phase's late-bound figures need."""
-        rate = self.arrival.rate_rps if isinstance(self.arrival, OpenLoop) else None
-        return {rate.phase} if isinstance(rate, Measured) else set()
+        rate = self.arrival.late_rate
+        return {rate.phase} if rate is not None else set()
 
     def is_resolved(self) -> bool:
         """Whether every figure of the phase is a number (it can run as it is)."""
@@ -106,19 +107,13 @@ class PhaseSpec(FrozenModel):
         """
         if self.is_resolved():
             return self, None
-        arrival = self.arrival
-        assert isinstance(arrival, OpenLoop)  # only open loops have late-bound figures
-        record: dict[str, Any] = {}
-        if isinstance(arrival.rate_rps, Measured):
-            record["rate_from"] = arrival.rate_rps.inputs(measurements)
-            arrival = arrival.model_copy(update={"rate_rps": record["rate_from"]["value"]})
-        record["rate_rps"] = arrival.rate()
+        arrival, record = self.arrival.resolved(measurements)
         workload = self.workload
         if workload.requests is None:
-            assert arrival.duration_s is not None  # guaranteed by the validator
-            count = arrivals_within(arrival, arrival.duration_s)
+            count = arrival.count_within_limit()
+            assert count is not None  # guaranteed by the validator
             workload = workload.model_copy(update={"requests": count})
-            record["duration_s"] = arrival.duration_s
+            record["duration_s"] = arrival.time_limit_s
         record["requests"] = workload.requests
         return self.model_copy(update={"arrival": arrival, "workload": workload}), record
 

@@ -36,7 +36,6 @@ from loadgen.senders.base import Sender, SentPhase
 from loadgen.server_watch import ServerGone, ServerWatch
 from metrics.probe import read_gauge, wait_for_gauge_at_most
 from metrics.scraper import ScraperProcess
-from scenarios.arrivals import ClosedLoop, concurrency_limit
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
 from scenarios.requests import PhaseRequests
 from scenarios.workloads import materialize
@@ -125,8 +124,7 @@ async def run_one_phase(run: CaseRun, planned: PhaseSpec, scraper: ScraperProces
         async with httpx.AsyncClient(timeout=5.0) as probe:
             running_before = await read_gauge(probe, run.server.url, "num_requests_running")
     if run.hooks.on_phase_start:
-        by_duration = getattr(phase.arrival, "duration_s", None) is not None
-        shown = None if by_duration and isinstance(phase.arrival, ClosedLoop) else len(requests)
+        shown = None if phase.arrival.ends_on_time else len(requests)
         run.hooks.on_phase_start(run.case.name, phase.name, shown)
     # Facts for the phases a late-bound figure names: a few ints per request, dropped after.
     facts: list[RequestFacts] | None = [] if phase.name in run.plan.measured_phases() else None
@@ -297,7 +295,7 @@ def _completed_row(
         warmup_opened=timing.warmup_opened,
         warmup_failed=timing.warmup_failed,
         warmup_ms=timing.warmup_ms,
-        requested_concurrency=concurrency_limit(phase.arrival, planned),
+        requested_concurrency=phase.arrival.concurrency_limit(planned),
         workers=sent.workers,
         ended_by="plan",
     )
@@ -308,7 +306,7 @@ def _account_phases_not_run(run: CaseRun, phases: tuple[PhaseSpec, ...]) -> None
     workers, the coordinator writes these into the case's ``requests.jsonl`` itself)."""
     with run.sender.not_sent_writer() as writer:
         for planned in phases:
-            if getattr(planned.arrival, "duration_s", None) is not None:
+            if planned.arrival.time_limit_s is not None:
                 continue  # sends until its time is up: no planned count to account for
             try:
                 phase, _ = planned.resolved(run.late.measurements)

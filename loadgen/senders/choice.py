@@ -14,7 +14,6 @@ from loadgen.senders.base import Sender
 from loadgen.senders.local import open_local_sender
 from loadgen.workers.process import WorkersConfig
 from loadgen.workers.sender import open_pool_sender
-from scenarios.arrivals import concurrency_limit
 from scenarios.plan import PhaseSpec, Plan
 
 
@@ -41,7 +40,7 @@ async def open_sender(
         ValueError: the workers cannot send one of the phases (before any load).
     """
     # A duration-driven open loop has no request count yet; its limit does not use one.
-    limit = pool_limit(concurrency_limit(p.arrival, p.workload.requests or 0) for p in phases)
+    limit = pool_limit(p.arrival.concurrency_limit(p.workload.requests or 0) for p in phases)
     opened: contextlib.AbstractAsyncContextManager[Sender]
     if workers.split:
         opened = open_pool_sender(

@@ -18,7 +18,6 @@ from loadgen.runformat.layout import CLOCK_OFFSETS_FILE, REQUESTS_FILE, append_j
 from loadgen.senders.base import PhaseObserver, Sender, SentPhase
 from loadgen.workers.base import ClockOffset, WorkerPool
 from loadgen.workers.process import WorkersConfig, open_pool, run_split_phase
-from scenarios.arrivals import ClosedLoop
 from scenarios.plan import PhaseSpec, Plan
 from scenarios.requests import PhaseRequests
 
@@ -34,7 +33,7 @@ def check_splittable(plan: Plan, phases: Sequence[PhaseSpec]) -> None:
     """
     measured = plan.measured_phases()
     for phase in phases:
-        ramp = isinstance(phase.arrival, ClosedLoop) and phase.arrival.ramp_s > 0
+        ramp = phase.arrival.ramps_senders
         if phase.name in measured or ramp:
             why = "later figures are measured from it" if not ramp else "it ramps its senders"
             raise ValueError(f"phase {phase.name} cannot be split across workers: {why}")

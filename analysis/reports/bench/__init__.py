@@ -17,7 +17,7 @@ from analysis.models import CaseSummary, Verdict
 from analysis.reports import Evaluator, ScenarioReport
 from analysis.reports.bench.figures import BenchPhase, bench_phase
 from analysis.reports.bench.plots import throughput_latency
-from scenarios.arrivals import ClosedLoop, OpenLoop
+from scenarios.arrivals import ArrivalPattern
 from scenarios.bench import (
     WARMUP_PHASE,
     ExactConcurrency,
@@ -48,16 +48,9 @@ def _slo(params: dict[str, Any]) -> SLOLimits | None:
     return SLOLimits(limits.get("ttft"), limits.get("tpot"), limits.get("e2el"))
 
 
-def _load(arrival: Any) -> tuple[str, int | None, float | None]:
-    if isinstance(arrival, ClosedLoop):
-        return f"closed loop, C = {arrival.concurrency}", arrival.concurrency, None
-    if isinstance(arrival, OpenLoop):
-        rate = arrival.rate()
-        cap = f", cap {arrival.max_concurrency}" if arrival.max_concurrency else ""
-        ramp = f", ramp {arrival.ramp_s:g} s" if arrival.ramp_s else ""
-        how = "constant" if arrival.pattern == "constant" else f"gamma {arrival.burstiness:g}"
-        return f"open loop, {rate:g} req/s ({how}{cap}{ramp})", None, rate
-    return "all at once", None, None
+def _load(arrival: ArrivalPattern) -> tuple[str, int | None, float | None]:
+    """(the load in words, a closed loop's C, an open loop's λ in req/s)."""
+    return arrival.describe(), arrival.steady_concurrency, arrival.open_rate()
 
 
 def _phase(details: BenchDetails | None, case: str, phase: str) -> BenchPhase | None:

@@ -44,7 +44,6 @@ from loadgen.measure import RequestFacts, Window, window_of
 from loadgen.runformat import PhaseRow
 from metrics.histograms import histogram_delta
 from metrics.samples import series
-from scenarios.arrivals import ClosedLoop, OpenLoop, arrivals_within
 from scenarios.late import Measured
 from scenarios.plan import PhaseSpec
 from scenarios.slo_goodput import (
@@ -72,7 +71,8 @@ def _sent_inside(rows: pd.DataFrame, window: Window) -> pd.DataFrame:
 def _closed_loop(spec: PhaseSpec, rows: pd.DataFrame, window: Window) -> tuple[float, int, float]:
     """(C ÷ mean time in flight, requests averaged, mean time in flight s) by the definition in
     ``loadgen.measure``, recomputed here from the frame."""
-    assert isinstance(spec.arrival, ClosedLoop)
+    concurrency = spec.arrival.steady_concurrency
+    assert concurrency is not None
     ok = _sent_inside(rows, window)
     ok = ok[(ok["status"] == "ok") & ok["ttft_ms"].notna() & ok["end_ns"].notna()]
     if ok.empty:
@@ -83,7 +83,7 @@ def _closed_loop(spec: PhaseSpec, rows: pd.DataFrame, window: Window) -> tuple[f
     if held.empty:
         return math.nan, 0, math.nan
     mean = float(held.mean())
-    return spec.arrival.concurrency / mean, len(held), mean
+    return concurrency / mean, len(held), mean
 
 
 def _statistic(spec: PhaseSpec, rows: pd.DataFrame, statistic: str) -> float | None:
@@ -146,23 +146,25 @@ def _late_figures(run: _Run, tolerance: float) -> list[LateFigure]:
             continue  # never ran (the case failed before it): nothing was resolved
         spec, line = run.specs[phase], run.lines[phase]
         resolved = line.resolved or {}
-        rate = spec.arrival.rate_rps if isinstance(spec.arrival, OpenLoop) else None
-        if isinstance(rate, Measured):
+        rate = spec.arrival.late_rate
+        if rate is not None:
             again = run.recompute(rate)
             out.append(
                 LateFigure(name=f"{phase} rate (req/s)", used=resolved.get("rate_rps"),
                            recomputed=again, inputs=rate.describe(),
                            agrees=_agrees(resolved.get("rate_rps"), again, tolerance))
             )  # fmt: skip
-        if isinstance(spec.arrival, OpenLoop) and spec.arrival.duration_s and resolved:
+        limit = spec.arrival.time_limit_s
+        if spec.arrival.timed and limit and resolved:
             # The count follows from the rate the run used; the records hold what was sent.
             arrival = spec.arrival.model_copy(update={"rate_rps": resolved["rate_rps"]})
-            count = arrivals_within(arrival, spec.arrival.duration_s)
+            count = arrival.count_within_limit()
+            assert count is not None  # an open loop with a duration
             sent = len(run.rows(phase))
             out.append(
                 LateFigure(name=f"{phase} requests", used=resolved.get("requests"),
                            recomputed=float(count),
-                           inputs=f"arrivals in {spec.arrival.duration_s:g} s; {sent} recorded",
+                           inputs=f"arrivals in {limit:g} s; {sent} recorded",
                            agrees=resolved.get("requests") == count == sent)
             )  # fmt: skip
     return out
@@ -219,13 +221,14 @@ def _server(case: CaseData, window: Window) -> dict[str, Any]:
 
 def _rate_source(spec: PhaseSpec, line: PhaseRow) -> tuple[float | None, str]:
     resolved = line.resolved or {}
-    rate = spec.arrival.rate_rps if isinstance(spec.arrival, OpenLoop) else None
-    if isinstance(rate, Measured):
+    rate = spec.arrival.late_rate
+    if rate is not None:
         src = resolved.get("rate_from") or {}
         measured = src.get("measured")
         how = f"{rate.factor:g} × {rate.phase} {f(measured, 2)} req/s"
         return resolved.get("rate_rps"), how
-    return (rate if isinstance(rate, float) else resolved.get("rate_rps")), "given"
+    given = spec.arrival.open_rate()
+    return (given if given is not None else resolved.get("rate_rps")), "given"
 
 
 def sweep_point(run: _Run, phase: str, slo: SLOLimits) -> SweepPoint | None:
@@ -242,7 +245,7 @@ def sweep_point(run: _Run, phase: str, slo: SLOLimits) -> SweepPoint | None:
     failed = len(counted) - len(ok)
     lateness = counted["send_lateness_ms"].dropna().astype(float)
     waited = (counted["admitted_ns"] - counted["scheduled_ns"]).dropna() / 1e6
-    capped = isinstance(spec.arrival, OpenLoop) and spec.arrival.max_concurrency is not None
+    capped = spec.arrival.timed and spec.arrival.concurrency_cap is not None
     first = pd.to_numeric(
         judged["chunk_ns"].map(lambda c: c[0] if isinstance(c, list) and c else None),
         errors="coerce",
@@ -308,7 +311,8 @@ def _unloaded(run: _Run) -> UnloadedFigures | None:
 def _saturation(run: _Run) -> SaturationFigures | None:
     spec, rows = run.specs[run.spec.saturation], run.rows(run.spec.saturation)
     window = _window(spec, rows)
-    if window is None or not isinstance(spec.arrival, ClosedLoop):
+    concurrency = spec.arrival.steady_concurrency
+    if window is None or concurrency is None:
         return None
     rps, held, mean = _closed_loop(spec, rows, window)
     ended = pd.to_numeric(rows["end_ns"], errors="coerce")
@@ -318,7 +322,7 @@ def _saturation(run: _Run) -> SaturationFigures | None:
     ok = ok[ok["status"] == "ok"]
     server = _server(run.case, window)
     return SaturationFigures(
-        concurrency=spec.arrival.concurrency,
+        concurrency=concurrency,
         window_s=window.length_s,
         requests=held,
         mean_in_flight_s=None if math.isnan(mean) else mean,
@@ -426,7 +430,7 @@ def slo_goodput_details(run: RunData) -> SLOGoodputDetails | None:
     points = [p for name in spec.sweep if (p := sweep_point(data, name, slo)) is not None]
     sat = _saturation(data)
     first = data.specs[spec.sweep[0]] if spec.sweep else None
-    duration = first.arrival.duration_s if first and isinstance(first.arrival, OpenLoop) else None
+    duration = first.arrival.time_limit_s if first and first.arrival.timed else None
     return SLOGoodputDetails(
         case=spec.case,
         slo=slo_figures,
