@@ -147,6 +147,7 @@ async def run_scenario(
         RunWriteError: the run directory or the first ``run.json`` could not be written
             (nothing has started yet).
     """
+    params = scenario.params(params)  # validated once; the scenario's methods trust it
     hooks = hooks or RunHooks()
     workers = workers or WorkersConfig()
     command = redact_command(command or sys.argv)

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from scenarios.arrivals import ClosedLoop, OpenLoop
 from scenarios.base import Scenario
@@ -361,16 +361,13 @@ def _selected(
     return selection, content_sha256(path)
 
 
-class Bench(Scenario):
+class Bench(Scenario[BenchParams]):
     name: ClassVar[str] = "bench"
     summary: ClassVar[str] = (
         "The everyday benchmark: N requests per phase at each concurrency (closed loop) or "
         "rate (open loop), synthetic or dataset prompts, completions or chat."
     )
-    Params: ClassVar[type[BaseModel]] = BenchParams
-
-    def _params(self, params: BaseModel) -> BenchParams:
-        return BenchParams.model_validate(params.model_dump())
+    Params = BenchParams
 
     def _case(self, p: BenchParams) -> CaseSpec:
         if p.url:
@@ -390,8 +387,8 @@ class Bench(Scenario):
             return (case,)
         return fleet_cases(p, case.server, "", case.label)
 
-    def sizing_case(self, params: BaseModel) -> CaseSpec:
-        return self._cases(self._params(params))[0]
+    def sizing_case(self, p: BenchParams) -> CaseSpec:
+        return self._cases(p)[0]
 
     def _workload(self, p: BenchParams, count: int, items: tuple[BenchItem, ...]) -> BenchRequests:
         return BenchRequests(
@@ -401,18 +398,8 @@ class Bench(Scenario):
             ignore_eos=p.ignore_eos, extra_body=p.extra(), headers=p.headers(),
         )  # fmt: skip
 
-    def plan(self, params: BaseModel, capacity: KVCapacity) -> Plan:
-        p = self._params(params)
-        loads: list[tuple[str, ClosedLoop | OpenLoop]] = [
-            (f"c{c}", ClosedLoop(concurrency=c)) for c in p.concurrencies()
-        ]
-        ramp = parse_duration(p.ramp_up) if p.ramp_up else 0.0
-        for r in p.rates():
-            open_loop = OpenLoop(
-                rate_rps=r, burstiness=p.burstiness, pattern=p.arrival_pattern, seed=p.seed,
-                max_concurrency=p.max_concurrency, ramp_s=ramp,
-            )  # fmt: skip
-            loads.append((f"r{r:g}", open_loop))
+    def plan(self, p: BenchParams, capacity: KVCapacity) -> Plan:
+        loads = _loads(p)
         counts = ([p.warmup_requests] if p.warmup_requests else []) + [p.requests] * len(loads)
         sizing: dict[str, object] = {}
         slices: list[tuple[BenchItem, ...]] = [()] * len(counts)
@@ -451,19 +438,7 @@ class Bench(Scenario):
                 )
             )
         cases = self._cases(p)
-        checks: list[Check] = []
-        for case, (name, load) in ((c, nl) for c in cases for nl in loads):
-            checks.append(RequestsSent(case=case.name, phase=name, requests=p.requests))
-            if isinstance(load, ClosedLoop):
-                checks.append(
-                    ExactConcurrency(
-                        case=case.name,
-                        phase=name,
-                        concurrency=min(load.concurrency, p.requests),
-                    )
-                )
-            checks.append(OutputsExact(case=case.name, phase=name))
-            checks.append(NoFailures(case=case.name, phase=name))
+        checks = _checks(p, cases, loads)
         sizing |= {
             "server": "attached" if p.url else "embedded",
             "kv_capacity_tokens": capacity.tokens,
@@ -483,3 +458,39 @@ class Bench(Scenario):
             checks=tuple(checks),
             **p.plan_fields(),
         )
+
+
+def _loads(p: BenchParams) -> list[tuple[str, ClosedLoop | OpenLoop]]:
+    """(phase name, arrival) of each load point: ``cN`` closed loops, then ``rλ`` open loops."""
+    loads: list[tuple[str, ClosedLoop | OpenLoop]] = [
+        (f"c{c}", ClosedLoop(concurrency=c)) for c in p.concurrencies()
+    ]
+    ramp = parse_duration(p.ramp_up) if p.ramp_up else 0.0
+    for r in p.rates():
+        open_loop = OpenLoop(
+            rate_rps=r, burstiness=p.burstiness, pattern=p.arrival_pattern, seed=p.seed,
+            max_concurrency=p.max_concurrency, ramp_s=ramp,
+        )  # fmt: skip
+        loads.append((f"r{r:g}", open_loop))
+    return loads
+
+
+def _checks(
+    p: BenchParams, cases: tuple[CaseSpec, ...], loads: list[tuple[str, ClosedLoop | OpenLoop]]
+) -> list[Check]:
+    """Per case and load point: every request sent, a closed loop's concurrency held, outputs
+    of the asked length, no failures."""
+    checks: list[Check] = []
+    for case, (name, load) in ((c, nl) for c in cases for nl in loads):
+        checks.append(RequestsSent(case=case.name, phase=name, requests=p.requests))
+        if load.steady_concurrency is not None:
+            checks.append(
+                ExactConcurrency(
+                    case=case.name,
+                    phase=name,
+                    concurrency=min(load.steady_concurrency, p.requests),
+                )
+            )
+        checks.append(OutputsExact(case=case.name, phase=name))
+        checks.append(NoFailures(case=case.name, phase=name))
+    return checks

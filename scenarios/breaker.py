@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import Field, model_validator
 
 from scenarios.arrivals import OpenLoop
 from scenarios.base import Scenario
@@ -73,21 +73,20 @@ class BreakerParams(RunParams):
         return self
 
 
-class Breaker(Scenario):
+class Breaker(Scenario[BreakerParams]):
     name: ClassVar[str] = "breaker"
     summary: ClassVar[str] = (
         "Two replicas behind the gateway, one killed and restarted mid-run: the breaker "
         "opens, traffic moves, half-open probes, recovery; goodput through the episode."
     )
-    Params: ClassVar[type[BaseModel]] = BreakerParams
+    Params = BreakerParams
     single_process_reason: ClassVar[str | None] = (
         "its replica kill is timed from the phase start of the one process that injects it, "
         "and its verdicts read the gateway's breaker episode against that client's requests "
         "in order; its open loop of a few requests per second gains nothing from splitting"
     )
 
-    def sizing_case(self, params: BaseModel) -> CaseSpec:
-        p = BreakerParams.model_validate(params.model_dump())
+    def sizing_case(self, p: BreakerParams) -> CaseSpec:
         gateway_args = (
             "--breaker-failures", str(p.breaker_failures),
             "--breaker-cooldown", str(p.breaker_cooldown_s),
@@ -115,8 +114,7 @@ class Breaker(Scenario):
             ),
         )
 
-    def plan(self, params: BaseModel, capacity: KVCapacity) -> Plan:
-        p = BreakerParams.model_validate(params.model_dump())
+    def plan(self, p: BreakerParams, capacity: KVCapacity) -> Plan:
         case = self.sizing_case(p)
         return Plan(
             scenario=self.name,

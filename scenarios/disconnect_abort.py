@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from scenarios.arrivals import AllAtOnce
 from scenarios.base import Scenario
@@ -174,14 +174,14 @@ class DisconnectAbortParams(RunParams):
         return self
 
 
-class DisconnectAbort(Scenario):
+class DisconnectAbort(Scenario[DisconnectAbortParams]):
     name: ClassVar[str] = "disconnect-abort"
     summary: ClassVar[str] = (
         "Clients disconnect mid-stream: directly, through the gateway, through a proxy that "
         "swallows disconnects, or through nginx or vllm-router. How fast is the server free, "
         "and how much is wasted?"
     )
-    Params: ClassVar[type[BaseModel]] = DisconnectAbortParams
+    Params = DisconnectAbortParams
 
     def _case(self, p: DisconnectAbortParams, path: str) -> CaseSpec:
         phase = PhaseSpec(
@@ -209,12 +209,10 @@ class DisconnectAbort(Scenario):
             phases=(phase,),
         )
 
-    def sizing_case(self, params: BaseModel) -> CaseSpec:
-        p = DisconnectAbortParams.model_validate(params.model_dump())
+    def sizing_case(self, p: DisconnectAbortParams) -> CaseSpec:
         return self._case(p, p.paths.split(",")[0])
 
-    def plan(self, params: BaseModel, capacity: KVCapacity) -> Plan:
-        p = DisconnectAbortParams.model_validate(params.model_dump())
+    def plan(self, p: DisconnectAbortParams, capacity: KVCapacity) -> Plan:
         cases = [self._case(p, path) for path in p.paths.split(",")]
         checks: list[Check] = []
         for case in cases:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from scenarios.arrivals import AllAtOnce
 from scenarios.base import Scenario
@@ -160,13 +160,13 @@ class KVPreemptionParams(RunParams):
         return sorted(pairs, key=lambda p: order[p[0]])  # stable: keeps C order within a size
 
 
-class KVPreemption(Scenario):
+class KVPreemption(Scenario[KVPreemptionParams]):
     name: ClassVar[str] = "kv-preemption"
     summary: ClassVar[str] = (
         "C long requests at once: does the KV cache run out mid-decode, as the hand "
         "calculation from the real capacity predicts, and what does preemption cost?"
     )
-    Params: ClassVar[type[BaseModel]] = KVPreemptionParams
+    Params = KVPreemptionParams
 
     def _case(self, p: KVPreemptionParams, size: str, conc: int) -> CaseSpec:
         phase = PhaseSpec(
@@ -190,13 +190,11 @@ class KVPreemption(Scenario):
             phases=(phase,),
         )
 
-    def sizing_case(self, params: BaseModel) -> CaseSpec:
-        p = KVPreemptionParams.model_validate(params.model_dump())
+    def sizing_case(self, p: KVPreemptionParams) -> CaseSpec:
         size, conc = p.matrix()[0]
         return self._case(p, size, conc)
 
-    def plan(self, params: BaseModel, capacity: KVCapacity) -> Plan:
-        p = KVPreemptionParams.model_validate(params.model_dump())
+    def plan(self, p: KVPreemptionParams, capacity: KVCapacity) -> Plan:
         pairs = p.matrix()
         cases = [self._case(p, size, conc) for size, conc in pairs]
         if len({c.name for c in cases}) != len(cases):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from scenarios.arrivals import ClosedLoop
 from scenarios.base import Scenario
@@ -161,16 +161,15 @@ def control_blocks_needed(p: PrefixEvictionParams, pollution: int, block_size: i
     )
 
 
-class PrefixEviction(Scenario):
+class PrefixEviction(Scenario[PrefixEvictionParams]):
     name: ClassVar[str] = "prefix-eviction"
     summary: ClassVar[str] = (
         "Anchor prefixes, then a flood of fresh prefixes: are the anchors evicted, and what do "
         "the probe requests pay? (cold/warm/pollution/revisit/rewarm)"
     )
-    Params: ClassVar[type[BaseModel]] = PrefixEvictionParams
+    Params = PrefixEvictionParams
 
-    def sizing_case(self, params: BaseModel) -> CaseSpec:
-        p = PrefixEvictionParams.model_validate(params.model_dump())
+    def sizing_case(self, p: PrefixEvictionParams) -> CaseSpec:
         if p.url:
             return CaseSpec(name="cache", role="test", url=p.url, label=f"attached {p.url}")
         cache = parse_size(p.cache)
@@ -181,124 +180,18 @@ class PrefixEviction(Scenario):
             label=f"cache {p.cache}",
         )
 
-    def plan(self, params: BaseModel, capacity: KVCapacity) -> Plan:
-        p = PrefixEvictionParams.model_validate(params.model_dump())
+    def plan(self, p: PrefixEvictionParams, capacity: KVCapacity) -> Plan:
         prompt = p.prefix_tokens + p.suffix_tokens
-        pollution = max(
-            p.pollution_requests, math.ceil(p.pollution_factor * capacity.tokens / prompt)
-        )
-        if pollution > MAX_REQUESTS:
-            raise ValueError(
-                f"pollution needs {pollution} requests of {prompt} tokens to cover "
-                f"{p.pollution_factor:g} × {capacity.tokens} KV tokens, more than "
-                f"{MAX_REQUESTS}: lower --pollution-factor or raise --prefix-tokens"
-            )
+        pollution = _pollution_requests(p, capacity)
         # Unknown block size (capacity read from the log): 128, the CPU backend's, is the
         # conservative guess (bigger blocks waste more on partial blocks).
         block = capacity.block_size or 128
         needed_blocks = control_blocks_needed(p, pollution, block)
         needed_tokens = needed_blocks * block
         test = self.sizing_case(p)
-        cases = [test]
-        control_bytes: int | None = None
-        if p.control_url:
-            cases.append(
-                CaseSpec(
-                    name="control",
-                    role="control",
-                    url=p.control_url,
-                    label=f"attached {p.control_url}",
-                )
-            )
-        elif p.control != "none" and not p.url:  # an attached server gets no local control
-            if p.control == "auto":
-                bytes_per_token = (capacity.memory_bytes or parse_size(p.cache)) / capacity.tokens
-                # 10 % headroom, rounded up to whole GiB.
-                control_bytes = math.ceil(1.1 * needed_tokens * bytes_per_token / _GiB) * _GiB
-            else:
-                control_bytes = parse_size(p.control)
-            cases.append(
-                CaseSpec(
-                    name=f"control-{format_size(control_bytes)}",
-                    role="control",
-                    server=p.server(control_bytes),
-                    label=f"control cache {format_size(control_bytes)}",
-                )
-            )
-
-        anchored = AnchoredPrompts(
-            anchors=p.anchors,
-            prefix_tokens=p.prefix_tokens,
-            suffix_tokens=p.suffix_tokens,
-            requests=p.requests,
-            output_tokens=p.output_tokens,
-        )
-        fresh = UniquePrompts(
-            prompt_tokens=prompt, requests=pollution, output_tokens=p.output_tokens
-        )
-        arrival = ClosedLoop(concurrency=p.concurrency)
-        phases = tuple(
-            PhaseSpec(
-                name=name,
-                workload=fresh if name == "pollution" else anchored,
-                arrival=arrival,
-                settle_s=p.settle_s,
-            )
-            for name in PHASES
-        )
-
+        control, control_bytes = _control_case(p, capacity, needed_tokens)
+        cases = [test] if control is None else [test, control]
         hit_min = p.prefix_tokens // 2
-        cold_start = (
-            "the cold phase must start cold: the server already held these prefixes "
-            "(an attached server reused?); run with another --seed"
-        )
-        checks: list[Check] = [
-            ProbeCache(case=test.name, phase="cold", expect="miss", why=cold_start),
-            ProbeCache(case=test.name, phase="warm", expect="hit", min_cached_tokens=hit_min),
-            ProbeCache(case=test.name, phase="revisit", expect="miss", max_cached_tokens=0),
-            ProbeCache(case=test.name, phase="rewarm", expect="hit", min_cached_tokens=hit_min),
-            HitRateCompare(
-                case=test.name,
-                phase="revisit",
-                other="warm",
-                relation="below",
-                tolerance=p.hit_rate_tolerance,
-            ),
-            HitRateCompare(
-                case=test.name,
-                phase="revisit",
-                other="cold",
-                relation="close",
-                tolerance=p.hit_rate_tolerance,
-            ),
-            LatencyRatio(
-                case=test.name,
-                phase="revisit",
-                other="warm",
-                metric="ttft_ms",
-                stat="p95",
-                min_ratio=p.ttft_p95_min_ratio,
-            ),
-        ]
-        for case in cases[1:]:
-            checks += [
-                ProbeCache(case=case.name, phase="cold", expect="miss", why=cold_start),
-                CapacityAtLeast(
-                    case=case.name,
-                    tokens=needed_tokens,
-                    why="the control must hold every block allocated before revisit",
-                ),
-                ProbeCache(
-                    case=case.name, phase="revisit", expect="hit", min_cached_tokens=hit_min
-                ),
-                HitRateCompare(
-                    case=case.name,
-                    phase="revisit",
-                    other="warm",
-                    relation="close",
-                    tolerance=p.hit_rate_tolerance,
-                ),
-            ]
         return Plan(
             scenario=self.name,
             description=self.summary,
@@ -318,7 +211,116 @@ class PrefixEviction(Scenario):
                 "probe_hit_min_cached_tokens": hit_min,
             },
             cases=tuple(cases),
-            phases=phases,
-            checks=tuple(checks),
+            phases=_phases(p, pollution),
+            checks=tuple(_checks(p, test, cases[1:], needed_tokens, hit_min)),
             **p.plan_fields(),
         )
+
+
+def _pollution_requests(p: PrefixEvictionParams, capacity: KVCapacity) -> int:
+    """Unique prompts enough to cover ``pollution_factor`` × the KV capacity (at least
+    ``pollution_requests``).
+
+    Raises:
+        ValueError: more than ``MAX_REQUESTS`` would be needed.
+    """
+    prompt = p.prefix_tokens + p.suffix_tokens
+    pollution = max(p.pollution_requests, math.ceil(p.pollution_factor * capacity.tokens / prompt))
+    if pollution > MAX_REQUESTS:
+        raise ValueError(
+            f"pollution needs {pollution} requests of {prompt} tokens to cover "
+            f"{p.pollution_factor:g} × {capacity.tokens} KV tokens, more than "
+            f"{MAX_REQUESTS}: lower --pollution-factor or raise --prefix-tokens"
+        )
+    return pollution
+
+
+def _control_case(
+    p: PrefixEvictionParams, capacity: KVCapacity, needed_tokens: int
+) -> tuple[CaseSpec | None, int | None]:
+    """(the control case, or ``None``; its cache in bytes when it is started here): an
+    attached control URL, or a server whose cache holds ``needed_tokens`` (``auto``: 10 %
+    headroom, rounded up to whole GiB). An attached test server gets no local control."""
+    if p.control_url:
+        attached = CaseSpec(
+            name="control", role="control", url=p.control_url, label=f"attached {p.control_url}"
+        )
+        return attached, None
+    if p.control == "none" or p.url:
+        return None, None
+    if p.control == "auto":
+        bytes_per_token = (capacity.memory_bytes or parse_size(p.cache)) / capacity.tokens
+        control_bytes = math.ceil(1.1 * needed_tokens * bytes_per_token / _GiB) * _GiB
+    else:
+        control_bytes = parse_size(p.control)
+    case = CaseSpec(
+        name=f"control-{format_size(control_bytes)}",
+        role="control",
+        server=p.server(control_bytes),
+        label=f"control cache {format_size(control_bytes)}",
+    )
+    return case, control_bytes
+
+
+def _phases(p: PrefixEvictionParams, pollution: int) -> tuple[PhaseSpec, ...]:
+    """The phases in order: the anchored prompts each time, unique ones for the pollution."""
+    anchored = AnchoredPrompts(
+        anchors=p.anchors,
+        prefix_tokens=p.prefix_tokens,
+        suffix_tokens=p.suffix_tokens,
+        requests=p.requests,
+        output_tokens=p.output_tokens,
+    )
+    fresh = UniquePrompts(
+        prompt_tokens=p.prefix_tokens + p.suffix_tokens,
+        requests=pollution,
+        output_tokens=p.output_tokens,
+    )
+    arrival = ClosedLoop(concurrency=p.concurrency)
+    return tuple(
+        PhaseSpec(
+            name=name,
+            workload=fresh if name == "pollution" else anchored,
+            arrival=arrival,
+            settle_s=p.settle_s,
+        )
+        for name in PHASES
+    )
+
+
+def _checks(
+    p: PrefixEvictionParams,
+    test: CaseSpec,
+    controls: list[CaseSpec],
+    needed_tokens: int,
+    hit_min: int,
+) -> list[Check]:
+    """The test case evicts (revisit misses like cold, below warm, slower); each control
+    keeps the prefixes (revisit hits like warm) and holds every block allocated before it."""
+    cold_start = (
+        "the cold phase must start cold: the server already held these prefixes "
+        "(an attached server reused?); run with another --seed"
+    )
+    tolerance = p.hit_rate_tolerance
+    checks: list[Check] = [
+        ProbeCache(case=test.name, phase="cold", expect="miss", why=cold_start),
+        ProbeCache(case=test.name, phase="warm", expect="hit", min_cached_tokens=hit_min),
+        ProbeCache(case=test.name, phase="revisit", expect="miss", max_cached_tokens=0),
+        ProbeCache(case=test.name, phase="rewarm", expect="hit", min_cached_tokens=hit_min),
+        HitRateCompare(case=test.name, phase="revisit", other="warm", relation="below",
+                       tolerance=tolerance),
+        HitRateCompare(case=test.name, phase="revisit", other="cold", relation="close",
+                       tolerance=tolerance),
+        LatencyRatio(case=test.name, phase="revisit", other="warm", metric="ttft_ms",
+                     stat="p95", min_ratio=p.ttft_p95_min_ratio),
+    ]  # fmt: skip
+    for case in controls:
+        checks += [
+            ProbeCache(case=case.name, phase="cold", expect="miss", why=cold_start),
+            CapacityAtLeast(case=case.name, tokens=needed_tokens,
+                            why="the control must hold every block allocated before revisit"),
+            ProbeCache(case=case.name, phase="revisit", expect="hit", min_cached_tokens=hit_min),
+            HitRateCompare(case=case.name, phase="revisit", other="warm", relation="close",
+                           tolerance=tolerance),
+        ]  # fmt: skip
+    return checks

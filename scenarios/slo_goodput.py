@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from scenarios.arrivals import ClosedLoop, OpenLoop
 from scenarios.base import Scenario
@@ -453,13 +453,13 @@ def sweep_spec(plan: Plan) -> SweepSpec:
     )
 
 
-class SLOGoodput(Scenario):
+class SLOGoodput(Scenario[SLOGoodputParams]):
     name: ClassVar[str] = "slo-goodput"
     summary: ClassVar[str] = (
         "Open-loop rate sweep up to twice the measured saturation: goodput under SLOs, the "
         "overload collapse, and the highest rate that meets the SLOs (replicas for a load)."
     )
-    Params: ClassVar[type[BaseModel]] = SLOGoodputParams
+    Params = SLOGoodputParams
     single_process_reason: ClassVar[str | None] = (
         "its sweep rates and default SLOs are measured at run time from the records of its "
         "earlier phases, which only the process that sends them holds; and its saturation "
@@ -477,8 +477,8 @@ class SLOGoodput(Scenario):
             phases=phases,
         )
 
-    def sizing_case(self, params: BaseModel) -> CaseSpec:
-        return self._case(SLOGoodputParams.model_validate(params.model_dump()))
+    def sizing_case(self, p: SLOGoodputParams) -> CaseSpec:
+        return self._case(p)
 
     def _sweep(self, p: SLOGoodputParams) -> list[PhaseSpec]:
         rates = parse_rates(p.rates)
@@ -510,8 +510,7 @@ class SLOGoodput(Scenario):
             )
         return phases
 
-    def plan(self, params: BaseModel, capacity: KVCapacity) -> Plan:
-        p = SLOGoodputParams.model_validate(params.model_dump())
+    def plan(self, p: SLOGoodputParams, capacity: KVCapacity) -> Plan:
         lengths = p.workload(1)
         prompt_max = lengths.length_bounds(p.prompt_tokens)[1]
         output_max = lengths.length_bounds(p.output_tokens)[1]

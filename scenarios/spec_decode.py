@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from scenarios.arrivals import ClosedLoop
 from scenarios.base import Scenario
@@ -200,13 +200,13 @@ def predicted_capacity_tokens(server: ServerConfig, block_size: int) -> int | No
     return server.kv_cache_bytes // (block_size * per_token) * block_size
 
 
-class SpecDecode(Scenario):
+class SpecDecode(Scenario[SpecDecodeParams]):
     name: ClassVar[str] = "spec-decode"
     summary: ClassVar[str] = (
         "Speculative decoding (n-gram, draft models): acceptance per position, predicted vs "
         "measured speedup per concurrency, and the acceptance below which it stops paying."
     )
-    Params: ClassVar[type[BaseModel]] = SpecDecodeParams
+    Params = SpecDecodeParams
 
     def _phases(self, p: SpecDecodeParams) -> tuple[PhaseSpec, ...]:
         # One prompt per request, keyed by the pool (not the phase): the same prompts in
@@ -276,12 +276,10 @@ class SpecDecode(Scenario):
             for n in p.case_names()
         ]
 
-    def sizing_case(self, params: BaseModel) -> CaseSpec:
-        p = SpecDecodeParams.model_validate(params.model_dump())
+    def sizing_case(self, p: SpecDecodeParams) -> CaseSpec:
         return self._cases(p)[0]
 
-    def plan(self, params: BaseModel, capacity: KVCapacity) -> Plan:
-        p = SpecDecodeParams.model_validate(params.model_dump())
+    def plan(self, p: SpecDecodeParams, capacity: KVCapacity) -> Plan:
         cases = self._cases(p)
         block = capacity.block_size or CPU_BLOCK_SIZE
         per_request = blocks_per_request(p.prompt_tokens, p.output_tokens, p.k, block)

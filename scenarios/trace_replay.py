@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from scenarios.arrivals import TraceArrival
 from scenarios.base import Scenario
@@ -449,14 +449,14 @@ def scheduled_rate_rps(selection: Selection, speedup: float) -> float | None:
     return (len(offsets) - 1) / (span_ms / 1e3 / speedup)
 
 
-class TraceReplay(Scenario):
+class TraceReplay(Scenario[TraceReplayParams]):
     name: ClassVar[str] = "trace-replay"
     summary: ClassVar[str] = (
         "Replay a Mooncake-format trace (or sessions) on its own clock, sped up per phase: "
         "prefix-cache hit rate against the model's prediction, latency and goodput under "
         "SLOs, and the highest speedup that meets them (replicas for a growth factor)."
     )
-    Params: ClassVar[type[BaseModel]] = TraceReplayParams
+    Params = TraceReplayParams
     single_process_reason: ClassVar[str | None] = (
         "a session's next turn is sent after its previous turn ends, which only the process "
         "that sent that turn sees; and the hit-rate prediction follows one start/end order"
@@ -483,47 +483,13 @@ class TraceReplay(Scenario):
             for fleet_case in fleet_cases(p, case.server, case.name if prefix else "", case.label)
         )
 
-    def sizing_case(self, params: BaseModel) -> CaseSpec:
-        p = TraceReplayParams.model_validate(params.model_dump())
+    def sizing_case(self, p: TraceReplayParams) -> CaseSpec:
         return self._cases(p)[0]
 
-    def plan(self, params: BaseModel, capacity: KVCapacity) -> Plan:
-        p = TraceReplayParams.model_validate(params.model_dump())
+    def plan(self, p: TraceReplayParams, capacity: KVCapacity) -> Plan:
         sel = select(p)
-        trace = sel.trace
-        items = tuple(
-            TraceItem(
-                line=r.line,
-                input_tokens=r.input_length,
-                output_tokens=r.output_length,
-                hash_ids=r.hash_ids,
-                session_id=r.session_id,
-                turn=r.turn,
-            )
-            for r in sel.requests
-        )
         speedups = parse_speedups(p.speedup)
-        phases = tuple(
-            PhaseSpec(
-                name=phase_name(s),
-                workload=TracePrompts(
-                    trace_sha256=trace.sha256,
-                    token_scale=str(trace.token_scale),
-                    block_tokens=trace.block_tokens,
-                    salt=phase_name(s),
-                    items=items,
-                ),
-                arrival=TraceArrival(
-                    speedup=s,
-                    offsets_ms=sel.offsets_ms,
-                    follows=sel.follows,
-                    delays_ms=tuple(r.delay_ms for r in sel.requests),
-                    compress_delays=p.compress_delays,
-                ),
-                settle_s=p.settle_s,
-            )
-            for s in speedups
-        )
+        phases = tuple(_phase(p, sel, s) for s in speedups)
         cases = self._cases(p)
         checks: list[Check] = []
         for case in cases:
@@ -539,44 +505,84 @@ class TraceReplay(Scenario):
                         case=case.name, phase=phase.name, max_p99_ms=p.max_lateness_p99_ms
                     ),
                 ]
-        prompt_tokens = sum(r.input_length for r in sel.requests)
-        span_ms = max(o for o in sel.offsets_ms if o is not None)
-        sizing: dict[str, Any] = {
-            "trace_path": p.trace,
-            "trace_sha256": trace.sha256,
-            "trace_kind": trace.kind,
-            "trace_requests": len(trace.requests),
-            "token_scale": str(trace.token_scale),
-            "trace_block_tokens": trace.block_tokens,
-            "window": p.window,
-            "window_first_timestamp_ms": sel.first_timestamp_ms,
-            "slice_span_ms": span_ms,
-            "in_slice": sel.in_slice,
-            "sent_per_phase": len(sel.requests),
-            "sessions": len({r.session_id for r in sel.requests if r.session_id is not None}),
-            "too_long": p.too_long,
-            "max_model_len": p.max_model_len,
-            "skipped": len(sel.skipped_lines),
-            "skipped_lines": list(sel.skipped_lines[:LISTED_LINES]),
-            "truncated": len(sel.truncated_lines),
-            "truncated_lines": list(sel.truncated_lines[:LISTED_LINES]),
-            "prompt_tokens_per_phase": prompt_tokens,
-            "output_tokens_per_phase": sum(r.output_length for r in sel.requests),
-            "scheduled_rate_rps": {phase_name(s): scheduled_rate_rps(sel, s) for s in speedups},
-            "sizing_capacity_tokens": capacity.tokens,
-            "sizing_block_size": capacity.block_size,
-            "slo": p.slo,
-            "attainment": p.attainment,
-            "target_speedup": p.target_speedup,
-            "hit_rate_tolerance": p.hit_rate_tolerance,
-        }
         return Plan(
             scenario=self.name,
             description=self.summary,
             params=p.model_dump(),
-            sizing=sizing,
+            sizing=_sizing(p, sel, speedups, capacity),
             cases=cases,
             phases=phases,
             checks=tuple(checks),
             **p.plan_fields(),
         )
+
+
+def _phase(p: TraceReplayParams, sel: Selection, speedup: float) -> PhaseSpec:
+    """The phase that replays the selection ``speedup`` times faster than its trace."""
+    trace = sel.trace
+    items = tuple(
+        TraceItem(
+            line=r.line,
+            input_tokens=r.input_length,
+            output_tokens=r.output_length,
+            hash_ids=r.hash_ids,
+            session_id=r.session_id,
+            turn=r.turn,
+        )
+        for r in sel.requests
+    )
+    return PhaseSpec(
+        name=phase_name(speedup),
+        workload=TracePrompts(
+            trace_sha256=trace.sha256,
+            token_scale=str(trace.token_scale),
+            block_tokens=trace.block_tokens,
+            salt=phase_name(speedup),
+            items=items,
+        ),
+        arrival=TraceArrival(
+            speedup=speedup,
+            offsets_ms=sel.offsets_ms,
+            follows=sel.follows,
+            delays_ms=tuple(r.delay_ms for r in sel.requests),
+            compress_delays=p.compress_delays,
+        ),
+        settle_s=p.settle_s,
+    )
+
+
+def _sizing(
+    p: TraceReplayParams, sel: Selection, speedups: list[float], capacity: KVCapacity
+) -> dict[str, Any]:
+    """What the plan was sized from: the trace, the slice, what was skipped or truncated, the
+    scheduled rates, the sizing server's capacity and the targets."""
+    trace = sel.trace
+    return {
+        "trace_path": p.trace,
+        "trace_sha256": trace.sha256,
+        "trace_kind": trace.kind,
+        "trace_requests": len(trace.requests),
+        "token_scale": str(trace.token_scale),
+        "trace_block_tokens": trace.block_tokens,
+        "window": p.window,
+        "window_first_timestamp_ms": sel.first_timestamp_ms,
+        "slice_span_ms": max(o for o in sel.offsets_ms if o is not None),
+        "in_slice": sel.in_slice,
+        "sent_per_phase": len(sel.requests),
+        "sessions": len({r.session_id for r in sel.requests if r.session_id is not None}),
+        "too_long": p.too_long,
+        "max_model_len": p.max_model_len,
+        "skipped": len(sel.skipped_lines),
+        "skipped_lines": list(sel.skipped_lines[:LISTED_LINES]),
+        "truncated": len(sel.truncated_lines),
+        "truncated_lines": list(sel.truncated_lines[:LISTED_LINES]),
+        "prompt_tokens_per_phase": sum(r.input_length for r in sel.requests),
+        "output_tokens_per_phase": sum(r.output_length for r in sel.requests),
+        "scheduled_rate_rps": {phase_name(s): scheduled_rate_rps(sel, s) for s in speedups},
+        "sizing_capacity_tokens": capacity.tokens,
+        "sizing_block_size": capacity.block_size,
+        "slo": p.slo,
+        "attainment": p.attainment,
+        "target_speedup": p.target_speedup,
+        "hit_rate_tolerance": p.hit_rate_tolerance,
+    }
