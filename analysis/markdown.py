@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from analysis.models import CaseSummary, PhaseSummary, RunSummary, ServerHistogram, Stats
+from analysis.models import CaseSummary, PhaseSummary, QuantileBucket, RunSummary
 from analysis.reports import PhaseColumn, ScenarioReport
+from analysis.server_side import QUANTILES
 from metrics.names import FAMILIES
 
 STAT_KEYS = ("mean", "std", "p50", "p90", "p95", "p99")
@@ -105,37 +106,62 @@ def _counter_table(case: CaseSummary) -> list[str]:
             table(["phase", *names], rows), ""]  # fmt: skip
 
 
-def _histogram_table(case: CaseSummary) -> list[str]:
-    """vLLM's histograms per phase beside the client's figure for the same quantity."""
+def bound_text(bound_ms: float) -> str:
+    """A bucket bound in ms, as short as it is exact (``5``, ``2.5``, ``2560000``)."""
+    value = round(bound_ms, 6)
+    return str(int(value)) if value == int(value) else f"{value:g}"
+
+
+def bucket_text(bucket: QuantileBucket | None) -> str:
+    """A server histogram bucket as ``[a, b]`` ms, ``> a`` for the ``+Inf`` bucket."""
+    if bucket is None:
+        return "–"
+    if bucket.high_ms is None:
+        return "–" if bucket.low_ms is None else f"> {bound_text(bucket.low_ms)}"
+    low = "−∞" if bucket.low_ms is None else bound_text(bucket.low_ms)
+    return f"[{low}, {bound_text(bucket.high_ms)}]"
+
+
+def placed_in(value_ms: float | None, bucket: QuantileBucket | None, digits: int = 1) -> str:
+    """A client quantile and where it lies against the server's bucket for the same quantile:
+    ``412.0 (inside)``, ``(below)`` or ``(above)``; never a difference to a bucket edge."""
+    shown = f(value_ms, digits)
+    if value_ms is None or bucket is None:
+        return shown
+    if bucket.holds(value_ms):
+        return f"{shown} (inside)"
+    below = bucket.low_ms is not None and value_ms < bucket.low_ms
+    return f"{shown} ({'below' if below else 'above'})"
+
+
+def histogram_table(case: CaseSummary) -> list[str]:
+    """vLLM's histograms per phase beside the client's figures for the same quantity: means as
+    a difference, quantiles as the server's bucket and where the client's lies against it."""
     rows = []
     for name, p in case.phases.items():
         for h in p.server_histograms.values():
             client = {"ttft_seconds": p.ttft_ms, "itl_seconds": p.itl_ms, "tpot_seconds": p.tpot_ms,
                       "e2e_latency_seconds": p.e2el_ms}.get(h.family)  # fmt: skip
-
-            def q(key: str, h: ServerHistogram = h) -> str:
-                value = f(getattr(h, f"{key}_ms"))
-                return f"≥ {value}" if key in h.floors else value
-
-            def diff(key: str, h: ServerHistogram = h, client: Stats | None = client) -> str:
-                a = getattr(client, key) if client is not None else None
-                b = getattr(h, f"{key}_ms")
-                return f(a - b if a is not None and b is not None and key not in h.floors else None)
-
-            rows.append(
-                [name, h.family, f(h.count, 0), f(h.mean_ms), q("p50"), q("p90"), q("p99"),
-                 f(client.p50 if client else None), f(client.p99 if client else None),
-                 diff("p50"), diff("p99")]
-            )  # fmt: skip
+            mean = client.mean if client is not None else None
+            diff = mean - h.mean_ms if mean is not None and h.mean_ms is not None else None
+            row = [name, h.family, f(h.count, 0), f(h.mean_ms), f(mean), f(diff)]
+            for key in QUANTILES:
+                bucket = h.buckets.get(key)
+                row += [bucket_text(bucket),
+                        placed_in(getattr(client, key) if client else None, bucket)]  # fmt: skip
+            rows.append(row)
     if not rows:
         return []
-    headers = ["phase", "server histogram", "count", "mean ms", "p50 ms", "p90 ms", "p99 ms",
-               "client p50 ms", "client p99 ms", "client − server p50",
-               "client − server p99"]  # fmt: skip
+    headers = ["phase", "server histogram", "count", "server mean ms", "client mean ms",
+               "client − server mean"]  # fmt: skip
+    for key in QUANTILES:
+        headers += [f"server {key} bucket ms", f"client {key} ms"]
     return [
-        "Server-side histograms (bucket deltas over the phase, Prometheus interpolation; "
-        "'≥' marks a quantile in the +Inf bucket, shown as the largest finite bound) beside the "
-        "client's figures for the same quantity (ms):",
+        "Server-side histograms (bucket deltas over the phase) beside the client's figures for "
+        "the same quantity (ms). Means compare as a difference. A histogram only knows which "
+        "bucket holds a quantile, so each server quantile is shown as that bucket ('> a': "
+        "above the largest finite bound) and the client's quantile as inside, below or above "
+        "it, never as a difference to a bucket edge:",
         "",
         table(headers, rows),
         "",
@@ -278,7 +304,7 @@ def _case_lines(
     out += [table(headers, rows), ""]
     out += _overall_lines(case)
     out += _counter_table(case)
-    out += _histogram_table(case)
+    out += histogram_table(case)
     out += _loop_lag_lines(case)
     out += _workers_lines(case)
     out += report.case_markdown(details, case.name)

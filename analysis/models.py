@@ -43,12 +43,30 @@ class LatencyStats(FrozenModel):
     tokens_per_chunk: Stats = Stats()
 
 
+class QuantileBucket(FrozenModel):
+    """The bucket of a server histogram that holds one quantile, in ms: the quantile lies in
+    (``low_ms``, ``high_ms``], and a histogram says nothing finer. ``high_ms`` is ``None`` for
+    the ``+Inf`` bucket (above the largest finite bound), ``low_ms`` ``None`` only below a
+    first bound ≤ 0."""
+
+    low_ms: float | None
+    high_ms: float | None
+
+    def holds(self, value_ms: float) -> bool:
+        """Whether ``value_ms`` lies in the bucket (bounds included: a client figure measured
+        a little differently may land on an edge)."""
+        above_low = self.low_ms is None or value_ms >= self.low_ms
+        return above_low and (self.high_ms is None or value_ms <= self.high_ms)
+
+
 class ServerHistogram(FrozenModel):
     """A vLLM histogram over one phase: bucket deltas, then ``histogram_quantile`` (ms).
 
     ``count`` is the number of observations (requests, or steps for ITL) in the phase.
-    ``floors`` names the quantiles that fell in the ``+Inf`` bucket: they show the largest
-    finite bound, a lower bound of the true value.
+    ``p50_ms``… are Prometheus' interpolations inside a bucket; ``buckets`` holds, per
+    quantile (``p50``, ``p90``, ``p99``), the bucket it lies in, which is all that can be
+    compared with an exact client quantile. ``floors`` names the quantiles that fell in the
+    ``+Inf`` bucket: they show the largest finite bound, a lower bound of the true value.
     """
 
     family: str
@@ -58,6 +76,7 @@ class ServerHistogram(FrozenModel):
     p90_ms: float | None
     p99_ms: float | None
     floors: list[str] = Field(default_factory=list)
+    buckets: dict[str, QuantileBucket] = Field(default_factory=dict)
 
 
 class ScrapeAccounting(FrozenModel):

@@ -21,18 +21,21 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Sequence
 from typing import Any
 
 from analysis.load import CaseData
-from analysis.models import ServerHistogram
+from analysis.models import QuantileBucket, ServerHistogram
 from loadgen.runformat import PhaseRow
 from metrics.histograms import (
+    HistogramDelta,
     MalformedHistogramError,
     histogram_delta,
     histogram_problem,
     histogram_quantile,
     mean_s,
+    quantile_bucket,
     quantile_in_overflow,
 )
 from metrics.names import FAMILIES, MissingFamilyError
@@ -59,6 +62,8 @@ HISTOGRAMS: tuple[tuple[str, str | None], ...] = (
     ("prefill_time_seconds", None),
     ("decode_time_seconds", None),
 )
+#: The server histogram quantiles a report shows.
+QUANTILES = ("p50", "p90", "p99")
 
 
 def counter_figures(
@@ -172,8 +177,24 @@ def histogram_figures(
             p50_ms=ms(0.5),
             p90_ms=ms(0.9),
             p99_ms=ms(0.99),
-            floors=[q for q in ("p50", "p90", "p99") if overflow(q)],
+            floors=[q for q in QUANTILES if overflow(q)],
+            buckets=quantile_buckets(delta),
         )
+    return out
+
+
+def quantile_buckets(delta: HistogramDelta) -> dict[str, QuantileBucket]:
+    """Per quantile of ``QUANTILES``, the bucket of ``delta`` that holds it, in ms
+    (``metrics.histograms.quantile_bucket``; infinite bounds as ``None``)."""
+
+    def ms(bound: float) -> float | None:
+        return bound * 1e3 if math.isfinite(bound) else None
+
+    out = {}
+    for q in QUANTILES:
+        bucket = quantile_bucket(int(q[1:]) / 100, delta)
+        if bucket is not None:
+            out[q] = QuantileBucket(low_ms=ms(bucket[0]), high_ms=ms(bucket[1]))
     return out
 
 

@@ -187,14 +187,10 @@ def _monotonic(cumulative: tuple[float, ...]) -> list[float]:
     return out
 
 
-def histogram_quantile(q: float, delta: HistogramDelta) -> float | None:
-    """The ``q``-quantile of the window's observations, as Prometheus' ``histogram_quantile``.
-
-    rank = q × (observations in the window, the ``+Inf`` bucket's count); the quantile lies in
-    the first bucket whose cumulative count reaches the rank and is interpolated linearly
-    inside it, from the previous bound (0 for the first bucket) to its own. A rank in the
-    ``+Inf`` bucket returns the largest finite bound (a lower bound of the true value; see
-    ``quantile_in_overflow``). ``None`` when the window has no observation or fewer than two
+def _rank_bucket(q: float, delta: HistogramDelta) -> tuple[int, float, list[float]] | None:
+    """(index of the bucket holding the ``q``-quantile's rank, that rank, the monotonic
+    cumulative counts), as Prometheus finds it: the first bucket whose cumulative count reaches
+    rank = q × observations. ``None`` when the window has no observation or fewer than two
     buckets.
 
     Raises:
@@ -207,7 +203,28 @@ def histogram_quantile(q: float, delta: HistogramDelta) -> float | None:
     if len(bounds) < 2 or bounds[-1] != math.inf or cumulative[-1] <= 0:
         return None
     rank = q * cumulative[-1]
-    b = bisect.bisect_left(cumulative, rank, 0, len(cumulative) - 1)
+    return bisect.bisect_left(cumulative, rank, 0, len(cumulative) - 1), rank, cumulative
+
+
+def histogram_quantile(q: float, delta: HistogramDelta) -> float | None:
+    """The ``q``-quantile of the window's observations, as Prometheus' ``histogram_quantile``.
+
+    rank = q × (observations in the window, the ``+Inf`` bucket's count); the quantile lies in
+    the first bucket whose cumulative count reaches the rank and is interpolated linearly
+    inside it, from the previous bound (0 for the first bucket) to its own. A rank in the
+    ``+Inf`` bucket returns the largest finite bound (a lower bound of the true value; see
+    ``quantile_in_overflow``). ``None`` when the window has no observation or fewer than two
+    buckets. The interpolation assumes observations spread evenly inside the bucket: the
+    value is only known to lie in the bucket (``quantile_bucket``).
+
+    Raises:
+        ValueError: ``q`` outside [0, 1].
+    """
+    found = _rank_bucket(q, delta)
+    if found is None:
+        return None
+    b, rank, cumulative = found
+    bounds = delta.bounds
     if b == len(bounds) - 1:
         return bounds[-2]
     if b == 0 and bounds[0] <= 0:
@@ -220,6 +237,26 @@ def histogram_quantile(q: float, delta: HistogramDelta) -> float | None:
     if count <= 0:  # only q = 0 over an empty first bucket
         return start
     return start + (end - start) * (rank / count)
+
+
+def quantile_bucket(q: float, delta: HistogramDelta) -> tuple[float, float] | None:
+    """(lower, upper) bound of the bucket holding the ``q``-quantile: all a histogram says
+    about it (the true value lies in (lower, upper]). The first bucket's lower bound is 0 (as
+    ``histogram_quantile`` interpolates from 0; ``-inf`` when its own bound is ≤ 0); a rank in
+    the ``+Inf`` bucket gives (largest finite bound, ``math.inf``). ``None`` as
+    ``histogram_quantile``.
+
+    Raises:
+        ValueError: ``q`` outside [0, 1].
+    """
+    found = _rank_bucket(q, delta)
+    if found is None:
+        return None
+    b = found[0]
+    bounds = delta.bounds
+    if b > 0:
+        return bounds[b - 1], bounds[b]
+    return (0.0 if bounds[0] > 0 else -math.inf), bounds[0]
 
 
 def quantile_in_overflow(q: float, delta: HistogramDelta) -> bool:

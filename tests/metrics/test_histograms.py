@@ -13,6 +13,7 @@ from metrics.histograms import (
     histogram_problem,
     histogram_quantile,
     mean_s,
+    quantile_bucket,
     quantile_in_overflow,
 )
 from metrics.names import MissingFamilyError
@@ -65,6 +66,17 @@ def test_first_bucket_interpolates_from_zero() -> None:
     assert histogram_quantile(0.25, delta) == pytest.approx(0.05 * 2 / 3, abs=1e-15)
     # rank 6 exactly reaches the (0.05, 0.5] bucket's cumulative count: its upper bound.
     assert histogram_quantile(0.75, delta) == pytest.approx(0.5, abs=1e-15)
+
+
+def test_a_quantile_s_bucket_is_the_one_its_rank_falls_in() -> None:
+    delta = histogram_delta(EXAMPLE, "ttft_seconds", 1 * S, 2 * S)
+    # Window counts 3/6/8 (cumulative): rank 0.25 × 8 = 2 ≤ 3 is in the first bucket, which
+    # starts at 0; rank 4 in (0.05, 0.5]; rank 7.92 > 6 beyond 0.5 s, the +Inf bucket.
+    assert quantile_bucket(0.25, delta) == (0.0, 0.05)
+    assert quantile_bucket(0.5, delta) == (0.05, 0.5)
+    assert quantile_bucket(0.99, delta) == (0.5, math.inf)
+    # Rank 6 exactly reaches (0.05, 0.5]'s cumulative count: that bucket, not the next.
+    assert quantile_bucket(0.75, delta) == (0.05, 0.5)
 
 
 def test_no_observations_no_quantile_no_mean() -> None:

@@ -27,12 +27,11 @@ from analysis.goodput import (
 )
 from analysis.latency import itl_per_token_ms, records_of, request_frame
 from analysis.load import CaseData, RunData
-from analysis.markdown import f, pct
+from analysis.markdown import bucket_text, f, pct
 from analysis.reports.slo_goodput.models import (
     BracketPoint,
     CapacityAnswer,
     LateFigure,
-    Quantiles,
     SaturationFigures,
     SLOFigure,
     SLOGoodputDetails,
@@ -42,7 +41,6 @@ from analysis.reports.slo_goodput.models import (
 from analysis.server_side import counter_figures, gauge_figures, histogram_figures
 from loadgen.measure import RequestFacts, Window, window_of
 from loadgen.runformat import PhaseRow
-from metrics.histograms import histogram_delta
 from metrics.samples import series
 from scenarios.late import Measured
 from scenarios.plan import PhaseSpec
@@ -198,24 +196,14 @@ def _server(case: CaseData, window: Window) -> dict[str, Any]:
     deltas, _ = counter_figures(case.samples, start, end)
     hists = histogram_figures(case.samples, start, end)
 
-    def q(family: str) -> Quantiles | None:
-        h = hists.get(family)
-        if h is None:
-            return None
-        # A quantile inside the first bucket is interpolated from 0 to its bound (queue time:
-        # 0–300 ms gives "150"); keep the bound so the report shows "≤ bound" there instead.
-        delta = histogram_delta(case.samples, family, start, end)
-        first = delta.bounds[0] * 1e3 if delta is not None and delta.bounds else None
-        return {"p50": h.p50_ms, "p90": h.p90_ms, "p99": h.p99_ms, "first_bucket_ms": first}
-
     return {
         "waiting_mean": float(np.mean(waiting)) if waiting else None,
         "waiting_peak": peaks.get("num_requests_waiting"),
         "running_peak": peaks.get("num_requests_running"),
         "kv_peak": peaks.get("kv_cache_usage_perc"),
         "preemptions": deltas.get("num_preemptions"),
-        "server_ttft_ms": q("ttft_seconds"),
-        "server_queue_ms": q("queue_time_seconds"),
+        "server_ttft_ms": hists.get("ttft_seconds"),
+        "server_queue_ms": hists.get("queue_time_seconds"),
     }
 
 
@@ -413,7 +401,9 @@ def _top_rate_text(points: list[SweepPoint], sat: SaturationFigures | None) -> s
         f"attainment {pct(top.attainment)} %). Per SLO: {by_slo or '–'}. Cause: "
         f"vLLM's waiting queue averaged {f(top.waiting_mean, 0)} and peaked at "
         f"{f(top.waiting_peak, 0)} requests (sampled) with {f(top.running_peak, 0)} running; "
-        f"its queue-time p50 was {f((top.server_queue_ms or {}).get('p50'), 0)} ms and the "
+        f"its queue-time p50 lay in the histogram bucket "
+        f"{bucket_text(top.server_queue_ms.buckets.get('p50') if top.server_queue_ms else None)} "
+        "ms and the "
         f"client's TTFT p50/p99 {f(top.ttft_ms['p50'], 0)}/{f(top.ttft_ms['p99'], 0)} ms."
     )
 

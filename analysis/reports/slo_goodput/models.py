@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from analysis.models import ServerHistogram
 from server.frozen import FrozenModel
 
 Quantiles = dict[str, float | None]
@@ -52,9 +53,9 @@ class SweepPoint(FrozenModel):
     ``offered_rps`` what the schedule put in the window; ``carried_in`` the requests already in
     flight when the window opened (sent in the warm-up), which may complete inside it. Latency
     quantiles are over the successful counted requests; ``*_adjusted_ms`` rank failures above
-    them (``None`` = a failure). Server figures are over the window: vLLM's histograms (bucket
-    deltas, Prometheus interpolation) beside the client's TTFT of the requests whose first
-    token came in it.
+    them (``None`` = a failure). Server figures are over the window: vLLM's TTFT and queue-time
+    histograms (bucket deltas; each quantile with the bucket that holds it), beside the
+    client's TTFT of the requests whose first token came in it.
     """
 
     phase: str
@@ -88,8 +89,8 @@ class SweepPoint(FrozenModel):
     running_peak: float | None
     kv_peak: float | None
     preemptions: float | None
-    server_ttft_ms: Quantiles | None
-    server_queue_ms: Quantiles | None
+    server_ttft_ms: ServerHistogram | None
+    server_queue_ms: ServerHistogram | None
     client_ttft_first_token_in_window_ms: Quantiles
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from analysis.markdown import f, pct, table
+from analysis.markdown import bucket_text, f, pct, placed_in, table
+from analysis.models import ServerHistogram
 from analysis.reports.slo_goodput.models import Quantiles, SLOGoodputDetails
 
 DEFINITIONS = [
@@ -30,14 +31,22 @@ DEFINITIONS = [
 
 
 def _q(q: Quantiles | None, key: str, digits: int = 0) -> str:
-    """One quantile of ``q``; a server histogram's quantile inside its first bucket shows as
-    "≤ bound" (the interpolation there says nothing finer)."""
-    if q is None:
+    """One quantile of ``q``."""
+    return "–" if q is None else f(q.get(key), digits)
+
+
+def _buckets(h: ServerHistogram | None) -> str:
+    """A server histogram's p50/p99 as the buckets that hold them."""
+    if h is None:
         return "–"
-    value, first = q.get(key), q.get("first_bucket_ms")
-    if value is not None and first is not None and value <= first:
-        return f"≤{first:g}"
-    return f(value, digits)
+    return "/".join(bucket_text(h.buckets.get(k)) for k in ("p50", "p99"))
+
+
+def _placed(q: Quantiles, h: ServerHistogram | None) -> str:
+    """The client's p50/p99 and where each lies against the server's bucket for it."""
+    return "/".join(
+        placed_in(q.get(k), None if h is None else h.buckets.get(k), 0) for k in ("p50", "p99")
+    )
 
 
 def _adj(q: Quantiles, key: str) -> str:
@@ -124,16 +133,17 @@ def _sweep_lines(d: SLOGoodputDetails) -> list[str]:
         "",
     ]
     detail_headers = ["phase", "ITL p50/p90/p99", "TTFT adj. p50/p90/p99", "E2EL adj. p50/p90/p99",
-                      "server TTFT p50/p99", "client TTFT p50/p99 (first token in window)",
-                      "server queue p50/p99", "running peak", "slot wait p50/p99"]  # fmt: skip
+                      "server TTFT p50/p99 bucket",
+                      "client TTFT p50/p99 (first token in window)",
+                      "server queue p50/p99 bucket", "running peak",
+                      "slot wait p50/p99"]  # fmt: skip
     detail_rows = [
         [p.phase, "/".join(_q(p.itl_ms, k, 1) for k in ("p50", "p90", "p99")),
          "/".join(_adj(p.ttft_adjusted_ms, k) for k in ("p50", "p90", "p99")),
          "/".join(_adj(p.e2el_adjusted_ms, k) for k in ("p50", "p90", "p99")),
-         f"{_q(p.server_ttft_ms, 'p50')}/{_q(p.server_ttft_ms, 'p99')}",
-         f"{_q(p.client_ttft_first_token_in_window_ms, 'p50')}/"
-         f"{_q(p.client_ttft_first_token_in_window_ms, 'p99')}",
-         f"{_q(p.server_queue_ms, 'p50')}/{_q(p.server_queue_ms, 'p99')}",
+         _buckets(p.server_ttft_ms),
+         _placed(p.client_ttft_first_token_in_window_ms, p.server_ttft_ms),
+         _buckets(p.server_queue_ms),
          f(p.running_peak, 0),
          "–" if p.slot_wait_ms is None else f"{_q(p.slot_wait_ms, 'p50')}/"
                                             f"{_q(p.slot_wait_ms, 'p99')}"]
@@ -141,10 +151,11 @@ def _sweep_lines(d: SLOGoodputDetails) -> list[str]:
     ]  # fmt: skip
     out += [
         "Error-adjusted latencies and the server's own view over the same windows (ms): vLLM's "
-        "TTFT and queue-time histograms (bucket deltas over the window, Prometheus "
-        "interpolation; their observations are the requests whose first token, or whose "
-        "scheduling, fell in the window; '≤ b' = inside the first bucket, whose bound is b) "
-        "beside the client's TTFT of the requests whose first token came in the window. "
+        "TTFT and queue-time histograms (bucket deltas over the window; their observations are "
+        "the requests whose first token, or whose scheduling, fell in the window), each "
+        "quantile shown as the bucket that holds it ('[a, b]'; '> a' above the largest finite "
+        "bound), beside the client's TTFT of the requests whose first token came in the "
+        "window, marked inside, below or above the server's bucket for the same quantile. "
         "Slot wait = time an arrival waited for a --max-concurrency slot at the client (not "
         "server time).",
         "",
