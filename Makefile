@@ -83,12 +83,25 @@ $(ROUTER_STAMP):
 	$(ENGINES)/vllm-router/bin/vllm-router --help >/dev/null
 	touch $@
 
+# Headless Chromium for the page tests (report.html, compare.html opened with the network
+# off): Debian's chromium when it is missing (needs root; otherwise a note says so and those
+# tests are skipped, saying why).
+CHROMIUM_STAMP := $(VENV)/.checked-chromium
+
+$(CHROMIUM_STAMP): $(STAMP)
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+		{ command -v apt-get >/dev/null && \
+		  { DEBIAN_FRONTEND=noninteractive apt-get install -y chromium || \
+		    { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }; }; } || \
+		echo "chromium could not be installed: the browser checks of report.html and compare.html are skipped, saying so"
+	touch $@
+
 # The main job on the embedded default model: builds the model on first use, starts vLLM.
 run: $(STAMP)
 	$(BIN)/loadgen run prefix-eviction --cache 1GiB --model-variant $(MODEL_VARIANT)
 
 # Fast unit tests first, then the real-vLLM tier (one server start per configuration).
-test: $(STAMP) $(RAY_STAMP) $(ROUTER_STAMP) $(NGINX_STAMP)
+test: $(STAMP) $(RAY_STAMP) $(ROUTER_STAMP) $(NGINX_STAMP) $(CHROMIUM_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

@@ -1,5 +1,6 @@
-"""Writing a comparison: ``compare.md``, ``compare.json`` and ``plots/compare_<case>.png`` (the
-candidate/baseline ratios with their intervals). Reads a ``Comparison``; computes nothing new.
+"""Writing a comparison: ``compare.md``, ``compare.json``, ``compare.html`` and
+``plots/compare_<case>.png`` and ``.svg`` (the candidate/baseline ratios with their intervals;
+hover a metric on the page for its figures). Reads a ``Comparison``; computes nothing new.
 
 ``compare.json`` is typed and versioned (:class:`CompareFile`, :data:`COMPARE_FORMAT_VERSION`)
 and read back by :func:`read_compare_file` (a sequential gate's looks read its decision).
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -20,10 +22,11 @@ import matplotlib.pyplot as plt
 
 from analysis.compare_models import CLASSES, Comparison, MetricComparison
 from analysis.gate_decision import Decision, decide, is_key, key_selectors
+from analysis.html.compare_page import compare_page
 from analysis.markdown import f, table
 from analysis.plots import save
 from loadgen.runformat.atomic import write_text
-from loadgen.runformat.layout import COMPARE_JSON, COMPARE_MD, PLOTS_DIR
+from loadgen.runformat.layout import COMPARE_HTML, COMPARE_JSON, COMPARE_MD, PLOTS_DIR
 from loadgen.runformat.reading import read_json_object
 
 #: The version of ``compare.json``'s format (:class:`CompareFile`).
@@ -147,19 +150,39 @@ def decision_markdown(d: Decision, strict: bool = False) -> list[str]:
     return out
 
 
-def render_markdown(c: Comparison, strict: bool = False) -> str:
-    """The comparison as Markdown."""
-    b, k = c.baseline, c.candidate
-    s = c.settings
-    selectors = key_selectors(c)
+@dataclass(frozen=True)
+class CompareSections:
+    """compare.md's parts, each a list of lines, in the order compare.md shows them;
+    compare.html shows the same text (``analysis.html.compare_page``).
 
-    def keyed(m: MetricComparison) -> bool:
-        return is_key(m, selectors, strict)
+    Attributes:
+        title: ``# Regression gate: SCENARIO``.
+        decision: the headline and the undecided key metrics (``decision_markdown``).
+        overview: the sides, the counts, the method, the runs, notes, unpaired cases.
+        headings: per baseline case, its heading (``## Case …``).
+        verdicts: per baseline case, its verdicts compared (empty without verdicts).
+        metrics: per baseline case, its metrics compared.
+    """
 
+    title: list[str]
+    decision: list[str]
+    overview: list[str]
+    headings: dict[str, list[str]]
+    verdicts: dict[str, list[str]]
+    metrics: dict[str, list[str]]
+
+    def lines(self) -> list[str]:
+        """Every line in compare.md's order, each case followed by its ratio plot."""
+        out = self.title + self.decision + self.overview
+        for case, heading in self.headings.items():
+            out += [*heading, *self.verdicts[case], *self.metrics[case]]
+            out += [f"![ratios]({PLOTS_DIR}/compare_{case}.png)", ""]
+        return out
+
+
+def _overview(c: Comparison) -> list[str]:
+    b, k, s = c.baseline, c.candidate, c.settings
     out = [
-        f"# Regression gate: {c.scenario}",
-        "",
-        *decision_markdown(decide(c, strict), strict),
         table(
             ["side", "vLLM (served)", "runs", "workload hash"],
             [
@@ -195,35 +218,71 @@ def render_markdown(c: Comparison, strict: bool = False) -> str:
         out += ["Notes:", "", *[f"- {n}" for n in c.notes], ""]
     if c.unpaired:
         out += ["Not compared (no partner): " + ", ".join(c.unpaired), ""]
+    return out
+
+
+def compare_sections(c: Comparison, strict: bool = False) -> CompareSections:
+    """The comparison's Markdown in parts (``CompareSections``)."""
+    selectors = key_selectors(c)
+
+    def keyed(m: MetricComparison) -> bool:
+        return is_key(m, selectors, strict)
+
+    headings: dict[str, list[str]] = {}
+    verdict_lines: dict[str, list[str]] = {}
+    metric_lines: dict[str, list[str]] = {}
     for b_case, c_case in c.pairs.items():
         title = b_case if b_case == c_case else f"{b_case} ↔ {c_case}"
-        out += [f"## Case {title}", ""]
+        headings[b_case] = [f"## Case {title}", ""]
         verdicts = [v for v in c.verdicts if v.case == b_case]
+        verdict_lines[b_case] = []
         if verdicts:
             rows = [[v.check, v.baseline, v.candidate,
                      v.classification + (" (incomplete run)" if v.incomplete else "")]
                     for v in verdicts]  # fmt: skip
-            out += ["Verdicts:", "", table(["check", "baseline", "candidate", "class"], rows), ""]
+            verdict_lines[b_case] = ["Verdicts:", "",
+                                     table(["check", "baseline", "candidate", "class"], rows),
+                                     ""]  # fmt: skip
         metrics = [m for m in c.metrics if m.case == b_case]
         headers = ["phase", "metric", "baseline", "candidate", "change", "interval",
                    "tolerance", "class", "note"]  # fmt: skip
-        out += [table(headers, metric_rows(metrics, keyed)), ""]
-        out += [f"![ratios](plots/compare_{b_case}.png)", ""]
-    return "\n".join(out)
+        metric_lines[b_case] = [table(headers, metric_rows(metrics, keyed)), ""]
+    return CompareSections(
+        title=[f"# Regression gate: {c.scenario}", ""],
+        decision=decision_markdown(decide(c, strict), strict),
+        overview=_overview(c),
+        headings=headings,
+        verdicts=verdict_lines,
+        metrics=metric_lines,
+    )
+
+
+def render_markdown(c: Comparison, strict: bool = False) -> str:
+    """The comparison as Markdown."""
+    return "\n".join(compare_sections(c, strict).lines())
+
+
+def _ratio_tip(m: MetricComparison) -> str:
+    change, interval, tol = _change(m)
+    name = " ".join(x for x in (m.phase, m.metric, m.stat) if x)
+    return f"{name}: {change}, interval {interval}, tolerance {tol}: {m.classification}"
 
 
 def ratio_plot(c: Comparison, case: str, out: Path) -> Path:
     """Forest plot: each ratio metric of ``case`` with its interval and tolerance band."""
     rows = [m for m in c.metrics if m.case == case and m.scale == "ratio" and m.change is not None]
     fig, ax = plt.subplots(figsize=(8, max(2.5, 0.22 * len(rows) + 1)))
+    tooltips: dict[str, list[str]] = {}
     for i, m in enumerate(rows):
         y = len(rows) - 1 - i
         ax.add_patch(plt.Rectangle((1 - m.tolerance, y - 0.4), 2 * m.tolerance, 0.8,
                                    color="0.92", zorder=0))  # fmt: skip
         colour = _COLOURS[m.classification]
         if m.low is not None and m.high is not None:
-            ax.plot([m.low, m.high], [y, y], color=colour, lw=2)
-        ax.plot([m.change or 0.0], [y], "o", color=colour, ms=4)
+            ax.plot([m.low, m.high], [y, y], color=colour, lw=2, gid=f"interval-{i}")
+            tooltips[f"interval-{i}"] = [_ratio_tip(m)]
+        ax.plot([m.change or 0.0], [y], "o", color=colour, ms=4, gid=f"change-{i}")
+        tooltips[f"change-{i}"] = [_ratio_tip(m)]
     ax.axvline(1.0, color="0.5", lw=0.8)
     ax.set_yticks(
         range(len(rows)),
@@ -241,20 +300,25 @@ def ratio_plot(c: Comparison, case: str, out: Path) -> Path:
         ", ".join(s.vllm_versions) for s in (c.baseline, c.candidate)))  # fmt: skip
     handles = [plt.Line2D([], [], color=col, lw=2, label=k) for k, col in _COLOURS.items()]
     ax.legend(handles=handles, fontsize=7, loc="lower right")
-    return save(fig, out)
+    return save(fig, out, tooltips)
 
 
 def write_comparison(c: Comparison, out_dir: Path, strict: bool = False) -> Path:
-    """Write ``compare.md``, ``compare.json`` and the plots into ``out_dir``; return the .md."""
+    """Write ``compare.md``, ``compare.json``, ``compare.html`` and the plots (PNG and SVG)
+    into ``out_dir``; return the .md."""
     out_dir.mkdir(parents=True, exist_ok=True)
     plots = out_dir / PLOTS_DIR
     plots.mkdir(exist_ok=True)
+    svgs = {}
     for case in c.pairs:
-        ratio_plot(c, case, plots / f"compare_{case}.png")
+        png = ratio_plot(c, case, plots / f"compare_{case}.png")
+        svgs[case] = png.with_suffix(".svg").read_text()
     decision = decide(c, strict)
     typed = CompareFile(**dict(c), exit_code=decision.exit_code, decision=decision, strict=strict)
     data = typed.model_dump(mode="json")
     write_text(out_dir / COMPARE_JSON, json.dumps(data, indent=2) + "\n")
+    sections = compare_sections(c, strict)
     path = out_dir / COMPARE_MD
-    write_text(path, render_markdown(c, strict))
+    write_text(path, "\n".join(sections.lines()))
+    write_text(out_dir / COMPARE_HTML, compare_page(c, decision, sections, svgs, strict))
     return path

@@ -67,6 +67,7 @@ from loadgen.runformat.layout import (
     PHASES_FILE,
     PLAN_FILE,
     PLOTS_DIR,
+    REPORT_HTML,
     REPORT_JSON,
     REPORT_MD,
     REQUESTS_FILE,
@@ -83,7 +84,7 @@ from metrics.ticks import tick_problems
 from scenarios.plan import CaseSpec, Plan
 
 #: Files ``loadgen report`` writes itself: a rebuild may replace them (``rebuilding``).
-REPORT_OUTPUTS = (REPORT_MD, REPORT_JSON, f"{PLOTS_DIR}/")
+REPORT_OUTPUTS = (REPORT_MD, REPORT_JSON, REPORT_HTML, f"{PLOTS_DIR}/")
 
 #: ``validate``'s exit code for a valid run that needs attention (module docstring); the same
 #: code ``loadgen gate`` uses for a run that did not complete.

@@ -7,6 +7,7 @@ with the table helpers scenario report modules use for their own sections.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from analysis.models import CaseSummary, PhaseSummary, QuantileBucket, RunSummary
@@ -312,9 +313,58 @@ def _case_lines(
     return out
 
 
-def render_markdown(summary: RunSummary, report: ScenarioReport[Any], details: Any) -> str:
-    """The whole report as Markdown."""
-    out: list[str] = [f"# {summary.scenario}", "", summary.description, ""]
+@dataclass(frozen=True)
+class ReportSections:
+    """The parts of a report's Markdown, each a list of lines, in the order report.md shows
+    them; report.html shows the same text in its own order (``analysis.html.report_page``).
+
+    Attributes:
+        title: ``# scenario`` and the description.
+        run: command, run status, format, file problems, re-seals, model variant.
+        sizing: the sizing list and the definitions.
+        cases: per case, its section (``## Case NAME`` first).
+        scenario: the scenario's own section (after the cases).
+        verdicts: ``## Verdicts``, one line per verdict, the count, and the finding if any.
+        plots: ``## Plots`` with an image per plot (empty without plots).
+        closing: the lines the report ends with (the scenario's answer).
+    """
+
+    title: list[str]
+    run: list[str]
+    sizing: list[str]
+    cases: dict[str, list[str]]
+    scenario: list[str]
+    verdicts: list[str]
+    plots: list[str]
+    closing: list[str]
+
+    def lines(self) -> list[str]:
+        """Every line in report.md's order."""
+        out = self.title + self.run + self.sizing
+        for lines in self.cases.values():
+            out += lines
+        return out + self.scenario + self.verdicts + self.plots + self.closing
+
+
+VERDICT_MARKS = {True: "PASS", False: "FAIL", None: "UNDECIDED"}
+
+
+def headline(summary: RunSummary) -> str:
+    """The verdict count: ``9 passed, 1 failed, 0 undecided.``"""
+    s = summary.verdict_summary
+    return f"{s.passed} passed, {s.failed} failed, {s.undecided} undecided."
+
+
+def finding(summary: RunSummary) -> str | None:
+    """The sentence a run that did not show every declared effect gets, else ``None``."""
+    s = summary.verdict_summary
+    if s.failed or s.undecided:
+        return "The scenario did not show every effect it declares: that is a finding, see above."
+    return None
+
+
+def _run_lines(summary: RunSummary) -> list[str]:
+    out: list[str] = []
     run = summary.run
     if run.command:
         out += [f"Command: `{' '.join(run.command)}`", ""]
@@ -341,9 +391,16 @@ def render_markdown(summary: RunSummary, report: ScenarioReport[Any], details: A
             f"({run.model_variant.get('reason', '')})",
             "",
         ]
-    out += ["## Sizing (from the server's real KV capacity)", ""]
-    out += [f"- {k}: {v}" for k, v in summary.sizing.items()] + [""]
-    out += [
+    return out
+
+
+def report_sections(
+    summary: RunSummary, report: ScenarioReport[Any], details: Any
+) -> ReportSections:
+    """The report's Markdown in parts (``ReportSections``)."""
+    sizing = ["## Sizing (from the server's real KV capacity)", ""]
+    sizing += [f"- {k}: {v}" for k, v in summary.sizing.items()] + [""]
+    sizing += [
         "Definitions: TTFT = first token-carrying chunk − send; TPOT = (E2EL − TTFT)/(tokens − 1); "
         "E2EL = last token − send; ITL = gap between token-carrying chunks split evenly over the "
         "later chunk's tokens; chunk gap = the gap itself (time per engine step). All in ms, over "
@@ -351,21 +408,26 @@ def render_markdown(summary: RunSummary, report: ScenarioReport[Any], details: A
         "sampled every scrape, so they are lower bounds.",
         "",
     ]
-    for case in summary.cases.values():
-        out += _case_lines(case, summary.phases, report, details)
-    out += report.markdown(details)
-    out += ["## Verdicts", ""]
-    for v in summary.verdicts:
-        mark = {True: "PASS", False: "FAIL", None: "UNDECIDED"}[v.passed]
-        out.append(f"- **{mark}** {v.case}: {v.check} — {v.detail}")
-    s = summary.verdict_summary
-    out += ["", f"{s.passed} passed, {s.failed} failed, {s.undecided} undecided.", ""]
-    if s.failed or s.undecided:
-        out += [
-            "**The scenario did not show every effect it declares: that is a finding, see above.**",
-            "",
-        ]
-    if summary.plots:
-        out += ["## Plots", ""] + [f"![{p}]({p})" for p in summary.plots] + [""]
-    out += report.closing(details)
-    return "\n".join(out)
+    verdicts = ["## Verdicts", ""]
+    verdicts += [f"- **{VERDICT_MARKS[v.passed]}** {v.case}: {v.check} — {v.detail}"
+                 for v in summary.verdicts]  # fmt: skip
+    verdicts += ["", headline(summary), ""]
+    if (found := finding(summary)) is not None:
+        verdicts += [f"**{found}**", ""]
+    plots = ["## Plots", ""] + [f"![{p}]({p})" for p in summary.plots] + [""]
+    cases = summary.cases.values()
+    return ReportSections(
+        title=[f"# {summary.scenario}", "", summary.description, ""],
+        run=_run_lines(summary),
+        sizing=sizing,
+        cases={c.name: _case_lines(c, summary.phases, report, details) for c in cases},
+        scenario=report.markdown(details),
+        verdicts=verdicts,
+        plots=plots if summary.plots else [],
+        closing=report.closing(details),
+    )
+
+
+def render_markdown(summary: RunSummary, report: ScenarioReport[Any], details: Any) -> str:
+    """The whole report as Markdown."""
+    return "\n".join(report_sections(summary, report, details).lines())

@@ -1,4 +1,5 @@
-"""Building the report of a run from its raw files: ``report.json``, ``report.md``, plots.
+"""Building the report of a run from its raw files: ``report.json``, ``report.md``,
+``report.html``, plots.
 
 ``build_report`` is the single entry point used at the end of a run and by
 ``loadgen report RUN``; it reads only the run directory (through ``analysis.load``), so a
@@ -20,15 +21,24 @@ from pathlib import Path
 from typing import Any
 
 from analysis import checks, plots
+from analysis.html.report_page import report_page
 from analysis.integrity import IntegrityError, check_run, manifest_changes
 from analysis.load import RunData, load_run
-from analysis.markdown import phase_rows, render_markdown
+from analysis.markdown import phase_rows, report_sections
 from analysis.models import ResealFact, RunFacts, RunSummary
 from analysis.reports import ScenarioReport, report_for
 from analysis.summaries import case_summary
 from loadgen.runformat import Reseal
 from loadgen.runformat.atomic import write_text
-from loadgen.runformat.layout import PLOTS_DIR, REPORT_JSON, REPORT_MD, TIMELINE_PLOT, TTFT_PLOT
+from loadgen.runformat.layout import (
+    LATENCY_PLOT,
+    PLOTS_DIR,
+    REPORT_HTML,
+    REPORT_JSON,
+    REPORT_MD,
+    TIMELINE_PLOT,
+    TTFT_PLOT,
+)
 from loadgen.runformat.manifest import read_reseals
 
 
@@ -129,7 +139,8 @@ def summarize(run_dir: Path, data: RunData | None = None) -> dict[str, Any]:
 
 
 def build_report(run_dir: Path, reseal: Reseal | None = None) -> Report:
-    """Write ``report.json``, ``report.md`` and ``plots/*.png`` into ``run_dir``; return it.
+    """Write ``report.json``, ``report.md``, ``report.html`` and the plots (``plots/*.png``
+    and the same figures as ``plots/*.svg``) into ``run_dir``; return the report.
     ``reseal``: the explicit re-seal about to be recorded (``loadgen report --reseal``), shown
     after the run's earlier ones; its manifest differences are then no problem.
 
@@ -155,6 +166,8 @@ def build_report(run_dir: Path, reseal: Reseal | None = None) -> Report:
         written.append(plots.ttft_by_phase(ran, summary.phases, plot_dir / TTFT_PLOT))
     written += built.parts.plots(data, summary.cases, built.details, plot_dir)
     for case in data.cases:
+        if case.records:
+            written.append(plots.latency(case, plot_dir / LATENCY_PLOT.format(case=case.name)))
         if case.samples:
             written.append(plots.timeline(case, plot_dir / TIMELINE_PLOT.format(case=case.name)))
     summary = summary.model_copy(
@@ -162,5 +175,9 @@ def build_report(run_dir: Path, reseal: Reseal | None = None) -> Report:
     )
     built = Report(summary, built.parts, built.details, built.file_problems)
     write_text(run_dir / REPORT_JSON, json.dumps(built.as_dict(), indent=2) + "\n")
-    write_text(run_dir / REPORT_MD, render_markdown(summary, built.parts, built.details))
+    sections = report_sections(summary, built.parts, built.details)
+    write_text(run_dir / REPORT_MD, "\n".join(sections.lines()))
+    svg_files = {p: (run_dir / p).with_suffix(".svg") for p in summary.plots}
+    svgs = {p: svg.read_text() for p, svg in svg_files.items() if svg.exists()}
+    write_text(run_dir / REPORT_HTML, report_page(summary, sections, svgs))
     return built

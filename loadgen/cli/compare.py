@@ -1,5 +1,5 @@
 """``loadgen compare BASELINE CANDIDATE``: classify every metric of two runs (or pools of runs),
-write compare.md/.json and plots, exit non-zero on a regression."""
+write compare.md/.json/.html and plots, print the page's URL, exit non-zero on a regression."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import NoReturn
 import click
 from rich.markup import escape
 
+from loadgen.cli.pages import show_page
 from loadgen.cli.run_and_report import new_run_dir
 from server.net.errors import describe_exception
 
@@ -82,6 +83,7 @@ def _compare_and_report(
     from analysis.gate_decision import decide, exit_code, undecided_line
     from analysis.gate_file import GateFileError, load_gate
     from loadgen.progress import make_console
+    from loadgen.runformat.layout import COMPARE_HTML
 
     try:
         gate = load_gate(gate_file)
@@ -132,6 +134,7 @@ def _compare_and_report(
     style = {0: "green", 1: "red"}.get(code, "yellow")
     console.print(f"[bold {style}]{escape(decision.line)}[/bold {style}]")
     console.print(f"{escape(str(path))} (exit code {code})")
+    show_page("compare", out / COMPARE_HTML)
     return code
 
 

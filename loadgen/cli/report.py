@@ -8,6 +8,7 @@ import click
 from rich.markup import escape
 
 from loadgen.cli.opening import open_or_exit
+from loadgen.cli.pages import show_page
 from loadgen.cli.run_and_report import print_summary
 from server.net.errors import describe_exception
 
@@ -22,8 +23,15 @@ from server.net.errors import describe_exception
     help="Re-seal although the files no longer match the manifest (or it is missing); the "
     "manifest, report and validate record that it was resealed, when and why.",
 )
-def report(run_dir: Path, reason: str | None) -> None:
-    """Rebuild the report of RUN_DIR from its raw files (and re-seal its manifest).
+@click.option(
+    "--open",
+    "open_page",
+    is_flag=True,
+    help="Open report.html in a browser (where one exists; its file:// URL is printed anyway).",
+)
+def report(run_dir: Path, reason: str | None, open_page: bool) -> None:
+    """Rebuild the report of RUN_DIR from its raw files (and re-seal its manifest): report.md,
+    report.json, report.html and the plots; print report.html's file:// URL.
 
     Refuses (exit 1, one line) when the files differ from the run's manifest (the report would
     not be re-derivable from what the run wrote) unless --reseal REASON is given, and when the
@@ -35,7 +43,7 @@ def report(run_dir: Path, reason: str | None) -> None:
     from analysis.report import build_report
     from loadgen.progress import make_console
     from loadgen.runformat import Reseal, RunInfo, RunWriteError
-    from loadgen.runformat.layout import MANIFEST_FILE, REPORT_MD, RUN_FILE
+    from loadgen.runformat.layout import MANIFEST_FILE, REPORT_HTML, REPORT_MD, RUN_FILE
     from loadgen.runformat.manifest import utc_now, write_manifest
     from loadgen.runformat.reading import read_json_file
 
@@ -77,3 +85,4 @@ def report(run_dir: Path, reason: str | None) -> None:
     if reseal is not None:
         console.print(f"[yellow]resealed: {escape(reseal.reason)}[/yellow]")
     click.echo(str(run_dir / REPORT_MD))
+    show_page("report", run_dir / REPORT_HTML, open_page)

@@ -127,6 +127,11 @@ def run_and_report(
             f"`loadgen report {run_dir}` once the cause is fixed."
         )
     progress.console.print(f"run directory: [bold]{escape(str(run_dir))}[/bold] (status {shown})")
+    if report is not None:
+        from loadgen.cli.pages import show_page
+        from loadgen.runformat.layout import REPORT_HTML
+
+        show_page("report", run_dir / REPORT_HTML)
     if status == "interrupted":
         sys.exit(1)
     return status, report

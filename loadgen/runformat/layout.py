@@ -26,7 +26,8 @@ Every JSON file and JSON line is one row type of :mod:`loadgen.runformat` (named
         replicas/K/metrics/    a fleet case: replica K's scrapes, as metrics/ (K ≥ 1)
         fleet.json             a fleet case: its replicas' URLs in order and its routing
       report.md, report.json   the report (``analysis.models.RunSummary``, versioned)
-      plots/*.png
+      report.html              the same report as one self-contained page
+      plots/*.png, plots/*.svg each figure as PNG (report.md) and SVG (inlined in report.html)
       export/                  ``loadgen export``'s default output: derived, never sealed
       manifest.json            files with sizes and sha256, status — written last (Manifest)
 
@@ -44,7 +45,8 @@ each side and the looks of a sequential gate):
     OUT/
       compare.md, compare.json the comparison, its decision and exit code
                                (``analysis.compare_report.CompareFile``, versioned)
-      plots/compare_CASE.png
+      compare.html             the same comparison as one self-contained page
+      plots/compare_CASE.png   and .svg
       baseline/run-K/, candidate/run-K/   a gate's runs, one run directory each
       looks.jsonl              a sequential gate's looks (``analysis.gate_sequential.Look``)
 
@@ -77,6 +79,7 @@ PLAN_FILE = "plan.json"
 MANIFEST_FILE = "manifest.json"
 REPORT_MD = "report.md"
 REPORT_JSON = "report.json"
+REPORT_HTML = "report.html"
 PLOTS_DIR = "plots"
 CASES_DIR = "cases"
 CASE_FILE = "case.json"
@@ -109,10 +112,12 @@ EXPORT_DIR = "export"
 #: The report's plots in ``plots/`` (a scenario's own plots are named by its report).
 TTFT_PLOT = "ttft_by_phase.png"
 TIMELINE_PLOT = "timeline_{case}.png"
+LATENCY_PLOT = "latency_{case}.png"
 
 #: A compare or gate directory (module docstring).
 COMPARE_MD = "compare.md"
 COMPARE_JSON = "compare.json"
+COMPARE_HTML = "compare.html"
 LOOKS_FILE = "looks.jsonl"
 #: A gate's two sides, each a directory of runs ``run-K`` (K from 1).
 GATE_SIDES = ("baseline", "candidate")

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from analysis.report import build_report, summarize
 from analysis.validate import validate_run
 from loadgen.cli import main
-from loadgen.runformat.layout import REPORT_JSON, REPORT_MD, case_dir
+from loadgen.runformat.layout import REPORT_HTML, REPORT_JSON, REPORT_MD, case_dir
 from loadgen.runformat.manifest import write_manifest
 from tests.support.synthetic_run import (
     CLIENT_PLACEMENT,
@@ -42,11 +42,14 @@ def test_report_files_are_written(built: tuple[Path, dict]) -> None:
     assert report["plots"] == [
         "plots/ttft_by_phase.png",
         "plots/hit_rate_by_phase.png",
+        f"plots/latency_{TEST_CASE}.png",
         f"plots/timeline_{TEST_CASE}.png",
+        f"plots/latency_{CONTROL_CASE}.png",
         f"plots/timeline_{CONTROL_CASE}.png",
     ]
     for rel in report["plots"]:
         assert (run_dir / rel).read_bytes()[:8] == PNG_MAGIC
+        assert (run_dir / rel).with_suffix(".svg").read_text().startswith("<svg ")
     assert json.loads((run_dir / REPORT_JSON).read_text()) == report
     assert (run_dir / REPORT_MD).read_text().startswith("# prefix-eviction\n")
 
@@ -136,9 +139,13 @@ def test_building_twice_gives_identical_report(tmp_path: Path, built: tuple[Path
     shutil.copytree(built[0], run_dir)
     first_json = (run_dir / REPORT_JSON).read_bytes()
     first_md = (run_dir / REPORT_MD).read_bytes()
+    first_html = (run_dir / REPORT_HTML).read_bytes()
+    first_svgs = {p.name: p.read_bytes() for p in (run_dir / "plots").glob("*.svg")}
     build_report(run_dir)
     assert (run_dir / REPORT_JSON).read_bytes() == first_json
     assert (run_dir / REPORT_MD).read_bytes() == first_md
+    assert (run_dir / REPORT_HTML).read_bytes() == first_html
+    assert {p.name: p.read_bytes() for p in (run_dir / "plots").glob("*.svg")} == first_svgs
     assert summarize(run_dir) | {"plots": json.loads(first_json)["plots"]} == json.loads(first_json)
 
 
@@ -148,12 +155,14 @@ def test_loadgen_report_rebuilds_the_same_report_and_reseals(
     run_dir = tmp_path / "run"
     shutil.copytree(built[0], run_dir)
     write_manifest(run_dir, "ok", ["loadgen", "run", "prefix-eviction"])
-    original = (run_dir / REPORT_JSON).read_bytes(), (run_dir / REPORT_MD).read_bytes()
-    (run_dir / REPORT_JSON).unlink()
-    (run_dir / REPORT_MD).unlink()
+    outputs = (REPORT_JSON, REPORT_MD, REPORT_HTML)
+    original = [(run_dir / name).read_bytes() for name in outputs]
+    for name in outputs:
+        (run_dir / name).unlink()
     result = CliRunner().invoke(main, ["report", str(run_dir)])
     assert result.exit_code == 0, result.output
-    assert ((run_dir / REPORT_JSON).read_bytes(), (run_dir / REPORT_MD).read_bytes()) == original
+    assert [(run_dir / name).read_bytes() for name in outputs] == original
+    assert (run_dir / REPORT_HTML).resolve().as_uri() in result.output
     assert validate_run(run_dir).problems == []
 
 
