@@ -24,7 +24,7 @@ from metrics.samples import series, series_by
 
 #: Most points of one plot that get their own hover text; beyond it every k-th point has
 #: one (all are drawn), so a long run's page stays small.
-MAX_TIPS = 1500
+MAX_TIPS = 1000
 
 
 def save(fig: Figure, out: Path, tooltips: Mapping[str, Sequence[str]] | None = None) -> Path:
@@ -47,16 +47,21 @@ def save(fig: Figure, out: Path, tooltips: Mapping[str, Sequence[str]] | None = 
     return out
 
 
+def tip_step(points: int) -> int:
+    """Every how many points of a plot with ``points`` in all gets a hover text (``MAX_TIPS``)."""
+    return max(1, math.ceil(points / MAX_TIPS))
+
+
 def tipped_points(
     ax: Axes, x: Sequence[float], y: Sequence[float], tips: Sequence[str], gid: str,
-    tooltips: dict[str, list[str]], **style: object,
+    tooltips: dict[str, list[str]], step: int | None = None, **style: object,
 ) -> None:  # fmt: skip
     """Draw the points (``x``, ``y``) as markers, and give them hover texts ``tips`` (one
-    per point) in ``tooltips`` under ``gid``: every point up to ``MAX_TIPS``, else every k-th
-    (drawn again on top, in the same style, so the figure looks the same)."""
+    per point) in ``tooltips`` under ``gid``: every ``step``-th point (default: every point up
+    to ``MAX_TIPS``, else every k-th; the others are drawn in the same style, without one)."""
     if not len(x):
         return
-    step = math.ceil(len(x) / MAX_TIPS)
+    step = step or tip_step(len(x))
     rest = [i for i in range(len(x)) if i % step]
     if rest:
         ax.plot([x[i] for i in rest], [y[i] for i in rest], linestyle="none", **style)  # type: ignore[arg-type]
@@ -120,6 +125,7 @@ def latency(case: CaseData, out: Path) -> Path:
     tooltips: dict[str, list[str]] = {}
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     sent = frame[frame["sent_ns"].notna()] if not frame.empty else frame
+    step = tip_step(2 * len(sent))  # two panels share the plot's hover texts
     for k, phase in enumerate(dict.fromkeys(sent["phase"]) if not sent.empty else []):
         rows = sent[(sent["phase"] == phase) & (sent["status"] == "ok") & sent["ttft_ms"].notna()]
         x = [(t - t0) / 1e9 for t in rows["sent_ns"]]
@@ -131,16 +137,16 @@ def latency(case: CaseData, out: Path) -> Path:
             for r in rows.itertuples()
         ]  # fmt: skip
         style = {"marker": "o", "ms": 3, "color": colours[k % len(colours)]}
-        tipped_points(ax_t, x, list(rows["ttft_ms"]), tips, f"ttft-{k}", tooltips,
+        tipped_points(ax_t, x, list(rows["ttft_ms"]), tips, f"ttft-{k}", tooltips, step,
                       label=phase, **style)  # fmt: skip
-        tipped_points(ax_e, x, list(rows["e2el_ms"]), tips, f"e2el-{k}", tooltips, **style)
+        tipped_points(ax_e, x, list(rows["e2el_ms"]), tips, f"e2el-{k}", tooltips, step, **style)
     failed = sent[sent["status"] != "ok"] if not sent.empty else sent
     if not failed.empty:
         tips = [f"{r.request_id} · phase {r.phase} · {r.status}"
                 + (f": {r.error}" if isinstance(r.error, str) and r.error else "")
                 for r in failed.itertuples()]  # fmt: skip
         tipped_points(ax_t, [(t - t0) / 1e9 for t in failed["sent_ns"]], [0.0] * len(failed),
-                      tips, "failed", tooltips, marker="x", ms=5, color="tab:red",
+                      tips, "failed", tooltips, step, marker="x", ms=5, color="tab:red",
                       label="not ok")  # fmt: skip
     phase_bands([ax_t, ax_e], case, t0, ax_t)
     ax_t.set_ylabel("TTFT (ms)")
