@@ -97,6 +97,8 @@ class FleetFunnel(BaseModel):
     Hit rates are fractions of prompt tokens (0-1); ``predicted`` is ``None`` for a bracketed
     policy, whose ``predicted_low``/``predicted_high`` bound it (equal for an exact one).
     Per-replica lists are replica 0 first; ``None`` where a replica's counter is unknown.
+    ``predicted_hit_tokens``/``predicted_query_tokens`` are the prediction's totals (the
+    bracket's low end for a bracketed policy).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -118,6 +120,8 @@ class FleetFunnel(BaseModel):
     requests_imbalance: float | None
     prefill_imbalance: float | None
     predicted_requests_per_replica: list[int]
+    predicted_hit_tokens: int
+    predicted_query_tokens: int
 
 
 def _imbalance(values: Sequence[float | None]) -> float | None:
@@ -174,4 +178,6 @@ def fleet_funnel(
         requests_imbalance=_imbalance(per_requests),
         prefill_imbalance=_imbalance(prefill),
         predicted_requests_per_replica=policy.low.requests_per_replica(),
+        predicted_hit_tokens=sum(policy.low.hit_tokens),
+        predicted_query_tokens=sum(policy.low.query_tokens),
     )

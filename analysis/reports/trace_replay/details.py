@@ -325,8 +325,20 @@ def _phase(
             if predicted is None
             else predicted.hit_rate
         ),
-        predicted_hit_tokens=None if predicted is None else predicted.total_hit_tokens,
-        predicted_query_tokens=None if predicted is None else predicted.total_query_tokens,
+        predicted_hit_tokens=(
+            fleet.predicted_hit_tokens
+            if fleet is not None
+            else None
+            if predicted is None
+            else predicted.total_hit_tokens
+        ),
+        predicted_query_tokens=(
+            fleet.predicted_query_tokens
+            if fleet is not None
+            else None
+            if predicted is None
+            else predicted.total_query_tokens
+        ),
         predicted_short_requests=None if predicted is None else predicted.short_requests,
         sequential_hit_rate=None if sequential is None else sequential.hit_rate,
         max_hit_rate=None if maximum is None else maximum.hit_rate,

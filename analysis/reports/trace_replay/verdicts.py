@@ -41,7 +41,7 @@ def hit_rate_verdict(
     gap = p.hit_rate_counters - p.predicted_hit_rate
     detail = (
         f"measured {p.hit_rate_counters:.4f} (Δhits {fmt(p.hits_counters, 0)} / Δqueries "
-        f"{fmt(p.queries_counters, 0)}) vs predicted {p.predicted_hit_rate:.4f} "
+        f"{fmt(p.queries_counters, 0)}{_summed(p)}) vs predicted {p.predicted_hit_rate:.4f} "
         f"({fmt(p.predicted_hit_tokens, 0)} / {fmt(p.predicted_query_tokens, 0)} tokens); "
         f"gap {gap:+.4f}, tolerance {check.tolerance:g}; per request {fmt(p.hit_rate_requests, 4)}"
         f", maximum {fmt(p.max_hit_rate, 4)}"
@@ -109,3 +109,8 @@ def _bracket_verdict(check: TraceHitRatePredicted, name: str, p: PhaseFigures) -
         f"[{f.predicted_low:.4f}, {f.predicted_high:.4f}] ({f.basis}); tolerance {tol:g}"
     )
     return Verdict(case=check.case, check=name, passed=inside, detail=detail)
+
+
+def _summed(p: PhaseFigures) -> str:
+    """How a fleet's counters were read: ``, 2 replicas summed, prefix-hash``."""
+    return "" if p.fleet is None else f", {p.fleet.replicas} replicas summed, {p.fleet.policy}"
