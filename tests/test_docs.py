@@ -1,7 +1,7 @@
 """The documentation holds together: a short README, links that resolve, no references to
 files users never see.
 
-- README.md is a guide of at most 12 KiB (12,288 bytes, issue 20); the rest lives in docs/.
+- README.md is a guide of at most 12 KiB (12,288 bytes); the rest lives in docs/.
 - Every relative Markdown link in README.md and docs/**/*.md names an existing file, and a
   ``#fragment`` names a heading of that file (GitHub's anchors: lower case, punctuation
   dropped, spaces as hyphens); docs/index.md links every page; each scenario has its page.
@@ -153,3 +153,19 @@ def test_a_renamed_module_path_or_dotted_name_is_caught() -> None:
         "`loadgen.client.open_session`: no such module or attribute",
         "`analysis.preemption`: no such module or attribute",
     ]
+
+
+#: A number from a tracker users never see ("issue" or "Issue", a space, an optional "#", digits).
+_ISSUE_NUMBER = re.compile(r"\b[Ii]ssue" + r" #?\d+")
+
+
+def test_no_file_points_to_an_issue_number() -> None:
+    found = [
+        f"{path.relative_to(REPO)}:{lineno}: {line.strip()[:80]}"
+        for path in tracked_files()
+        for lineno, line in enumerate(
+            path.read_text(encoding="utf-8", errors="replace").splitlines(), 1
+        )
+        if _ISSUE_NUMBER.search(line)
+    ]
+    assert not found, "say what the code does instead of naming an issue:\n" + "\n".join(found)

@@ -1,6 +1,6 @@
 """Benchmark 6: the load generator's peak memory for 10,000 and 100,000 requests in one phase.
 
-Issue 10: every prompt of a phase was built up front (a 1,024-token prompt as Python ints is
+Every prompt of a phase used to be built up front (a 1,024-token prompt as Python ints is
 ≈ 37 KB, so 100,000 of them ≈ 3.7 GB) and every request was a coroutine created at once.
 This runs one open-loop phase of each size (1,024-token prompts, 4 output tokens, 1,000
 req/s) against the zero-delay fake (``sse_server.py``, own process, own core), each phase in a

@@ -1,4 +1,4 @@
-"""Benchmark: how far worker processes and Ray actors scale the load generator (issue 14).
+"""Benchmark: how far worker processes and Ray actors scale the load generator.
 
 Against a zero-delay fake vLLM (a raw asyncio server in its own process that answers every
 request with a prebuilt SSE body of one token per event, so serving costs it almost nothing

@@ -1,4 +1,4 @@
-"""The scraper's peak RSS against a ``/metrics`` answering 50 MB pages for 10 s (issue 23).
+"""The scraper's peak RSS against a ``/metrics`` answering 50 MB pages for 10 s.
 
 A one-off measurement, not part of ``run_all``: it runs the scraper process of the tree it is
 started from (``cwd``), so the same script measures the bounded code and the old one:

@@ -27,7 +27,7 @@ from typing import Any
 import harness as h
 from report import render
 
-#: (JSON name, script), in the order of issue 13.
+#: (JSON name, script), in the order docs/benchmarks.md lists them.
 BENCHMARKS = (
     ("client_throughput", "bench_client_throughput.py"),
     ("client_timing", "bench_client_timing.py"),

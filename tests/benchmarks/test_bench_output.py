@@ -1,5 +1,5 @@
 """Where benchmark results go: a git-ignored ``runs/bench-<UTC time>/``, never a tracked file;
-and publishing one run into docs/benchmarks.md (issue 24: ``make bench`` must leave
+and publishing one run into docs/benchmarks.md (``make bench`` must leave
 ``git status`` clean, the reference figures change only through ``make bench-publish``).
 
 No benchmark runs here: the runner's benchmarks are replaced by a failed result (which the

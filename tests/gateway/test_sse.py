@@ -74,7 +74,7 @@ def test_is_done() -> None:
     assert not is_done(SseEvent("message", '{"text": "[DONE]"}'))
 
 
-# The fast path (issue 13): plain one-line "data: " events, LF only, cut without a line loop.
+# The fast path: plain one-line "data: " events, LF only, cut without a line loop.
 PLAIN_THEN_MIXED = (
     b"data: 1\n\ndata: 2\n\nevent: error\ndata: e\n\ndata: 3\n\ndata: a\r\n\r\ndata: [DONE]\n\n"
 )

@@ -40,7 +40,7 @@ def reduced_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )  # fmt: skip
 
 
-#: The check about the load generator itself (issue #10: achieved rate within 5 % of offered
+#: The check about the load generator itself (achieved rate within 5 % of offered
 #: and send lateness p99 < 5 ms at every rate). Since the engine core runs at nice 19
 #: (``server.priority``) it passed here (worst lateness p99 1.9 ms), but it is about the
 #: machine as much as the scenario: in one CI run the client process was not scheduled for

@@ -5,7 +5,7 @@ Worker 1's clock is shifted 1000 s ahead (``ShiftedClock``), standing in for ano
 monotonic clock counts from another origin: the offsets measured before the phase must find
 that shift (within their bound), and the merged records must land on the coordinator's clock.
 The fake answers five requests, all of worker 1's, after 500 ms and every other after 10 ms:
-issue 14's example of a pooled p99 that averaging per-worker p99s would halve.
+the example of a pooled p99 that averaging per-worker p99s would halve.
 """
 
 from __future__ import annotations

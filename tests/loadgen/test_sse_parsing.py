@@ -225,7 +225,7 @@ def test_invalid_json_raises_value_error() -> None:
         parse_chunk("{not json")
 
 
-# -- the fast path (issue 13: the client spent most of its CPU decoding chunks) -------------
+# -- the fast path (the client once spent most of its CPU decoding chunks) -------------
 
 # Plain events, then one of every kind the fast path declines: CRLF, an event type, a
 # comment, multi-line data, "data:" without a space; then plain events again.

@@ -137,7 +137,7 @@ def test_nan_points_change_no_delta_reset_peak_or_value() -> None:
     assert counter_delta(with_nan, 1 * S, 5 * S) == 18.0
     assert counter_resets(with_nan, 1 * S, 5 * S) == [4 * S]
     assert value_at(with_nan, int(2.5 * S)) == 10.0
-    # Issue 9 item 12: [NaN, 0.2] gave a null peak while [0.2, NaN] gave 0.2.
+    # Once, [NaN, 0.2] gave a null peak while [0.2, NaN] gave 0.2.
     assert gauge_peak([(1 * S, nan), (2 * S, 0.2)], 0, 3 * S) == 0.2
     assert gauge_peak([(1 * S, 0.2), (2 * S, nan)], 0, 3 * S) == 0.2
     assert gauge_peak([(1 * S, nan)], 0, 3 * S) is None
@@ -147,7 +147,7 @@ def kv(t: int, engine: str, value: float) -> Sample:
     return Sample(t, "kv_cache_usage_perc", (("engine", engine), ("model_name", "m")), value)
 
 
-# Two data-parallel engines at 0.6 and 0.7 KV usage (issue 9 item 7), then lower.
+# Two data-parallel engines at 0.6 and 0.7 KV usage, then lower.
 TWO_ENGINES = [
     kv(1 * S, "0", 0.6),
     kv(1 * S, "1", 0.7),
