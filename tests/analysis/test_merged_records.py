@@ -116,9 +116,10 @@ def _write(path: Path, ttfts_ms: list[int]) -> None:
 
 
 def test_percentiles_are_pooled_over_workers_never_averaged(tmp_path: Path) -> None:
-    # A pooled p99 that averaging per-worker p99s gets wrong. Worker 0: 100 requests of TTFT 10 ms; worker 1: 95 of 10 ms and
-    # 5 of 500 ms. Percentiles are numpy's linear interpolation (analysis.latency.describe):
-    # p99 of m sorted values sits at position 0.99 × (m − 1).
+    # A pooled p99 that averaging per-worker p99s gets wrong. Worker 0: 100 requests of TTFT
+    # 10 ms; worker 1: 95 of 10 ms and 5 of 500 ms. Percentiles are numpy's linear
+    # interpolation (analysis.latency.describe): p99 of m sorted values sits at position
+    # 0.99 × (m − 1).
     # Pooled: m = 200, position 0.99 × 199 = 197.01, between sorted values 197 and 198; the 5
     # largest (positions 195–199) are 500 ms, so p99 = 500 ms.
     # Averaged per worker it would be (10 + 500) / 2 = 255 ms: worker 0's p99 is 10, worker
