@@ -29,15 +29,9 @@ is started with; for an attached server ``--max-model-len`` must give its own):
 plan's sizing counts and names them. A session turn after a skipped one is skipped too (it
 would follow a turn never sent).
 
-Why these defaults (measured on the shared sample, 2 cores, see
-docs/scenarios/trace-replay.md): the sample's prefix reuse grows along the trace (an
-unbounded cache gets 6 % of the first minute's prompt tokens, 59 % of the last minute's at
-1/32), so the default slice is its last minute, ``960s-1023s`` (251 requests); at
-``--token-scale 1/32`` (16-token trace blocks, 8 to vLLM's 128-token CPU block) the mean
-prompt is about 650 tokens and 14 of them exceed the default 2,048-token context; at speedup
-0.5 that slice asks about 1,200 prompt tokens/s of which about half hit, within what this
-CPU prefills (about 1,900 tokens/s for one 1,000-token prompt), and lasts about 2 minutes.
-"""
+The defaults (the sample's last minute, ``--token-scale 1/32``, speedup 0.5) and the
+measurements behind them are in docs/scenarios/trace-replay.md ("Defaults, and why").
+
 
 from __future__ import annotations
 

@@ -2,11 +2,9 @@
 shares the host can keep off them.
 
 vLLM's CPU backend binds the threads of its worker process to the cores it computes on
-(``VLLM_CPU_OMP_THREADS_BIND``, by default every core but ``VLLM_CPU_NUM_OF_RESERVED_CPU``;
-on 2 cores: core 0, its log says ``OpenMP thread binding ... core ids=[0]``) and leaves its
-API server and engine core free to run anywhere. Seen here (vLLM 0.32.0 CPU, 2 cores): all
-46 threads of ``VLLM::Worker`` allowed only core 0, the API server's 11 and the engine core's
-15 threads cores 0-1. So a thread of the server's process tree that may run on fewer cores
+(``VLLM_CPU_OMP_THREADS_BIND``, by default every core but ``VLLM_CPU_NUM_OF_RESERVED_CPU``)
+and leaves its API server and engine core free to run anywhere (what was seen on 2 cores is
+in docs/placement.md). So a thread of the server's process tree that may run on fewer cores
 than the server's root process is a computing thread, and the union of those threads' cores
 is the server's **compute set**. A GPU build binds nothing: no compute set.
 

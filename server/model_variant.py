@@ -150,11 +150,9 @@ def read_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str] | No
 def choose_variant(choice: str, flags: frozenset[str] | None) -> VariantDecision:
     """Resolve ``auto | bf16 | fp32`` to a variant with the reason.
 
-    ``auto`` picks ``fp32`` unless the CPU has AMX-BF16. Measured with vLLM 0.32.0 CPU, eager,
-    1 GiB, one request at a time (docs/embedded-model.md): prefill of 1,056 tokens on an
-    AVX2-only EPYC 4.2 s bf16 vs 0.65 s fp32; on an EPYC with AVX-512 BF16 0.59 s vs 0.38 s;
-    decode equal within 5 % on both. With AMX, vLLM runs bfloat16 on AMX tiles and float32
-    without them, so ``bf16`` is expected to be faster there (not measured: no AMX machine).
+    ``auto`` picks ``fp32`` unless the CPU has AMX-BF16: without AMX, float32 prefills faster
+    than bfloat16; with AMX, vLLM runs bfloat16 on AMX tiles. The measurements behind the rule
+    are in docs/embedded-model.md.
 
     Args:
         choice: ``"auto"``, ``"bf16"`` or ``"fp32"``.
