@@ -31,7 +31,7 @@ would follow a turn never sent).
 
 The defaults (the sample's last minute, ``--token-scale 1/32``, speedup 0.5) and the
 measurements behind them are in docs/scenarios/trace-replay.md ("Defaults, and why").
-
+"""
 
 from __future__ import annotations
 
