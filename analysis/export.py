@@ -140,7 +140,7 @@ def _goodput(run: RunData, frame: pd.DataFrame, duration: float) -> float | None
     slo_text = run.plan.params.get("slo")
     if not slo_text or duration <= 0 or frame.empty:
         return None
-    from scenarios.slo_goodput import parse_slo
+    from scenarios.values import parse_slo
 
     limits = parse_slo(str(slo_text))
     slo = SLOLimits(limits.get("ttft"), limits.get("tpot"), limits.get("e2el"))

@@ -28,6 +28,11 @@ from analysis.compare_stats import Statistic
 DEFAULTS_FILE = Path(__file__).with_name("gate_defaults.toml")
 
 
+#: Most bootstrap resamples a gate file may ask for: 50 × the default 2,000; the cost of a
+#: comparison grows linearly with them, and the bootstrap holds one figure per resample.
+MAX_RESAMPLES = 100_000
+
+
 class GateFileError(ValueError):
     """A gate file that cannot be read or does not validate; the message names the file."""
 
@@ -53,8 +58,8 @@ class GateConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     confidence: float = Field(default=0.95, gt=0, lt=1)
-    resamples: int = Field(default=2000, ge=1000)
-    seed: int = 0
+    resamples: int = Field(default=2000, ge=1000, le=MAX_RESAMPLES)
+    seed: int = Field(default=0, ge=0)  # numpy's seeds are ≥ 0
     min_samples: int = Field(default=10, ge=1)
     min_tail_samples: int = Field(default=2, ge=1)
     metrics: dict[str, MetricRule]

@@ -144,6 +144,12 @@ class ArrivalPattern(BaseModel):
         ``duration_s``), ``None`` when the workload gives the count."""
         return None
 
+    def min_span_s(self, n: int | None) -> float | None:
+        """The time the phase's own clock plans for ``n`` requests (s), whatever the server
+        does (``scenarios.schedule``): 0 for a pattern that sends everything at once;
+        ``None`` while it depends on a late-bound figure; ``inf`` when it overflows a float."""
+        return 0.0
+
     def describe(self) -> str:
         """The pattern in a few words, for reports."""
         raise NotImplementedError
@@ -185,6 +191,14 @@ class ClosedLoop(ArrivalPattern):
 
     def start_offset_ns(self, sender: int) -> int:
         return int(sender * self.ramp_s * 1e9 / self.concurrency)
+
+    def min_span_s(self, n: int | None) -> float:
+        """Its duration when it has one (a count reached first ends it sooner), else the
+        last sender's first send."""
+        if self.duration_s is not None:
+            return self.duration_s
+        senders = self.concurrency if n is None else min(n, self.concurrency)
+        return self.ramp_s * max(senders - 1, 0) / self.concurrency
 
     def slots(self, n: int) -> int:
         return max(1, min(self.concurrency, n))
@@ -286,6 +300,15 @@ class OpenLoop(ArrivalPattern):
     def count_within_limit(self) -> int | None:
         return None if self.duration_s is None else arrivals_within(self, self.duration_s)
 
+    def min_span_s(self, n: int | None) -> float | None:
+        """Its duration, else when the last of ``n`` requests is due
+        (:func:`open_loop_span_s`); ``None`` while the rate is a late-bound figure."""
+        if self.duration_s is not None:
+            return self.duration_s
+        if isinstance(self.rate_rps, Measured) or n is None:
+            return None
+        return open_loop_span_s(self, n)
+
     def describe(self) -> str:
         cap = f", cap {self.max_concurrency}" if self.max_concurrency else ""
         ramp = f", ramp {self.ramp_s:g} s" if self.ramp_s else ""
@@ -342,6 +365,20 @@ class TraceArrival(ArrivalPattern):
     def follows_turn(self, i: int) -> int | None:
         return self.follows[i]
 
+    def min_span_s(self, n: int | None = None) -> float:
+        """The latest due time of a request, a session turn's counted from the due time of
+        the turn it follows (its own service time left out)."""
+        scale = self.speedup if self.compress_delays else 1.0
+        due: list[float] = []
+        for offset, follows, delay in zip(self.offsets_ms, self.follows, self.delays_ms,
+                                          strict=True):  # fmt: skip
+            if offset is not None:
+                due.append(offset / 1e3 / self.speedup)
+            else:
+                assert follows is not None  # validated: a turn follows an earlier request
+                due.append(due[follows] + delay / 1e3 / scale)
+        return max(due, default=0.0)
+
     def in_flight_at_start(self, n: int, window_s: float) -> int:
         return sum(
             1 for i in range(n) if self.follows[i] is None and self.offset_ns(i) < window_s * 1e9
@@ -371,11 +408,35 @@ class TraceArrival(ArrivalPattern):
 Arrival = Annotated[ClosedLoop | AllAtOnce | OpenLoop | TraceArrival, Field(discriminator="kind")]
 
 
+#: Latest send offset kept (ns): the largest int64, the type the run format keeps times in
+#: (292 years). A schedule reaching it is refused before a run (``scenarios.schedule``);
+#: clipping only keeps the arithmetic of one that is being checked from overflowing.
+MAX_OFFSET_NS = 2**63 - 1
+
+
+def _ns(value_ns: float) -> int:
+    return int(value_ns) if value_ns < MAX_OFFSET_NS else MAX_OFFSET_NS
+
+
+def _offsets_s(arrival: OpenLoop, n: int) -> np.ndarray:
+    """Send offsets in seconds (floats; ``inf`` where they overflow) for ``n`` ≥ 1 requests."""
+    rate = arrival.rate()
+    with np.errstate(over="ignore", divide="ignore"):  # a tiny rate: inf, refused later
+        if arrival.pattern == "constant":
+            steady = np.arange(n) / rate
+        else:
+            rng = np.random.default_rng(arrival.seed)
+            shape = arrival.burstiness
+            gaps_s = rng.gamma(shape, 1.0 / (rate * shape), size=n - 1)
+            steady = np.concatenate([[0.0], np.cumsum(gaps_s)])
+        return ramped(steady, arrival.ramp_s)
+
+
 def open_loop_offsets_ns(arrival: OpenLoop, n: int) -> list[int]:
     """Send offsets (ns from phase start) for ``n`` requests; the first is at 0.
 
     Gamma: gaps ~ Gamma(shape=burstiness, scale=1/(λ·burstiness)), so the mean gap is 1/λ s.
-    Constant: gap i = exactly 1/λ s.
+    Constant: gap i = exactly 1/λ s. An offset beyond :data:`MAX_OFFSET_NS` is clipped to it.
 
     Raises:
         LateBindingError: the rate is not resolved yet.
@@ -384,15 +445,18 @@ def open_loop_offsets_ns(arrival: OpenLoop, n: int) -> list[int]:
         return []
     rate = arrival.rate()
     if arrival.pattern == "constant" and arrival.ramp_s == 0:
-        return [int(i * 1e9 / rate) for i in range(n)]
-    if arrival.pattern == "constant":
-        steady = np.arange(n) / rate
-    else:
-        rng = np.random.default_rng(arrival.seed)
-        shape = arrival.burstiness
-        gaps_s = rng.gamma(shape, 1.0 / (rate * shape), size=n - 1)
-        steady = np.concatenate([[0.0], np.cumsum(gaps_s)])
-    return [int(x * 1e9) for x in ramped(steady, arrival.ramp_s)]
+        return [_ns(i * 1e9 / rate) for i in range(n)]
+    return [_ns(x * 1e9) for x in _offsets_s(arrival, n)]
+
+
+def open_loop_span_s(arrival: OpenLoop, n: int) -> float:
+    """When the last of ``n`` requests is due, seconds after the phase start (0 for n ≤ 1;
+    ``inf`` when it overflows a float).
+
+    Raises:
+        LateBindingError: the rate is not resolved yet.
+    """
+    return float(_offsets_s(arrival, n)[-1]) if n > 1 else 0.0
 
 
 def ramped(steady_s: np.ndarray, ramp_s: float) -> np.ndarray:
@@ -409,15 +473,27 @@ def ramped(steady_s: np.ndarray, ramp_s: float) -> np.ndarray:
     return np.where(steady_s < half, np.sqrt(2 * ramp_s * steady_s), steady_s + half)
 
 
+#: Ceiling of the requests of one phase (``scenarios.common.MAX_REQUESTS``): at the CPU
+#: vLLM's pace (a few requests a second) 100,000 already take hours.
+MAX_PHASE_REQUESTS = 100_000
+
+
 def arrivals_within(arrival: OpenLoop, duration_s: float) -> int:
     """How many offsets of ``arrival``'s schedule fall in [0, ``duration_s``) (at least 1:
     the first arrival is at 0).
 
     Raises:
-        LateBindingError: the rate is not resolved yet.
+        LateBindingError: the rate is not resolved yet, or rate × duration is more than
+            :data:`MAX_PHASE_REQUESTS` (a late-bound rate, a fraction of a measured
+            throughput, is only known at run time; the case then fails before the phase).
     """
     limit_ns = int(duration_s * 1e9)
     expected = arrival.rate() * duration_s
+    if expected > MAX_PHASE_REQUESTS:
+        raise LateBindingError(
+            f"{arrival.rate():g} req/s over {duration_s:g} s is {expected:,.0f} requests, more "
+            f"than {MAX_PHASE_REQUESTS:,} in a phase"
+        )
     n = max(2, math.ceil(expected + 6 * math.sqrt(expected) + 10))
     while True:
         offsets = open_loop_offsets_ns(arrival, n)

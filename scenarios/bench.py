@@ -34,15 +34,24 @@ from scenarios.bench_workload import BenchItem, BenchRequests, Endpoint, redacte
 from scenarios.checks import Check, CheckSpec
 from scenarios.common import (
     MAX_CONCURRENCY,
-    MAX_RATE_RPS,
     MAX_REQUESTS,
+    MIN_BURSTINESS,
     HttpUrlText,
     RunParams,
     SizeText,
 )
 from scenarios.fleet_cases import FleetParams, fleet_cases
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
-from scenarios.slo_goodput import parse_duration, parse_slo
+from scenarios.values import (
+    ConcurrenciesText,
+    DurationText,
+    RatesText,
+    SLOText,
+    exact_label,
+    parse_concurrencies,
+    parse_duration,
+    parse_rates,
+)
 from server.capacity import KVCapacity
 from server.sizes import format_size, parse_size
 
@@ -83,50 +92,6 @@ class NoFailures(CheckSpec):
     phase: str
 
 
-def _numbers(text: str, what: str, kind: type) -> list[Any]:
-    items = [x.strip() for x in text.split(",") if x.strip()]
-    if not items:
-        raise ValueError(f"no {what} given")
-    out = []
-    for item in items:
-        try:
-            value = kind(item)
-        except ValueError:
-            raise ValueError(f"{what} {item!r} is not a number") from None
-        if value <= 0:
-            raise ValueError(f"{what} {item!r} must be positive")
-        out.append(value)
-    if len(set(out)) != len(out):
-        raise ValueError(f"a {what} is given twice")
-    return out
-
-
-def parse_concurrencies(text: str) -> list[int]:
-    """``"1,4,16"`` → [1, 4, 16].
-
-    Raises:
-        ValueError: an item is not a positive integer ≤ ``MAX_CONCURRENCY`` or repeats.
-    """
-    values: list[int] = _numbers(text, "concurrency", int)
-    for c in values:
-        if c > MAX_CONCURRENCY:
-            raise ValueError(f"concurrency {c} is above {MAX_CONCURRENCY} requests at once")
-    return values
-
-
-def parse_rates(text: str) -> list[float]:
-    """``"2,4,8"`` → [2.0, 4.0, 8.0] (req/s).
-
-    Raises:
-        ValueError: an item is not a positive number ≤ ``MAX_RATE_RPS`` or repeats.
-    """
-    values: list[float] = _numbers(text, "rate", float)
-    for r in values:
-        if r > MAX_RATE_RPS:
-            raise ValueError(f"rate {r:g} is above {MAX_RATE_RPS:g} req/s")
-    return values
-
-
 def parse_header(text: str) -> tuple[str, str]:
     """``"X-Key: value"`` → ("X-Key", "value").
 
@@ -148,12 +113,12 @@ class BenchParams(RunParams, FleetParams):
     )
     cache: SizeText = Field(default="1GiB", description="KV cache of the embedded server.")
     requests: int = Field(default=64, gt=0, le=MAX_REQUESTS, description="Requests per phase (N).")
-    concurrency: str | None = Field(
+    concurrency: ConcurrenciesText | None = Field(
         default=None,
         description="Closed loop: requests in flight, one phase per value (e.g. 1,4,16); "
         "default 1 when no --rate.",
     )
-    rate: str | None = Field(
+    rate: RatesText | None = Field(
         default=None, description="Open loop: arrival rates in req/s, one phase per value."
     )
     max_concurrency: int | None = Field(
@@ -163,8 +128,10 @@ class BenchParams(RunParams, FleetParams):
         default="gamma",
         description="Open loop: gamma gaps (Poisson at burstiness 1) or constant.",
     )
-    burstiness: float = Field(default=1.0, gt=0, description="Gamma shape: 1 = Poisson.")
-    ramp_up: str | None = Field(
+    burstiness: float = Field(
+        default=1.0, ge=MIN_BURSTINESS, description="Gamma shape: 1 = Poisson, < 1 burstier."
+    )
+    ramp_up: DurationText | None = Field(
         default=None, description="Open loop: rate rises linearly from 0 over this (e.g. 10s)."
     )
     warmup_requests: int = Field(
@@ -186,7 +153,7 @@ class BenchParams(RunParams, FleetParams):
     sharegpt_turns: SharegptTurns = Field(
         default="first", description="ShareGPT: first user turn, or every turn with history."
     )
-    dataset_seed: int = Field(default=0, description="Seed of --shuffle.")
+    dataset_seed: int = Field(default=0, ge=0, description="Seed of --shuffle (numpy's: ≥ 0).")
     shuffle: bool = Field(default=False, description="Take dataset rows in a seeded order.")
     dataset_output_len: bool = Field(
         default=True, description="Use a row's own output length where it has one."
@@ -205,7 +172,7 @@ class BenchParams(RunParams, FleetParams):
     )
     ignore_eos: bool = Field(default=True, description="Ask for exact output lengths.")
     temperature: float = Field(default=0.0, ge=0, description="Sampling temperature.")
-    slo: str | None = Field(
+    slo: SLOText | None = Field(
         default=None, description="Goodput SLOs, e.g. ttft=200ms,tpot=50ms[,e2el=5s]."
     )
     max_num_seqs: int | None = Field(
@@ -214,34 +181,6 @@ class BenchParams(RunParams, FleetParams):
         le=MAX_CONCURRENCY,
         description="Embedded server's batch limit (default: enough for the largest C).",
     )
-
-    @field_validator("concurrency")
-    @classmethod
-    def _concurrency(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_concurrencies(value)
-        return value
-
-    @field_validator("rate")
-    @classmethod
-    def _rate(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_rates(value)
-        return value
-
-    @field_validator("ramp_up")
-    @classmethod
-    def _ramp(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_duration(value)
-        return value
-
-    @field_validator("slo")
-    @classmethod
-    def _slo(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_slo(value)
-        return value
 
     @field_validator("extra_body")
     @classmethod
@@ -471,7 +410,7 @@ def _loads(p: BenchParams) -> list[tuple[str, ClosedLoop | OpenLoop]]:
             rate_rps=r, burstiness=p.burstiness, pattern=p.arrival_pattern, seed=p.seed,
             max_concurrency=p.max_concurrency, ramp_s=ramp,
         )  # fmt: skip
-        loads.append((f"r{r:g}", open_loop))
+        loads.append((f"r{exact_label(r)}", open_loop))
     return loads
 
 

@@ -8,12 +8,13 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
 
+from scenarios.arrivals import MAX_PHASE_REQUESTS
 from scenarios.plan import REQUEST_TIMEOUT_S, STALL_TIMEOUT_S, ClientPriority
 from scenarios.tokens import TokenSpace
 from server.config import ServerConfig
 from server.engines import EngineNotFoundError, project_engine, resolve_engine
 from server.frozen import FrozenModel
-from server.model_variant import VariantChoice
+from server.model_variant import COMMON_ARCHITECTURE, VariantChoice
 from server.net.limits import METRICS_MAX_BYTES
 from server.net.urls import redact_url
 from server.priority import ENGINE_CORE_NICE, SERVER_GROUP_NICE
@@ -94,14 +95,38 @@ MAX_RUN_S = 86400.0
 #: than a CPU vLLM serves at once, so beyond it a run floods rather than measures.
 MAX_CONCURRENCY = 1024
 #: Ceiling of the requests of one phase: at the CPU vLLM's pace (a few requests a second)
-#: 100,000 already take hours; a typo of a few more zeros would never end.
-MAX_REQUESTS = 100_000
+#: 100,000 already take hours; a typo of a few more zeros would never end. One constant with
+#: the ceiling a late-bound rate's request count meets at run time.
+MAX_REQUESTS = MAX_PHASE_REQUESTS
 #: Ceiling of an open-loop arrival rate (req/s): above it the client's own send loop, not
 #: the server, decides when requests leave.
 MAX_RATE_RPS = 1000.0
+#: Ceiling of a trace speedup: at 1000× a one-hour trace lasts 3.6 s; beyond it the client's
+#: send loop, not the trace, decides when requests leave.
+MAX_SPEEDUP = 1000.0
+#: Ceiling of a rate given as a fraction of a measured throughput (slo-goodput's
+#: ``--rate-fractions``): ten times what the server completes only measures a queue growing.
+MAX_RATE_FRACTION = 10.0
+#: Floor of the gamma shape of arrival gaps (``--burstiness``): its gaps have a coefficient of
+#: variation 1/√shape, and below 0.01 numpy's gamma draws underflow to exactly 0 (0.07 % of
+#: gaps at 0.01, 48 % at 0.001) until, at 1e-6, the mean gap is 1e-10 of 1/λ: the schedule
+#: no longer has the rate asked for.
+MIN_BURSTINESS = 0.01
 #: Smallest /metrics size limit accepted: a vLLM page is ~50 KB, so a limit below 64 KiB
 #: would fail every scrape of a real server.
 MIN_METRICS_MAX_BYTES = 64 * 2**10
+#: Largest /metrics size limit accepted: 1 GiB, 20,000 times a vLLM page; above it the limit
+#: no longer bounds the scraper's memory.
+MAX_METRICS_MAX_BYTES = 2**30
+#: Ceiling of a context (tokens): 2^20, the longest contexts served today are about a
+#: million tokens, and one prompt that long is already ~36 MB of Python ints in the client
+#: and a ~7 MB request body.
+MAX_MODEL_LEN = 2**20
+#: Ceiling of ``--token-id-high``: 2^31, far above any vocabulary in use (the largest are
+#: about 2^18 entries); the draws are int64.
+MAX_TOKEN_ID = 2**31
+#: The embedded model's vocabulary: token IDs at or above it fail every request.
+EMBEDDED_VOCAB = COMMON_ARCHITECTURE["vocab_size"]
 
 
 class ServerParams(FrozenModel):
@@ -111,24 +136,34 @@ class ServerParams(FrozenModel):
     # allow_inf_nan=False: an infinite settle or duration would hang the run.
     model_config = ConfigDict(allow_inf_nan=False)
 
-    max_model_len: int = Field(default=2048, gt=0, description="Server context (tokens).")
+    max_model_len: int = Field(
+        default=2048,
+        gt=0,
+        le=MAX_MODEL_LEN,
+        description=f"Server context (tokens, ≤ {MAX_MODEL_LEN:,}).",
+    )
     enforce_eager: bool = Field(
         default=True,
         description="Start vLLM without torch.compile (--no-enforce-eager: compile, a "
         "slower start).",
     )
-    model: str | None = Field(default=None, description="Model dir; default: embedded model.")
+    model: str | None = Field(
+        default=None, min_length=1, description="Model dir; default: embedded model."
+    )
     model_variant: VariantChoice = Field(
         default="auto",
         description="Embedded model: auto (the faster on this CPU), bf16 or fp32 (same KV).",
     )
     vllm: str | None = Field(
         default=None,
+        min_length=1,
         description="vLLM version to serve with: the project's own or one installed by "
         "`make engine VLLM=X`.",
     )
     engine_python: str | None = Field(
-        default=None, description="Interpreter of a vLLM installed elsewhere (instead of --vllm)."
+        default=None,
+        min_length=1,
+        description="Interpreter of a vLLM installed elsewhere (instead of --vllm).",
     )
     vllm_args: str | None = Field(
         default=None,
@@ -225,6 +260,7 @@ class RunParams(ServerParams):
     metrics_max_bytes: int = Field(
         default=METRICS_MAX_BYTES,
         ge=MIN_METRICS_MAX_BYTES,
+        le=MAX_METRICS_MAX_BYTES,
         description=f"Largest /metrics answer (bytes, default {METRICS_MAX_BYTES} = 4 MiB): a "
         "larger page is a failed scrape, never read past the limit.",
     )
@@ -241,8 +277,16 @@ class RunParams(ServerParams):
         description="A request with no byte from the server this long fails as 'stalled' (s; "
         "also the wait for the first byte, so above the longest queueing wait).",
     )
-    seed: int = Field(default=0, description="Seed of all prompt tokens (and arrivals).")
-    token_id_high: int = Field(default=4000, gt=10, description="Prompt token IDs below this.")
+    seed: int = Field(
+        default=0, ge=0, description="Seed of all prompt tokens (and arrivals; numpy's are ≥ 0)."
+    )
+    token_id_high: int = Field(
+        default=4000,
+        gt=10,
+        le=MAX_TOKEN_ID,
+        description="Prompt token IDs below this (the embedded model's vocabulary: "
+        f"{EMBEDDED_VOCAB:,}).",
+    )
     client_priority: ClientPriority = Field(
         default="auto",
         description="auto: for a server on this host whose compute cores are known and leave "

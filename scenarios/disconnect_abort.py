@@ -139,10 +139,16 @@ class DisconnectAbortParams(RunParams):
         description="Seconds allowed from last disconnect to a free server.",
     )
     max_wasted_fraction: float = Field(
-        default=0.1, ge=0, description="Wasted tokens allowed (fraction of the orphan budget)."
+        default=0.1,
+        ge=0,
+        le=1,
+        description="Wasted tokens allowed (fraction of the orphan budget).",
     )
     orphan_min_wasted_fraction: float = Field(
-        default=0.8, ge=0, description="Broken proxy: wasted fraction that shows orphans ran on."
+        default=0.8,
+        ge=0,
+        le=1,
+        description="Broken proxy: wasted fraction that shows orphans ran on.",
     )
     idle_timeout_s: float = Field(
         default=300.0,
@@ -171,6 +177,12 @@ class DisconnectAbortParams(RunParams):
         self.check_fits(self.prompt_tokens, self.output_tokens)
         if self.disconnect_after_tokens >= self.output_tokens:
             raise ValueError("disconnect_after_tokens must be below output_tokens")
+        if int(self.requests * self.disconnect_fraction) < 1:  # UniquePrompts.disconnects
+            raise ValueError(
+                f"disconnect_fraction {self.disconnect_fraction:g} × requests {self.requests} "
+                f"= {self.requests * self.disconnect_fraction:g}: no request disconnects, "
+                "nothing to measure"
+            )
         return self
 
 

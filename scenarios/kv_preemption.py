@@ -18,8 +18,9 @@ from pydantic import Field, field_validator, model_validator
 from scenarios.arrivals import AllAtOnce
 from scenarios.base import Scenario
 from scenarios.checks import Check, CheckSpec
-from scenarios.common import MAX_CONCURRENCY, HttpUrlText, RunParams
+from scenarios.common import HttpUrlText, RunParams
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
+from scenarios.values import CONCURRENCY, ConcurrenciesText, SizesText, parse_number
 from scenarios.workloads import UniquePrompts
 from server.capacity import KVCapacity
 from server.sizes import format_size, parse_size
@@ -37,7 +38,7 @@ def parse_matrix(text: str) -> list[tuple[str, int]]:
         if not sep:
             raise ValueError(f"case {item!r}: expected SIZE:CONCURRENCY, e.g. 1GiB:16")
         try:
-            out.append((_size(size.strip()), _positive_int(conc.strip())))
+            out.append((_size(size.strip()), parse_number(conc, "concurrency", int, CONCURRENCY)))
         except ValueError as exc:
             raise ValueError(f"case {item!r}: {exc}") from None
     if not out:
@@ -52,15 +53,6 @@ def _items(text: str) -> list[str]:
 def _size(text: str) -> str:
     parse_size(text)  # raises ValueError naming the accepted units
     return text
-
-
-def _positive_int(text: str) -> int:
-    """A concurrency: a positive integer up to :data:`~scenarios.common.MAX_CONCURRENCY`."""
-    if not text.isdigit() or int(text) <= 0:
-        raise ValueError(f"{text or repr(text)} is not a positive integer")
-    if int(text) > MAX_CONCURRENCY:
-        raise ValueError(f"concurrency {text} is above {MAX_CONCURRENCY} requests at once")
-    return int(text)
 
 
 class PreemptionAsPredicted(CheckSpec):
@@ -100,10 +92,10 @@ class KVPreemptionParams(RunParams):
         default="1GiB:8,1GiB:16,4GiB:16",
         description="Cases as SIZE:CONCURRENCY pairs (KV cache bytes: 1GiB = 2^30).",
     )
-    cache: str | None = Field(
+    cache: SizesText | None = Field(
         default=None, description="Comma-separated cache sizes; with --concurrency, the product."
     )
-    concurrency: str | None = Field(
+    concurrency: ConcurrenciesText | None = Field(
         default=None, description="Comma-separated concurrencies; with --cache, the product."
     )
     url: HttpUrlText | None = Field(
@@ -112,34 +104,13 @@ class KVPreemptionParams(RunParams):
     prompt_tokens: int = Field(default=1024, gt=0, description="Prompt length (tokens), unique.")
     output_tokens: int = Field(default=512, gt=0, description="Output length (tokens), exact.")
     kv_peak_tolerance: float = Field(
-        default=0.05, gt=0, description="KV peak vs predicted working set (fraction)."
+        default=0.05, gt=0, le=1, description="KV peak vs predicted working set (fraction)."
     )
 
     @field_validator("cases")
     @classmethod
     def _cases(cls, value: str) -> str:
         parse_matrix(value)
-        return value
-
-    # Each list is checked on its own, so an error names the flag the user typed.
-    @field_validator("cache")
-    @classmethod
-    def _cache_list(cls, value: str | None) -> str | None:
-        if value is not None:
-            if not _items(value):
-                raise ValueError("no cache size given")
-            for item in _items(value):
-                _size(item)
-        return value
-
-    @field_validator("concurrency")
-    @classmethod
-    def _concurrency_list(cls, value: str | None) -> str | None:
-        if value is not None:
-            if not _items(value):
-                raise ValueError("no concurrency given")
-            for item in _items(value):
-                _positive_int(item)
         return value
 
     @model_validator(mode="after")

@@ -263,6 +263,15 @@ class Plan(FrozenModel):
         return self
 
     @model_validator(mode="after")
+    def _phase_names_unique(self) -> Plan:
+        for case in self.cases:
+            names = [p.name for p in self.phases_of(case)]
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:  # a phase's name keys its records, counters and figures
+                raise ValueError(f"case {case.name}: phase name(s) {twice} used more than once")
+        return self
+
+    @model_validator(mode="after")
     def _sources_run_first(self) -> Plan:
         for case in self.cases:
             seen: list[str] = []

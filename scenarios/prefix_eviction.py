@@ -114,7 +114,7 @@ class PrefixEvictionParams(RunParams):
         default=1.2, gt=0, description="Revisit/warm TTFT p95 needed to call eviction visible."
     )
     hit_rate_tolerance: float = Field(
-        default=0.02, ge=0, description="'Close' for hit-rate comparisons."
+        default=0.02, ge=0, le=1, description="'Close' for hit-rate comparisons (0-1)."
     )
 
     @field_validator("control")

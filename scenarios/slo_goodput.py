@@ -29,11 +29,10 @@ Definitions (measurement window, good request, goodput, attainment) are stated i
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from scenarios.arrivals import ClosedLoop, OpenLoop
 from scenarios.base import Scenario
@@ -42,13 +41,23 @@ from scenarios.common import (
     MAX_CONCURRENCY,
     MAX_RATE_RPS,
     MAX_REQUESTS,
-    MAX_RUN_S,
+    MIN_BURSTINESS,
     HttpUrlText,
     RunParams,
     SizeText,
 )
 from scenarios.late import Measured
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
+from scenarios.values import (
+    DurationText,
+    RateFractionsText,
+    SLOText,
+    exact_label,
+    parse_duration,
+    parse_rate_fractions,
+    parse_rates,
+    parse_slo,
+)
 from scenarios.workloads import UniquePrompts
 from server.capacity import KVCapacity
 from server.frozen import FrozenModel
@@ -60,84 +69,22 @@ SATURATION = "saturation"
 #: requests per second is beyond any single server this testbed drives (the duration ends it).
 SATURATION_MAX_RPS = 1000
 DEFAULT_FRACTIONS = "0.25,0.5,0.75,0.9,1.0,1.5,2.0"
-SLO_METRICS = ("ttft", "tpot", "e2el")
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|min)?\s*$")
-
-
-def parse_duration(text: str) -> float:
-    """``"40s"``, ``"500ms"``, ``"2m"`` or ``"40"`` (seconds) → seconds.
-
-    Raises:
-        ValueError: not a positive number with one of the units ms, s, m.
-    """
-    m = _DURATION.match(text)
-    if not m or float(m.group(1)) <= 0:
-        raise ValueError(f"{text!r} is not a duration; e.g. 40s, 500ms, 2m")
-    scale = {"ms": 1e-3, "s": 1.0, None: 1.0, "m": 60.0, "min": 60.0}[m.group(2)]
-    seconds = float(m.group(1)) * scale
-    if seconds > MAX_RUN_S:  # also an overflowing "1e999"
-        raise ValueError(f"{text!r} is longer than {MAX_RUN_S:g} s (one day)")
-    return seconds
+#: Ceiling of ``--slo-factor``: at 1000 × the unloaded latency every request that completes
+#: at all is good, so the SLO no longer tells rates apart.
+MAX_SLO_FACTOR = 1000.0
 
 
-def parse_slo(text: str) -> dict[str, float]:
-    """``"ttft=200ms,tpot=50ms,e2el=5s"`` → {"ttft": 200.0, "tpot": 50.0, "e2el": 5000.0} (ms).
-
-    Raises:
-        ValueError: an item is not ``METRIC=DURATION`` with METRIC one of ttft, tpot, e2el,
-            a metric is given twice, or nothing is given.
-    """
-    out: dict[str, float] = {}
-    for item in (x.strip() for x in text.split(",")):
-        if not item:
-            continue
-        key, sep, value = item.partition("=")
-        key = key.strip().lower()
-        if not sep or key not in SLO_METRICS:
-            raise ValueError(
-                f"SLO item {item!r}: expected METRIC=LIMIT with METRIC one of "
-                f"{', '.join(SLO_METRICS)}, e.g. ttft=200ms"
-            )
-        if key in out:
-            raise ValueError(f"SLO {key} given twice")
-        out[key] = parse_duration(value) * 1e3
-    if not out:
-        raise ValueError("no SLO given; e.g. ttft=200ms,tpot=50ms")
-    return out
-
-
-def _positive_floats(text: str, what: str) -> list[float]:
-    values = []
-    for item in (x.strip() for x in text.split(",")):
-        if not item:
-            continue
-        try:
-            value = float(item)
-        except ValueError:
-            raise ValueError(f"{what} {item!r} is not a number") from None
-        if not math.isfinite(value) or value <= 0:
-            raise ValueError(f"{what} {item!r} must be a positive number")
-        values.append(value)
-    if not values:
-        raise ValueError(f"no {what} given")
-    if len(set(values)) != len(values):
-        raise ValueError(f"a {what} is given twice")
-    return sorted(values)
-
-
-def parse_rates(text: str) -> list[float] | None:
-    """``"auto"`` → ``None``; ``"2,4,6.5"`` → [2.0, 4.0, 6.5] (req/s, increasing order).
-
-    Raises:
-        ValueError: an item is not a positive number, or one is repeated.
-    """
+def given_rates(text: str) -> list[float] | None:
+    """``--rates``: ``"auto"`` → ``None``; ``"6,2,4.5"`` → [2.0, 4.5, 6.0] (req/s, increasing;
+    ``scenarios.values.parse_rates``)."""
     if text.strip().lower() == "auto":
         return None
-    rates = _positive_floats(text, "rate")
-    if rates[-1] > MAX_RATE_RPS:
-        raise ValueError(f"rate {rates[-1]:g} is above {MAX_RATE_RPS:g} req/s")
-    return rates
+    return sorted(parse_rates(text))
+
+
+def _rates_text(value: str) -> str:
+    given_rates(value)
+    return value
 
 
 class SLOGoodputParams(RunParams):
@@ -147,30 +94,37 @@ class SLOGoodputParams(RunParams):
     url: HttpUrlText | None = Field(
         default=None, description="Attach to this running server (no server is started)."
     )
-    slo: str | None = Field(
+    slo: SLOText | None = Field(
         default=None,
         description="SLOs a good request meets (≤), e.g. ttft=200ms,tpot=50ms[,e2el=5s]; "
         "default: --slo-factor × the unloaded TTFT and TPOT p50.",
     )
     slo_factor: float = Field(
-        default=3.0, gt=1, description="Default SLOs: this × the unloaded TTFT/TPOT p50."
+        default=3.0,
+        gt=1,
+        le=MAX_SLO_FACTOR,
+        description="Default SLOs: this × the unloaded TTFT/TPOT p50.",
     )
-    rates: str = Field(
+    rates: Annotated[str, AfterValidator(_rates_text)] = Field(
         default="auto",
         description="Offered rates in req/s (e.g. 2,4,6), or auto: --rate-fractions × the "
         "measured saturation throughput.",
     )
-    rate_fractions: str = Field(
+    rate_fractions: RateFractionsText = Field(
         default=DEFAULT_FRACTIONS, description="With --rates auto: fractions of saturation."
     )
     arrival_pattern: Literal["gamma", "constant"] = Field(
         default="gamma", description="gamma (Poisson at --burstiness 1) or constant gaps."
     )
     burstiness: float = Field(
-        default=1.0, gt=0, description="Gamma shape of the gaps: 1 = Poisson, < 1 burstier."
+        default=1.0,
+        ge=MIN_BURSTINESS,
+        description="Gamma shape of the gaps: 1 = Poisson, < 1 burstier.",
     )
-    duration: str = Field(default="40s", description="Sending time of each rate (e.g. 40s).")
-    warmup: str = Field(
+    duration: DurationText = Field(
+        default="40s", description="Sending time of each rate (e.g. 40s)."
+    )
+    warmup: DurationText = Field(
         default="5s", description="Start of each rate (and of saturation) left out of stats."
     )
     attainment: float = Field(
@@ -205,7 +159,7 @@ class SLOGoodputParams(RunParams):
         le=MAX_CONCURRENCY,
         description="Closed-loop concurrency of saturation; default: sized.",
     )
-    saturation_duration: str = Field(
+    saturation_duration: DurationText = Field(
         default="30s", description="Sending time of the saturation phase."
     )
     unloaded_requests: int = Field(
@@ -216,34 +170,9 @@ class SLOGoodputParams(RunParams):
     )
     # The first request after a server start may take a cold path (first use of buffers and
     # caches); a second leaves out at least that one (here: the first two of 0.75 s each).
-    unloaded_warmup: str = Field(
+    unloaded_warmup: DurationText = Field(
         default="1s", description="Start of the unloaded probe left out of its statistics."
     )
-
-    @field_validator("slo")
-    @classmethod
-    def _slo(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_slo(value)
-        return value
-
-    @field_validator("rates")
-    @classmethod
-    def _rates(cls, value: str) -> str:
-        parse_rates(value)
-        return value
-
-    @field_validator("rate_fractions")
-    @classmethod
-    def _fractions(cls, value: str) -> str:
-        _positive_floats(value, "rate fraction")
-        return value
-
-    @field_validator("duration", "warmup", "saturation_duration", "unloaded_warmup")
-    @classmethod
-    def _durations(cls, value: str) -> str:
-        parse_duration(value)
-        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> SLOGoodputParams:
@@ -261,7 +190,7 @@ class SLOGoodputParams(RunParams):
             raise ValueError("warmup must be shorter than duration")
         if self.warmup_s >= self.saturation_duration_s:
             raise ValueError("warmup must be shorter than saturation_duration")
-        rates = parse_rates(self.rates)
+        rates = given_rates(self.rates)
         if rates is not None and rates[-1] * self.duration_s > MAX_REQUESTS:
             raise ValueError(
                 f"rate {rates[-1]:g} req/s over duration {self.duration_s:g} s is "
@@ -427,15 +356,24 @@ class SweepSpec(FrozenModel):
 
 
 def _rate_phase_name(value: float, auto: bool) -> str:
-    return f"rate-{value:.2f}x" if auto else f"rate-{value:g}rps"
+    """``rate-0.50x`` (a fraction of saturation) or ``rate-2rps``; two values never share a
+    name (``scenarios.values.exact_label``)."""
+    return f"rate-{exact_label(value, '.2f')}x" if auto else f"rate-{exact_label(value)}rps"
+
+
+def sweep_values(p: SLOGoodputParams) -> tuple[list[float], bool]:
+    """The sweep's values in increasing order, and whether they are fractions of the measured
+    saturation (``--rates auto``) rather than rates in req/s."""
+    rates = given_rates(p.rates)
+    if rates is None:
+        return parse_rate_fractions(p.rate_fractions), True
+    return rates, False
 
 
 def sweep_spec(plan: Plan) -> SweepSpec:
     """The spec of an slo-goodput plan, from its parameters and phases."""
     p = SLOGoodputParams.model_validate(plan.params)
-    auto = parse_rates(p.rates) is None
-    values = _positive_floats(p.rate_fractions, "rate fraction") if auto else parse_rates(p.rates)
-    assert values is not None
+    values, auto = sweep_values(p)
     if p.slo is not None:
         slo: dict[str, float | str] = dict(parse_slo(p.slo))
     else:
@@ -481,10 +419,7 @@ class SLOGoodput(Scenario[SLOGoodputParams]):
         return self._case(p)
 
     def _sweep(self, p: SLOGoodputParams) -> list[PhaseSpec]:
-        rates = parse_rates(p.rates)
-        auto = rates is None
-        values = _positive_floats(p.rate_fractions, "rate fraction") if auto else rates
-        assert values is not None
+        values, auto = sweep_values(p)
         phases = []
         for i, value in enumerate(values):
             rate: float | Measured = (
@@ -565,7 +500,7 @@ class SLOGoodput(Scenario[SLOGoodputParams]):
             "saturation_concurrency_reason": (
                 choice.reason if p.saturation_concurrency is None else "given"
             ),
-            "rates": p.rates if parse_rates(p.rates) else f"auto: {p.rate_fractions} × saturation",
+            "rates": p.rates if given_rates(p.rates) else f"auto: {p.rate_fractions} × saturation",
             "slo": p.slo or f"{p.slo_factor:g} × unloaded TTFT and TPOT p50",
             "duration_s": p.duration_s,
             "warmup_s": p.warmup_s,

@@ -39,7 +39,6 @@ from scenarios.arrivals import ClosedLoop
 from scenarios.base import Scenario
 from scenarios.checks import CapacityAtLeast, Check, CheckSpec
 from scenarios.common import (
-    MAX_CONCURRENCY,
     MAX_REQUESTS,
     HttpUrlText,
     RunParams,
@@ -47,6 +46,7 @@ from scenarios.common import (
     same_server,
 )
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
+from scenarios.values import ConcurrenciesText, parse_concurrencies
 from scenarios.workloads import AnchoredPrompts
 from server.capacity import KVCapacity
 from server.config import EmbeddedDraft, ServerConfig
@@ -112,7 +112,9 @@ class SpecDecodeParams(RunParams):
 
     cache: SizeText = Field(default="1GiB", description="KV cache size of every case (2^30 B).")
     k: int = Field(default=3, ge=1, le=8, description="Proposed tokens per step (k).")
-    concurrency: str = Field(default="1,16", description="Concurrencies, one phase each.")
+    concurrency: ConcurrenciesText = Field(
+        default="1,16", description="Concurrencies, one phase each."
+    )
     cases: str = Field(
         default="baseline,ngram,draft-random,draft-echo",
         description=f"Cases, from: {', '.join(CASE_KINDS)}.",
@@ -134,7 +136,10 @@ class SpecDecodeParams(RunParams):
         default=0.05, gt=0, lt=1, description="Speedup band around 1 for keep/disable."
     )
     position_tolerance: float = Field(
-        default=0.02, ge=0, description="Per-position rates may rise by this much (fraction)."
+        default=0.02,
+        ge=0,
+        le=1,
+        description="Per-position rates may rise by this much (fraction).",
     )
     chunk_tolerance: float = Field(
         default=0.10, gt=0, description="Client tokens per chunk vs τ (relative)."
@@ -151,21 +156,14 @@ class SpecDecodeParams(RunParams):
             raise ValueError("a case is named twice")
         return ",".join(names)
 
-    @field_validator("concurrency")
-    @classmethod
-    def _concurrency(cls, value: str) -> str:
-        items = _items(value)
-        if not items or not all(x.isdigit() and int(x) > 0 for x in items):
-            raise ValueError(f"{value!r}: expected positive integers, e.g. 1,16")
-        if any(int(x) > MAX_CONCURRENCY for x in items):
-            raise ValueError(f"{value!r}: a concurrency above {MAX_CONCURRENCY} at once")
-        if len(set(items)) != len(items):
-            raise ValueError("a concurrency is given twice")
-        return ",".join(items)
-
     @model_validator(mode="after")
     def _consistent(self) -> SpecDecodeParams:
         self.check_fits(self.prompt_tokens, self.output_tokens)
+        if self.prompt_lookup_max > self.max_model_len:  # vLLM would take it, then fail
+            raise ValueError(
+                f"prompt_lookup_max ({self.prompt_lookup_max}) is longer than the context "
+                f"(max_model_len {self.max_model_len}): no match can be that long"
+            )
         if self.baseline_url and not self.url:
             raise ValueError("--baseline-url needs --url (the server with speculation)")
         if self.baseline_url and self.url and same_server(self.url, self.baseline_url):
@@ -173,7 +171,7 @@ class SpecDecodeParams(RunParams):
         return self
 
     def concurrencies(self) -> list[int]:
-        return [int(x) for x in _items(self.concurrency)]
+        return parse_concurrencies(self.concurrency)
 
     def case_names(self) -> list[str]:
         """The cases in run order: baseline first when present (it sizes the workload)."""

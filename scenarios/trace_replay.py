@@ -38,7 +38,6 @@ from __future__ import annotations
 import functools
 import math
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -48,10 +47,9 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from scenarios.arrivals import TraceArrival
 from scenarios.base import Scenario
 from scenarios.checks import Check, CheckSpec
-from scenarios.common import MAX_REQUESTS, HttpUrlText, RunParams
+from scenarios.common import MAX_REQUESTS, MAX_SPEEDUP, HttpUrlText, RunParams
 from scenarios.fleet_cases import FleetParams, fleet_cases
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
-from scenarios.slo_goodput import parse_slo
 from scenarios.traces import (
     MOONCAKE_BLOCK_TOKENS,
     Trace,
@@ -60,25 +58,26 @@ from scenarios.traces import (
     parse_token_scale,
     scale_trace,
 )
+from scenarios.values import (
+    SizesText,
+    SLOText,
+    SpeedupsText,
+    exact_label,
+    parse_duration,
+    parse_sizes,
+    parse_speedups,
+)
 from scenarios.workloads import TraceItem, TracePrompts
 from server.capacity import KVCapacity
-from server.sizes import format_size, parse_size
+from server.sizes import format_size
 
-#: Ceiling of a speedup: at 1000× a one-hour trace lasts 3.6 s; beyond it the client's send
-#: loop, not the trace, decides when requests leave.
-MAX_SPEEDUP = 1000.0
 #: Lines named in the plan's sizing for skipped/truncated requests (the counts are complete).
 LISTED_LINES = 20
 
-_TIME = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|min)?\s*$")
-
 
 def _trace_time_ms(text: str) -> float:
-    m = _TIME.match(text)
-    if not m:
-        raise ValueError(f"{text!r} is not a trace time; e.g. 960s, 500ms, 16m or 90000 (ms)")
-    scale = {"ms": 1.0, None: 1.0, "s": 1e3, "m": 6e4, "min": 6e4}[m.group(2)]
-    return float(m.group(1)) * scale
+    return parse_duration(text, unit="ms", zero_ok=True, max_s=None, what="trace time",
+                          example="960s, 500ms, 16m or 90000 (ms)")  # fmt: skip
 
 
 def parse_window(text: str) -> tuple[float, float] | None:
@@ -100,47 +99,10 @@ def parse_window(text: str) -> tuple[float, float] | None:
     return lo, hi
 
 
-def parse_speedups(text: str) -> list[float]:
-    """``"0.5,1,2"`` → [0.5, 1.0, 2.0] (increasing; each > 0 and ≤ :data:`MAX_SPEEDUP`).
-
-    Raises:
-        ValueError: an item is not a positive number, is repeated or too large.
-    """
-    values = []
-    for item in (x.strip() for x in text.split(",")):
-        if not item:
-            continue
-        try:
-            value = float(item)
-        except ValueError:
-            raise ValueError(f"speedup {item!r} is not a number") from None
-        if not math.isfinite(value) or value <= 0 or value > MAX_SPEEDUP:
-            raise ValueError(f"speedup {item!r} must be in (0, {MAX_SPEEDUP:g}]")
-        values.append(value)
-    if not values:
-        raise ValueError("no speedup given; e.g. 1 or 0.5,1,2")
-    if len(set(values)) != len(values):
-        raise ValueError("a speedup is given twice")
-    return sorted(values)
-
-
-def parse_caches(text: str) -> list[int]:
-    """``"1GiB,4GiB"`` → [2^30, 2^32] bytes (in the order given, no repeats).
-
-    Raises:
-        ValueError: an item is not a size, or a size is given twice.
-    """
-    sizes = [parse_size(x.strip()) for x in text.split(",") if x.strip()]
-    if not sizes:
-        raise ValueError("no cache size given; e.g. 1GiB or 1GiB,4GiB")
-    if len(set(sizes)) != len(sizes):
-        raise ValueError("a cache size is given twice")
-    return sizes
-
-
 def phase_name(speedup: float) -> str:
-    """The phase of one speedup: ``speedup-0.5x``."""
-    return f"speedup-{speedup:g}x"
+    """The phase of one speedup: ``speedup-0.5x`` (two speedups never share a name:
+    ``scenarios.values.exact_label``)."""
+    return f"speedup-{exact_label(speedup)}x"
 
 
 @functools.lru_cache(maxsize=8)
@@ -208,14 +170,14 @@ class TraceReplayParams(RunParams, FleetParams):
     trace: str = Field(
         description="Trace file (Mooncake JSONL, or sessions JSONL); validated whole first."
     )
-    cache: str = Field(
+    cache: SizesText = Field(
         default="1GiB", description="KV cache size, or a list of them (1GiB,4GiB): one case each."
     )
     url: HttpUrlText | None = Field(
         default=None,
         description="Attach to this running server (one case; give its --max-model-len).",
     )
-    speedup: str = Field(
+    speedup: SpeedupsText = Field(
         default="0.5",
         description="Trace clock speedup, or a list (0.5,1,2): one phase each, in order.",
     )
@@ -239,7 +201,7 @@ class TraceReplayParams(RunParams, FleetParams):
     compress_delays: bool = Field(
         default=True, description="Divide session think delays by the speedup too."
     )
-    slo: str = Field(
+    slo: SLOText = Field(
         default="ttft=2s,tpot=250ms",
         description="SLOs a good request meets (≤), as slo-goodput: ttft=…,tpot=…[,e2el=…].",
     )
@@ -273,18 +235,6 @@ class TraceReplayParams(RunParams, FleetParams):
             read_trace(value, info.data["trace_block_tokens"])
         return value
 
-    @field_validator("cache")
-    @classmethod
-    def _caches(cls, value: str) -> str:
-        parse_caches(value)
-        return value
-
-    @field_validator("speedup")
-    @classmethod
-    def _speedups(cls, value: str) -> str:
-        parse_speedups(value)
-        return value
-
     @field_validator("token_scale")
     @classmethod
     def _scale(cls, value: str) -> str:
@@ -297,15 +247,9 @@ class TraceReplayParams(RunParams, FleetParams):
         parse_window(value)
         return value
 
-    @field_validator("slo")
-    @classmethod
-    def _slo(cls, value: str) -> str:
-        parse_slo(value)
-        return value
-
     @model_validator(mode="after")
     def _one_attached_server(self) -> TraceReplayParams:
-        if self.url and len(parse_caches(self.cache)) > 1:
+        if self.url and len(parse_sizes(self.cache)) > 1:
             raise ValueError("url attaches one server: give one cache size (or none) with it")
         return self
 
@@ -465,7 +409,7 @@ class TraceReplay(Scenario[TraceReplayParams]):
 
     def _cases(self, p: TraceReplayParams) -> tuple[CaseSpec, ...]:
         """A case per cache size; a fleet run's case per cache size and routing policy."""
-        caches = parse_caches(p.cache)[:1] if p.url else parse_caches(p.cache)
+        caches = parse_sizes(p.cache)[:1] if p.url else parse_sizes(p.cache)
         cases = [self._case(p, c) for c in caches]
         if not p.is_fleet:
             return tuple(cases)

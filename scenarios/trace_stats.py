@@ -157,7 +157,11 @@ def default_cache_tokens(footprint_tokens: int, block_tokens: int, points: int =
 
 def _point(requests: Sequence[CacheRequest], cache_tokens: int, block_tokens: int) -> CachePoint:
     blocks = capacity_blocks_for_tokens(cache_tokens, block_tokens)
-    prediction = predict_hits(requests, blocks, block_tokens)
+    # A pool with a block for every block the requests ever allocate never evicts, so any
+    # larger one predicts the same: replay that many (a cache of 10^20 tokens would
+    # otherwise be a free list of 10^20 entries).
+    ever = sum(-(-(r.prompt_tokens + r.output_tokens) // block_tokens) for r in requests)
+    prediction = predict_hits(requests, min(blocks, ever), block_tokens)
     return CachePoint(cache_tokens, blocks, prediction.hit_rate, prediction.short_requests)
 
 

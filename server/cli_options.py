@@ -36,9 +36,20 @@ M = TypeVar("M", bound=BaseModel)
 
 class FiniteFloat(click.ParamType):
     """A float option that refuses ``nan``, ``inf`` and values that overflow to it
-    (``1e999``): no knob of this project means anything at a non-finite value."""
+    (``1e999``): no knob of this project means anything at a non-finite value. With bounds
+    (for options no model holds), also a value outside ``[lo, hi]`` (open ends excluded)."""
 
     name = "FLOAT"
+
+    def __init__(
+        self,
+        lo: float | None = None,
+        hi: float | None = None,
+        *,
+        lo_open: bool = False,
+        hi_open: bool = False,
+    ) -> None:
+        self.lo, self.hi, self.lo_open, self.hi_open = lo, hi, lo_open, hi_open
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         try:
@@ -47,6 +58,11 @@ class FiniteFloat(click.ParamType):
             self.fail(f"{value!r} is not a number", param, ctx)
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number", param, ctx)
+        lo, hi = self.lo, self.hi
+        if lo is not None and (number < lo or (self.lo_open and number == lo)):
+            self.fail(f"{value} must be {'>' if self.lo_open else '≥'} {lo:g}", param, ctx)
+        if hi is not None and (number > hi or (self.hi_open and number == hi)):
+            self.fail(f"{value} must be {'<' if self.hi_open else '≤'} {hi:g}", param, ctx)
         return number
 
 

@@ -11,13 +11,14 @@ from loadgen.cli.opening import open_or_exit
 
 
 def _percentiles(text: str) -> list[float]:
+    """``--percentiles``: each in (0, 100) and given once (two equal values would write one
+    field twice), ``scenarios.values.parse_percentiles``."""
+    from scenarios.values import parse_percentiles
+
     try:
-        values = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise click.BadParameter(f"{text!r}: comma-separated numbers, e.g. 50,90,99") from None
-    if not values or any(not 0 < v < 100 for v in values):
-        raise click.BadParameter(f"{text!r}: percentiles between 0 and 100, e.g. 99")
-    return values
+        return parse_percentiles(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--percentiles") from None
 
 
 @click.command("export")

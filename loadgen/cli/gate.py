@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
+from pydantic import Field, FilePath, model_validator
 from rich.markup import escape
 
 from loadgen.cli.compare import compare_exit_code, fail_compare
@@ -15,6 +16,7 @@ from loadgen.cli.run_and_report import check_out_dir, new_run_dir, run_and_repor
 from loadgen.cli.scenario_commands import ScenarioGroup, nominal_check
 from loadgen.runformat.layout import GATE_SIDES, LOOKS_FILE, gate_run_dir
 from server.cli_options import ModelOptions
+from server.frozen import FrozenModel
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -25,36 +27,114 @@ if TYPE_CHECKING:
 
 #: Scenario knobs a gate sets per side itself.
 _GATE_OWNED = ("vllm", "engine_python")
+#: Most runs a side: every run starts its own server and sends the whole scenario, so at the
+#: shortest scenario's few minutes a run 100 runs a side already take hours.
+MAX_GATE_REPEATS = 100
+
+
+class GateParams(FrozenModel):
+    """The gate's own options (each a ``--flag``, beside the scenario's)."""
+
+    baseline_vllm: str = Field(
+        min_length=1, description="vLLM version of the baseline (the project's or `make engine`)."
+    )
+    candidate_vllm: str = Field(min_length=1, description="vLLM of the candidate.")
+    repeats: int = Field(
+        default=2,
+        ge=1,
+        le=MAX_GATE_REPEATS,
+        description="Runs per side, alternated (with --until-decided: before the first look).",
+    )
+    until_decided: bool = Field(
+        default=False,
+        description="Add alternated pairs until every key metric is decided or --max-repeats "
+        "per side; each look in looks.jsonl, its intervals at the confidence split over the "
+        "planned looks (Bonferroni).",
+    )
+    max_repeats: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_GATE_REPEATS,
+        description="With --until-decided: most runs per side.",
+    )
+    order: Literal["abba", "abab"] = Field(
+        default="abba", description="abba: A B B A … (cancels linear drift); abab."
+    )
+    candidate_vllm_args: str | None = Field(
+        default=None, description="Extra vLLM arguments for the candidate only."
+    )
+    gate: FilePath | None = Field(
+        default=None, description="Gate file (TOML) overriding analysis/gate_defaults.toml."
+    )
+    strict: bool = Field(
+        default=False, description="Every gated metric is key, not only the gate file's."
+    )
+    out: Path | None = Field(
+        default=None, description="Gate directory (default: runs/gate-<scenario>-<UTC time>)."
+    )
+    allow_long_schedule: bool = Field(
+        default=False,
+        description="Run a plan whose own schedule (arrivals and waits) is longer than 24 h "
+        "(never above 365 days).",
+    )
+
+    @model_validator(mode="after")
+    def _looks(self) -> GateParams:
+        if self.max_repeats is not None and not self.until_decided:
+            raise ValueError("--max-repeats needs --until-decided")
+        if self.until_decided and (self.max_repeats or 0) < self.repeats:
+            raise ValueError(f"--until-decided needs --max-repeats ≥ --repeats ({self.repeats})")
+        if self.until_decided and self.repeats < 2:
+            raise ValueError("--until-decided needs --repeats ≥ 2: with one run per side no "
+                             "run-to-run shift can show (docs/gate-decisions.md)")  # fmt: skip
+        return self
+
+
+_GATE_OPTIONS = ModelOptions(GateParams)
+
+
+def _look_level(gate: GateParams) -> None:
+    """Refuse, before any run, a sequential gate whose per-look confidence cannot be used
+    (it rounds to 1 with many looks and a confidence near 1), or whose gate file is bad."""
+    from analysis.gate_file import GateFileError, load_gate
+    from analysis.gate_sequential import look_confidence, planned_looks
+
+    try:
+        confidence = load_gate(gate.gate).confidence
+    except GateFileError as exc:
+        raise click.UsageError(f"--gate: {exc}") from None
+    if not gate.until_decided or gate.max_repeats is None:
+        return
+    looks = planned_looks(gate.repeats, gate.max_repeats)
+    if not look_confidence(confidence, looks) < 1:
+        raise click.UsageError(
+            f"the gate file's confidence {confidence} split over {looks} looks rounds to 1 for "
+            "each look: lower --max-repeats or the confidence"
+        )
 
 
 def _gate_command(scenario: Scenario, values: dict[str, Any]) -> None:
     from loadgen.progress import make_console
     from loadgen.run import gate_order
 
-    repeats = int(values["repeats"])
-    max_repeats = values.get("max_repeats")
-    if max_repeats is not None and not values.get("until_decided"):
-        raise click.UsageError("--max-repeats needs --until-decided")
-    if values.get("until_decided") and (max_repeats or 0) < repeats:
-        raise click.UsageError(f"--until-decided needs --max-repeats ≥ --repeats ({repeats})")
-    if values.get("until_decided") and repeats < 2:
-        raise click.UsageError("--until-decided needs --repeats ≥ 2: with one run per side no "
-                               "run-to-run shift can show (docs/gate-decisions.md)")  # fmt: skip
+    gate = _GATE_OPTIONS.build(values)
+    _look_level(gate)
     options = ModelOptions(scenario.Params, skip=_GATE_OWNED)
-    extra = values.get("candidate_vllm_args")
+    extra = gate.candidate_vllm_args
     candidate_args = " ".join(a for a in (values.get("vllm_args"), extra) if a) or None
     sides = {
-        "baseline": options.build(values, base={"vllm": values["baseline_vllm"]}),
+        "baseline": options.build(values, base={"vllm": gate.baseline_vllm}),
         "candidate": options.build(
-            {**values, "vllm_args": candidate_args}, base={"vllm": values["candidate_vllm"]}
+            {**values, "vllm_args": candidate_args}, base={"vllm": gate.candidate_vllm}
         ),
     }
     for params in sides.values():
-        nominal_check(scenario, params)
-    out = values.get("out") or new_run_dir(f"gate-{scenario.name}")
+        nominal_check(scenario, params, gate.allow_long_schedule)
+    repeats, max_repeats = gate.repeats, gate.max_repeats
+    out = gate.out or new_run_dir(f"gate-{scenario.name}")
     check_out_dir(out)
     console = make_console()
-    sequence = gate_order(repeats, values["order"])
+    sequence = gate_order(repeats, gate.order)
     console.print(f"gate {out}: {' '.join('A' if s == 'baseline' else 'B' for s in sequence)}")
     seen = {"baseline": 0, "candidate": 0}
 
@@ -73,18 +153,17 @@ def _gate_command(scenario: Scenario, values: dict[str, Any]) -> None:
         run_side(side)
 
     def compare(confidence: float | None = None) -> int:
-        return compare_exit_code(out / GATE_SIDES[0], out / GATE_SIDES[1], out,
-                                 values.get("gate_file"), bool(values.get("strict")),
-                                 confidence=confidence)  # fmt: skip
+        return compare_exit_code(out / GATE_SIDES[0], out / GATE_SIDES[1], out, gate.gate,
+                                 gate.strict, confidence=confidence)  # fmt: skip
 
-    if not values.get("until_decided"):
+    if not gate.until_decided:
         sys.exit(compare())
     most = int(max_repeats or repeats)
-    sys.exit(_until_decided(out, repeats, most, values, run_side, compare, console))
+    sys.exit(_until_decided(out, repeats, most, gate, run_side, compare, console))
 
 
 def _until_decided(
-    out: Path, repeats: int, max_repeats: int, values: dict[str, Any],
+    out: Path, repeats: int, max_repeats: int, gate: GateParams,
     run_side: Callable[[str], None], compare: Callable[[float], int], console: Console,
 ) -> int:  # fmt: skip
     """Add pairs in the gate's order until decided (``analysis.gate_sequential``)."""
@@ -93,7 +172,7 @@ def _until_decided(
     from loadgen.run import gate_order
 
     def add_pair(k: int) -> None:
-        for side in gate_order(k, values["order"])[-2:]:
+        for side in gate_order(k, gate.order)[-2:]:
             run_side(side)
 
     def look(confidence: float) -> Any:
@@ -107,7 +186,7 @@ def _until_decided(
         )
 
     decision = run_until_decided(
-        repeats, max_repeats, load_gate(values.get("gate_file")).confidence, add_pair, look,
+        repeats, max_repeats, load_gate(gate.gate).confidence, add_pair, look,
         out / LOOKS_FILE, show,
     )  # fmt: skip
     return int(decision.exit_code)
@@ -120,32 +199,8 @@ class _GateGroup(ScenarioGroup):
         def callback(**values: Any) -> None:
             _gate_command(scenario, values)
 
-        own: list[click.Parameter] = [
-            click.Option(["--baseline-vllm"], required=True,
-                         help="vLLM version of the baseline (the project's or `make engine`)."),
-            click.Option(["--candidate-vllm"], required=True, help="vLLM of the candidate."),
-            click.Option(["--repeats"], type=click.IntRange(min=1), default=2, show_default=True,
-                         help="Runs per side, alternated (with --until-decided: before the "
-                         "first look)."),
-            click.Option(["--until-decided"], is_flag=True,
-                         help="Add alternated pairs until every key metric is decided or "
-                         "--max-repeats per side; each look in looks.jsonl, its intervals at "
-                         "the confidence split over the planned looks (Bonferroni)."),
-            click.Option(["--max-repeats"], type=click.IntRange(min=1), default=None,
-                         help="With --until-decided: most runs per side."),
-            click.Option(["--order"], type=click.Choice(["abba", "abab"]), default="abba",
-                         show_default=True, help="abba: A B B A … (cancels linear drift); abab."),
-            click.Option(["--candidate-vllm-args"], default=None,
-                         help="Extra vLLM arguments for the candidate only."),
-            click.Option(["--gate", "gate_file"], default=None,
-                         type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                         help="Gate file (TOML) overriding analysis/gate_defaults.toml."),
-            click.Option(["--strict"], is_flag=True,
-                         help="Every gated metric is key, not only the gate file's."),
-            click.Option(["--out", "out"], type=click.Path(path_type=Path), default=None,
-                         help="Gate directory (default: runs/gate-<scenario>-<UTC time>)."),
-        ]  # fmt: skip
         options = ModelOptions(scenario.Params, skip=_GATE_OWNED).options()
+        own = _GATE_OPTIONS.options()
         return click.Command(name, callback=callback, params=[*options, *own],
                              help=f"Regression gate on {name}: {scenario.summary}")  # fmt: skip
 

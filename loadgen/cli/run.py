@@ -34,6 +34,9 @@ class _RunGroup(ScenarioGroup):
             click.Option(["--ray"], default=None, metavar="ADDRESS|auto",
                          help="Place the workers as actors on this Ray cluster (auto: the one "
                          "this host belongs to); needs pip install '.[ray]'."),
+            click.Option(["--allow-long-schedule"], is_flag=True,
+                         help="Run a plan whose own schedule (arrivals and waits) is longer "
+                         "than 24 h (never above 365 days)."),
             click.Option(["--workers"], default=None, metavar="N|auto",
                          help="Load-generator worker processes, each with its own event loop "
                          "and share of every phase (default 1: this process; auto: the cores "
@@ -93,7 +96,7 @@ def _workers_config(scenario: Scenario, values: dict[str, Any]) -> WorkersConfig
 def _run_command(scenario: Scenario, values: dict[str, Any]) -> None:
     params = ModelOptions(scenario.Params).build(values)
     workers = _workers_config(scenario, values)
-    nominal_check(scenario, params)
+    nominal_check(scenario, params, bool(values.get("allow_long_schedule")))
     run_dir = values.get("out") or new_run_dir(scenario.name)
     check_out_dir(run_dir)
     status, report = run_and_report(scenario, params, run_dir, workers)

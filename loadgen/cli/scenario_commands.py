@@ -3,7 +3,6 @@ the checks that refuse a bad configuration before any server starts or any load 
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from typing import TYPE_CHECKING
 
@@ -12,7 +11,7 @@ from pydantic import BaseModel
 
 if TYPE_CHECKING:
     from scenarios.base import Scenario
-    from scenarios.plan import CaseSpec
+    from scenarios.plan import CaseSpec, Plan
 
 
 def scenarios() -> dict[str, Scenario]:
@@ -77,14 +76,17 @@ def _check_cache_sizes(cases: list[CaseSpec], max_model_len: int) -> None:
             )
 
 
-def nominal_check(scenario: Scenario, params: BaseModel) -> None:
+def nominal_check(scenario: Scenario, params: BaseModel, allow_long_schedule: bool = False) -> None:
     """Build the plan against the capacity the cache size implies, before anything starts.
 
-    Catches parameter combinations the scenario rejects without sending any load.
+    Catches parameter combinations the scenario rejects without sending any load, and a
+    schedule longer than the limit (``scenarios.schedule``; ``allow_long_schedule``: the
+    user passed ``--allow-long-schedule``).
 
     Raises:
-        click.UsageError: the plan cannot be made, a cache is too small for vLLM to start, or
-            the engine's vLLM release cannot take a server's configuration.
+        click.UsageError: the plan cannot be made, its schedule is too long, a cache is too
+            small for vLLM to start, or the engine's vLLM release cannot take a server's
+            configuration.
     """
     from server.capacity import KVCapacity
     from server.model_variant import KV_BYTES_PER_TOKEN
@@ -92,11 +94,15 @@ def nominal_check(scenario: Scenario, params: BaseModel) -> None:
     sizing = scenario.sizing_case(params)
     if sizing.server is None:
         # Attached: the real capacity is read before the plan is made; the proxies a plan
-        # names do not depend on it, so a plan against a nominal one already shows them (and
-        # the run checks again once it has the real plan).
+        # names and its schedule do not depend on it, so a plan against a nominal one already
+        # shows them (and the run checks again once it has the real plan).
         attached = KVCapacity(2**20, 16, 2**16, 0, "nominal")
-        with contextlib.suppress(ValueError):
-            _check_proxies(list(scenario.plan(params, attached).cases))
+        try:
+            plan = scenario.plan(params, attached)
+        except ValueError:
+            return
+        _check_schedule(plan, allow_long_schedule)
+        _check_proxies(list(plan.cases))
         return
     _check_cache_sizes([sizing], sizing.server.max_model_len)
     # A model of unknown geometry is sized as if it were the embedded one (nominal only).
@@ -107,9 +113,35 @@ def nominal_check(scenario: Scenario, params: BaseModel) -> None:
         plan = scenario.plan(params, nominal)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    _check_schedule(plan, allow_long_schedule)
+    _check_token_space(plan)
     _check_cache_sizes(list(plan.cases), sizing.server.max_model_len)
     _check_engine_flags(list(plan.cases))
     _check_proxies(list(plan.cases))
+
+
+def _check_token_space(plan: Plan) -> None:
+    """Reject prompt token IDs the embedded model has no embedding for (every request would
+    fail at the server)."""
+    from scenarios.common import EMBEDDED_VOCAB
+
+    embedded = [c.name for c in plan.cases if c.server is not None and c.server.model is None]
+    if embedded and plan.tokens.high > EMBEDDED_VOCAB:
+        raise click.UsageError(
+            f"--token-id-high {plan.tokens.high}: the embedded model's vocabulary has "
+            f"{EMBEDDED_VOCAB:,} tokens (IDs 0-{EMBEDDED_VOCAB - 1}); case {embedded[0]} "
+            "would fail every request"
+        )
+
+
+def _check_schedule(plan: Plan, allow_long: bool) -> None:
+    """Reject a plan whose own clock would keep the run going past the limit."""
+    from scenarios.schedule import ScheduleTooLongError, check_schedule
+
+    try:
+        check_schedule(plan, allow_long)
+    except ScheduleTooLongError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def _check_proxies(cases: list[CaseSpec]) -> None:

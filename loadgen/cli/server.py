@@ -48,7 +48,9 @@ def server() -> None:
 
 
 @server.command()
-@click.option("--port", type=int, default=None, help="Stop the server on this port.")
+@click.option(
+    "--port", type=click.IntRange(1, 65535), default=None, help="Stop the server on this port."
+)
 @click.option("--all", "stop_all", is_flag=True, help="Stop every server started with `start`.")
 def stop(port: int | None, stop_all: bool) -> None:
     """Stop server(s) started with `loadgen server start` (SIGTERM, then SIGKILL)."""

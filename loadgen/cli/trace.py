@@ -22,12 +22,16 @@ from loadgen.cli.trace_fleet import (
     fleet_options,
     fleet_text,
 )
+from server.cli_options import FiniteFloat
 from server.model_variant import CPU_BLOCK_SIZE, KV_BYTES_PER_TOKEN
 
 if TYPE_CHECKING:
     from scenarios.trace_stats import FleetStats, HitCurve, TraceSummary
     from scenarios.traces import Trace
 
+#: Shortest peak-rate window (s): one millisecond, the unit of a trace's timestamps; a
+#: shorter one only divides a count by a tiny number (5e-324 s gives an infinite rate).
+MIN_PEAK_WINDOW_S = 0.001
 #: Where the plot goes unless ``--plot`` says otherwise (``runs/`` is the results root).
 DEFAULT_PLOT_DIR = Path("runs") / "trace-stats"
 
@@ -52,44 +56,42 @@ def _cache_tokens(
 ) -> tuple[list[int] | None, dict[int, str]]:
     """Sizes to sweep in tokens (``None`` = default sweep) and the user's label of each."""
     from scenarios.trace_stats import cache_tokens_for_bytes
-    from server.sizes import parse_size
+    from scenarios.values import Range, parse_numbers, parse_sizes
 
     if cache and cache_tokens:
         raise BadInput("give --cache (bytes) or --cache-tokens, not both")
     labels: dict[int, str] = {}
     if cache:
         sizes = []
-        for part in _split(cache):
-            try:
-                n_bytes = parse_size(part)
-            except ValueError as exc:
-                raise BadInput(f"--cache: {exc}") from None
-            tokens = cache_tokens_for_bytes(n_bytes, kv_bytes_per_token, block_tokens)
+        try:
+            n_bytes = parse_sizes(cache)
+        except ValueError as exc:
+            raise BadInput(f"--cache: {exc}") from None
+        for part, size in zip(_split(cache), n_bytes, strict=True):
+            tokens = cache_tokens_for_bytes(size, kv_bytes_per_token, block_tokens)
             if tokens < 2 * block_tokens:
                 raise BadInput(
                     f"--cache {part}: holds {tokens // block_tokens} blocks of {block_tokens} "
                     f"tokens × {kv_bytes_per_token:,} B/token; needs at least 2 (one is vLLM's "
                     "null block)"
                 )
+            if tokens in labels:
+                raise BadInput(f"--cache {labels[tokens]} and {part} hold the same blocks")
             sizes.append(tokens)
             labels[tokens] = part
-        return sizes or None, labels
+        return sizes, labels
     if cache_tokens:
-        sizes = []
-        for part in _split(cache_tokens):
-            try:
-                tokens = int(part.replace("_", ""))
-            except ValueError:
-                raise BadInput(
-                    f"--cache-tokens: {part!r} is not a whole number of tokens"
-                ) from None
-            if tokens < 2 * block_tokens:
-                raise BadInput(
-                    f"--cache-tokens {part}: fewer than 2 blocks of {block_tokens} tokens (one "
-                    "is vLLM's null block)"
-                )
-            sizes.append(tokens // block_tokens * block_tokens)
-        return sizes or None, labels
+        try:
+            counts = parse_numbers(cache_tokens, "cache size", int, Range(lo=2 * block_tokens,
+                                   why_lo=f"2 blocks of {block_tokens} tokens, one is vLLM's "
+                                   "null block"), example="16384,65536")  # fmt: skip
+        except ValueError as exc:
+            raise BadInput(f"--cache-tokens: {exc}") from None
+        sizes = [n // block_tokens * block_tokens for n in counts]
+        if len(set(sizes)) != len(sizes):
+            raise BadInput(f"--cache-tokens {cache_tokens}: two sizes hold the same blocks of "
+                           f"{block_tokens} tokens")  # fmt: skip
+        return sizes, labels
     return None, labels
 
 
@@ -302,10 +304,11 @@ def _json(
 @click.option(
     "--peak-window",
     "peak_window_s",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloat(MIN_PEAK_WINDOW_S),
     default=10.0,
     show_default=True,
-    help="Window of the peak arrival rate (s).",
+    help=f"Window of the peak arrival rate (s, ≥ {MIN_PEAK_WINDOW_S:g}: a trace's clock is in "
+    "milliseconds).",
 )
 @click.option(
     "--plot",

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from gateway.routing import DEFAULT_EPSILON, DEFAULT_PREFIX_BLOCKS
+from server.cli_options import FiniteFloat
 
 if TYPE_CHECKING:
     from scenarios.fleet.model import PolicyPrediction
@@ -20,11 +21,15 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: Most replicas the fleet model predicts: its replay of the policies grows faster than the
+#: square of N (a two-request trace takes seconds at 64 and tens of seconds at 128).
+MAX_MODEL_REPLICAS = 64
+
 
 def fleet_options(command: F) -> F:
     """The fleet options of ``trace stats``."""
     options = [
-        click.option("--replicas", type=click.IntRange(min=1), default=None,
+        click.option("--replicas", type=click.IntRange(1, MAX_MODEL_REPLICAS), default=None,
                      help="Predict a fleet of N replicas, each with the one --cache size."),
         click.option("--routing", default=None,
                      help="Routing policies, comma-separated: round-robin, least-loaded, "
@@ -32,8 +37,9 @@ def fleet_options(command: F) -> F:
                      "power_of_two|random|kv_aware>. Default: all."),
         click.option("--concurrency", type=click.IntRange(min=1), default=1, show_default=True,
                      help="Clients in a closed loop (1: requests one after another)."),
-        click.option("--routing-epsilon", type=click.FloatRange(min=0), default=DEFAULT_EPSILON,
-                     show_default=True, help="prefix-hash's load slack ε."),
+        click.option("--routing-epsilon", type=FiniteFloat(0, 100), default=DEFAULT_EPSILON,
+                     show_default=True, help="prefix-hash's load slack ε (0-100, as the "
+                     "gateway's)."),
         click.option("--routing-prefix-blocks", type=click.IntRange(min=1),
                      default=DEFAULT_PREFIX_BLOCKS, show_default=True,
                      help="prefix-hash: 128-token blocks its key covers."),

@@ -80,10 +80,10 @@ def test_a_bad_port_in_a_url_names_the_flag() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("--concurrency", "0"), "--concurrency: 0 is not a positive integer"),
-        (("--concurrency", "8,x"), "--concurrency: x is not a positive integer"),
+        (("--concurrency", "0"), "--concurrency: concurrency 0 must be ≥ 1"),
+        (("--concurrency", "8,x"), "--concurrency: concurrency 'x' is not an integer"),
         (("--cache", "1GiB,2XB"), "--cache: invalid size '2XB': unknown unit 'XB'"),
-        (("--cases", "1GiB:0"), "--cases: case '1GiB:0': 0 is not a positive integer"),
+        (("--cases", "1GiB:0"), "--cases: case '1GiB:0': concurrency 0 must be ≥ 1"),
         (("--cases", "1GiB"), "--cases: case '1GiB': expected SIZE:CONCURRENCY"),
     ],
 )
@@ -204,11 +204,13 @@ def test_a_cache_too_small_for_the_draft_case_alone_is_rejected_up_front() -> No
         ("disconnect-abort", ("--idle-timeout-s", "1e9"),
          "--idle-timeout-s: Input should be less than or equal to 3600"),
         ("kv-preemption", ("--concurrency", "8,2000"),
-         "--concurrency: concurrency 2000 is above 1024 requests at once"),
+         "--concurrency: concurrency 2000 must be ≤ 1024 (requests at once: each holds a "
+         "socket of the client)"),
         ("breaker", ("--duration-s", "1e9"),
          "--duration-s: Input should be less than or equal to 86400"),
         ("slo-goodput", ("--rates", "2,5000"),
-         "--rates: rate 5000 is above 1000 req/s"),
+         "--rates: rate 5000 must be ≤ 1000 req/s (above it the client's send loop, not the "
+         "rate, decides when requests leave)"),
         ("slo-goodput", ("--duration", "100000m"),
          "--duration: '100000m' is longer than 86400 s (one day)"),
         # 900 req/s × 200 s = 180,000 requests in one phase > 100,000.
@@ -217,7 +219,7 @@ def test_a_cache_too_small_for_the_draft_case_alone_is_rejected_up_front() -> No
         ("slo-goodput", ("--max-concurrency", "5000"),
          "--max-concurrency: Input should be less than or equal to 1024"),
         ("spec-decode", ("--concurrency", "1,4096"),
-         "--concurrency: '1,4096': a concurrency above 1024 at once"),
+         "--concurrency: concurrency 4096 must be ≤ 1024"),
         ("spec-decode", ("--url", "http://127.0.0.1:8000", "--baseline-url",
                          "http://127.0.0.1:8000"),
          "--baseline-url must name another server than --url"),

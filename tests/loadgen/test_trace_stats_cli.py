@@ -108,8 +108,14 @@ def test_plot_is_written(hand_trace: Path, tmp_path: Path) -> None:
         (["--cache", "1GiB", "--cache-tokens", "1000"], "give --cache (bytes) or --cache-tokens"),
         (["--cache", "1GB2"], "--cache: invalid size '1GB2'"),
         (["--cache", "1MiB"], "--cache 1MiB: holds 0 blocks"),
-        (["--cache-tokens", "lots"], "--cache-tokens: 'lots' is not a whole number"),
-        (["--cache-tokens", "4"], "--cache-tokens 4: fewer than 2 blocks of 128 tokens"),
+        (["--cache-tokens", "lots"], "--cache-tokens: cache size 'lots' is not an integer"),
+        (
+            ["--cache-tokens", "4"],
+            "--cache-tokens: cache size 4 must be ≥ 256 (2 blocks of 128 "
+            "tokens, one is vLLM's null block)",
+        ),
+        (["--cache-tokens", "256,300"], "--cache-tokens 256,300: two sizes hold the same blocks"),
+        (["--cache", "1GiB,1024MiB"], "--cache: cache size 1024MiB is given twice"),
         (["--token-scale", "1/3"], "token scale 1/3 gives blocks of 8 × 1/3 = 8/3 tokens"),
         (["--token-scale", "zero"], "invalid token scale 'zero'"),
     ],
@@ -119,6 +125,22 @@ def test_bad_options_exit_2_with_one_line(hand_trace: Path, args: list[str], mes
     assert code == 2
     assert out.startswith(f"Error: {message}"), out
     assert out.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("nan", "'nan' is not a finite number"),
+        ("1e999", "'1e999' is not a finite number"),
+        ("0.0001", "0.0001 must be ≥ 0.001"),  # a count ÷ 5e-324 s would be an infinite rate
+    ],
+)
+def test_a_bad_peak_window_is_refused_by_its_option(
+    hand_trace: Path, value: str, message: str
+) -> None:
+    code, out = run(str(hand_trace), "--no-plot", "--peak-window", value)
+    assert code == 2
+    assert f"Error: Invalid value for '--peak-window': {message}" in out
 
 
 def test_bad_trace_line_exits_2_naming_the_line(tmp_path: Path) -> None:

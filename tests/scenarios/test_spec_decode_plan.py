@@ -136,7 +136,7 @@ def test_attached_server_with_and_without_a_baseline() -> None:
     [
         ({"cases": "baseline,medusa"}, "unknown case"),
         ({"cases": "ngram,ngram"}, "named twice"),
-        ({"concurrency": "1,0"}, "positive integers"),
+        ({"concurrency": "1,0"}, "concurrency 0 must be ≥ 1"),
         ({"concurrency": "4,4"}, "given twice"),
         ({"baseline_url": "http://127.0.0.1:8001"}, "--baseline-url needs --url"),
         ({"prompt_tokens": 2000, "output_tokens": 100}, "exceed max_model_len"),

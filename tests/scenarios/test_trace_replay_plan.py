@@ -20,10 +20,10 @@ from scenarios.trace_replay import (
     TraceReplay,
     TraceReplayParams,
     TraceSendLateness,
-    parse_speedups,
     parse_window,
 )
 from scenarios.traces import TraceRequest, prompt_token_ids
+from scenarios.values import parse_speedups
 from scenarios.workloads import TracePrompts, materialize
 from server.capacity import KVCapacity
 

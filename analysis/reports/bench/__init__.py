@@ -25,7 +25,7 @@ from scenarios.bench import (
     OutputsExact,
     RequestsSent,
 )
-from scenarios.slo_goodput import parse_slo
+from scenarios.values import parse_slo
 
 
 class BenchCase(BaseModel):

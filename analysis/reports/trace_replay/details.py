@@ -56,8 +56,8 @@ from scenarios.prefix_cache_model import (
     server_block_keys,
     usable_blocks,
 )
-from scenarios.slo_goodput import parse_slo
 from scenarios.traces import TraceRequest
+from scenarios.values import parse_slo
 from scenarios.workloads import TracePrompts
 
 
