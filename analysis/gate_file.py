@@ -56,7 +56,7 @@ class MetricRule(BaseModel):
 class GateConfig(BaseModel):
     """A whole gate file (see ``gate_defaults.toml``)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
     confidence: float = Field(default=0.95, gt=0, lt=1)
     resamples: int = Field(default=2000, ge=1000, le=MAX_RESAMPLES)
     seed: int = Field(default=0, ge=0)  # numpy's seeds are ≥ 0

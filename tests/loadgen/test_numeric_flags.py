@@ -145,6 +145,12 @@ def trace_file(tmp_path: Path, name: str, *timestamps_ms: float) -> str:
     return str(path)
 
 
+def _gate_file(tmp_path: Path, line: str) -> str:
+    path = tmp_path / f"gate-{abs(hash(line))}.toml"
+    path.write_text(line + "\n")
+    return str(path)
+
+
 #: (command line, the error, derived by hand). Schedules: each phase's schedule is the due
 #: time of its last request plus its settle wait (1 s by default).
 REFUSED: list[tuple[list[str], str]] = [
@@ -233,6 +239,12 @@ REFUSED: list[tuple[list[str], str]] = [
      "--baseline-vllm: String should have at least 1 character (got '')"),
     (["gate", "prefix-eviction", "--baseline-vllm", "x", "--candidate-vllm", "y",
       "--repeats", "0"], "--repeats: Input should be greater than or equal to 1 (got 0)"),
+    # --- compare: its numbers come from the gate file ---------------------------------------
+    (["compare", "RUN", "RUN", "--gate", "G_NAN"], "confidence: Input should be a finite number"),
+    (["compare", "RUN", "RUN", "--gate", "G_RES"],
+     "resamples: Input should be less than or equal to 100000"),
+    (["compare", "RUN", "RUN", "--gate", "G_SEED"],
+     "seed: Input should be greater than or equal to 0"),
     # --- server, trace stats, export ----------------------------------------------------------
     (["server", "start", "--max-model-len", "0"],
      "--max-model-len: Input should be greater than 0 (got 0)"),
@@ -257,11 +269,14 @@ def test_a_bad_number_is_refused_in_one_line_before_anything_starts(
         "T2": trace_file(tmp_path, "t2.jsonl", 0, 1000),
         "T12": trace_file(tmp_path, "t12.jsonl", 0, 1e12),
         "RUN": str(tmp_path),
+        "G_NAN": _gate_file(tmp_path, "confidence = nan"),
+        "G_RES": _gate_file(tmp_path, "resamples = 99999999999999"),
+        "G_SEED": _gate_file(tmp_path, "seed = -1"),
     }
     (tmp_path / "plan.json").write_text("{}")  # export's "is it a run directory" check
     args = [files.get(a, a) for a in args]
     out_dir = tmp_path / "out"
-    extra = ["--out", str(out_dir)] if args[0] in ("run", "gate") else []
+    extra = ["--out", str(out_dir)] if args[0] in ("run", "gate", "compare") else []
     code, out = invoke(*args, *extra)
     assert code == 2, out
     assert message in out, out
