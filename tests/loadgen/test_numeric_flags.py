@@ -231,6 +231,10 @@ REFUSED: list[tuple[list[str], str]] = [
      "case 1000TiB: a KV cache of 1.02e+06 GiB is more than this machine's"),
     (["server", "start", "--cache", "1000TiB"],
      "a KV cache of 1.02e+06 GiB is more than this machine's"),
+    (["run", "bench", "--workers", "99999999999999999999"],
+     "Invalid value for --workers: 99999999999999999999 workers: at most 256"),
+    (["run", "bench", "--workers", "nan"],
+     "Invalid value for --workers: 'nan' is not a worker count ≥ 1 or 'auto'"),
     # --- gate -------------------------------------------------------------------------------
     (["gate", "prefix-eviction", "--baseline-vllm", "x", "--candidate-vllm", "y",
       "--until-decided", "--max-repeats", "99999999999999999999"],
