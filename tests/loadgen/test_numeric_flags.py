@@ -239,6 +239,11 @@ REFUSED: list[tuple[list[str], str]] = [
     (["gate", "prefix-eviction", "--baseline-vllm", "x", "--candidate-vllm", "y",
       "--until-decided", "--max-repeats", "99999999999999999999"],
      "--max-repeats: Input should be less than or equal to 100 (got 99999999999999999999)"),
+    # 1 − (1 − 0.9999999999999999)/99 looks is 1.0 in a double: no interval could be built.
+    (["gate", "prefix-eviction", "--baseline-vllm", "x", "--candidate-vllm", "y",
+      "--until-decided", "--max-repeats", "100", "--gate", "G_CONF"],
+     "the gate file's confidence 0.9999999999999999 split over 99 looks rounds to 1 for each "
+     "look: lower --max-repeats or the confidence"),
     (["gate", "prefix-eviction", "--baseline-vllm", "", "--candidate-vllm", "0.32.0"],
      "--baseline-vllm: String should have at least 1 character (got '')"),
     (["gate", "prefix-eviction", "--baseline-vllm", "x", "--candidate-vllm", "y",
@@ -276,6 +281,7 @@ def test_a_bad_number_is_refused_in_one_line_before_anything_starts(
         "G_NAN": _gate_file(tmp_path, "confidence = nan"),
         "G_RES": _gate_file(tmp_path, "resamples = 99999999999999"),
         "G_SEED": _gate_file(tmp_path, "seed = -1"),
+        "G_CONF": _gate_file(tmp_path, "confidence = 0.9999999999999999"),
     }
     (tmp_path / "plan.json").write_text("{}")  # export's "is it a run directory" check
     args = [files.get(a, a) for a in args]
