@@ -11,17 +11,11 @@ emptied, and scrape every replica; docs/fleet.md says what is measured and predi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import get_args
 
 from pydantic import Field, field_validator, model_validator
 
-from scenarios.plan import (
-    CaseSpec,
-    GatewayRouting,
-    GatewaySpec,
-    ProxySpec,
-    VllmRouterPolicy,
-)
+from scenarios.fleet.model import parse_fleet_policies
+from scenarios.plan import CaseSpec, GatewaySpec, ProxySpec
 from server.config import ServerConfig
 from server.frozen import FrozenModel
 
@@ -29,10 +23,10 @@ from server.frozen import FrozenModel
 MAX_REPLICAS = 4
 #: The policies a fleet run uses when ``--routing`` is not given.
 DEFAULT_ROUTING = "round-robin,least-loaded,prefix-hash"
-VLLM_ROUTER_PREFIX = "vllm-router:"
-#: vllm-router policies a fleet run cannot use here: ``kv_aware`` needs the replicas' KV
-#: event endpoints, ``sticky_least_loaded`` needs session headers the testbed does not send.
-UNSUPPORTED_ROUTER_POLICIES = frozenset({"kv_aware", "sticky_least_loaded"})
+#: vllm-router policies the model predicts that a fleet run cannot use here, and why.
+UNSUPPORTED_ROUTER_POLICIES = {
+    "kv_aware": "the router needs each replica's KV-event endpoint, which a run does not wire",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,35 +43,21 @@ class RoutingChoice:
 
 
 def parse_routing(text: str) -> tuple[RoutingChoice, ...]:
-    """``round-robin,vllm-router:cache_aware`` → the policies, in order.
+    """``round-robin,vllm-router:cache_aware`` → the policies of a fleet run, in order: the
+    fleet model's list (:func:`scenarios.fleet.model.parse_fleet_policies`, so a run takes
+    exactly the policies the model predicts) less those a run cannot use here.
 
     Raises:
-        ValueError: an empty list, an unknown or unsupported policy, or one given twice.
+        ValueError: an empty list, an unknown, repeated or unsupported policy.
     """
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if not names:
-        raise ValueError("--routing needs at least one policy")
-    gateway, router = get_args(GatewayRouting), get_args(VllmRouterPolicy)
-    out: list[RoutingChoice] = []
-    for name in names:
-        if name.startswith(VLLM_ROUTER_PREFIX):
-            policy = name.removeprefix(VLLM_ROUTER_PREFIX)
-            if policy not in router or policy in UNSUPPORTED_ROUTER_POLICIES:
-                usable = sorted(set(router) - UNSUPPORTED_ROUTER_POLICIES)
-                raise ValueError(
-                    f"routing {name!r}: vllm-router policies usable here: {', '.join(usable)}"
-                )
-            out.append(RoutingChoice("vllm-router", policy))
-        elif name in gateway:
-            out.append(RoutingChoice("gateway", name))
-        else:
+    out = []
+    for name in parse_fleet_policies(text):
+        router, _, policy = name.rpartition(":")
+        if policy in UNSUPPORTED_ROUTER_POLICIES:
             raise ValueError(
-                f"unknown routing {name!r}: the gateway's {', '.join(gateway)}, or "
-                f"vllm-router:<policy> ({', '.join(router)})"
+                f"routing {name!r} cannot run here yet: {UNSUPPORTED_ROUTER_POLICIES[policy]}"
             )
-    seen = [c.case_name for c in out]
-    if len(set(seen)) != len(seen):
-        raise ValueError(f"--routing names a policy twice: {text!r}")
+        out.append(RoutingChoice(router or "gateway", policy))
     return tuple(out)
 
 

@@ -35,10 +35,10 @@ def test_a_fleet_without_routing_runs_the_gateways_three_policies() -> None:
 @pytest.mark.parametrize(
     ("routing", "message"),
     [
-        ("", "needs at least one policy"),
-        ("random", "unknown routing 'random'"),
-        ("vllm-router:kv_aware", "vllm-router policies usable here"),
-        ("prefix-hash,prefix-hash", "names a policy twice"),
+        ("", "no routing policy given"),
+        ("random", "unknown routing policy 'random'"),
+        ("vllm-router:kv_aware", "cannot run here yet: the router needs each replica's KV"),
+        ("prefix-hash,prefix-hash", "routing policy given twice: prefix-hash"),
     ],
 )
 def test_bad_routing_lists_are_refused(routing: str, message: str) -> None:
