@@ -23,7 +23,7 @@ from scenarios.prefix_cache_model import (
 )
 from scenarios.tokens import TokenSpace
 from scenarios.traces import Trace, TraceRequest, block_token_ids
-from scenarios.workloads import TracePrompts
+from scenarios.workloads import TracePrompts, trace_request_id
 
 
 @dataclass(frozen=True)
@@ -35,11 +35,14 @@ class FleetRequest:
         prefix_key: the gateway's routing key (``None``: the gateway has none and places the
             request least-loaded).
         router_text: the text vllm-router routes it by.
+        headers: the HTTP headers it is sent with (name, value), as vllm-router reads them:
+            the load generator's ``X-Request-Id`` keys ``consistent_hash``.
     """
 
     cache: CacheRequest
     prefix_key: int | None
     router_text: str
+    headers: tuple[tuple[str, str], ...] = ()
 
     @property
     def request_id(self) -> str:
@@ -52,10 +55,12 @@ def token_fleet_request(
     output_tokens: int,
     block_tokens: int,
     keys: PrefixKeys | None = None,
+    headers: tuple[tuple[str, str], ...] | None = None,
 ) -> FleetRequest:
     """A request whose prompt is known token by token (a run's planned requests): block
     keys by content (:func:`scenarios.prefix_cache_model.content_block_keys`), the gateway's
-    key of the same tokens, and vllm-router's text of a token-ID prompt.
+    key of the same tokens, vllm-router's text of a token-ID prompt, and the headers it is
+    sent with (default: the load generator's ``X-Request-Id: request_id``).
 
     Raises:
         ValueError: a token ID outside [0, 2^32).
@@ -69,6 +74,7 @@ def token_fleet_request(
         ),
         prefix_key=(keys or PrefixKeys()).of_tokens(token_ids),
         router_text=routing_text(token_ids),
+        headers=(("X-Request-Id", request_id),) if headers is None else headers,
     )
 
 
@@ -110,7 +116,8 @@ def trace_fleet_requests(
     """Every request of ``trace`` (file order, ids ``line-{n}``) as a replay would send it:
     block keys from its hash ids (:func:`scenarios.prefix_cache_model.server_block_keys`),
     the gateway's key of its first ``keys.prefix_tokens`` tokens drawn as ``tokens`` says,
-    and vllm-router's text of a token-ID prompt."""
+    vllm-router's text of a token-ID prompt, and the ``X-Request-Id`` the replay sends
+    (``scenarios.workloads.trace_request_id`` of the phase ``tokens.salt``)."""
     keys = keys or PrefixKeys()
     tokens = tokens or TraceTokens()
     seed = tokens.block_seed()
@@ -124,7 +131,8 @@ def trace_fleet_requests(
             output_tokens=r.output_length,
         )
         text = routing_text(range(r.input_length))
-        out.append(FleetRequest(cache, keys.of_tokens(head), text))
+        header = ("X-Request-Id", trace_request_id(tokens.salt, r.line))
+        out.append(FleetRequest(cache, keys.of_tokens(head), text, (header,)))
     return out
 
 
@@ -156,8 +164,9 @@ def workload_fleet_requests(
 ) -> list[FleetRequest]:
     """The requests ``indices`` of a trace-replay phase's workload as the replay sent them
     (ids ``L{line}``): block keys from their hash ids, the gateway's key of their first
-    ``keys.prefix_tokens`` tokens drawn with the run's ``seed`` and the phase's salt, and
-    vllm-router's text of a token-ID prompt."""
+    ``keys.prefix_tokens`` tokens drawn with the run's ``seed`` and the phase's salt,
+    vllm-router's text of a token-ID prompt, and the ``X-Request-Id`` the replay sent
+    (``scenarios.workloads.trace_request_id`` of the phase, the workload's salt)."""
     keys = keys or PrefixKeys()
     space = space or TokenSpace()
     block_seed = workload.block_seed(seed)
@@ -175,7 +184,7 @@ def workload_fleet_requests(
             prompt_tokens=item.input_tokens,
             output_tokens=item.output_tokens,
         )
-        out.append(
-            FleetRequest(cache, keys.of_tokens(head), routing_text(range(item.input_tokens)))
-        )
+        text = routing_text(range(item.input_tokens))
+        header = ("X-Request-Id", trace_request_id(workload.salt, item.line))
+        out.append(FleetRequest(cache, keys.of_tokens(head), text, (header,)))
     return out

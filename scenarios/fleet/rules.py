@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from gateway.routing import DEFAULT_EPSILON, DEFAULT_VIRTUAL_NODES, Decision, ReplicaView, Router
 from scenarios.fleet.requests import FleetRequest
 from scenarios.fleet.simulate import FleetState, Rule
-from scenarios.fleet.vllm_router_hash import ConsistentHashRing, hash_key
+from scenarios.fleet.vllm_router_hash import ConsistentHashRing, ring_key
 
 
 def gateway_rule(
@@ -57,7 +57,8 @@ def vllm_round_robin_rule() -> Rule:
 
 def vllm_consistent_hash_rule(worker_urls: Sequence[str]) -> Rule:
     """vllm-router's ``consistent_hash`` over workers named ``worker_urls`` (its placement
-    depends on the URLs: :mod:`scenarios.fleet.vllm_router_hash`).
+    depends on the URLs and, through the request's headers, on its id:
+    :mod:`scenarios.fleet.vllm_router_hash`).
 
     Raises:
         ValueError: no URL.
@@ -65,7 +66,7 @@ def vllm_consistent_hash_rule(worker_urls: Sequence[str]) -> Rule:
     ring = ConsistentHashRing(worker_urls)
 
     def rule(index: int, request: FleetRequest, state: FleetState) -> tuple[int, Decision | None]:
-        return ring.worker_of(hash_key(request.router_text)), None
+        return ring.worker_of(ring_key(request.router_text, request.headers)), None
 
     return rule
 

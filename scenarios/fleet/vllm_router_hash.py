@@ -8,8 +8,12 @@ Source: vllm-router 0.1.17 (``vllm-project/router``), ``src/policies/consistent_
 Pinned against the installed router binary by a test that sends requests through it to
 recording upstreams.
 
-- The key of a request without session headers or ``session_params.session_id`` / ``user``
-  / ``session_id`` / ``user_id`` body fields (the testbed sends none) is its routing text:
+- The key of a request with a session header is ``header:{name}:{value}`` of the first of
+  :data:`SESSION_HEADERS` it carries. The testbed's load generator sends ``X-Request-Id``
+  (the request's id) with every request, so through vllm-router ``consistent_hash`` keys
+  each request by its id: a placement blind to prompts (read from the router's log).
+- The key of a request without one, nor ``session_params.session_id`` / ``user`` /
+  ``session_id`` / ``user_id`` body fields (the testbed sends none), is its routing text:
   ``request_hash:{fbi_hash(text):016x}`` when the text is longer than 100 bytes, else
   ``request:{text}``. The routing text of a completion is its text prompt, but for a token-ID
   prompt only ``token_ids:{count}`` (:func:`routing_text`).
@@ -133,6 +137,27 @@ def routing_text(token_ids: Sequence[int] | None = None, text: str | None = None
     if text is not None:
         return text
     return f"token_ids:{len(token_ids or ())}"
+
+
+#: Headers that key a request, first found wins (``hash_key.rs``, ``SESSION_HEADER_NAMES``).
+SESSION_HEADERS = (
+    "x-session-id",
+    "x-user-id",
+    "x-tenant-id",
+    "x-correlation-id",
+    "x-request-id",
+    "x-trace-id",
+)
+
+
+def ring_key(text: str, headers: Sequence[tuple[str, str]] = ()) -> str:
+    """The ring key of a request with routing text ``text`` and HTTP ``headers`` (name, value)
+    (``extract_hash_key``: a session header first, else :func:`hash_key`)."""
+    present = {name.lower(): value for name, value in headers if value}
+    for name in SESSION_HEADERS:
+        if name in present:
+            return f"header:{name}:{present[name]}"
+    return hash_key(text)
 
 
 def hash_key(text: str) -> str:

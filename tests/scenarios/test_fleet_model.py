@@ -164,6 +164,7 @@ def test_token_requests_key_blocks_by_content() -> None:
     assert len(a.cache.block_keys) == 2
     assert content_block_keys(range(8), 4) == a.cache.block_keys
     assert a.router_text == "token_ids:10"
+    assert a.headers == (("X-Request-Id", "a"),)  # what the load generator sends
 
 
 def test_bad_policies_are_named() -> None:

@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 
 from loadgen.proxies.vllm_router import ROUTER_ENV, find_vllm_router
-from scenarios.fleet.vllm_router_hash import ConsistentHashRing, hash_key, routing_text
+from scenarios.fleet.vllm_router_hash import ConsistentHashRing, ring_key, routing_text
 from server.process import free_loopback_port
 from tests.support.gateway_fakes import FakeUpstream, serve_upstream
 
@@ -55,33 +55,46 @@ async def router(policy: str, urls: list[str], log: Path) -> AsyncIterator[str]:
         proc.wait(timeout=10)
 
 
-async def landed(url: str, fakes: list[FakeUpstream], body: dict[str, object]) -> int:
+def completions(fake: FakeUpstream) -> int:
+    """Completions the fake received (the router's own calls, e.g. for models, left out)."""
+    return sum(1 for seen in fake.seen if seen.path == "/v1/completions")
+
+
+async def landed(
+    url: str, fakes: list[FakeUpstream], body: dict[str, object], headers: dict[str, str]
+) -> int:
     """Send one completion through the router; the index of the fake that received it."""
-    before = [f.count for f in fakes]
+    before = [completions(f) for f in fakes]
     async with (
         aiohttp.ClientSession() as session,
-        session.post(url + "/v1/completions", json=body) as r,
+        session.post(url + "/v1/completions", json=body, headers=headers) as r,
     ):
+        assert r.status == 200, await r.text()
         await r.read()
-    return next(i for i, f in enumerate(fakes) if f.count > before[i])
+    got = [i for i, f in enumerate(fakes) if completions(f) > before[i]]
+    assert len(got) == 1, f"the completion reached fakes {got}"
+    return got[0]
 
 
 async def test_consistent_hash_lands_where_the_port_says(tmp_path: Path) -> None:
-    """30 prompts (token IDs of 5 lengths, and text prompts short and long) through
-    ``--policy consistent_hash``: each lands on the worker the ported ring names, the
-    token-ID ones keyed by their length alone (``token_ids:{count}``)."""
+    """40 prompts (token IDs of 5 lengths, and text prompts short and long; every other one
+    with the ``X-Request-Id`` the load generator sends) through ``--policy consistent_hash``:
+    each lands on the worker the ported ring names: with the header, keyed by it; without,
+    a token-ID prompt by its length alone (``token_ids:{count}``)."""
     rng = random.Random(7)
     async with serve_upstream(FakeUpstream()) as a, serve_upstream(FakeUpstream()) as b:
         ring = ConsistentHashRing([a.url, b.url])
         async with router("consistent_hash", [a.url, b.url], tmp_path / "router.log") as url:
-            for i in range(30):
+            for i in range(40):
                 n = rng.choice([3, 10, 30, 200, 600])
                 ids = [rng.randrange(32000) for _ in range(n)]
                 prompt: object = f"prompt {i} " * (n // 10 + 1) if i % 3 == 0 else ids
                 text = routing_text(text=prompt) if isinstance(prompt, str) else routing_text(ids)
                 body = {"model": "fake-model", "prompt": prompt, "max_tokens": 1, "stream": False}
-                got = await landed(url, [a, b], body)
-                assert got == ring.worker_of(hash_key(text)), (i, n, text[:40])
+                headers = {"X-Request-Id": f"speedup-1x-L{i:05d}"} if i % 2 else {}
+                got = await landed(url, [a, b], body, headers)
+                want = ring.worker_of(ring_key(text, tuple(headers.items())))
+                assert got == want, (i, n, text[:40], headers)
 
 
 async def test_round_robin_alternates(tmp_path: Path) -> None:
@@ -95,5 +108,5 @@ async def test_round_robin_alternates(tmp_path: Path) -> None:
         serve_upstream(FakeUpstream()) as b,
         router("round_robin", [a.url, b.url], tmp_path / "router.log") as url,
     ):
-        got = [await landed(url, [a, b], body) for _ in range(6)]
+        got = [await landed(url, [a, b], body, {}) for _ in range(6)]
     assert got in ([0, 1, 0, 1, 0, 1], [1, 0, 1, 0, 1, 0])
