@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from server.embedded_model import draft_dir
 from server.frozen import FrozenModel
+from server.kv_events import kv_events_args
 from server.model_variant import (
     COMMON_ARCHITECTURE,
     DraftKind,
@@ -56,6 +57,8 @@ class ServerConfig(FrozenModel):
             decode throughput; figures in docs/embedded-model.md).
         dtype: vLLM's ``--dtype``; ``None`` means the variant's dtype for the embedded model
             and ``bfloat16`` for any other model.
+        kv_events_port: publish KV-cache events to a subscriber bound on this loopback port
+            (``server.kv_events``); ``None`` publishes none.
         extra_args: appended verbatim to the vLLM command line.
         env: extra environment variables for the server.
         python: the interpreter that runs vLLM (a second engine, ``server.engines``);
@@ -81,6 +84,7 @@ class ServerConfig(FrozenModel):
     draft: EmbeddedDraft | None = None
     enforce_eager: bool = True
     dtype: str | None = None
+    kv_events_port: int | None = Field(default=None, ge=1, le=65535)
     extra_args: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
     python: str | None = None
@@ -169,5 +173,7 @@ class ServerConfig(FrozenModel):
                 "num_speculative_tokens": self.draft.num_speculative_tokens,
             }
             argv += ["--speculative-config", json.dumps(spec)]
+        if self.kv_events_port is not None:
+            argv += kv_events_args(self.kv_events_port)
         argv += list(self.extra_args)
         return argv

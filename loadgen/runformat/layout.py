@@ -23,7 +23,9 @@ Every JSON file and JSON line is one row type of :mod:`loadgen.runformat` (named
                                concurrency; with workers, per-worker figures (PhaseRow)
         metrics/               samples.jsonl (SampleRow), scrapes.jsonl (ScrapeTick),
                                raw.jsonl.gz (metrics.store)
+        kv_events.jsonl        the KV-cache events replica 0's vLLM published (KvEventRow)
         replicas/K/metrics/    a fleet case: replica K's scrapes, as metrics/ (K ≥ 1)
+        replicas/K/kv_events.jsonl  replica K's KV-cache events
         fleet.json             a fleet case: its replicas' URLs in order and its routing
       report.md, report.json   the report (``analysis.models.RunSummary``, versioned)
       report.html              the same report as one self-contained page
@@ -102,6 +104,8 @@ ROUTER_LOG = "vllm-router.log"
 #: The server directory of replica K ≥ 1 of a case (replica 0's is ``server/``).
 REPLICA_SERVER_DIR = "server-replica-{k}"
 FAULTS_FILE = "faults.jsonl"
+#: The KV-cache events of a replica (``loadgen.kvevents``), in its :func:`replica_dir`.
+KV_EVENTS_FILE = "kv_events.jsonl"
 #: A fleet case's per-replica files: ``replicas/K/`` for replica K ≥ 1.
 REPLICAS_DIR = "replicas"
 #: A fleet case's replica URLs (replica 0 first) and routing policy.

@@ -280,6 +280,42 @@ class FaultRow(msgspec.Struct, kw_only=True, omit_defaults=True):
     startup_s: float | None = None
 
 
+class KvEventRow(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One line of ``kv_events.jsonl``: one KV-cache event a replica's vLLM published
+    (``loadgen.kvevents``), or a note of events lost.
+
+    Attributes:
+        event: ``stored`` (BlockStored), ``removed`` (BlockRemoved), ``cleared``
+            (AllBlocksCleared), ``gap`` (messages ``seq`` … ``seq + missing − 1`` never
+            arrived) or ``undecodable`` (a message that was not a KV-event batch).
+        seq: the publisher's sequence number of the message (one message per engine step).
+        index: the event's position in its message.
+        recv_ns: when the recorder received the message (monotonic ns).
+        ts: the engine's wall-clock time of the step (s since the epoch).
+        block_hashes: vLLM's hashes of the blocks (its own, seeded per process).
+        parent_block_hash: ``stored``: the hash of the block before the first one, ``None``
+            for a prompt's first block.
+        token_ids: ``stored``: the tokens of every stored block, in order.
+        block_size: ``stored``: tokens per block.
+        medium: where the blocks live (``CPU`` on the CPU build).
+        missing: ``gap``: messages lost.
+        error: ``undecodable``: why.
+    """
+
+    event: Literal["stored", "removed", "cleared", "gap", "undecodable"]
+    seq: int
+    index: int = 0
+    recv_ns: int
+    ts: float | None = None
+    block_hashes: list[int] = []
+    parent_block_hash: int | None = None
+    token_ids: list[int] = []
+    block_size: int | None = None
+    medium: str | None = None
+    missing: int | None = None
+    error: str | None = None
+
+
 class CaseInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
     """``cases/NAME/case.json``: a case's status and its server's facts.
 
