@@ -11,10 +11,11 @@ handled as Ctrl-C, and the order of a gate's runs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import sys
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -31,6 +32,7 @@ from loadgen.runformat.layout import RUN_FILE, SERVER_DIR, case_dir, write_json
 from loadgen.runformat.manifest import environment_facts
 from loadgen.workers.process import WorkersConfig
 from scenarios.base import Scenario
+from server.group_signals import GROUP_SIGNALS
 from server.net.errors import describe_exception
 
 T = TypeVar("T")
@@ -47,15 +49,45 @@ def asyncio_run(coro: Coroutine[Any, Any, T]) -> T:
 
 
 async def cancel_on_sigterm(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro``; SIGTERM cancels it like Ctrl-C does, so servers stop and files close."""
+    """Run ``coro``; the first SIGTERM or Ctrl-C cancels it, so servers stop and files close;
+    a second or third signal during that cleanup is ignored (cancelling the cleanup itself
+    would leave files open and ``running`` statuses). A signal inherited as ignored (a run
+    started under ``nohup``) stays ignored. After ``coro`` ends both signals stay ignored,
+    so the report and manifest that follow are written whole; ``group_signals_restored``
+    restores them."""
     task = asyncio.current_task()
     assert task is not None
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    cancelled = False
+
+    def first_cancels() -> None:
+        nonlocal cancelled
+        if not cancelled:
+            cancelled = True
+            task.cancel()
+
+    handled = [s for s in GROUP_SIGNALS if signal.getsignal(s) is not signal.SIG_IGN]
+    for sig in handled:
+        loop.add_signal_handler(sig, first_cancels)
     try:
         return await coro
     finally:
-        loop.remove_signal_handler(signal.SIGTERM)
+        for sig in handled:
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def group_signals_restored() -> Iterator[None]:
+    """Around a run and the writing of its report and manifest: SIGTERM's and Ctrl-C's
+    dispositions from before are restored at the end (``cancel_on_sigterm`` leaves them
+    ignored so the files that follow the run are written whole)."""
+    before = {sig: signal.getsignal(sig) for sig in GROUP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def gate_order(repeats: int, order: str) -> list[str]:

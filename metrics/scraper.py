@@ -64,6 +64,7 @@ from metrics.parse import ParsedPage, parse_page
 from metrics.rows import RawScrape, ScrapeTick
 from metrics.samples import Sample
 from metrics.store import METRICS_DIR, RAW_FILE, SAMPLES_FILE, SCRAPES_FILE, sample_to_json
+from server.group_signals import blocked_while_spawning, leave_stop_to_parent
 from server.net.errors import describe_exception
 from server.net.http import AnswerTooLarge, read_bounded
 from server.net.limits import METRICS_MAX_BYTES
@@ -302,6 +303,9 @@ def _child_main(
     last_ok_start_ns: Synchronized[int],
     failure: SynchronizedString,
 ) -> None:
+    # A signal to the group must not cut the gzip stream short: the parent stops this
+    # process (``ScraperProcess.stop``) in order; if the parent dies, ``_scrape_loop`` sees it.
+    leave_stop_to_parent()
     try:
         import uvloop
 
@@ -382,7 +386,10 @@ class ScraperProcess:
         return 2 * self.timeout_s + 2 * self.interval_s
 
     def start(self) -> None:
-        self._proc.start()
+        """Start the scraper process (it ignores Ctrl-C and SIGTERM: ``stop`` ends it, after
+        which its files are closed and whole)."""
+        with blocked_while_spawning():
+            self._proc.start()
 
     @property
     def pid(self) -> int | None:
@@ -437,7 +444,7 @@ class ScraperProcess:
         self._stop.set()
         self._proc.join(timeout_s if timeout_s is not None else self.timeout_s + 5.0)
         if self._proc.is_alive():
-            self._proc.terminate()
+            self._proc.kill()  # it ignores SIGTERM (leave_stop_to_parent)
             self._proc.join(5)
 
     def __enter__(self) -> ScraperProcess:

@@ -36,7 +36,7 @@ ALLOWED: dict[str, set[str]] = {
 #: redacted) and ``server.cli_options`` (command-line options from pydantic models). The
 #: gateway and the scraper use them and nothing else of ``server``, whose vLLM process
 #: management they never see.
-LEAVES = ("server.net", "server.cli_options")
+LEAVES = ("server.net", "server.cli_options", "server.group_signals")
 LEAVES_ONLY = ("gateway", "metrics")
 
 #: ``gateway.routing`` (the routing policies as pure code) imports nothing of the project

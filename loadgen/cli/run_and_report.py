@@ -86,7 +86,7 @@ def run_and_report(
     """
     from loadgen.progress import RichProgress
     from loadgen.redact import redact_command
-    from loadgen.run import asyncio_run, cancel_on_sigterm, run_scenario
+    from loadgen.run import asyncio_run, cancel_on_sigterm, group_signals_restored, run_scenario
     from loadgen.runformat import RunWriteError
 
     command = redact_command(["loadgen", *sys.argv[1:]])
@@ -95,20 +95,21 @@ def run_and_report(
     status: str = "interrupted"
     error: str | None = "interrupted (Ctrl-C or SIGTERM)"
     write_error: RunWriteError | None = None
-    try:
-        result = asyncio_run(
-            cancel_on_sigterm(
-                run_scenario(scenario, params, run_dir, command, progress.hooks(), workers)
+    with group_signals_restored():
+        try:
+            result = asyncio_run(
+                cancel_on_sigterm(
+                    run_scenario(scenario, params, run_dir, command, progress.hooks(), workers)
+                )
             )
-        )
-        status, error, write_error = result.status, result.error, result.write_error
-    except RunWriteError as exc:  # before the run began: run.json itself failed
-        status, error, write_error = "failed", str(exc), exc
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        progress.console.print("[red]interrupted: writing what was recorded[/red]")
-    finally:
-        progress.close()
-        report, report_error, manifest_error = finalize(run_dir, status, command)
+            status, error, write_error = result.status, result.error, result.write_error
+        except RunWriteError as exc:  # before the run began: run.json itself failed
+            status, error, write_error = "failed", str(exc), exc
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            progress.console.print("[red]interrupted: writing what was recorded[/red]")
+        finally:
+            progress.close()
+            report, report_error, manifest_error = finalize(run_dir, status, command)
     write_error = write_error or manifest_error
     if write_error is not None:
         # One line, the first write that failed; the report is not trusted to have been built.

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing
-import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -42,6 +41,7 @@ from loadgen.workers.base import (
 )
 from scenarios.partition import WorkerShare, partition_phase
 from scenarios.plan import PhaseSpec
+from server.group_signals import blocked_while_spawning, leave_stop_to_parent
 from server.net.errors import describe_exception
 
 #: The shared start is this far after the last worker reported ready: time for the start
@@ -62,10 +62,10 @@ def _worker_process(
     total_timeout_s: float | None = None,
     placement: Placement | None = None,
 ) -> None:
-    """A worker process: serve calls on ``conn`` until ``close``. Ctrl-C reaches the whole
-    process group; the worker ignores it, so the coordinator decides how the phase ends and
-    the worker still writes the records of a cut-short share."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    """A worker process: serve calls on ``conn`` until ``close``. Ctrl-C and a group SIGTERM
+    reach the whole process group; the worker ignores both, so the coordinator decides how the
+    phase ends and the worker still writes the records of a cut-short share."""
+    leave_stop_to_parent()
     runtime = WorkerRuntime(
         worker, Path(records_path), pool_limit, read_timeout_s, total_timeout_s=total_timeout_s,
         placement=placement,
@@ -126,7 +126,8 @@ class ProcessWorkers(WorkerPool):
                 name=f"loadgen-worker-{k}",
                 daemon=True,
             )  # fmt: skip
-            proc.start()
+            with blocked_while_spawning():
+                proc.start()
             child.close()
             self._procs.append(proc)
             self._conns.append(parent)
