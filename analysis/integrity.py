@@ -294,8 +294,10 @@ def _check_case_files(
         why = f": {info.error}" if info.error else ""
         result.attention.append(f"{spec.name}: case status {info.status or 'unknown'}{why}")
     has_records = (cdir / REQUESTS_FILE).exists() or bool(worker_request_files(cdir))
-    if info.status == "failed" and not has_records:
-        result.facts[spec.name] = {"status": "failed", "error": info.error}
+    # A case that failed, or was interrupted before its first phase began, sent nothing.
+    stopped_before_load = info.status == "interrupted" and not (cdir / PHASES_FILE).exists()
+    if not has_records and (info.status == "failed" or stopped_before_load):
+        result.facts[spec.name] = {"status": info.status, "error": info.error}
         return
     if not has_records:
         result.problems.append(

@@ -273,3 +273,24 @@ def test_a_directory_without_a_plan_is_no_run_to_report_or_export(
     assert result.exit_code == 2, result.output
     assert result.output == f"error: {tmp_path} has no plan.json: not a run directory\n"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_case_interrupted_before_its_first_phase_is_valid_with_attention(
+    tmp_path: Path,
+) -> None:
+    # A group SIGTERM while the case was still starting (no phase began): no records and no
+    # phases.jsonl, case and run say interrupted. Nothing was sent, so nothing is missing:
+    # the run is valid and needs attention, and the case's facts are its status and cause.
+    build_run(tmp_path)
+    cdir = case_dir(tmp_path, TEST_CASE)
+    (cdir / "requests.jsonl").unlink()
+    (cdir / "phases.jsonl").unlink()
+    why = "interrupted (Ctrl-C or SIGTERM)"
+    for path in (cdir / "case.json", tmp_path / "run.json"):
+        info = read_json(path)
+        info.update(status="interrupted", error=why)
+        path.write_text(json.dumps(info))
+    finish(tmp_path)
+    result = validate_run(tmp_path)
+    assert result.problems == []
+    assert result.facts[TEST_CASE] == {"status": "interrupted", "error": why}
