@@ -37,6 +37,7 @@ from analysis.fleet import FleetData, FleetFunnel, fleet_funnel, load_fleet
 from analysis.goodput import (
     RatePoint,
     SLOLimits,
+    WindowRates,
     judge,
     max_sustainable_rate,
     replicas_needed,
@@ -44,7 +45,7 @@ from analysis.goodput import (
 )
 from analysis.latency import request_frame
 from analysis.load import CaseData, RunData
-from analysis.models import CaseSummary, Stats
+from analysis.models import CaseSummary, PhaseSummary, Stats
 from loadgen.measure import Window
 from scenarios.arrivals import TraceArrival
 from scenarios.fleet.requests import workload_fleet_requests
@@ -265,6 +266,50 @@ def _fleet_funnel(
     return fleet_funnel(fleet, requests, events, capacity_blocks, block, (row.start_ns, row.end_ns))
 
 
+def _slo_rates(rows: pd.DataFrame, slo: SLOLimits) -> WindowRates | None:
+    """Goodput and attainment over the phase's scheduling window (``None`` without one)."""
+    if rows.empty or not rows["scheduled_ns"].notna().any():
+        return None
+    judged = judge(rows, slo)
+    window = Window(int(rows["scheduled_ns"].min()), int(rows["scheduled_ns"].max()))
+    return window_rates(judged, window, slo) if window.length_s > 0 else None
+
+
+def _prediction_fields(predicted: Prediction | None, fleet: FleetFunnel | None) -> dict[str, Any]:
+    """The predicted hit rate and tokens: a fleet's from its policy's model, else the single
+    server's (``None`` each without a prediction)."""
+    if fleet is not None:
+        return {
+            "predicted_hit_rate": fleet.predicted,
+            "predicted_hit_tokens": fleet.predicted_hit_tokens,
+            "predicted_query_tokens": fleet.predicted_query_tokens,
+        }
+    return {
+        "predicted_hit_rate": None if predicted is None else predicted.hit_rate,
+        "predicted_hit_tokens": None if predicted is None else predicted.total_hit_tokens,
+        "predicted_query_tokens": None if predicted is None else predicted.total_query_tokens,
+    }
+
+
+def _summary_fields(p: PhaseSummary | None) -> dict[str, Any]:
+    """The phase's figures taken as the run summary has them (empty ones without a summary)."""
+    return {
+        "ok": p.ok if p else 0,
+        "failed": p.failed if p else 0,
+        "lateness_ms": p.send_lateness_ms if p else Stats(),
+        "hit_rate_requests": p.cached_token_rate if p else None,
+        "cached_reported": p.cached_reported if p else 0,
+        "ttft_ms": p.ttft_ms if p else Stats(),
+        "tpot_ms": p.tpot_ms if p else Stats(),
+        "itl_ms": p.itl_ms if p else Stats(),
+        "e2el_ms": p.e2el_ms if p else Stats(),
+        "kv_usage_peak": p.gauge_peaks.get("kv_cache_usage_perc") if p else None,
+        "preemptions": p.counter_deltas.get("num_preemptions") if p else None,
+        "waiting_peak": p.gauge_peaks.get("num_requests_waiting") if p else None,
+        "running_peak": p.gauge_peaks.get("num_requests_running") if p else None,
+    }
+
+
 def _phase(
     spec: PhaseSpec,
     frame: pd.DataFrame,
@@ -295,68 +340,31 @@ def _phase(
             for c, good, h in zip(cached, ok, predicted.hit_tokens, strict=True)
             if good and c == h
         )
-    rates = None
-    if not rows.empty and rows["scheduled_ns"].notna().any():
-        judged = judge(rows, slo)
-        window = Window(int(rows["scheduled_ns"].min()), int(rows["scheduled_ns"].max()))
-        if window.length_s > 0:
-            rates = window_rates(judged, window, slo)
+    rates = _slo_rates(rows, slo)
     return PhaseFigures(
         phase=spec.name,
         speedup=spec.arrival.speedup,
         planned=len(spec.arrival.offsets_ms),
         sent=int(rows["sent_ns"].notna().sum()) if not rows.empty else 0,
-        ok=p.ok if p else 0,
-        failed=p.failed if p else 0,
         timed=timed,
         scheduled_rate_rps=scheduled,
         achieved_rate_rps=achieved,
         rate_error=None if achieved is None or not scheduled else achieved / scheduled - 1,
-        lateness_ms=p.send_lateness_ms if p else Stats(),
         hits_counters=hits,
         queries_counters=queries,
         hit_rate_counters=measured,
-        hit_rate_requests=p.cached_token_rate if p else None,
-        cached_reported=p.cached_reported if p else 0,
-        predicted_hit_rate=(
-            fleet.predicted
-            if fleet is not None
-            else None
-            if predicted is None
-            else predicted.hit_rate
-        ),
-        predicted_hit_tokens=(
-            fleet.predicted_hit_tokens
-            if fleet is not None
-            else None
-            if predicted is None
-            else predicted.total_hit_tokens
-        ),
-        predicted_query_tokens=(
-            fleet.predicted_query_tokens
-            if fleet is not None
-            else None
-            if predicted is None
-            else predicted.total_query_tokens
-        ),
+        **_prediction_fields(predicted, fleet),
         predicted_short_requests=None if predicted is None else predicted.short_requests,
         sequential_hit_rate=None if sequential is None else sequential.hit_rate,
         max_hit_rate=None if maximum is None else maximum.hit_rate,
         requests_matching_prediction=matching,
         prediction_gap=_gap(measured, predicted, fleet),
-        ttft_ms=p.ttft_ms if p else Stats(),
-        tpot_ms=p.tpot_ms if p else Stats(),
-        itl_ms=p.itl_ms if p else Stats(),
-        e2el_ms=p.e2el_ms if p else Stats(),
         window_s=None if rates is None else rates.window_s,
         goodput_rps=None if rates is None else rates.goodput_rps,
         completed_rps=None if rates is None else rates.completed_rps,
         attainment=None if rates is None else rates.attainment,
         attainment_by_slo={} if rates is None else rates.attainment_by_slo,
-        kv_usage_peak=p.gauge_peaks.get("kv_cache_usage_perc") if p else None,
-        preemptions=p.counter_deltas.get("num_preemptions") if p else None,
-        waiting_peak=p.gauge_peaks.get("num_requests_waiting") if p else None,
-        running_peak=p.gauge_peaks.get("num_requests_running") if p else None,
+        **_summary_fields(p),
         fleet=fleet,
     )
 
