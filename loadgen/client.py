@@ -16,21 +16,14 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from loadgen.chunks import CompletionChunk, parse_chunk, parse_event
 from loadgen.clock import Clock
 from loadgen.connections import RecordTrace
 from loadgen.records import RequestRecord, Status
-from loadgen.sse import (
-    DONE,
-    CompletionChunk,
-    SSEDecoder,
-    SSEEvent,
-    SSELineTooLong,
-    parse_chunk,
-    parse_event,
-)
 from loadgen.token_timing import TokenTally
 from scenarios.requests import PlannedRequest
 from server.net.errors import describe_exception
+from server.net.sse import DONE, SSEDecoder, SSEEvent, SSELineTooLong
 from server.net.urls import redact_urls_in
 
 _JSON = {"Content-Type": "application/json"}
@@ -129,6 +122,10 @@ def excess_tokens(record: RequestRecord) -> int | None:
     return over if over > 0 else None
 
 
+#: Added to a failed record's reason when its stream ended inside an event.
+CUT_EVENT = "the stream ended inside an event (no blank line after it), which is discarded"
+
+
 def _stall_s(session: aiohttp.ClientSession) -> str:
     stall = session.timeout.sock_read
     return "?" if stall is None else f"{stall:g}"
@@ -144,10 +141,14 @@ class _Stream:
         self.clock = clock
         self.stopped_by: Status | None = None
         self.applied = False
+        #: The stream ended inside an event (no blank line after it), which was discarded.
+        self.cut_event = False
 
     async def read(self, response: aiohttp.ClientResponse) -> Status | None:
         """Consume the body; ``None`` when it ended (``[DONE]`` or EOF), else the status
         that stopped it early (``error`` event, or ``aborted`` by a planned disconnect).
+        An event the stream ended inside (its blank line never came) is discarded, as the
+        SSE rules say, and noted in ``cut_event``.
 
         Per read: one stamp, then the events it completed; reads of plain ``data:`` events
         (every vLLM chunk) take the decoder's fast path and skip building event objects.
@@ -167,9 +168,7 @@ class _Stream:
             for data in plain:
                 if data == DONE or account(parse_chunk(data), now, response):
                     return self.stopped_by
-        last = decoder.flush()  # a last event whose blank line never came
-        if last is not None:
-            self._consume(last, now, response)
+        self.cut_event = decoder.end()
         return self.stopped_by
 
     def _consume(self, event: SSEEvent, now: int, response: aiohttp.ClientResponse) -> bool:
@@ -202,6 +201,17 @@ class _Stream:
             return True
         return False
 
+    def settle(self, prompt_exact: bool, exact_output: bool) -> None:
+        """The record's status once its stream ended by itself: ``ok`` only if the usage
+        matches what was asked and streamed (:func:`_check_usage`); an event the stream ended
+        inside was discarded (SSE rules), and a failed record's reason then says so."""
+        self.apply()
+        mismatch = _check_usage(self.record, prompt_exact, exact_output)
+        if mismatch and self.cut_event:
+            mismatch += f"; {CUT_EVENT}"
+        self.record.status = "error" if mismatch else "ok"
+        self.record.error = mismatch
+
     def apply(self) -> None:
         """Copy the token stamps into the record (once)."""
         if self.applied:
@@ -228,7 +238,7 @@ async def send_request(
     with a session from :func:`loadgen.connections.open_session` the connection and write
     stamps are filled too. The request carries ``X-Request-Id: record.request_id`` unless the
     plan's own headers set one. The status is ``ok`` only if the final usage matches what was
-    asked (prompt length, ``max_tokens``) and what was streamed.
+    asked (prompt length, ``max_tokens``) and what was streamed (:meth:`_Stream.settle`).
 
     Timeouts come from the session (:func:`loadgen.connections.open_session`): no byte for
     ``sock_read`` seconds is the error ``stalled: …``; a response not complete within
@@ -263,10 +273,7 @@ async def send_request(
                 return record
             stopped = await stream.read(response)
         if stopped is None:
-            stream.apply()
-            mismatch = _check_usage(record, prompt_exact, exact_output)
-            record.status = "error" if mismatch else "ok"
-            record.error = mismatch
+            stream.settle(prompt_exact, exact_output)
     except asyncio.CancelledError:
         record.status = "error"
         record.error = "cancelled before completion (run interrupted)"

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from loadgen.sse import CompletionChunk
+from loadgen.chunks import CompletionChunk
 
 TokenTiming = Literal["usage", "text", "final_only"]
 

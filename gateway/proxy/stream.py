@@ -20,7 +20,8 @@ from gateway.proxy.client import RelayedStream, relayed_headers
 from gateway.proxy.exchange import Exchange
 from gateway.proxy.timeouts import PhaseTimeout
 from gateway.proxy.verdicts import AttemptVerdict
-from gateway.sse import EventStreamScanner, EventTooLarge, is_done, is_error_event
+from gateway.sse import is_done, is_error_event
+from server.net.sse import SSEDecoder, SSELineTooLong
 
 logger = logging.getLogger(__name__)
 
@@ -30,16 +31,16 @@ class StreamWatch:
 
     def __init__(self, verdict: AttemptVerdict, max_event_bytes: int) -> None:
         self.verdict = verdict
-        self.scanner = EventStreamScanner(max_event_bytes)
+        self.decoder = SSEDecoder(max_event_bytes)
         self.saw_done = False
         self.saw_error_event = False
         self.error_event_counted = False
 
     def feed(self, chunk: bytes) -> None:
-        """Scan a relayed chunk; note error events and ``[DONE]``.
+        """Decode a relayed chunk (``server.net.sse``); note error events and ``[DONE]``.
 
-        Raises :class:`EventTooLarge` (from the scanner)."""
-        for event in self.scanner.feed(chunk):
+        Raises :class:`server.net.sse.SSELineTooLong` (from the decoder)."""
+        for event in self.decoder.feed(chunk):
             if is_error_event(event):
                 self.saw_error_event = True
             elif is_done(event):
@@ -75,7 +76,7 @@ async def relay(ex: Exchange) -> web.StreamResponse:
     watch = StreamWatch(ex.verdict, ex.state.config.max_response_bytes)
     try:
         watch.feed(first)
-    except EventTooLarge as exc:
+    except SSELineTooLong as exc:
         msg = f"the upstream stream: {exc}"
         return ex.fail_before_response("event_too_large", 502, msg, None, abort=False)
     if watch.saw_error_event:  # judged first: a probe failing at once fails as a probe
@@ -111,7 +112,7 @@ async def _pump(ex: Exchange, watch: StreamWatch, first: bytes) -> web.StreamRes
         ex.verdict.fail("broken_stream")
         ex.abort("broken_stream", count=False)
         return await client.end_with_error(502, "upstream_error", "the upstream stream broke off")
-    except EventTooLarge as exc:
+    except SSELineTooLong as exc:
         ex.verdict.fail("event_too_large")
         ex.abort("event_too_large", count=False)
         return await client.end_with_error(502, "upstream_error", f"the upstream stream: {exc}")

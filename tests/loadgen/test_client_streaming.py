@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 
 from analysis.latency import chunk_gaps, request_frame
-from loadgen.client import Target, send_request
+from loadgen.client import CUT_EVENT, Target, send_request
 from loadgen.clock import MonotonicClock
 from loadgen.connections import open_session
 from loadgen.records import RequestRecord
@@ -263,20 +263,30 @@ async def test_a_chunk_of_four_tokens_keeps_its_count_at_its_stamp() -> None:
     assert record.chunk_ns[1] - record.chunk_ns[0] >= 60 * MS
 
 
-async def test_last_event_without_its_blank_line_is_not_lost() -> None:
-    # The trailer (usage, cached tokens) ends the stream without "\n\n" and without [DONE].
+async def test_a_last_event_without_its_blank_line_is_discarded() -> None:
+    # The trailer (usage, cached tokens) ends the stream without "\n\n" and without [DONE]:
+    # the SSE rules discard an event the stream ends inside. The running usage of the token
+    # chunks still says 3 of 3, so the record is ok, without the trailer's cached tokens.
     script = StreamScript(no_final_blank_line=True, cached_tokens=7, itl_s=0.01)
     record, _ = await send(script, planned(max_tokens=3))
     assert record.status == "ok", record.error
     assert record.usage_completion_tokens == 3
-    assert record.cached_tokens == 7
+    assert record.cached_tokens is None
 
 
-async def test_a_stream_ending_without_done_and_short_is_a_failure() -> None:
+async def test_a_stream_ending_inside_an_event_and_short_is_a_failure_that_says_so() -> None:
     script = StreamScript(no_final_blank_line=True, short_by_tokens=1, itl_s=0.01)
     record, _ = await send(script, planned(max_tokens=3))
     assert record.status == "error"
-    assert record.error == "usage.completion_tokens=2, max_tokens=3 asked with ignore_eos"
+    short = "usage.completion_tokens=2, max_tokens=3 asked with ignore_eos"
+    assert record.error == f"{short}; {CUT_EVENT}"
+
+
+async def test_a_discarded_usage_trailer_without_a_running_usage_is_no_usage() -> None:
+    script = StreamScript(no_final_blank_line=True, continuous_usage=False, itl_s=0.01)
+    record, _ = await send(script, planned(max_tokens=3))
+    assert record.status == "error"
+    assert record.error == f"no usage reported; {CUT_EVENT}"
 
 
 async def test_an_event_named_error_is_a_failure() -> None:

@@ -11,8 +11,8 @@ import pytest
 
 from loadgen.client import Target, excess_tokens, send_request
 from loadgen.clock import MonotonicClock
-from loadgen.sse import SSEDecoder, SSEEvent, SSELineTooLong
 from server.net.limits import SSE_MAX_LINE_BYTES
+from server.net.sse import SSEDecoder, SSEEvent, SSELineTooLong
 from tests.loadgen.test_client_streaming import blank_record, planned, send
 from tests.support.fake_openai_server import StreamScript
 
@@ -24,8 +24,8 @@ def _events(stream: bytes, split: int) -> list[SSEEvent]:
     events: list[SSEEvent] = []
     for i in range(0, len(stream), split):
         events += decoder.feed(stream[i : i + split])
-    last = decoder.flush()
-    return events + ([last] if last else [])
+    decoder.end()
+    return events
 
 
 @pytest.mark.parametrize("split", [1, 7, 64, 65, 1000])

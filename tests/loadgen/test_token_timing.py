@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.sse import CompletionChunk
+from loadgen.chunks import CompletionChunk
 from loadgen.token_timing import TokenStamps, TokenTally, spread
 
 MS = 1_000_000

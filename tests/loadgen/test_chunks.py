@@ -1,4 +1,4 @@
-"""loadgen.sse: SSE decoding of raw reads and vLLM completion-chunk interpretation (pure)."""
+"""loadgen.chunks: what a vLLM completion chunk (or any streamed event) means (pure)."""
 
 from __future__ import annotations
 
@@ -6,15 +6,8 @@ import re
 
 import pytest
 
-from loadgen.sse import (
-    DONE,
-    ChunkProtocolError,
-    CompletionChunk,
-    SSEDecoder,
-    SSEEvent,
-    parse_chunk,
-    parse_event,
-)
+from loadgen.chunks import ChunkProtocolError, CompletionChunk, parse_chunk, parse_event
+from server.net.sse import SSEEvent
 
 TOKEN_CHUNK = (
     '{"id":"cmpl-x","object":"text_completion","created":1,"model":"m","choices":[{"index":0,'
@@ -42,93 +35,6 @@ ERROR_EVENT = (
     '{"error":{"message":"The model does not exist.","type":"NotFoundError","param":null,'
     '"code":404}}'
 )
-
-
-def decode(lines: list[str | bytes]) -> list[str]:
-    decoder = SSEDecoder()
-    out = [event.data for line in lines if (event := decoder.feed_line(line)) is not None]
-    if (last := decoder.flush()) is not None:
-        out.append(last.data)
-    return out
-
-
-def decode_reads(reads: list[bytes]) -> list[SSEEvent]:
-    decoder = SSEDecoder()
-    out = [event for raw in reads for event in decoder.feed(raw)]
-    if (last := decoder.flush()) is not None:
-        out.append(last)
-    return out
-
-
-def test_events_end_at_blank_lines() -> None:
-    lines = [
-        f"data: {TOKEN_CHUNK}\n",
-        "\n",
-        f"data: {USAGE_TRAILER}\n",
-        "\n",
-        "data: [DONE]\n",
-        "\n",
-    ]
-    assert decode(lines) == [TOKEN_CHUNK, USAGE_TRAILER, DONE]
-
-
-def test_multi_line_data_is_joined_with_newlines() -> None:
-    assert decode(["data: first\n", "data:second\n", "data:  third\n", "\n"]) == [
-        "first\nsecond\n third"
-    ]
-
-
-def test_comments_and_other_fields_are_ignored() -> None:
-    lines = [": keep-alive\n", "event: message\n", "id: 7\n", "retry: 10\n", "data: x\n", "\n"]
-    assert decode(lines) == ["x"]
-
-
-def test_crlf_line_endings_and_bytes_are_accepted() -> None:
-    assert decode([b"data: a\r\n", b"\r\n", b"data: b\r\n", b"\r\n"]) == ["a", "b"]
-
-
-def test_blank_lines_without_data_make_no_event() -> None:
-    assert decode(["\n", "\r\n", ": ping\n", "\n"]) == []
-
-
-def test_missing_final_blank_line_is_recovered_by_flush() -> None:
-    decoder = SSEDecoder()
-    assert decoder.feed_line("data: [DONE]") is None
-    assert decoder.flush() == SSEEvent(DONE)
-    assert decoder.flush() is None
-
-
-def test_reads_split_anywhere_give_the_same_events() -> None:
-    stream = f"data: {TOKEN_CHUNK}\n\ndata: {USAGE_TRAILER}\r\n\r\ndata: [DONE]\n\n".encode()
-    whole = decode_reads([stream])
-    assert [e.data for e in whole] == [TOKEN_CHUNK, USAGE_TRAILER, DONE]
-    # Byte by byte, and cut inside "data:", inside the JSON and between \r and \n.
-    assert decode_reads([stream[i : i + 1] for i in range(len(stream))]) == whole
-    cuts = [3, 40, len(TOKEN_CHUNK) + 7, len(TOKEN_CHUNK) + 8 + len(USAGE_TRAILER) + 7]
-    pieces = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
-    assert decode_reads(pieces) == whole
-
-
-def test_a_character_split_across_reads_is_decoded_whole() -> None:
-    encoded = 'data: {"text":"é"}\n\n'.encode()  # é is two bytes: c3 a9
-    cut = encoded.index(b"\xc3") + 1
-    assert decode_reads([encoded[:cut], encoded[cut:]]) == [SSEEvent('{"text":"é"}')]
-
-
-def test_last_event_without_blank_line_or_newline_is_flushed() -> None:
-    # The stream ends right after the trailer's data line, or even inside it.
-    assert decode_reads([f"data: {USAGE_TRAILER}\n".encode()]) == [SSEEvent(USAGE_TRAILER)]
-    assert decode_reads([f"data: {USAGE_TRAILER}".encode()]) == [SSEEvent(USAGE_TRAILER)]
-    assert decode_reads([b"data: x\n\n"]) == [SSEEvent("x")]  # nothing pending: no repeat
-
-
-def test_event_type_is_kept_and_reset_after_each_event() -> None:
-    reads = [b"event: error\ndata: upstream timed out\n\ndata: [DONE]\n\n"]
-    assert decode_reads(reads) == [SSEEvent("upstream timed out", "error"), SSEEvent(DONE)]
-
-
-def test_an_event_type_without_data_is_not_dispatched() -> None:
-    assert decode_reads([b"event: ping\n\ndata: x\n\n"]) == [SSEEvent("x")]
 
 
 def test_token_chunk() -> None:
@@ -225,65 +131,6 @@ def test_invalid_json_raises_value_error() -> None:
         parse_chunk("{not json")
 
 
-# -- the fast path (the client once spent most of its CPU decoding chunks) -------------
-
-# Plain events, then one of every kind the fast path declines: CRLF, an event type, a
-# comment, multi-line data, "data:" without a space; then plain events again.
-MIXED = (
-    f"data: {TOKEN_CHUNK}\n\ndata: {SPEC_CHUNK}\n\n"
-    "data: a\r\n\r\n"
-    "event: error\ndata: boom\n\n"
-    ": ping\n\ndata: b\n\n"
-    "data: c1\ndata: c2\n\n"
-    "data:d\n\n"
-    f"data: {USAGE_TRAILER}\n\ndata: [DONE]\n\n"
-).encode()
-# Written out by hand from MIXED, event by event.
-MIXED_EVENTS = [
-    SSEEvent(TOKEN_CHUNK),
-    SSEEvent(SPEC_CHUNK),
-    SSEEvent("a"),
-    SSEEvent("boom", "error"),
-    SSEEvent("b"),
-    SSEEvent("c1\nc2"),
-    SSEEvent("d"),
-    SSEEvent(USAGE_TRAILER),
-    SSEEvent(DONE),
-]
-
-
-def decode_like_the_client(reads: list[bytes]) -> list[SSEEvent]:
-    """What loadgen.client does per read: the fast path, else the general one."""
-    decoder = SSEDecoder()
-    out: list[SSEEvent] = []
-    for raw in reads:
-        plain = decoder.feed_plain(raw)
-        out += decoder.feed(raw) if plain is None else [SSEEvent(d) for d in plain]
-    if (last := decoder.flush()) is not None:
-        out.append(last)
-    return out
-
-
-def test_fast_path_gives_the_same_events_for_any_split() -> None:
-    assert decode_like_the_client([MIXED]) == MIXED_EVENTS
-    assert decode_like_the_client([MIXED[i : i + 1] for i in range(len(MIXED))]) == MIXED_EVENTS
-    for cut in range(0, len(MIXED), 7):  # every 7th byte as a cut, also inside "\r\n"
-        assert decode_like_the_client([MIXED[:cut], MIXED[cut:]]) == MIXED_EVENTS, cut
-
-
-def test_fast_path_takes_plain_events_and_keeps_an_unfinished_one() -> None:
-    decoder = SSEDecoder()
-    assert decoder.feed_plain(b"data: x\n\ndata: y\n\ndata: z") == ["x", "y"]
-    assert decoder.feed_plain(b"z\n\n") == ["zz"]
-
-
-def test_fast_path_declines_without_consuming_and_the_general_path_takes_over() -> None:
-    decoder = SSEDecoder()
-    read = b"data: x\n\nevent: error\ndata: boom\n\n"
-    assert decoder.feed_plain(read) is None
-    assert decoder.feed(read) == [SSEEvent("x"), SSEEvent("boom", "error")]
-
-
 # Each shape with what it means, read off the payload by hand: (completion, prompt, cached,
 # has_choice, has_text, finish_reason, error).
 CHUNK_MEANINGS = [
@@ -340,35 +187,3 @@ WRONG_TYPES = [
 def test_a_field_of_the_wrong_type_is_a_protocol_error_naming_it(data: str, field: str) -> None:
     with pytest.raises(ChunkProtocolError, match=re.escape(f"`{field}`")):
         parse_chunk(data)
-
-
-# -- line ends: LF, CRLF and a bare CR (WHATWG HTML §9.2.5; fault K) ------------------------
-
-# The same three events with each line end; written out by hand.
-LINE_END_EVENTS = [SSEEvent("a"), SSEEvent("b1\nb2"), SSEEvent(DONE)]
-
-
-@pytest.mark.parametrize("eol", ["\n", "\r\n", "\r"])
-def test_every_line_end_gives_the_same_events_for_any_split(eol: str) -> None:
-    stream = eol.join(["data: a", "", ": ping", "data: b1", "data: b2", "", "data: [DONE]", ""])
-    raw = (stream + eol).encode()
-    assert decode_like_the_client([raw]) == LINE_END_EVENTS
-    assert decode_like_the_client([raw[i : i + 1] for i in range(len(raw))]) == LINE_END_EVENTS
-    for cut in range(len(raw) + 1):
-        assert decode_like_the_client([raw[:cut], raw[cut:]]) == LINE_END_EVENTS, cut
-
-
-def test_a_cr_ending_one_read_and_an_lf_opening_the_next_are_one_line_end() -> None:
-    decoder = SSEDecoder()
-    # "data: x\r" ends the line at once; the LF that follows is not a blank line, so the
-    # event is dispatched only by the blank line after it (one event, not a split one).
-    assert decoder.feed(b"data: x\r") == []
-    assert decoder.feed(b"\ndata: y\r\n") == []
-    assert decoder.feed(b"\r\n") == [SSEEvent("x\ny")]
-
-
-def test_a_bare_cr_event_is_dispatched_in_the_read_that_ends_it() -> None:
-    # Not held back for a possible LF: its stamp is the read it arrived in.
-    decoder = SSEDecoder()
-    assert decoder.feed(b"data: x\r\r") == [SSEEvent("x")]
-    assert decoder.feed(b"\ndata: y\r\r") == [SSEEvent("y")]  # that LF was the CR's pair
