@@ -23,6 +23,7 @@ from gateway.config import GatewayConfig
 from gateway.health import health_handler
 from gateway.proxy.handler import metrics_handler, proxy_handler
 from gateway.state import STATE_KEY, GatewayState
+from server.net.health import health_client
 
 logger = logging.getLogger(__name__)
 
@@ -56,9 +57,12 @@ async def _client_session_ctx(app: web.Application) -> AsyncIterator[None]:
         # every client's later requests (and filtering it costs time on every request).
         cookie_jar=aiohttp.DummyCookieJar(),
     )
+    state.health_client = health_client(state.config.health_check_timeout_s)
     try:
         yield
     finally:
+        await state.health_client.aclose()
+        state.health_client = None
         tasks = list(state.background)
         for task in tasks:
             task.cancel()

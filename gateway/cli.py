@@ -22,6 +22,7 @@ import click
 from gateway.config import GatewayConfig
 from server.cli_options import ModelOptions
 from server.net.errors import describe_exception
+from server.net.loop import run_event_loop
 from server.net.urls import redact_urls_in
 
 
@@ -68,17 +69,6 @@ async def _serve_forever(config: Any) -> None:
         click.echo("press Ctrl-C to stop", err=True)
         await stop.wait()
     click.echo("gateway stopped", err=True)
-
-
-def run_event_loop(coro: Any) -> Any:
-    """Run ``coro`` on uvloop (plain asyncio if it is missing): every relayed chunk costs two
-    loop wake-ups (read upstream, write client), which uvloop makes several times cheaper
-    (tests/benchmarks/bench_gateway.py measures what the gateway adds)."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency
-        return asyncio.run(coro)
-    return uvloop.run(coro)
 
 
 #: Fields of ``GatewayConfig`` that no flag sets (the JSON config file still can).

@@ -26,39 +26,21 @@ import asyncio
 import time
 from typing import Any
 
-import aiohttp
+import httpx
 from aiohttp import web
 
 from gateway.state import STATE_KEY
 from gateway.upstreams import Upstream
-from server.net.errors import describe_exception
+from server.net.health import check_health
 from server.net.urls import redact_url
 
 
-async def check_upstream(
-    session: aiohttp.ClientSession, upstream: Upstream, timeout_s: float
-) -> None:
-    """GET ``upstream``'s ``/health`` within ``timeout_s`` seconds; record the result on it.
-
-    A 2xx answer is ok; anything else, a refused connection or no answer in time is not. Never
-    raises for upstream trouble.
-    """
-    detail: str | None = None
-    try:
-        async with session.get(
-            upstream.url + "/health",
-            timeout=aiohttp.ClientTimeout(total=timeout_s),
-            allow_redirects=False,
-        ) as resp:
-            if not 200 <= resp.status < 300:
-                detail = f"HTTP {resp.status}"
-    except TimeoutError:
-        detail = f"no answer within {timeout_s:g} s"
-    except aiohttp.ClientConnectorError as exc:  # the cause named: refused, unreachable, DNS
-        detail = f"cannot connect: {describe_exception(exc.os_error)}"
-    except aiohttp.ClientError as exc:
-        detail = f"check failed ({describe_exception(exc)})"
-    upstream.note_check(time.monotonic(), detail is None, detail)
+async def check_upstream(client: httpx.AsyncClient, upstream: Upstream, timeout_s: float) -> None:
+    """Check ``upstream``'s ``/health`` within ``timeout_s`` seconds
+    (``server.net.health.check_health``: 2xx is ok, a redirect is not followed); record the
+    result on it. Never raises for upstream trouble."""
+    health = await check_health(client, upstream.url, timeout_s)
+    upstream.note_check(time.monotonic(), health.ok, health.problem)
 
 
 def _age_s(then_s: float | None, now_s: float) -> float | None:
@@ -86,8 +68,8 @@ async def health_handler(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
     upstreams = state.pool.upstreams
     timeout_s = state.config.health_check_timeout_s
-    session = state.client_session()
-    await asyncio.gather(*(check_upstream(session, u, timeout_s) for u in upstreams))
+    client = state.checks_client()
+    await asyncio.gather(*(check_upstream(client, u, timeout_s) for u in upstreams))
     now_s = time.monotonic()
     healthy = any(u.breaker.admits(now_s) and u.seen.last_check_ok for u in upstreams)
     body = {

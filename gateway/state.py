@@ -1,9 +1,8 @@
 """Typed per-application state of a gateway, stored under :data:`STATE_KEY`.
 
 Owns the wiring between config, metrics, events file, upstream pool and its router, admission
-controller, the
-shared client session (created and closed by the app's ``cleanup_ctx``) and background drain
-tasks.
+controller, the shared client session and health-check client (created and closed by the
+app's ``cleanup_ctx``) and background drain tasks.
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import httpx
 from aiohttp import web
 
 from gateway.admission import AdmissionController
@@ -39,6 +39,8 @@ class GatewayState:
     events: EventsFile | None = None
     decisions: EventsFile | None = None
     session: aiohttp.ClientSession | None = None
+    #: The client of the live ``/health`` checks of the upstreams (``server.net.health``).
+    health_client: httpx.AsyncClient | None = None
     background: set[asyncio.Task[None]] = field(default_factory=set)
 
     @classmethod
@@ -83,6 +85,12 @@ class GatewayState:
         if self.session is None:
             raise RuntimeError("gateway client session is not open (app not started)")
         return self.session
+
+    def checks_client(self) -> httpx.AsyncClient:
+        """The client of the upstreams' live ``/health`` checks; only valid while the app runs."""
+        if self.health_client is None:
+            raise RuntimeError("gateway health-check client is not open (app not started)")
+        return self.health_client
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run a background coroutine, keeping a reference until it ends."""

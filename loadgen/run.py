@@ -38,16 +38,6 @@ from server.net.errors import describe_exception
 T = TypeVar("T")
 
 
-def asyncio_run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` to its end on uvloop (plain asyncio if uvloop is missing)."""
-    try:
-        import uvloop
-
-        return uvloop.run(coro)
-    except ImportError:  # pragma: no cover - uvloop is a dependency
-        return asyncio.run(coro)
-
-
 async def cancel_on_sigterm(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro``; the first SIGTERM or Ctrl-C cancels it, so servers stop and files close;
     a second or third signal during that cleanup is ignored (cancelling the cleanup itself

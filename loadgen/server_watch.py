@@ -12,10 +12,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import aiohttp
-
 from loadgen.records import RequestRecord
 from server.manager import RunningServer
+from server.net.health import NotHealthy, wait_healthy
 
 #: Health probe: attempts, each bounded by a timeout, with a pause between them (seconds).
 #: vLLM answers /health from its API server's event loop, which stays responsive under
@@ -50,19 +49,13 @@ async def server_answers(
     timeout_s: float = PROBE_TIMEOUT_S,
     gap_s: float = PROBE_GAP_S,
 ) -> bool:
-    """Whether ``GET url/health`` answers 200 within ``attempts`` tries."""
-    timeout = aiohttp.ClientTimeout(total=timeout_s)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        for attempt in range(attempts):
-            try:
-                async with session.get(f"{url}/health") as response:
-                    if response.status == 200:
-                        return True
-            except (aiohttp.ClientError, TimeoutError, OSError):
-                pass
-            if attempt + 1 < attempts:
-                await asyncio.sleep(gap_s)
-    return False
+    """Whether ``url/health`` is healthy (``server.net.health``) within ``attempts`` checks,
+    each bounded by ``timeout_s`` seconds, ``gap_s`` seconds apart."""
+    try:
+        await wait_healthy(url, attempts=attempts, every_s=gap_s, check_timeout_s=timeout_s)
+    except NotHealthy:
+        return False
+    return True
 
 
 class ServerWatch:

@@ -68,6 +68,7 @@ from server.group_signals import blocked_while_spawning, leave_stop_to_parent
 from server.net.errors import describe_exception
 from server.net.http import AnswerTooLarge, read_bounded
 from server.net.limits import METRICS_MAX_BYTES
+from server.net.loop import run_event_loop
 
 #: Longest one scrape may take before it is abandoned as failed (whole request, seconds).
 #: vLLM's API server shares a core with the load generator here, so under load an answer may
@@ -307,16 +308,10 @@ def _child_main(
     # process (``ScraperProcess.stop``) in order; if the parent dies, ``_scrape_loop`` sees it.
     leave_stop_to_parent()
     try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:  # pragma: no cover - uvloop is a dependency; plain asyncio works too
-        pass
-    try:
         loop = _scrape_loop(
             url, Path(case_dir), interval_s, timeout_s, max_bytes, stop, parent, last_ok_start_ns
         )
-        asyncio.run(loop)
+        run_event_loop(loop)
     except ScraperWriteError as exc:
         # One line for the parent to report (ScraperProcess.failure), exit 1, no traceback.
         failure.value = str(exc).encode("utf-8")[: _FAILURE_BYTES - 1]

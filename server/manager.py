@@ -34,8 +34,10 @@ from server.embedded_model import ensure_draft_model, ensure_embedded_model
 from server.engine_flags import adapt_command
 from server.engines import Engine, inspect_engine
 from server.files import replace_whole
+from server.logs import last_lines, log_tail, read_log
 from server.model_variant import VariantDecision
 from server.net.errors import describe_exception
+from server.net.health import NotHealthy, check_health, wait_healthy
 from server.net.http import get_bounded
 from server.net.limits import CONTROL_MAX_BYTES, METRICS_MAX_BYTES
 from server.priority import lower_engine_core_priority, lower_session_priority
@@ -154,17 +156,6 @@ class RunningServer:
             raise RuntimeError(f"port {self.port} still bound after stopping vLLM")
 
 
-def _read_log(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except FileNotFoundError:
-        return ""
-
-
-def _log_tail(path: Path, lines: int = 40) -> str:
-    return "\n".join(_read_log(path).splitlines()[-lines:])
-
-
 _EXCEPTION_RE = re.compile(r"\b([A-Z]\w*(?:Error|Exception)): (.+)$")
 _LOG_PREFIX_RE = re.compile(r"^(?:\(\w+ pid=\d+\) )?(\w+) [\d-]+ [\d:]+ \[[^\]]+\] ")
 #: Wrappers that re-raise the real cause further down the log; never the answer.
@@ -259,12 +250,6 @@ async def _capacity_or_why(
         return None, str(exc)
 
 
-#: Seconds between ``/health`` polls while a server starts. The start is noticed at most this
-#: late (a 1 s poll added 0.5 s per start on average, and stamped a restarted replica's
-#: recovery later than the gateway's breaker saw it).
-HEALTH_POLL_S = 0.1
-
-
 async def _wait_healthy(
     proc: subprocess.Popen[bytes],
     url: str,
@@ -272,35 +257,34 @@ async def _wait_healthy(
     timeout_s: float,
     on_status: StatusCallback | None,
 ) -> None:
-    start = time.monotonic()
+    """Wait until vLLM at ``url`` is healthy (``server.net.health.wait_healthy``), racing its
+    process; ``on_status`` gets the log's last line at most once a second.
+
+    Raises:
+        ServerStartError: vLLM exited or was not healthy within ``timeout_s`` seconds; the
+            message names the likely cause and quotes the end of its log.
+    """
     last_status = -1.0
-    async with httpx.AsyncClient(timeout=2.0) as client:
-        while True:
-            elapsed = time.monotonic() - start
-            if proc.poll() is not None:
-                tail, cause = _log_tail(log_path, 60), likely_cause(_read_log(log_path))
-                raise ServerStartError(
-                    f"vLLM exited with code {proc.returncode} after {elapsed:.0f} s "
-                    f"while starting.\nLikely cause: {cause}\n"
-                    f"--- last log lines ({log_path}) ---\n{tail}"
-                )
-            if elapsed > timeout_s:
-                tail, cause = _log_tail(log_path, 60), likely_cause(_read_log(log_path))
-                raise ServerStartError(
-                    f"vLLM was not healthy after {timeout_s:.0f} s.\n"
-                    f"Last error-looking line: {cause}\n"
-                    f"--- last log lines ({log_path}) ---\n{tail}"
-                )
-            try:
-                response = await get_bounded(client, f"{url}/health", CONTROL_MAX_BYTES)
-                if response.status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if on_status is not None and elapsed - last_status >= 1.0:
-                last_status = elapsed
-                on_status(elapsed, _log_tail(log_path, 1).strip())
-            await asyncio.sleep(HEALTH_POLL_S)
+
+    def on_wait(elapsed_s: float) -> None:
+        nonlocal last_status
+        if on_status is not None and elapsed_s - last_status >= 1.0:
+            last_status = elapsed_s
+            on_status(elapsed_s, " ".join(last_lines(log_path, 1)))
+
+    try:
+        await wait_healthy(url, timeout_s=timeout_s, exited=proc.poll, on_wait=on_wait)
+    except NotHealthy as exc:
+        tail, cause = log_tail(log_path, 60), likely_cause(read_log(log_path))
+        if exc.exit_code is not None:
+            raise ServerStartError(
+                f"vLLM exited with code {exc.exit_code} after {exc.elapsed_s:.0f} s "
+                f"while starting.\nLikely cause: {cause}\n--- last log lines ---\n{tail}"
+            ) from None
+        raise ServerStartError(
+            f"vLLM was not healthy after {timeout_s:.0f} s.\n"
+            f"Last error-looking line: {cause}\n--- last log lines ---\n{tail}"
+        ) from None
 
 
 async def _model_paths(
@@ -428,12 +412,11 @@ async def attach(url: str) -> RunningServer:
     """
     url = url.rstrip("/")
     async with httpx.AsyncClient(timeout=10.0) as client:
-        try:
-            health = await get_bounded(client, f"{url}/health", CONTROL_MAX_BYTES)
-        except httpx.HTTPError as exc:
-            raise ServerStartError(f"cannot reach {url}/health: {describe_exception(exc)}") from exc
-        if health.status_code != 200:
-            raise ServerStartError(f"{url}/health answered {health.status_code}")
+        health = await check_health(client, url, 10.0)
+        if health.status is None:
+            raise ServerStartError(f"cannot reach {url}/health: {health.cause}")
+        if not health.ok:
+            raise ServerStartError(f"{url}/health answered {health.status}")
         models = await _get_json(client, f"{url}/v1/models")
         if not isinstance(models, dict) or not models.get("data"):
             raise ServerStartError(f"{url}/v1/models lists no model")

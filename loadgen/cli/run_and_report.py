@@ -86,8 +86,9 @@ def run_and_report(
     """
     from loadgen.progress import RichProgress
     from loadgen.redact import redact_command
-    from loadgen.run import asyncio_run, cancel_on_sigterm, group_signals_restored, run_scenario
+    from loadgen.run import cancel_on_sigterm, group_signals_restored, run_scenario
     from loadgen.runformat import RunWriteError
+    from server.net.loop import run_event_loop
 
     command = redact_command(["loadgen", *sys.argv[1:]])
     progress = RichProgress()
@@ -97,7 +98,7 @@ def run_and_report(
     write_error: RunWriteError | None = None
     with group_signals_restored():
         try:
-            result = asyncio_run(
+            result = run_event_loop(
                 cancel_on_sigterm(
                     run_scenario(scenario, params, run_dir, command, progress.hooks(), workers)
                 )

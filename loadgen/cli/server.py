@@ -80,15 +80,16 @@ def stop(port: int | None, stop_all: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def status(as_json: bool) -> None:
     """Show servers started with `loadgen server start` and whether they are healthy."""
-    import httpx
+    import asyncio
 
-    rows = []
-    for state in _states():
-        try:
-            healthy = httpx.get(f"{state['url']}/health", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            healthy = False
-        rows.append({**state, "healthy": healthy})
+    from loadgen.server_watch import server_answers
+
+    async def check_all(states: list[dict[str, Any]]) -> list[bool]:
+        return await asyncio.gather(*(server_answers(s["url"], attempts=1) for s in states))
+
+    states = _states()
+    healthy = asyncio.run(check_all(states))
+    rows = [{**state, "healthy": ok} for state, ok in zip(states, healthy, strict=True)]
     if as_json:
         click.echo(json.dumps(rows))
         return

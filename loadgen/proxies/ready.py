@@ -1,22 +1,14 @@
-"""Is a relay ready? Its ``/health`` through it, and its logs quoted when it is not."""
+"""Is a relay ready? Its ``/health`` through it (``server.net.health``), and its logs quoted
+(``server.logs``) when it is not."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
-import re
 import subprocess
-import time
 from pathlib import Path
 
-import httpx
-
-from server.net.http import get_bounded
-from server.net.limits import CONTROL_MAX_BYTES
-
-#: Terminal colour and cursor sequences (CSI ... final byte), which a quoted log must not carry.
-_ANSI_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+from server.logs import log_tail
+from server.net.health import NotHealthy, wait_healthy
 
 
 def is_executable_file(path: str) -> bool:
@@ -25,43 +17,27 @@ def is_executable_file(path: str) -> bool:
     return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
-def log_tail(paths: list[Path], limit: int = 2000) -> str:
-    """The last ``limit`` characters of each of ``paths`` that has any (terminal escape
-    sequences removed), each under its path; says so when none has a line."""
-    parts = []
-    for path in paths:
-        text = path.read_text(errors="replace") if path.exists() else ""
-        text = _ANSI_ESCAPE.sub("", text).strip()  # vllm-router colours its log regardless
-        if text:
-            parts.append(f"{path}:\n{text[-limit:]}")
-    return "\n".join(parts) if parts else f"(nothing in {', '.join(map(str, paths))})"
-
-
 async def wait_relaying(
     proc: subprocess.Popen[bytes], url: str, logs: list[Path], timeout_s: float, name: str
 ) -> None:
-    """Return once ``GET url/health`` through the proxy answers 200 (so the proxy listens and
-    reaches its upstream).
+    """Return once ``GET url/health`` through the proxy is healthy (``server.net.health``: so
+    the proxy listens and reaches its upstream).
 
     Raises:
-        RuntimeError: the process exited, or no 200 within ``timeout_s`` seconds; the message
-            quotes the end of each of ``logs``.
+        RuntimeError: the process exited, or was not healthy within ``timeout_s`` seconds;
+            the message quotes the end of each of ``logs`` (``server.logs.log_tail``).
     """
-    deadline = time.monotonic() + timeout_s
-    # Longer than the gateway's own live checks of its upstreams (1 s by default).
-    async with httpx.AsyncClient(timeout=5.0) as client:
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(
-                    f"{name} exited with code {proc.returncode} before it relayed a request; "
-                    f"{log_tail(logs)}"
-                )
-            with contextlib.suppress(httpx.HTTPError):
-                health = await get_bounded(client, f"{url}/health", CONTROL_MAX_BYTES)
-                if health.status_code == 200:
-                    return
-            await asyncio.sleep(0.1)
-    raise RuntimeError(
-        f"{name} did not become ready within {timeout_s:.0f} s (no 200 from /health through "
-        f"it); {log_tail(logs)}"
-    )
+    try:
+        # Each check may take longer than the gateway's own live checks of its upstreams
+        # (1 s by default).
+        await wait_healthy(url, timeout_s=timeout_s, check_timeout_s=5.0, exited=proc.poll)
+    except NotHealthy as exc:
+        if exc.exit_code is not None:
+            raise RuntimeError(
+                f"{name} exited with code {exc.exit_code} before it relayed a request; "
+                f"{log_tail(logs)}"
+            ) from None
+        raise RuntimeError(
+            f"{name} did not become ready within {timeout_s:.0f} s (no 200 from /health through "
+            f"it); {log_tail(logs)}"
+        ) from None

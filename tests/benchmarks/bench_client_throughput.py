@@ -33,6 +33,8 @@ import stamps
 from anchors import vllm_client
 from bench_client_timing import tokens_of
 
+from server.net.loop import run_event_loop
+
 NAME = "client_throughput"
 TARGET = 1.5
 #: Paced capacity: stamp error bound (ms), ITLs (ms), first-token delay (ms), waves per level.
@@ -185,7 +187,7 @@ def run(tiny: bool) -> dict[str, Any]:
             capacity = await _capacity(server, clients, ladder)
             return paced, ceiling, capacity
 
-        per_write, ceiling_runs, capacity = h.run_loop(measure())
+        per_write, ceiling_runs, capacity = run_event_loop(measure())
     summary = _summarize(per_write)
     ceiling = _summarize(ceiling_runs)
     rows = []

@@ -34,6 +34,8 @@ import harness as h
 import stamps
 from anchors import vllm_client
 
+from server.net.loop import run_event_loop
+
 NAME = "client_timing"
 TTFT_MS, ITL_MS = 50.0, 20.0
 TARGET_P99_MS = 2.0
@@ -142,7 +144,7 @@ def _measure(
                         f"{h.pct(steady or [0.0], 0.99):.2f} ms"
                     )
 
-    h.run_loop(measure())
+    run_event_loop(measure())
     return waves, lags, cpu
 
 

@@ -48,7 +48,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,8 +58,10 @@ import harness as h
 from anchors import PROXY_ANCHORS, proxy_argv, proxy_binary, proxy_version
 
 from loadgen.proxies import ProxyNotInstalledError
-from loadgen.proxies.ready import log_tail
 from loadgen.proxies.vllm_router import ROUTER_ENV
+from server.logs import log_tail
+from server.net.health import NotHealthy, wait_healthy
+from server.net.loop import run_event_loop
 from server.process import free_loopback_port
 
 NAME = "gateway"
@@ -104,26 +106,27 @@ def _completes(url: str) -> bool:
 def _wait_ready(
     url: str, proc: subprocess.Popen[bytes], log: Path, name: str, timeout_s: float = 60.0
 ) -> None:
-    """Return once ``url/health`` answers 200 and a completion through ``url`` streams to
-    its end (vllm-router's ``/health`` answers 200 only after its own poll of the server's).
+    """Return once ``url/health`` is healthy (``server.net.health``) and a completion through
+    ``url`` streams to its end (vllm-router's ``/health`` answers 200 only after its own
+    poll of the server's).
 
     Raises:
         RuntimeError: the process exited, or it was not ready within ``timeout_s`` seconds;
             the message quotes the end of ``log``.
     """
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{name} exited with {proc.returncode}:\n{log_tail([log])}")
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-                healthy = response.status == 200
-            if healthy and _completes(url):
-                return
-        except (OSError, http.client.HTTPException):
-            pass
-        time.sleep(0.05)
-    raise RuntimeError(f"{name} at {url} not ready in {timeout_s:.0f} s:\n{log_tail([log])}")
+    try:
+        run_event_loop(wait_healthy(url, timeout_s=timeout_s, every_s=0.05, exited=proc.poll))
+        while time.monotonic() < deadline and proc.poll() is None:
+            with suppress(OSError, http.client.HTTPException):
+                if _completes(url):
+                    return
+            time.sleep(0.05)
+    except NotHealthy:
+        pass
+    if proc.poll() is not None:
+        raise RuntimeError(f"{name} exited with {proc.returncode}:\n{log_tail(log)}")
+    raise RuntimeError(f"{name} at {url} not ready in {timeout_s:.0f} s:\n{log_tail(log)}")
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -437,13 +440,13 @@ def run(tiny: bool) -> dict[str, Any]:
             await _latency_runs(m, server, proxies, levels, rounds, tiny)
             await _capacity_runs(m, server, proxies, capacity_n, tokens)
 
-        h.run_loop(measure())
+        run_event_loop(measure())
         if not tiny:  # where the gateway's CPU goes under the capacity load
             with gateway(server.url, tmp, profile_to=tmp / "gateway.prof") as (
                 url,
                 _pid,
             ):
-                h.run_loop(drivers.ours(url, capacity_n, concurrency=64, max_tokens=TOKENS))
+                run_event_loop(drivers.ours(url, capacity_n, concurrency=64, max_tokens=TOKENS))
             profile = profile_top(tmp / "gateway.prof")
     summary: dict[str, Any] = {}
     for c, per in m.lat.items():

@@ -25,6 +25,8 @@ import harness as h
 import numpy as np
 from anchors import vllm_get_request
 
+from server.net.loop import run_event_loop
+
 NAME = "open_loop"
 TARGET_RATE = 500.0
 TARGET_ACHIEVED = 0.01
@@ -167,7 +169,7 @@ def run(tiny: bool) -> dict[str, Any]:
                     seed += 1
                     await _round(server.url, rate, int(rate * seconds), seed, have_anchor, per)
 
-        h.run_loop(measure())
+        run_event_loop(measure())
     summary = _summary(results)
     return {
         "config": {

@@ -32,6 +32,8 @@ from typing import Any
 
 import harness as h
 
+from server.net.loop import run_event_loop
+
 NAME = "phase_memory"
 HERE = Path(__file__).resolve()
 RATE = 1000.0
@@ -173,7 +175,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.child is not None:
         h.pin_self()
-        print(json.dumps(h.run_loop(_phase(args.url, args.child, args.eager))), flush=True)
+        print(json.dumps(run_event_loop(_phase(args.url, args.child, args.eager))), flush=True)
         return
     sys.argv = [sys.argv[0], *(["--tiny"] if args.tiny else []), "--out", str(args.out)]
     if args.eager:

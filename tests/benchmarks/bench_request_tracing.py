@@ -72,10 +72,10 @@ async def _measure(url: str, n: int) -> dict[bool, list[tuple[float, float]]]:
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["--serve"]:
-        import uvloop
+    from server.net.loop import run_event_loop
 
-        uvloop.run(_serve())
+    if sys.argv[1:2] == ["--serve"]:
+        run_event_loop(_serve())
         return
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 500
     server = subprocess.Popen([sys.executable, str(HERE), "--serve"], stdin=subprocess.PIPE,
@@ -83,9 +83,7 @@ def main() -> None:
     try:
         assert server.stdout is not None
         url = server.stdout.readline().strip()
-        import uvloop
-
-        results = uvloop.run(_measure(url, n))
+        results = run_event_loop(_measure(url, n))
     finally:
         assert server.stdin is not None
         server.stdin.close()

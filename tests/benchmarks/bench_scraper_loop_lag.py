@@ -31,6 +31,8 @@ from typing import Any
 import drivers
 import harness as h
 
+from server.net.loop import run_event_loop
+
 NAME = "scraper"
 INTERVAL_MS = 250.0
 TARGET_INTERVAL_MS = 5.0
@@ -102,7 +104,7 @@ def _measure(
             walls[variant].append(out.wall_s)
 
         for i in range(rounds):
-            h.run_loop(load("no scraping"))
+            run_event_loop(load("no scraping"))
             case_dir = Path(tmp) / f"round{i}"
             # The scraper's process inherits this process's core at its start: start it from
             # the other core, then come back.
@@ -113,7 +115,7 @@ def _measure(
             h.pin_self()
             try:
                 scraper.wait_first_scrape()
-                h.run_loop(load("scraping"))
+                run_event_loop(load("scraping"))
             finally:
                 scraper.stop()
             cadence.append(_cadence(case_dir))

@@ -468,17 +468,17 @@ def main() -> None:
                         help="Comma-separated --client-priority modes to measure every part "
                         "with (auto, realtime, normal).")  # fmt: skip
     args = parser.parse_args()
-    import uvloop
+    from server.net.loop import run_event_loop
 
-    if args.serve:  # the fake server's process: nothing of the project imported
-        uvloop.run(_serve())
+    if args.serve:  # the fake server's process: nothing else of the project imported
+        run_event_loop(_serve())
         return
     from scenarios.plan import ClientPriority
 
     for mode in args.client_priority.split(","):
         if mode not in get_args(ClientPriority):
             parser.error(f"--client-priority: unknown mode {mode!r}")
-    result = uvloop.run(_main(args))
+    result = run_event_loop(_main(args))
     result["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

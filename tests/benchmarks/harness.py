@@ -13,7 +13,6 @@ warmed the same way so neither pays for connects.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import platform
@@ -256,16 +255,6 @@ def write_result(out_dir: Path, name: str, result: dict[str, Any]) -> Path:
     payload = {"benchmark": name, "machine": machine(), **result}
     path.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
     return path
-
-
-def run_loop(coro: Any) -> Any:
-    """Run ``coro`` on uvloop (the loop ``loadgen`` runs on)."""
-    try:
-        import uvloop
-
-        return uvloop.run(coro)
-    except ImportError:  # pragma: no cover - uvloop is a dependency
-        return asyncio.run(coro)
 
 
 def _stderr(text: str) -> None:

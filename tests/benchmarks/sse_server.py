@@ -441,12 +441,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args()
     page = args.metrics_page.read_bytes() if args.metrics_page else b""
-    try:
-        import uvloop
+    from server.net.loop import run_event_loop
 
-        uvloop.run(serve(page, args.port))
-    except ImportError:  # pragma: no cover - uvloop is a dependency
-        asyncio.run(serve(page, args.port))
+    run_event_loop(serve(page, args.port))
 
 
 if __name__ == "__main__":

@@ -38,11 +38,9 @@ async def test_a_gateway_whose_only_upstream_was_never_reached_is_not_healthy() 
     assert upstream["breaker"] == "closed"  # no traffic yet: the breaker alone would say ok
     assert upstream["reached"] is False
     # The cause named: nothing listens on the port, so the connect was refused.
-    port = dead.rsplit(":", 1)[1]
     assert upstream["check"] == {
         "ok": False,
-        "detail": "cannot connect: ConnectionRefusedError: [Errno 111] Connect call failed "
-        f"('127.0.0.1', {port}) (ECONNREFUSED)",
+        "detail": "cannot connect: ConnectError: All connection attempts failed (ECONNREFUSED)",
     }
     assert upstream["last_success_age_s"] is None
 

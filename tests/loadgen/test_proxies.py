@@ -14,7 +14,6 @@ from pydantic import ValidationError
 from loadgen.cli import main
 from loadgen.proxies import ProxyNotInstalledError, check_installed, find_proxy, running_proxy
 from loadgen.proxies.nginx import nginx_config, upstream_address
-from loadgen.proxies.ready import log_tail
 from loadgen.proxies.vllm_router import find_vllm_router, router_argv
 from scenarios.plan import CaseSpec, GatewaySpec, ProxySpec
 
@@ -166,17 +165,3 @@ def test_a_proxy_that_exits_at_once_is_reported_with_what_it_printed(
     text = str(caught.value)
     assert "nginx exited with code 3 before it relayed a request" in text
     assert f"{tmp_path / 'p' / 'nginx.log'}:\nnginx: [emerg] unknown directive" in text
-
-
-def test_empty_logs_are_named_not_left_as_a_dangling_colon(tmp_path: Path) -> None:
-    a, b = tmp_path / "error.log", tmp_path / "out.log"
-    a.write_text("")
-    assert log_tail([a, b]) == f"(nothing in {a}, {b})"
-    b.write_text("x" * 3000)
-    assert log_tail([a, b], limit=10) == f"{b}:\n" + "x" * 10
-
-
-def test_a_quoted_log_carries_no_terminal_colours(tmp_path: Path) -> None:
-    log = tmp_path / "vllm-router.log"
-    log.write_text("\x1b[2m2026-12-02\x1b[0m \x1b[31mERROR\x1b[0m worker unhealthy\n")
-    assert log_tail([log]) == f"{log}:\n2026-12-02 ERROR worker unhealthy"
