@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from analysis.compare_report import read_compare_file
 from analysis.gate_decision import Decision, undecided_line
-from loadgen.runformat.atomic import append_bytes
+from server.net.jsonl import append_lines
 
 #: The version of a ``looks.jsonl`` line's format (:class:`Look`).
 LOOK_FORMAT_VERSION = 1
@@ -139,7 +139,7 @@ def record_look(path: Path, look: Look) -> None:
     Raises:
         RunWriteError: the append failed (``loadgen.runformat.atomic``).
     """
-    append_bytes(path, (look.model_dump_json() + "\n").encode())
+    append_lines(path, (look.model_dump_json() + "\n").encode())
 
 
 def run_until_decided(

@@ -13,8 +13,10 @@ stamps compare directly with the load generator's records. ``from``/``to`` are `
 ``open`` or ``half_open``. The lines come from the breaker's transition listener, never from
 parsing the log (the log keeps its human line per transition too).
 
-Writing opens, appends and closes the file each time: transitions are rare (a handful per
-run), and a short append to the page cache does not stall the event loop.
+Writing opens, appends and closes the file each time (the one JSONL appender,
+``server.net.jsonl``): transitions are rare (a handful per run), and a short append to the
+page cache does not stall the event loop. A line that cannot be written is logged, and the
+gateway goes on serving.
 
 The routing decisions go to a file of their own (``routing_decisions.jsonl`` in a run
 directory), one line per upstream choice, retries included, written as the choice is made::
@@ -42,6 +44,7 @@ import msgspec
 
 from gateway.breaker import Transition
 from gateway.routing import Decision
+from server.net.jsonl import RunWriteError, append_lines
 
 logger = logging.getLogger(__name__)
 
@@ -130,12 +133,13 @@ class EventsFile:
         path.touch()
 
     def append(self, event: GatewayEvent | RoutingDecisionRow) -> None:
-        """Write one line and flush it; a write error is logged, never raised into a request."""
+        """Write one line and flush it (``server.net.jsonl.append_lines``); its
+        :class:`RunWriteError` is logged (``cannot write PATH: …``), never raised into a
+        request: the gateway goes on serving."""
         try:
-            with open(self.path, "ab") as fh:
-                fh.write(msgspec.json.encode(event) + b"\n")
-        except OSError as exc:
-            logger.error("cannot write gateway event to %s: %s", self.path, exc)
+            append_lines(self.path, msgspec.json.encode(event) + b"\n")
+        except RunWriteError as exc:
+            logger.error("gateway event not written: %s", exc)
 
     def on_breaker_transition(self, transition: Transition) -> None:
         """The breaker's transition listener: one ``breaker_transition`` line."""

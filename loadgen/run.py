@@ -27,13 +27,14 @@ from loadgen.execute import CaseOutcome, RunHooks, execute_plan, open_server
 from loadgen.proxies import check_installed
 from loadgen.redact import redact_command
 from loadgen.runformat import FORMAT_VERSION, RunInfo, RunStatus, RunWriteError
-from loadgen.runformat.atomic import SpaceReserve, writing
+from loadgen.runformat.atomic import SpaceReserve
 from loadgen.runformat.layout import RUN_FILE, SERVER_DIR, case_dir, write_json
 from loadgen.runformat.manifest import environment_facts
 from loadgen.workers.process import WorkersConfig
 from scenarios.base import Scenario
 from server.group_signals import GROUP_SIGNALS
 from server.net.errors import describe_exception
+from server.net.jsonl import writing
 
 T = TypeVar("T")
 

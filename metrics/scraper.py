@@ -37,15 +37,16 @@ scraper never holds more than the limit plus one network chunk; a page over it i
 scrape (never kept in ``raw.jsonl.gz``, so each raw row holds at most ``max_bytes`` bytes).
 
 Write errors: a file of ``metrics/`` that cannot be written (disk full, permission) ends the
-scraper with one line naming the file and the error (``ScraperProcess.failure``), exit code
-1 and no traceback; the load generator reports that line as the case's failure.
+scraper with one line naming the file and the error, the run's one write error
+(``server.net.jsonl``: ``metrics scraper: cannot write PATH: No space left on device
+(ENOSPC)``, ``ScraperProcess.failure``), exit code 1 and no traceback; the load generator
+reports that line as the case's failure.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import gzip
 import multiprocessing as mp
 import os
 import sys
@@ -54,7 +55,7 @@ from collections.abc import Iterable, Iterator
 from multiprocessing.sharedctypes import Synchronized, SynchronizedString
 from multiprocessing.synchronize import Event
 from pathlib import Path
-from typing import IO, NamedTuple
+from typing import NamedTuple
 
 import httpx
 import msgspec
@@ -63,10 +64,11 @@ from metrics.names import FAMILIES, FAMILY_OF_SAMPLE
 from metrics.parse import ParsedPage, parse_page
 from metrics.rows import RawScrape, ScrapeTick
 from metrics.samples import Sample
-from metrics.store import METRICS_DIR, RAW_FILE, SAMPLES_FILE, SCRAPES_FILE, sample_to_json
+from metrics.store import RAW_FILE, SAMPLES_FILE, SCRAPES_FILE, sample_to_json
 from server.group_signals import blocked_while_spawning, leave_stop_to_parent
 from server.net.errors import describe_exception
 from server.net.http import AnswerTooLarge, read_bounded
+from server.net.jsonl import JsonlAppender, RunWriteError
 from server.net.limits import METRICS_MAX_BYTES
 from server.net.loop import run_event_loop
 
@@ -134,41 +136,23 @@ def _parse(response: _Page, t_ns: int) -> ParsedPage:
     return page
 
 
-class ScraperWriteError(Exception):
-    """A file of ``metrics/`` could not be written; the message names the file and the error."""
-
-    def __init__(self, path: Path | str, exc: BaseException) -> None:
-        super().__init__(f"metrics scraper: cannot write {path}: {describe_exception(exc)}")
-
-
 class _Files:
-    """The three append-only files of one case (opened by the caller), flushed per scrape.
+    """The three append-only files of one case (``server.net.jsonl``), flushed per scrape.
 
     Raises (every method):
-        ScraperWriteError: a write or flush failed (disk full, permission, I/O error).
+        RunWriteError: a write or flush failed (disk full, permission, I/O error).
     """
 
-    def __init__(
-        self, samples: IO[str], scrapes: IO[str], raw: IO[str], case_dir: Path = Path()
-    ) -> None:
-        self.case_dir = case_dir  # the files' names in errors are relative to it
+    def __init__(self, samples: JsonlAppender, scrapes: JsonlAppender, raw: JsonlAppender) -> None:
         self.samples, self.scrapes, self.raw = samples, scrapes, raw
 
-    def _append(self, fh: IO[str], name: str, text: str) -> None:
-        try:
-            fh.write(text)
-            fh.flush()
-        except OSError as exc:
-            raise ScraperWriteError(self.case_dir / name, exc) from None
-
     def tick(self, entry: ScrapeTick) -> None:
-        self._append(self.scrapes, SCRAPES_FILE, msgspec.json.encode(entry).decode() + "\n")
+        self.scrapes.write(msgspec.json.encode(entry) + b"\n")
 
     def page(self, scrape: int, t_ns: int, text: str, samples: list[Sample]) -> None:
-        row = RawScrape(scrape=scrape, t_ns=t_ns, text=text)
-        self._append(self.raw, RAW_FILE, msgspec.json.encode(row).decode() + "\n")
+        self.raw.write(msgspec.json.encode(RawScrape(scrape=scrape, t_ns=t_ns, text=text)) + b"\n")
         lines = "".join(sample_to_json(s, scrape, strict=True) + "\n" for s in samples)
-        self._append(self.samples, SAMPLES_FILE, lines)
+        self.samples.write(lines.encode())
 
 
 async def _scrape_loop(
@@ -254,39 +238,15 @@ def _open_files(case_dir: Path) -> Iterator[_Files]:
     """The case's three files opened for appending, closed (the gzip stream finished) after.
 
     Raises:
-        ScraperWriteError: a file could not be created, written or closed (the first
-            failure is the one named: closing after it may fail again on the same bytes).
+        RunWriteError: a file could not be created, written or closed (the first failure is
+            the one named: closing after it may fail again on the same bytes).
     """
-    stack = contextlib.ExitStack()
-    current = case_dir / METRICS_DIR
-    try:
-        current.mkdir(parents=True, exist_ok=True)
-        handles = []
-        for name in (SAMPLES_FILE, SCRAPES_FILE):
-            current = case_dir / name
-            # The stack owns them (closed below, each named on a close error).
-            handles.append(stack.enter_context(open(current, "a", encoding="utf-8")))  # noqa: SIM115
-        current = case_dir / RAW_FILE
-        raw = stack.enter_context(gzip.open(current, "at", encoding="utf-8", compresslevel=3))  # noqa: SIM115
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            stack.close()
-        raise ScraperWriteError(current, exc) from None
-    try:
-        yield _Files(handles[0], handles[1], raw, case_dir)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            stack.close()
-        raise
-    # Closing writes what is buffered and finishes the gzip stream: each file is closed on
-    # its own, so a close error names its file.
-    for fh, name in ((raw, RAW_FILE), (handles[1], SCRAPES_FILE), (handles[0], SAMPLES_FILE)):
-        try:
-            fh.close()
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                stack.close()
-            raise ScraperWriteError(case_dir / name, exc) from None
+    with (
+        JsonlAppender(case_dir / SAMPLES_FILE) as samples,
+        JsonlAppender(case_dir / SCRAPES_FILE) as scrapes,
+        JsonlAppender(case_dir / RAW_FILE, gzip_level=3) as raw,
+    ):
+        yield _Files(samples, scrapes, raw)
 
 
 #: Room for the one line a failed scraper leaves its parent (bytes, UTF-8, cut to fit).
@@ -312,9 +272,9 @@ def _child_main(
             url, Path(case_dir), interval_s, timeout_s, max_bytes, stop, parent, last_ok_start_ns
         )
         run_event_loop(loop)
-    except ScraperWriteError as exc:
+    except RunWriteError as exc:
         # One line for the parent to report (ScraperProcess.failure), exit 1, no traceback.
-        failure.value = str(exc).encode("utf-8")[: _FAILURE_BYTES - 1]
+        failure.value = f"metrics scraper: {exc}".encode()[: _FAILURE_BYTES - 1]
         sys.exit(1)
 
 

@@ -61,7 +61,8 @@ def check_writable(run_dir: Path) -> None:
     Raises:
         click.UsageError: naming the path and the OS error.
     """
-    from loadgen.runformat.atomic import RunWriteError, write_text, writing
+    from loadgen.runformat.atomic import RunWriteError, write_text
+    from server.net.jsonl import writing
 
     try:
         with writing(run_dir):

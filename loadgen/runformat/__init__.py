@@ -5,8 +5,9 @@ reader (``analysis``: report, validate, compare, gate). Readers import run files
 here, never from the load generator's internals:
 
 - :mod:`loadgen.runformat.layout`: file names and the directory tree, JSON helpers;
-- :mod:`loadgen.runformat.atomic`: whole-file writes by temp file and rename, and the one
-  error a failed write of a run becomes (:class:`RunWriteError`);
+- :mod:`loadgen.runformat.atomic`: whole-file writes by temp file and rename; the one error a
+  failed write of a run becomes (:class:`RunWriteError`) is the JSONL appender's
+  (``server.net.jsonl``), which appends every stream;
 - :mod:`loadgen.runformat.rows`: request record, phase row, clock offset, fault, ``case.json``,
   ``run.json``, ``manifest.json``; metric sample and scrape tick (``metrics.rows``) and
   gateway event (``gateway.events``) are defined beside their writers, which may import no

@@ -1,39 +1,25 @@
 """Writing the files of a run so that a failed write ends cleanly: whole or absent, never half.
 
-Every file the main process writes into a run directory goes through here (the JSON files,
-``report.md``, the plots) or, for the appended JSONL streams, through :func:`append_bytes` /
-:func:`writing`: a whole file is written under a temporary name in the same directory,
+Every whole file the main process writes into a run directory goes through here (the JSON
+files, ``report.md``, the plots); the appended JSONL streams go through the one appender,
+``server.net.jsonl``: a whole file is written under a temporary name in the same directory,
 fsynced, then renamed over the target (``os.replace``), and the temporary file is removed
 when anything fails, so a reader sees the old file or the new one and a full disk leaves no
 ``*.tmp`` behind. Every OS error of a write (``ENOSPC``, ``EACCES``, a directory that cannot
-exist) becomes one :class:`RunWriteError` that names the file, which the command line turns
-into one line and exit code 1 (``loadgen.cli.run_and_report``).
+exist), whole file or appended line, becomes one :class:`RunWriteError` that names the file
+(the appender's policy, ``server.net.jsonl``), which the command line turns into one line and
+exit code 1 (``loadgen.cli.run_and_report``); the first one gives back the run's reserved disk
+space (:class:`SpaceReserve`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 from server.files import TMP_SUFFIX, replace_whole
-
-
-class RunWriteError(Exception):
-    """A file of the run could not be written (disk full, permission, impossible path).
-
-    Attributes:
-        path: the file (or directory) that could not be written.
-        os_error: the OS error the write raised.
-    """
-
-    def __init__(self, path: Path, os_error: OSError) -> None:
-        self.path = path
-        self.os_error = os_error
-        reason = os_error.strerror or str(os_error) or type(os_error).__name__
-        code = errno.errorcode.get(os_error.errno, "") if os_error.errno else ""
-        super().__init__(f"cannot write {path}: {reason}" + (f" ({code})" if code else ""))
+from server.net.jsonl import RunWriteError, on_write_error, write_error
 
 
 def write_error_under(exc: OSError, root: Path) -> RunWriteError | None:
@@ -58,7 +44,7 @@ def write_with(path: Path, produce: Callable[[Path], None]) -> None:
     try:
         replace_whole(path, produce)
     except OSError as exc:
-        raise _failed(path, exc) from exc
+        raise write_error(path, exc) from exc
 
 
 def write_bytes(path: Path, data: bytes) -> None:
@@ -82,33 +68,6 @@ def write_text(path: Path, text: str) -> None:
         RunWriteError: the write failed; ``path`` is as it was and no temporary file is left.
     """
     write_bytes(path, text.encode("utf-8"))
-
-
-def append_bytes(path: Path, data: bytes) -> None:
-    """Append ``data`` to ``path`` (created with its directories), flushed to the OS.
-
-    An appended stream cannot be renamed into place; a failed append may leave a torn last
-    line, which the readers already drop and report.
-
-    Raises:
-        RunWriteError: the append failed.
-    """
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "ab") as fh:
-            fh.write(data)
-    except OSError as exc:
-        raise _failed(path, exc) from exc
-
-
-@contextlib.contextmanager
-def writing(path: Path) -> Iterator[None]:
-    """Turn an OS error raised inside the block into a :class:`RunWriteError` for ``path``
-    (for a stream kept open across writes, e.g. ``requests.jsonl``)."""
-    try:
-        yield
-    except OSError as exc:
-        raise _failed(path, exc) from exc
 
 
 #: Bytes :class:`SpaceReserve` holds: room for ``run.json``, ``case.json`` and the manifest
@@ -149,12 +108,14 @@ class SpaceReserve:
 _held: list[SpaceReserve] = []
 
 
-def _failed(path: Path, exc: OSError) -> RunWriteError:
-    """The error of a failed write of ``path``, after giving back the reserved space, so
-    what follows (the run's status, the manifest) can still be written."""
+def _release_all() -> None:
+    """Give back every reserve: a write failed, so what follows (the run's status, the
+    manifest) can still be written."""
     for reserve in list(_held):
         reserve.release()
-    return RunWriteError(path, exc)
+
+
+on_write_error(_release_all)
 
 
 def _remove(tmp: Path) -> None:

@@ -63,7 +63,7 @@ from typing import Any
 
 import msgspec
 
-from loadgen.runformat.atomic import append_bytes, write_text
+from loadgen.runformat.atomic import write_text
 
 # The scraper's files and the server's, named beside their writers (``metrics`` and ``server``
 # import no other project package): re-exported.
@@ -71,6 +71,7 @@ from metrics.store import METRICS_DIR as METRICS_DIR
 from metrics.store import RAW_FILE as RAW_FILE
 from metrics.store import SAMPLES_FILE as SAMPLES_FILE
 from metrics.store import SCRAPES_FILE as SCRAPES_FILE
+from server.net.jsonl import append_lines
 from server.net.urls import redact_urls_in
 from server.workdir import COMMAND_FILE as COMMAND_FILE
 from server.workdir import SERVER_FILE as SERVER_FILE
@@ -187,9 +188,10 @@ def read_json(path: Path) -> dict[str, Any]:
 
 
 def append_jsonl(path: Path, row: msgspec.Struct) -> None:
-    """Append one row (a row type of :mod:`loadgen.runformat`) as a JSON line and flush it.
+    """Append one row (a row type of :mod:`loadgen.runformat`) as a JSON line and flush it
+    (``server.net.jsonl.append_lines``), URL passwords masked.
 
     Raises:
         RunWriteError: the append failed.
     """
-    append_bytes(path, redact_urls_in(msgspec.json.encode(row).decode()).encode() + b"\n")
+    append_lines(path, redact_urls_in(msgspec.json.encode(row).decode()).encode() + b"\n")

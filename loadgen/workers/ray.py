@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import shutil
 import socket
 import tempfile
@@ -35,10 +34,10 @@ from typing import Any
 
 from loadgen.clock import Clock, ShiftedClock
 from loadgen.placement import Placement, machine_id
-from loadgen.runformat.atomic import writing
 from loadgen.runformat.layout import worker_requests_file
 from loadgen.workers.base import ClockOffset, WorkerPool, WorkerRuntime
 from server.net.errors import describe_exception
+from server.net.jsonl import append_lines
 
 #: Round trips per worker and phase for the clock offset; the least-delay one is kept.
 OFFSET_SAMPLES = 16
@@ -217,14 +216,10 @@ class RayWorkers(WorkerPool):
 
 
 def _append(path: Path, data: bytes) -> None:
-    """Append a worker's records to its file, synced to disk.
+    """Append a worker's records to its file, synced to disk (``server.net.jsonl``).
 
     Raises:
         RunWriteError: the append failed.
     """
-    if not data:
-        return
-    with writing(path), open(path, "ab") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
+    if data:
+        append_lines(path, data, sync=True)

@@ -61,7 +61,7 @@ from loadgen.runformat.manifest import list_files, verify_manifest, write_manife
 from loadgen.runformat.reading import read_json_file, read_jsonl
 from loadgen.runformat.record_files import read_records
 from metrics.samples import Sample
-from metrics.scraper import _Files
+from metrics.scraper import _open_files
 from metrics.store import sample_row
 from scenarios.plan import CaseSpec
 from tests.support.synthetic_run import TEST_CASE, build_run
@@ -135,13 +135,7 @@ def _write_every_row_kind(run_dir: Path) -> Path:
     for fault in FAULTS:
         append_jsonl(cdir / FAULTS_FILE, fault)
     EventsFile(cdir / GATEWAY_EVENTS_FILE).on_breaker_transition(TRANSITION)
-    (cdir / "metrics").mkdir()
-    with (
-        open(cdir / SAMPLES_FILE, "w") as samples,
-        open(cdir / SCRAPES_FILE, "w") as scrapes,
-        gzip.open(cdir / RAW_FILE, "wt") as raw,
-    ):
-        files = _Files(samples, scrapes, raw)
+    with _open_files(cdir) as files:
         files.page(0, SAMPLE.t_ns, "vllm:prefix_cache_hits 64\n", [SAMPLE])
         for tick in TICKS:
             files.tick(tick)

@@ -47,6 +47,20 @@ def test_transition_event_fields_and_nanosecond_stamp(tmp_path: Path) -> None:
     assert path.read_text().count("\n") == 2  # flushed per line, readable while running
 
 
+def test_a_line_that_cannot_be_written_is_logged_and_the_gateway_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "events.jsonl"
+    events = EventsFile(path)
+    path.unlink()
+    path.mkdir()  # appending to a directory fails: EISDIR
+    transition = Transition("http://u:1", BreakerState.CLOSED, BreakerState.OPEN, 1.0, "r")
+    events.on_breaker_transition(transition)  # raises nothing
+    assert caplog.messages == [
+        f"gateway event not written: cannot write {path}: Is a directory (EISDIR)"
+    ]
+
+
 def test_cli_flag_sets_the_events_file(tmp_path: Path) -> None:
     path = tmp_path / "e.jsonl"
     config = build_config(None, {"upstreams": ["http://127.0.0.1:1"], "events_file": str(path)})

@@ -20,14 +20,15 @@ import matplotlib.pyplot as plt
 import pytest
 from click.testing import CliRunner
 
-import loadgen.records
 import loadgen.run
 import loadgen.runformat.atomic
 import server.files
+import server.net.jsonl
 from analysis.plots import save
 from loadgen.cli import main
 from loadgen.runformat import RunWriteError
-from loadgen.runformat.atomic import append_bytes, write_text
+from loadgen.runformat.atomic import write_text
+from server.net.jsonl import append_lines
 from tests.support.fake_in_thread import fake_in_thread
 from tests.support.fake_openai_server import FakeOpenAIServer, StreamScript
 
@@ -68,7 +69,7 @@ def test_a_write_into_a_path_that_cannot_exist_names_the_file() -> None:
         write_text(path, "{}")
     assert str(caught.value) == f"cannot write {path}: No such file or directory (ENOENT)"
     with pytest.raises(RunWriteError):
-        append_bytes(Path("/proc/self/nope/requests.jsonl"), b"{}\n")
+        append_lines(Path("/proc/self/nope/requests.jsonl"), b"{}\n")
 
 
 def test_a_plot_that_cannot_be_written_leaves_no_png(
@@ -85,16 +86,16 @@ def test_a_plot_that_cannot_be_written_leaves_no_png(
 
 
 class _FullAfter:
-    """A text file whose writes fail with ENOSPC once ``room`` records went through."""
+    """A file whose writes fail with ENOSPC once ``room`` records went through."""
 
     def __init__(self, real: Any, room: int) -> None:
         self.real, self.room = real, room
 
-    def write(self, text: str) -> int:
+    def write(self, data: bytes) -> int:
         if self.room <= 0:
             _enospc()
         self.room -= 1
-        return int(self.real.write(text))
+        return int(self.real.write(data))
 
     def flush(self) -> None:
         self.real.flush()
@@ -120,9 +121,10 @@ def test_a_full_disk_under_requests_jsonl_ends_the_run_in_one_line(
     real_open = open
 
     def full_open(path: Any, mode: str = "r", **kw: Any) -> Any:
-        return _FullAfter(real_open(path, mode, **kw), room=2)
+        opened = real_open(path, mode, **kw)
+        return _FullAfter(opened, room=2) if Path(path).name == "requests.jsonl" else opened
 
-    monkeypatch.setattr(loadgen.records, "open", full_open, raising=False)
+    monkeypatch.setattr(server.net.jsonl, "open", full_open, raising=False)
     run_dir = tmp_path / "run"
     with fake_in_thread(FakeOpenAIServer(StreamScript(itl_s=0.01))) as fake:
         result = CliRunner().invoke(main, _bench_args(fake.url, run_dir))
