@@ -6,10 +6,10 @@ scenario (``GateConfig.key_selectors``) whose rule gates (``gate = true``), in e
 and phase that has them. The other metrics are information: they never fail the gate and never
 make it inconclusive. With ``strict`` every gated metric is key (the whole table decides).
 
-**Headline and exit code** (:data:`EXIT_NO_REGRESSION`, :data:`EXIT_REGRESSION`,
-:data:`EXIT_INCONCLUSIVE`): *regression* (1) when a key metric or a verdict regressed, naming
-them; else *inconclusive* (3) when a key metric is inconclusive or missing (a server metric
-family absent from a run), naming them and what would decide each
+**Headline and exit code** (``server.net.exit_codes.CompareExit``): *regression* (1) when a
+key metric or a verdict regressed, naming them; else *inconclusive* (3) when a key metric is
+inconclusive or missing (a server metric family absent from a run), naming them and what would
+decide each
 (``analysis.gate_sample_size``); else *no regression* (0).
 """
 
@@ -29,10 +29,7 @@ from analysis.gate_sample_size import (
     too_few_pairs_needed,
     values_needed,
 )
-
-EXIT_NO_REGRESSION = 0
-EXIT_REGRESSION = 1
-EXIT_INCONCLUSIVE = 3
+from server.net.exit_codes import CompareExit
 
 Headline = Literal["no regression", "regression", "inconclusive"]
 
@@ -180,10 +177,10 @@ def decide(c: Comparison, strict: bool = False) -> Decision:
     counts = f"{len(key)} key metrics, {len(c.verdicts)} verdicts, {runs} run(s) per side"
     if regressions:
         headline: Headline = "regression"
-        code = EXIT_REGRESSION
+        code = CompareExit.REGRESSION
         line = f"REGRESSION ({counts}): " + "; ".join(regressions)
     elif undecided:
-        headline, code = "inconclusive", EXIT_INCONCLUSIVE
+        headline, code = "inconclusive", CompareExit.UNDECIDED
         decide_by = (
             f"an estimated ~{extra} more pair(s) would decide them all"
             if extra is not None
@@ -192,10 +189,10 @@ def decide(c: Comparison, strict: bool = False) -> Decision:
         line = (f"INCONCLUSIVE ({counts}): {len(undecided)} key metric(s) undecided; "
                 f"{decide_by}")  # fmt: skip
     else:
-        headline, code = "no regression", EXIT_NO_REGRESSION
+        headline, code = "no regression", CompareExit.NO_REGRESSION
         line = f"NO REGRESSION ({counts}): every key metric decided, none regressed"
     return Decision(
-        headline=headline, exit_code=code, line=line, key_metrics=len(key),
+        headline=headline, exit_code=int(code), line=line, key_metrics=len(key),
         verdicts=len(c.verdicts), regressions=regressions, undecided=undecided, runs=runs,
         extra_pairs=extra if undecided else None,
     )  # fmt: skip

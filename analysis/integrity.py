@@ -26,9 +26,9 @@ invalid):
   from the records'.
 
 Attention (the run is valid, but it is not a clean, complete run and a script must be able to
-tell: ``validate`` exits ``ATTENTION_EXIT``): the run's or a case's status is not ``ok``
-(failed, interrupted, still running), a case of such a run never started, a phase is
-incomplete, a record has status
+tell: ``validate`` exits ``server.net.exit_codes.ValidateExit.ATTENTION``): the run's or a
+case's status is not ``ok`` (failed, interrupted, still running), a case of such a run never
+started, a phase is incomplete, a record has status
 ``interrupted``, the run was re-sealed explicitly (``loadgen report --reseal``).
 
 Warnings (figures that need care; the report shows the same findings): the case summaries'
@@ -85,10 +85,6 @@ from scenarios.plan import CaseSpec, Plan
 
 #: Files ``loadgen report`` writes itself: a rebuild may replace them (``rebuilding``).
 REPORT_OUTPUTS = (REPORT_MD, REPORT_JSON, REPORT_HTML, f"{PLOTS_DIR}/")
-
-#: ``validate``'s exit code for a valid run that needs attention (module docstring); the same
-#: code ``loadgen gate`` uses for a run that did not complete.
-ATTENTION_EXIT = 4
 
 
 class IntegrityError(ValueError):

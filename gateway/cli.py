@@ -22,6 +22,7 @@ import click
 from gateway.config import GatewayConfig
 from server.cli_options import ModelOptions
 from server.net.errors import describe_exception
+from server.net.exit_codes import GatewayExit
 from server.net.loop import run_event_loop
 from server.net.urls import redact_urls_in
 
@@ -145,11 +146,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         gateway_command.main(args=argv, prog_name="gateway", standalone_mode=False)
     except click.exceptions.Abort:
-        return 130
+        return GatewayExit.ABORTED
     except click.ClickException as exc:
         exc.show()
-        return exc.exit_code
-    return 0
+        return exc.exit_code  # click's: 1 (GatewayExit.CANNOT_RUN) or 2 (GatewayExit.USAGE)
+    return GatewayExit.STOPPED
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -67,6 +67,7 @@ from metrics.samples import Sample
 from metrics.store import RAW_FILE, SAMPLES_FILE, SCRAPES_FILE, sample_to_json
 from server.group_signals import blocked_while_spawning, leave_stop_to_parent
 from server.net.errors import describe_exception
+from server.net.exit_codes import ScraperExit
 from server.net.http import AnswerTooLarge, read_bounded
 from server.net.jsonl import JsonlAppender, RunWriteError
 from server.net.limits import METRICS_MAX_BYTES
@@ -275,7 +276,7 @@ def _child_main(
     except RunWriteError as exc:
         # One line for the parent to report (ScraperProcess.failure), exit 1, no traceback.
         failure.value = f"metrics scraper: {exc}".encode()[: _FAILURE_BYTES - 1]
-        sys.exit(1)
+        sys.exit(ScraperExit.WRITE_FAILED)
 
 
 class ScraperProcess:

@@ -33,9 +33,10 @@ ALLOWED: dict[str, set[str]] = {
 
 #: The leaves of ``server`` that import no other project module: ``server.net`` (what every
 #: package shares: size limits, bounded reads, the SSE decoder, the ``/health`` check and wait,
-#: the uvloop runner, exceptions described, URL passwords redacted) and ``server.cli_options``
-#: (command-line options from pydantic models). The gateway and the scraper use them and
-#: nothing else of ``server``, whose vLLM process management they never see.
+#: the uvloop runner, the JSONL appender, the exit codes, exceptions described, URL passwords
+#: redacted) and ``server.cli_options`` (command-line options from pydantic models). The gateway
+#: and the scraper use them and nothing else of ``server``, whose vLLM process management they
+#: never see.
 LEAVES = ("server.net", "server.cli_options", "server.group_signals")
 LEAVES_ONLY = ("gateway", "metrics")
 

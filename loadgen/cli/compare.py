@@ -13,6 +13,7 @@ from rich.markup import escape
 from loadgen.cli.pages import show_page
 from loadgen.cli.run_and_report import new_run_dir
 from server.net.errors import describe_exception
+from server.net.exit_codes import CompareExit, code_lines
 
 
 def _parse_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -27,15 +28,12 @@ def _parse_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-#: Exit code of ``loadgen compare``/``gate`` when they cannot compare (README "Exit codes"):
-#: the usage-error code, never 1, which CI reads as a regression.
-COMPARE_ERROR_EXIT = 2
-
-
 def fail_compare(why: str) -> NoReturn:
-    """Say in one line why the comparison could not be made; exit ``COMPARE_ERROR_EXIT``."""
+    """Say in one line why the comparison could not be made; exit
+    ``CompareExit.CANNOT_COMPARE`` (2, the usage-error code, never 1, which CI reads as a
+    regression)."""
     click.echo(f"error: could not compare: {why}", err=True)
-    sys.exit(COMPARE_ERROR_EXIT)
+    sys.exit(CompareExit.CANNOT_COMPARE)
 
 
 def compare_exit_code(
@@ -50,8 +48,8 @@ def compare_exit_code(
     confidence: float | None = None,
 ) -> int:
     """``_compare_and_report``'s exit code; an unexpected error (a bug, a file nobody
-    foresaw) becomes one line and ``COMPARE_ERROR_EXIT``, never a traceback whose exit code 1
-    CI would read as a regression."""
+    foresaw) becomes one line and ``CompareExit.CANNOT_COMPARE``, never a traceback whose exit
+    code 1 CI would read as a regression."""
     try:
         return _compare_and_report(
             baseline, candidate, out, gate_file, strict, allow_workload_mismatch, pairs,
@@ -138,7 +136,16 @@ def _compare_and_report(
     return code
 
 
-@click.command()
+_HELP = f"""Compare CANDIDATE against BASELINE (each a run directory, or a directory of runs
+that are pooled) and classify every metric: regression, improvement, no change, inconclusive.
+
+\b
+Exit codes:
+{code_lines(CompareExit)}
+"""
+
+
+@click.command(help=_HELP)
 @click.argument("baseline", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.argument("candidate", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option(
@@ -186,17 +193,7 @@ def compare(
     pairs: tuple[str, ...],
     allow_incomplete: bool,
 ) -> None:
-    """Compare CANDIDATE against BASELINE (each a run directory, or a directory of runs that
-    are pooled) and classify every metric: regression, improvement, no change, inconclusive.
-
-    Exit code 0 when every key metric and verdict is decided and none regressed, 1 on a
-    regression of one, 2 on usage errors (including runs whose workloads differ and runs that
-    did not complete: status not ok, a case not ok, no manifest, an incomplete phase;
-    --allow-incomplete compares them anyway) and when the runs cannot be compared at all (one
-    line says why), 3 when no key metric regressed but one is inconclusive or missing (the key
-    metrics: the gate file's [key_metrics] for the scenario, and every verdict; --strict:
-    every gated metric).
-    """
+    """Compare (the help text, with the exit codes: ``_HELP``)."""
     out = out or new_run_dir("compare")
     sys.exit(
         compare_exit_code(baseline, candidate, out, gate_file, strict, allow_workload_mismatch,

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from loadgen.cli.opening import open_or_exit
+from server.net.exit_codes import ExportExit
 
 
 def _percentiles(text: str) -> list[float]:
@@ -66,4 +67,4 @@ def export(run_dir: Path, fmt: str, out: Path | None, percentiles: str) -> None:
         raise click.ClickException(f"refused: {exc}") from None
     except RunWriteError as exc:  # one line, no traceback: the file and the OS error
         click.echo(f"error: {exc}", err=True)
-        raise SystemExit(1) from None
+        raise SystemExit(ExportExit.REFUSED) from None

@@ -17,6 +17,7 @@ from loadgen.cli.scenario_commands import ScenarioGroup, nominal_check
 from loadgen.runformat.layout import GATE_SIDES, LOOKS_FILE, gate_run_dir
 from server.cli_options import ModelOptions
 from server.frozen import FrozenModel
+from server.net.exit_codes import GateExit, code_lines
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -141,11 +142,12 @@ def _gate_command(scenario: Scenario, values: dict[str, Any]) -> None:
     def run_side(side: str) -> None:
         seen[side] += 1
         run_dir = gate_run_dir(out, side, seen[side])
-        status, report = run_and_report(scenario, sides[side], run_dir)
+        # A run that did not end ok stops the gate with its own code, never 1 (a regression).
+        status, report = run_and_report(scenario, sides[side], run_dir, None, GateExit.RUN_NOT_OK)
         if status != "ok":
             shown = escape(str(run_dir))
             console.print(f"[red]{side} run {shown} ended {status}: the gate stops[/red]")
-            sys.exit(4)
+            sys.exit(GateExit.RUN_NOT_OK)
         if report is None:  # complete records, but the analysis cannot read them
             fail_compare(f"the report of {side} run {run_dir} failed (said above)")
 
@@ -205,9 +207,15 @@ class _GateGroup(ScenarioGroup):
                              help=f"Regression gate on {name}: {scenario.summary}")  # fmt: skip
 
 
-@click.group(cls=_GateGroup)
+_HELP = f"""Run a scenario alternately on a baseline and a candidate vLLM, then compare the
+pooled runs (compare.md); with --until-decided, pair by pair until decided.
+
+\b
+Exit codes:
+{code_lines(GateExit)}
+"""
+
+
+@click.group(cls=_GateGroup, help=_HELP)
 def gate() -> None:
-    """Run a scenario alternately on a baseline and a candidate vLLM, then compare the pooled
-    runs (compare.md); with --until-decided, pair by pair until decided. Exit codes as
-    `loadgen compare` (0 no regression, 1 regression, 3 inconclusive), and 4 when a run did
-    not complete."""
+    """Gate (the help text, with the exit codes: ``_HELP``)."""

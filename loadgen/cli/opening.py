@@ -1,11 +1,14 @@
 """What every command that reads a run says when it cannot read it, through the one check
 (``loadgen.runformat.open_run``), in one line on stderr:
 
-- another run format version: exit 2 (``FORMAT_VERSION_EXIT``; use the loadgen that wrote it);
-- not a run directory (no ``plan.json``): exit 2 (``NOT_A_RUN_EXIT``: a usage error);
-- a run that ended before its plan was made: exit 1 (``UNPLANNED_EXIT``), "there is nothing
-  to report" (or export): it is complete, and holds nothing (``loadgen validate`` calls it
-  valid and needing attention, exit 4; ``compare`` cannot compare it, exit 2).
+- another run format version: exit 2 (``OpenRunExit.CANNOT_READ``; use the loadgen that
+  wrote it);
+- not a run directory (no ``plan.json``): exit 2 (``OpenRunExit.CANNOT_READ``: a usage error);
+- a run that ended before its plan was made: exit 1 (``OpenRunExit.NOTHING_IN_IT``), "there
+  is nothing to report" (or export): it is complete, and holds nothing (``loadgen validate``
+  calls it valid and needing attention, exit 4; ``compare`` cannot compare it, exit 2).
+
+The codes are ``server.net.exit_codes``' (each command's table in docs/commands.md).
 """
 
 from __future__ import annotations
@@ -15,10 +18,7 @@ from pathlib import Path
 
 import click
 
-#: Exit codes of a run a command cannot read (module docstring).
-FORMAT_VERSION_EXIT = 2
-NOT_A_RUN_EXIT = 2
-UNPLANNED_EXIT = 1
+from server.net.exit_codes import OpenRunExit
 
 
 def open_or_exit(run_dir: Path, nothing_to: str) -> int:
@@ -30,10 +30,10 @@ def open_or_exit(run_dir: Path, nothing_to: str) -> int:
     try:
         return open_run(run_dir)
     except FormatVersionError as exc:
-        code, line = FORMAT_VERSION_EXIT, str(exc)
+        code, line = OpenRunExit.CANNOT_READ, str(exc)
     except NotARunError as exc:
-        code, line = NOT_A_RUN_EXIT, str(exc)
+        code, line = OpenRunExit.CANNOT_READ, str(exc)
     except UnplannedRunError as exc:
-        code, line = UNPLANNED_EXIT, f"{exc}: there is nothing to {nothing_to}"
+        code, line = OpenRunExit.NOTHING_IN_IT, f"{exc}: there is nothing to {nothing_to}"
     click.echo(f"error: {line}", err=True)
     sys.exit(code)

@@ -13,6 +13,7 @@ import click
 from loadgen.cli.run_and_report import check_out_dir, new_run_dir, run_and_report
 from loadgen.cli.scenario_commands import ScenarioGroup, nominal_check
 from server.cli_options import ModelOptions
+from server.net.exit_codes import RunExit
 
 if TYPE_CHECKING:
     from loadgen.workers.process import WorkersConfig
@@ -110,6 +111,6 @@ def _run_command(scenario: Scenario, values: dict[str, Any]) -> None:
     check_out_dir(run_dir)
     status, report = run_and_report(scenario, params, run_dir, workers)
     if status != "ok" or report is None:
-        sys.exit(1)  # a run whose report failed is not ok, whatever its records say
+        sys.exit(RunExit.FAILED)  # a run whose report failed is not ok, whatever its records say
     if values.get("strict") and report and report.summary.verdict_summary.failed:
-        sys.exit(3)
+        sys.exit(RunExit.CHECK_FAILED)

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from rich.markup import escape
 
 from server.net.errors import describe_exception
+from server.net.exit_codes import RunExit
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -76,14 +77,19 @@ def check_writable(run_dir: Path) -> None:
 
 
 def run_and_report(
-    scenario: Scenario, params: BaseModel, run_dir: Path, workers: WorkersConfig | None = None
+    scenario: Scenario,
+    params: BaseModel,
+    run_dir: Path,
+    workers: WorkersConfig | None = None,
+    failed_exit: int = RunExit.FAILED,
 ) -> tuple[str, Report | None]:
     """Run, build the report, write the manifest, print the summary: (status, report).
 
-    Exits with code 1 when the run was interrupted (Ctrl-C or SIGTERM), after writing what
-    was recorded, its report and its manifest; and with code 1 and one line on stderr naming
-    the file and the OS error when a file of the run could not be written (``run.json`` says
-    ``failed`` with that reason if it could still be written; no temporary file is left).
+    Exits with code ``failed_exit`` (the calling command's: ``run``'s 1, ``gate``'s 4) when
+    the run was interrupted (Ctrl-C or SIGTERM), after writing what was recorded, its report
+    and its manifest; and with that code and one line on stderr naming the file and the OS
+    error when a file of the run could not be written (``run.json`` says ``failed`` with that
+    reason if it could still be written; no temporary file is left).
     """
     from loadgen.progress import RichProgress
     from loadgen.redact import redact_command
@@ -116,7 +122,7 @@ def run_and_report(
     if write_error is not None:
         # One line, the first write that failed; the report is not trusted to have been built.
         click.echo(f"error: {write_error}", err=True)
-        sys.exit(1)
+        sys.exit(failed_exit)
     if report is not None:
         print_summary(report, progress.console)
     if error:
@@ -136,7 +142,7 @@ def run_and_report(
 
         show_page("report", run_dir / REPORT_HTML)
     if status == "interrupted":
-        sys.exit(1)
+        sys.exit(failed_exit)
     return status, report
 
 

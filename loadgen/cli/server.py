@@ -13,6 +13,8 @@ from typing import Any
 
 import click
 
+from server.net.exit_codes import ServerExit
+
 
 def state_dir() -> Path:
     """Where each started server's state file lives (``<cache>/servers/PORT.json``)."""
@@ -73,7 +75,7 @@ def stop(port: int | None, stop_all: bool) -> None:
         click.echo(f"{state['url']}: {verdict} in {result.elapsed_s:.1f} s")
         failed |= not gone
     if failed:
-        sys.exit(1)
+        sys.exit(ServerExit.FAILED)
 
 
 @server.command()

@@ -24,6 +24,7 @@ from loadgen.cli.trace_fleet import (
 )
 from server.cli_options import FiniteFloat
 from server.model_variant import CPU_BLOCK_SIZE, KV_BYTES_PER_TOKEN
+from server.net.exit_codes import TraceExit
 
 if TYPE_CHECKING:
     from scenarios.trace_stats import FleetStats, HitCurve, TraceSummary
@@ -39,7 +40,7 @@ DEFAULT_PLOT_DIR = Path("runs") / "trace-stats"
 class BadInput(click.ClickException):
     """Bad input: one line on stderr (``Error: …``), exit 2, nothing computed."""
 
-    exit_code = 2
+    exit_code = TraceExit.BAD_INPUT
 
 
 @click.group()

@@ -9,52 +9,45 @@ from pathlib import Path
 
 import click
 
-#: ``validate``'s exit codes: valid; invalid; usage (and an unreadable run format); valid but
-#: needs attention (``analysis.integrity.ATTENTION_EXIT``: not a clean, complete run).
-VALID_EXIT, INVALID_EXIT, USAGE_EXIT = 0, 1, 2
+from server.net.exit_codes import ValidateExit, code_lines
+
+_HELP = f"""Check RUN_DIR: files present and as sealed, each what its name says, records as many
+as the phases sent, stamps in order, values finite, failures counted.
+
+\b
+Exit codes:
+{code_lines(ValidateExit)}
+"""
 
 
-@click.command()
+@click.command(help=_HELP)
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--strict", is_flag=True, help="Exit 1 on any warning too (figures that need care).")
 def validate(run_dir: Path, as_json: bool, strict: bool) -> None:
-    """Check RUN_DIR: files present and as sealed, each what its name says, records as many
-    as the phases sent, stamps in order, values finite, failures counted.
-
-    \b
-    Exit codes:
-      0  valid (warnings, if any, are printed: figures that need care)
-      1  invalid: a problem (`report` and `compare` refuse such a run); with --strict also
-         when there is any warning
-      2  usage error, or a run format this loadgen cannot read
-      4  valid, but not a clean, complete run: the run or a case failed or was interrupted,
-         a phase is incomplete, requests were interrupted, or the run was resealed
-    """
-    from analysis.integrity import ATTENTION_EXIT
+    """Check RUN_DIR (the help text, with the exit codes: ``_HELP``)."""
     from analysis.validate import ValidationResult, validate_run
-    from loadgen.cli.opening import FORMAT_VERSION_EXIT
     from loadgen.runformat import FormatVersionError
 
     try:
         result = validate_run(run_dir)
     except FormatVersionError as exc:  # the one check every reader makes: one line
         click.echo(f"error: {exc}", err=True)
-        sys.exit(FORMAT_VERSION_EXIT)
+        sys.exit(ValidateExit.USAGE)
     except Exception as exc:  # a bug or a file nobody foresaw: invalid, said in one line
         result = ValidationResult(
             problems=[f"validation could not finish: {type(exc).__name__}: {exc}"]
         )
     if not result.ok or (strict and result.warnings):
-        code = INVALID_EXIT
+        code = ValidateExit.INVALID
     else:
-        code = ATTENTION_EXIT if result.attention else VALID_EXIT
+        code = ValidateExit.ATTENTION if result.attention else ValidateExit.VALID
     if as_json:
         click.echo(
             json.dumps(
                 {
                     "ok": result.ok,
-                    "exit_code": code,
+                    "exit_code": int(code),
                     "problems": result.problems,
                     "attention": result.attention,
                     "warnings": result.warnings,

@@ -23,7 +23,6 @@ from click.testing import CliRunner, Result
 from analysis.compare import CompareError, compare_paths
 from analysis.gate_file import load_gate
 from analysis.integrity import (
-    ATTENTION_EXIT,
     check_phase_row,
     check_record,
     check_run,
@@ -33,6 +32,7 @@ from analysis.report import build_report
 from loadgen.cli import main
 from loadgen.runformat.layout import MANIFEST_FILE, REPORT_JSON, REPORT_MD, case_dir, read_json
 from loadgen.runformat.manifest import write_manifest
+from server.net.exit_codes import ValidateExit
 from tests.support.row_builders import phase_row, record
 from tests.support.synthetic_run import TEST_CASE, build_run
 
@@ -219,7 +219,7 @@ def test_reseal_records_when_and_why_and_validate_says_resealed_with_exit_4(run:
     assert read_json(run / REPORT_JSON)["run"]["resealed"] == [entry]
     assert f"**Resealed** at {at}: {reason}" in (run / REPORT_MD).read_text()
     checked = _cli("validate", str(run))
-    assert checked.exit_code == ATTENTION_EXIT == 4, checked.output
+    assert checked.exit_code == ValidateExit.ATTENTION == 4, checked.output
     assert f"attention: resealed at {at}: {reason}" in checked.output
     assert checked.output.splitlines()[-1] == f"valid, needs attention: resealed at {at}: {reason}"
     # A later plain rebuild keeps the mark: the files match the resealed manifest.

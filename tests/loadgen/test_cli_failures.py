@@ -14,8 +14,8 @@ import analysis.report
 import analysis.validate
 import loadgen.run
 from loadgen.cli import main
-from loadgen.cli.compare import COMPARE_ERROR_EXIT
 from loadgen.run import RunResult
+from server.net.exit_codes import CompareExit, GateExit
 
 
 def _broken_report(run_dir: Path) -> None:
@@ -55,7 +55,7 @@ def test_an_unexpected_compare_error_exits_2_in_one_line(
     a.mkdir()
     b.mkdir()
     result = CliRunner().invoke(main, ["compare", str(a), str(b), "--out", str(tmp_path / "c")])
-    assert result.exit_code == COMPARE_ERROR_EXIT == 2
+    assert result.exit_code == CompareExit.CANNOT_COMPARE == 2
     assert result.output == "error: could not compare: KeyError: 'le'\n"
     assert result.exception is None or isinstance(result.exception, SystemExit)
 
@@ -75,3 +75,23 @@ def test_validate_turns_an_unexpected_error_into_a_problem(
     )
     assert "INVALID: 1 problem(s)" in result.output
     assert isinstance(result.exception, SystemExit)
+
+
+def test_a_gate_whose_run_is_interrupted_exits_4_never_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Exit 1 is a regression to CI; an interrupted run of a side stops the gate with its own
+    # code (GateExit.RUN_NOT_OK), as a run that ended failed does. Before, run_and_report
+    # exited 1 for both commands.
+    from server.engines import project_engine
+
+    async def interrupted(*args: object, **kwargs: object) -> RunResult:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(loadgen.run, "run_scenario", interrupted)
+    ours = project_engine().version  # the project's own engine on both sides: nothing to build
+    args = ["gate", "kv-preemption", "--baseline-vllm", ours, "--candidate-vllm", ours,
+            "--out", str(tmp_path / "gate")]  # fmt: skip
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == GateExit.RUN_NOT_OK == 4, result.output
+    assert "interrupted" in result.output
