@@ -9,13 +9,7 @@ import pytest
 
 from gateway.admission import AdmissionController, AdmissionRejected
 from gateway.app import running_gateway
-from tests.support.gateway_fakes import (
-    Behaviour,
-    FakeUpstream,
-    gateway_config,
-    metric_value,
-    serve_upstream,
-)
+from tests.support.gateway_fakes import fake_upstream, gateway_config, metric_value
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
 
@@ -70,8 +64,8 @@ async def test_queue_wait_times_out_and_cancelled_waiters_leave_the_queue() -> N
 
 
 async def test_overflow_answers_429_with_retry_after() -> None:
-    fake = FakeUpstream(Behaviour(first_chunk_delay_s=0.6))
-    async with serve_upstream(fake):
+    fake = fake_upstream(ttft_s=0.6)
+    async with fake.serve():
         config = gateway_config(
             fake.url, admission={"max_in_flight": 1, "max_queue": 1, "retry_after_s": 3}
         )
@@ -82,7 +76,7 @@ async def test_overflow_answers_429_with_retry_after() -> None:
                     return resp.status, resp.headers.get("Retry-After"), await resp.json()
 
             running = asyncio.ensure_future(send())
-            await fake.wait_for(lambda: fake.count == 1, 2.0)
+            await fake.wait_for(lambda: fake.served == 1, 2.0)
             queued = asyncio.ensure_future(send())
             await asyncio.sleep(0.1)
             async with client.get(url + "/metrics") as resp:
@@ -95,7 +89,7 @@ async def test_overflow_answers_429_with_retry_after() -> None:
             assert (await queued)[0] == 200
             async with client.get(url + "/metrics") as resp:
                 after = await resp.text()
-    assert fake.count == 2
+    assert fake.served == 2
     assert metric_value(during, "gateway_in_flight") == 1
     assert metric_value(during, "gateway_queue_depth") == 1
     assert metric_value(after, "gateway_rejections_total", {"reason": "queue_full"}) == 1
@@ -104,14 +98,14 @@ async def test_overflow_answers_429_with_retry_after() -> None:
 
 
 async def test_queue_timeout_answers_429() -> None:
-    fake = FakeUpstream(Behaviour(first_chunk_delay_s=1.0))
-    async with serve_upstream(fake):
+    fake = fake_upstream(ttft_s=1.0)
+    async with fake.serve():
         config = gateway_config(
             fake.url, admission={"max_in_flight": 1, "max_queue": 4, "queue_timeout_s": 0.2}
         )
         async with running_gateway(config) as url, aiohttp.ClientSession() as client:
             running = asyncio.ensure_future(client.post(url + "/v1/completions", json=PLAIN))
-            await fake.wait_for(lambda: fake.count == 1, 2.0)
+            await fake.wait_for(lambda: fake.served == 1, 2.0)
             async with client.post(url + "/v1/completions", json=PLAIN) as resp:
                 assert resp.status == 429
                 assert resp.headers["Retry-After"] == "1"

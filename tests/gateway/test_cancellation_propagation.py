@@ -9,13 +9,7 @@ import aiohttp
 import pytest
 
 from gateway.app import running_gateway
-from tests.support.gateway_fakes import (
-    Behaviour,
-    FakeUpstream,
-    gateway_config,
-    metric_value,
-    serve_upstream,
-)
+from tests.support.gateway_fakes import fake_upstream, gateway_config, metric_value
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
 
@@ -39,8 +33,8 @@ async def read_one_chunk_then_hang_up(client: aiohttp.ClientSession, url: str) -
 
 
 async def test_disconnect_mid_stream_closes_upstream_within_half_a_second() -> None:
-    fake = FakeUpstream(Behaviour(chunks=20, chunk_gap_s=0.2))
-    async with serve_upstream(fake):
+    fake = fake_upstream(tokens=20, itl_s=0.2)
+    async with fake.serve():
         config = gateway_config(fake.url)
         async with running_gateway(config) as url, aiohttp.ClientSession() as client:
             closed_at = await read_one_chunk_then_hang_up(client, url)
@@ -66,12 +60,12 @@ async def test_disconnect_mid_stream_closes_upstream_within_half_a_second() -> N
 
 
 async def test_disconnect_while_waiting_for_non_streaming_answer_closes_upstream() -> None:
-    fake = FakeUpstream(Behaviour(first_chunk_delay_s=3.0))
-    async with serve_upstream(fake):
+    fake = fake_upstream(ttft_s=3.0)
+    async with fake.serve():
         config = gateway_config(fake.url)
         async with running_gateway(config) as url, aiohttp.ClientSession() as client:
             request = asyncio.ensure_future(client.post(url + "/v1/completions", json=PLAIN))
-            await fake.wait_for(lambda: fake.count == 1, 2.0)
+            await fake.wait_for(lambda: fake.served == 1, 2.0)
             request.cancel()  # the client gives up: its connection is closed
             closed_at = time.monotonic()
             with pytest.raises(asyncio.CancelledError):
@@ -87,8 +81,8 @@ async def test_disconnect_while_waiting_for_non_streaming_answer_closes_upstream
 
 
 async def test_without_propagation_upstream_runs_to_the_end() -> None:
-    fake = FakeUpstream(Behaviour(chunks=8, chunk_gap_s=0.1))
-    async with serve_upstream(fake):
+    fake = fake_upstream(tokens=8, itl_s=0.1)
+    async with fake.serve():
         config = gateway_config(fake.url, propagate_cancellation=False)
         async with running_gateway(config) as url, aiohttp.ClientSession() as client:
             closed_at = await read_one_chunk_then_hang_up(client, url)
@@ -107,12 +101,12 @@ async def test_without_propagation_upstream_runs_to_the_end() -> None:
 
 
 async def test_without_propagation_non_streaming_upstream_also_completes() -> None:
-    fake = FakeUpstream(Behaviour(first_chunk_delay_s=0.8))
-    async with serve_upstream(fake):
+    fake = fake_upstream(ttft_s=0.8)
+    async with fake.serve():
         config = gateway_config(fake.url, propagate_cancellation=False)
         async with running_gateway(config) as url, aiohttp.ClientSession() as client:
             request = asyncio.ensure_future(client.post(url + "/v1/completions", json=PLAIN))
-            await fake.wait_for(lambda: fake.count == 1, 2.0)
+            await fake.wait_for(lambda: fake.served == 1, 2.0)
             request.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await request

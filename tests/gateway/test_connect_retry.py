@@ -6,13 +6,7 @@ import aiohttp
 import pytest
 
 from gateway.app import running_gateway
-from tests.support.gateway_fakes import (
-    FakeUpstream,
-    closed_port,
-    gateway_config,
-    metric_value,
-    serve_upstream,
-)
+from tests.support.gateway_fakes import closed_port, fake_upstream, gateway_config, metric_value
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -31,9 +25,9 @@ async def _post(url: str) -> tuple[int, str | None]:
 @pytest.mark.asyncio
 async def test_a_refused_connection_is_retried_on_the_healthy_upstream() -> None:
     dead = f"http://127.0.0.1:{closed_port()}"
-    live = FakeUpstream()
+    live = fake_upstream()
     # The dead upstream is listed first, so the first pick (round robin) goes to it.
-    async with serve_upstream(live), running_gateway(gateway_config(dead, live.url)) as url:
+    async with live.serve(), running_gateway(gateway_config(dead, live.url)) as url:
         status, upstream = await _post(url)
         async with aiohttp.ClientSession() as client:
             metrics = await (await client.get(f"{url}/metrics")).text()
@@ -45,8 +39,8 @@ async def test_a_refused_connection_is_retried_on_the_healthy_upstream() -> None
 @pytest.mark.asyncio
 async def test_without_retries_the_client_sees_the_502() -> None:
     dead = f"http://127.0.0.1:{closed_port()}"
-    live = FakeUpstream()
-    async with serve_upstream(live):
+    live = fake_upstream()
+    async with live.serve():
         config = gateway_config(dead, live.url, connect_retries=0)
         async with running_gateway(config) as url:
             status, _ = await _post(url)

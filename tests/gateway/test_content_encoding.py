@@ -13,14 +13,8 @@ import aiohttp
 import pytest
 
 from gateway.app import running_gateway
-from tests.support.gateway_fakes import (
-    Behaviour,
-    FakeUpstream,
-    gateway_config,
-    metric_value,
-    serve_upstream,
-    sse_events,
-)
+from tests.support.fake_openai_server import FakeOpenAIServer
+from tests.support.gateway_fakes import fake_upstream, gateway_config, metric_value, sse_events
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
 
@@ -39,10 +33,10 @@ def gzip_writes(parts: list[bytes]) -> tuple[bytes, ...]:
 
 
 async def fetch(
-    fake: FakeUpstream, payload: dict[str, object]
+    fake: FakeOpenAIServer, payload: dict[str, object]
 ) -> tuple[int, dict[str, str], bytes, str]:
     async with (
-        serve_upstream(fake),
+        fake.serve(),
         running_gateway(gateway_config(fake.url)) as url,
         aiohttp.ClientSession(auto_decompress=False) as client,
     ):
@@ -56,13 +50,12 @@ async def fetch(
 
 
 async def test_a_gzipped_stream_is_relayed_decoded_and_judged_complete() -> None:
-    behaviour = Behaviour(
-        stream_writes=gzip_writes([*EVENTS, DONE]),
-        extra_headers={"Content-Encoding": "gzip"},
+    fake = fake_upstream(
+        raw_writes=gzip_writes([*EVENTS, DONE]),
+        headers={"Content-Encoding": "gzip"},
         send_done=False,
-        chunk_gap_s=0.05,
+        itl_s=0.05,
     )
-    fake = FakeUpstream(behaviour)
     status, headers, body, exposition = await fetch(fake, STREAM)
     assert fake.seen[0].headers["accept-encoding"] == "identity"
     assert status == 200
@@ -74,9 +67,7 @@ async def test_a_gzipped_stream_is_relayed_decoded_and_judged_complete() -> None
 
 async def test_a_gzipped_json_answer_is_relayed_decoded() -> None:
     answer = json.dumps({"choices": [{"text": "hi"}]}).encode()
-    fake = FakeUpstream(
-        Behaviour(body=gzip.compress(answer), extra_headers={"Content-Encoding": "gzip"})
-    )
+    fake = fake_upstream(json_body=gzip.compress(answer), headers={"Content-Encoding": "gzip"})
     status, headers, body, _ = await fetch(fake, {"model": "m", "prompt": [1]})
     assert status == 200
     assert "Content-Encoding" not in headers
@@ -87,10 +78,7 @@ async def test_a_gzipped_json_answer_is_relayed_decoded() -> None:
 async def test_a_coding_the_gateway_cannot_decode_is_refused_as_an_upstream_failure(
     coding: str,
 ) -> None:
-    behaviour = Behaviour(
-        stream_writes=(b"\x1f\x8b\x08garbage",), extra_headers={"Content-Encoding": coding}
-    )
-    fake = FakeUpstream(behaviour)
+    fake = fake_upstream(raw_writes=(b"\x1f\x8b\x08garbage",), headers={"Content-Encoding": coding})
     status, _, body, exposition = await fetch(fake, STREAM)
     assert status == 502
     error = json.loads(body)["error"]

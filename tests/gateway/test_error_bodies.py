@@ -10,11 +10,9 @@ import pytest
 
 from gateway.app import running_gateway
 from tests.support.gateway_fakes import (
-    Behaviour,
-    FakeUpstream,
     closed_port,
+    fake_upstream,
     gateway_config,
-    serve_upstream,
     sse_events,
     unaccepting_listener,
 )
@@ -63,8 +61,8 @@ async def test_a_connect_timeout_504_names_no_address() -> None:
 async def test_an_unparseable_upstream_answer_is_a_502_that_names_no_address() -> None:
     # A response header beyond aiohttp's 8190-byte limit: the client raises an error whose
     # repr carries the request URL; none of it may reach the client.
-    fake = FakeUpstream(Behaviour(extra_headers={"X-Huge": "x" * 10_000}))
-    async with serve_upstream(fake), running_gateway(gateway_config(fake.url)) as url:
+    fake = fake_upstream(headers={"X-Huge": "x" * 10_000})
+    async with fake.serve(), running_gateway(gateway_config(fake.url)) as url:
         status, text = await post(url, PLAIN)
     assert status == 502
     assert json.loads(text)["error"]["message"] == "the upstream request failed"
@@ -73,8 +71,8 @@ async def test_an_unparseable_upstream_answer_is_a_502_that_names_no_address() -
 
 @pytest.mark.asyncio
 async def test_a_stream_that_breaks_off_ends_with_an_error_event_naming_no_address() -> None:
-    fake = FakeUpstream(Behaviour(chunks=2, break_stream=True))
-    async with serve_upstream(fake), running_gateway(gateway_config(fake.url)) as url:
+    fake = fake_upstream(tokens=2, drop_after_chunks=2)
+    async with fake.serve(), running_gateway(gateway_config(fake.url)) as url:
         status, text = await post(url, STREAM)
     assert status == 200  # the headers went out with the first token
     events = sse_events(text.encode())

@@ -15,7 +15,7 @@ from gateway.app import running_gateway
 from gateway.breaker import BreakerState, Transition
 from gateway.cli import build_config
 from gateway.events import EventsFile, transition_event
-from tests.support.gateway_fakes import Behaviour, FakeUpstream, gateway_config, serve_upstream
+from tests.support.gateway_fakes import fake_upstream, gateway_config, upstream_script
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -72,8 +72,8 @@ async def test_the_gateway_writes_each_transition_with_monotonic_ns_stamps(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "gateway_events.jsonl"
-    fake = FakeUpstream(Behaviour(status=500))
-    async with serve_upstream(fake):
+    fake = fake_upstream(status=500)
+    async with fake.serve():
         config = gateway_config(
             fake.url,
             events_file=str(path),
@@ -83,7 +83,7 @@ async def test_the_gateway_writes_each_transition_with_monotonic_ns_stamps(
         async with running_gateway(config) as url, aiohttp.ClientSession() as client:
             async with client.post(url + "/v1/completions", json={"prompt": "x"}) as resp:
                 assert resp.status == 500  # failure 1 of 1: closed -> open
-            fake.behaviour = Behaviour()  # recovered
+            fake.script = upstream_script()  # recovered
             await asyncio.sleep(0.3)  # past the 0.2 s cool-down
             async with client.post(url + "/v1/completions", json={"prompt": "x"}) as resp:
                 assert resp.status == 200  # open -> half_open, probe succeeds: -> closed
@@ -107,8 +107,8 @@ async def test_a_probe_stream_failing_after_its_first_token_reopens_at_once(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "gateway_events.jsonl"
-    fake = FakeUpstream(Behaviour(status=500))
-    async with serve_upstream(fake):
+    fake = fake_upstream(status=500)
+    async with fake.serve():
         config = gateway_config(
             fake.url,
             events_file=str(path),
@@ -119,7 +119,7 @@ async def test_a_probe_stream_failing_after_its_first_token_reopens_at_once(
                 async with client.post(url + "/v1/completions", json={"prompt": "x"}) as resp:
                     assert resp.status == 500
             # Now streams fail after their first token; a 0.3 s gap holds the probe open.
-            fake.behaviour = Behaviour(stream_writes=(TOKEN, ERROR, DONE), chunk_gap_s=0.3)
+            fake.script = upstream_script(raw_writes=(TOKEN, ERROR, DONE), itl_s=0.3)
             await asyncio.sleep(0.3)  # past the cool-down
             async with client.post(url + "/v1/completions", json=STREAM) as resp:
                 assert resp.status == 200
@@ -145,8 +145,8 @@ async def test_a_probe_whose_first_chunk_is_an_error_event_fails_as_a_probe(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "gateway_events.jsonl"
-    fake = FakeUpstream(Behaviour(status=500))
-    async with serve_upstream(fake):
+    fake = fake_upstream(status=500)
+    async with fake.serve():
         config = gateway_config(
             fake.url,
             events_file=str(path),
@@ -155,7 +155,7 @@ async def test_a_probe_whose_first_chunk_is_an_error_event_fails_as_a_probe(
         async with running_gateway(config) as url, aiohttp.ClientSession() as client:
             async with client.post(url + "/v1/completions", json={"prompt": "x"}) as resp:
                 assert resp.status == 500  # failure 1 of 1: open
-            fake.behaviour = Behaviour(stream_writes=(ERROR + DONE,))  # one chunk
+            fake.script = upstream_script(raw_writes=(ERROR + DONE,))  # one chunk
             await asyncio.sleep(0.3)  # past the cool-down
             async with client.post(url + "/v1/completions", json=STREAM) as resp:
                 assert await resp.read() == ERROR + DONE

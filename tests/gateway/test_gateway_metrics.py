@@ -8,21 +8,15 @@ from prometheus_client import REGISTRY
 
 from gateway.app import create_app, running_gateway
 from gateway.state import STATE_KEY
-from tests.support.gateway_fakes import (
-    Behaviour,
-    FakeUpstream,
-    gateway_config,
-    metric_value,
-    serve_upstream,
-)
+from tests.support.gateway_fakes import fake_upstream, gateway_config, metric_value
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
 
 
 async def test_metrics_expose_request_counters_gauges_and_first_token_histogram() -> None:
-    fake = FakeUpstream(Behaviour(first_chunk_delay_s=0.2, chunks=2))
+    fake = fake_upstream(ttft_s=0.2, tokens=2)
     async with (
-        serve_upstream(fake),
+        fake.serve(),
         running_gateway(gateway_config(fake.url)) as url,
         aiohttp.ClientSession() as client,
     ):

@@ -13,17 +13,17 @@ import aiohttp
 import pytest
 
 from loadgen.proxies.gateway import running_gateway_process
-from tests.support.gateway_fakes import FakeUpstream, closed_port, serve_upstream
+from tests.support.gateway_fakes import closed_port, fake_upstream
 
 pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.mark.asyncio
 async def test_the_process_starts_with_its_events_file_and_proxies(tmp_path: Path) -> None:
-    fake = FakeUpstream()
+    fake = fake_upstream()
     events = tmp_path / "gateway_events.jsonl"
     async with (
-        serve_upstream(fake),
+        fake.serve(),
         running_gateway_process(
             [fake.url], tmp_path / "gateway.log", propagate_cancellation=True, events_path=events
         ) as gateway,

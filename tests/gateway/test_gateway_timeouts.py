@@ -10,11 +10,9 @@ import pytest
 
 from gateway.app import running_gateway
 from tests.support.gateway_fakes import (
-    Behaviour,
-    FakeUpstream,
     closed_port,
+    fake_upstream,
     gateway_config,
-    serve_upstream,
     sse_events,
     unaccepting_listener,
 )
@@ -56,8 +54,8 @@ async def test_connection_refused_on_closed_port_answers_502_at_once() -> None:
 
 
 async def test_first_token_timeout_answers_504_and_cancels_upstream() -> None:
-    fake = FakeUpstream(Behaviour(first_chunk_delay_s=5.0))
-    async with serve_upstream(fake):
+    fake = fake_upstream(ttft_s=5.0)
+    async with fake.serve():
         config = gateway_config(fake.url, timeouts={"first_token_s": 0.3})
         async with running_gateway(config) as url, aiohttp.ClientSession() as client:
             status, body, elapsed_s = await post(client, url, STREAM)
@@ -72,8 +70,8 @@ async def test_first_token_timeout_answers_504_and_cancels_upstream() -> None:
 
 
 async def test_idle_timeout_mid_stream_sends_sse_error_event() -> None:
-    fake = FakeUpstream(Behaviour(chunks=3, chunk_gap_s=3.0))
-    async with serve_upstream(fake):
+    fake = fake_upstream(tokens=3, itl_s=3.0)
+    async with fake.serve():
         config = gateway_config(fake.url, timeouts={"idle_s": 0.3})
         async with running_gateway(config) as url, aiohttp.ClientSession() as client:
             status, body, elapsed_s = await post(client, url, STREAM)
@@ -91,8 +89,8 @@ async def test_idle_timeout_mid_stream_sends_sse_error_event() -> None:
 
 
 async def test_total_deadline_mid_stream_sends_sse_error_event() -> None:
-    fake = FakeUpstream(Behaviour(chunks=50, chunk_gap_s=0.1))
-    async with serve_upstream(fake):
+    fake = fake_upstream(tokens=50, itl_s=0.1)
+    async with fake.serve():
         config = gateway_config(fake.url, timeouts={"idle_s": 1.0, "total_s": 0.55})
         async with running_gateway(config) as url, aiohttp.ClientSession() as client:
             status, body, elapsed_s = await post(client, url, STREAM)
@@ -108,8 +106,8 @@ async def test_total_deadline_mid_stream_sends_sse_error_event() -> None:
 
 
 async def test_total_deadline_before_any_answer_gives_504() -> None:
-    fake = FakeUpstream(Behaviour(first_chunk_delay_s=5.0))
-    async with serve_upstream(fake):
+    fake = fake_upstream(ttft_s=5.0)
+    async with fake.serve():
         config = gateway_config(fake.url, timeouts={"total_s": 0.4})
         async with running_gateway(config) as url, aiohttp.ClientSession() as client:
             status, body, elapsed_s = await post(client, url, PLAIN)
@@ -120,8 +118,8 @@ async def test_total_deadline_before_any_answer_gives_504() -> None:
 
 
 async def test_non_streaming_request_is_not_cut_by_the_first_token_limit() -> None:
-    fake = FakeUpstream(Behaviour(first_chunk_delay_s=0.6))
-    async with serve_upstream(fake):
+    fake = fake_upstream(ttft_s=0.6)
+    async with fake.serve():
         config = gateway_config(fake.url, timeouts={"first_token_s": 0.2})
         async with running_gateway(config) as url, aiohttp.ClientSession() as client:
             status, body, _ = await post(client, url, PLAIN)

@@ -7,11 +7,9 @@ import pytest
 
 from gateway.app import running_gateway
 from tests.support.gateway_fakes import (
-    Behaviour,
-    FakeUpstream,
     closed_port,
+    fake_upstream,
     gateway_config,
-    serve_upstream,
     unaccepting_listener,
 )
 
@@ -57,9 +55,9 @@ async def test_an_upstream_that_does_not_answer_in_time_is_not_healthy() -> None
 
 @pytest.mark.asyncio
 async def test_an_upstream_whose_health_fails_is_not_healthy() -> None:
-    sick = FakeUpstream(Behaviour(health_status=503))  # e.g. vLLM with a dead engine
+    sick = fake_upstream(health_status=503)  # e.g. vLLM with a dead engine
     async with (
-        serve_upstream(sick),
+        sick.serve(),
         running_gateway(gateway_config(sick.url)) as url,
         aiohttp.ClientSession() as client,
     ):
@@ -72,9 +70,9 @@ async def test_an_upstream_whose_health_fails_is_not_healthy() -> None:
 @pytest.mark.asyncio
 async def test_one_live_upstream_of_two_is_enough() -> None:
     dead = f"http://127.0.0.1:{closed_port()}"
-    live = FakeUpstream()
+    live = fake_upstream()
     async with (
-        serve_upstream(live),
+        live.serve(),
         running_gateway(gateway_config(dead, live.url)) as url,
         aiohttp.ClientSession() as client,
     ):
@@ -88,8 +86,8 @@ async def test_one_live_upstream_of_two_is_enough() -> None:
 
 @pytest.mark.asyncio
 async def test_an_open_breaker_is_not_healthy_even_if_the_upstream_answers_its_health() -> None:
-    failing = FakeUpstream(Behaviour(status=500, extra_headers={"Retry-After": "60"}))
-    async with serve_upstream(failing):
+    failing = fake_upstream(status=500, headers={"Retry-After": "60"})
+    async with failing.serve():
         config = gateway_config(failing.url, breaker={"consecutive_failures": 1, "cooldown_s": 30})
         async with running_gateway(config) as url, aiohttp.ClientSession() as client:
             async with client.post(url + "/v1/completions", json={"prompt": "x"}) as resp:
@@ -108,9 +106,9 @@ async def test_an_open_breaker_is_not_healthy_even_if_the_upstream_answers_its_h
 
 @pytest.mark.asyncio
 async def test_a_successful_exchange_is_reported() -> None:
-    fake = FakeUpstream()
+    fake = fake_upstream()
     async with (
-        serve_upstream(fake),
+        fake.serve(),
         running_gateway(gateway_config(fake.url)) as url,
         aiohttp.ClientSession() as client,
     ):

@@ -14,14 +14,7 @@ import pytest
 
 from gateway.app import running_gateway
 from gateway.outcomes import Verdict, is_error_body, status_verdict
-from tests.support.gateway_fakes import (
-    Behaviour,
-    FakeUpstream,
-    gateway_config,
-    metric_value,
-    serve_upstream,
-    sse_events,
-)
+from tests.support.gateway_fakes import fake_upstream, gateway_config, metric_value, sse_events
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -74,8 +67,8 @@ async def _metrics(client: aiohttp.ClientSession, url: str) -> str:
 
 @pytest.mark.asyncio
 async def test_an_error_event_inside_a_200_stream_opens_the_breaker() -> None:
-    fake = FakeUpstream(Behaviour(stream_writes=(TOKEN, ERROR, DONE)))
-    async with serve_upstream(fake):
+    fake = fake_upstream(raw_writes=(TOKEN, ERROR, DONE))
+    async with fake.serve():
         config = gateway_config(fake.url, breaker={"consecutive_failures": 2, "cooldown_s": 30})
         async with running_gateway(config) as url, aiohttp.ClientSession() as client:
             first = await _send(client, url, STREAM)  # failure 1 of 2
@@ -87,7 +80,7 @@ async def test_an_error_event_inside_a_200_stream_opens_the_breaker() -> None:
         assert body == TOKEN + ERROR + DONE  # relayed unchanged
     assert third[0] == 503
     assert json.loads(third[1])["error"]["type"] == "no_upstream"
-    assert fake.count == 2
+    assert fake.served == 2
     up = {"upstream": fake.url}
     assert metric_value(metrics, "gateway_breaker_state", up) == 1
     assert (
@@ -106,8 +99,8 @@ async def test_an_error_event_inside_a_200_stream_opens_the_breaker() -> None:
 )
 async def test_error_events_are_found_however_they_arrive(writes: tuple[bytes, ...]) -> None:
     # A 50 ms gap between writes puts each write in its own read on the gateway side.
-    fake = FakeUpstream(Behaviour(stream_writes=writes, chunk_gap_s=0.05))
-    async with serve_upstream(fake):
+    fake = fake_upstream(raw_writes=writes, itl_s=0.05)
+    async with fake.serve():
         config = gateway_config(fake.url, breaker={"consecutive_failures": 1, "cooldown_s": 30})
         async with running_gateway(config) as url, aiohttp.ClientSession() as client:
             status, body, _ = await _send(client, url, STREAM)  # failure 1 of 1: opens
@@ -115,26 +108,26 @@ async def test_error_events_are_found_however_they_arrive(writes: tuple[bytes, .
     assert status == 200
     assert body == b"".join(writes)
     assert after[0] == 503
-    assert fake.count == 1
+    assert fake.served == 1
 
 
 @pytest.mark.asyncio
 async def test_healthy_streams_keep_the_breaker_closed() -> None:
-    fake = FakeUpstream(Behaviour(chunks=2))
-    async with serve_upstream(fake):
+    fake = fake_upstream(tokens=2)
+    async with fake.serve():
         config = gateway_config(fake.url, breaker={"consecutive_failures": 1})
         async with running_gateway(config) as url, aiohttp.ClientSession() as client:
             answers = [await _send(client, url, STREAM) for _ in range(3)]
             metrics = await _metrics(client, url)
     assert [status for status, _, _ in answers] == [200, 200, 200]
-    assert fake.count == 3
+    assert fake.served == 3
     assert metric_value(metrics, "gateway_breaker_state", {"upstream": fake.url}) == 0
 
 
 @pytest.mark.asyncio
 async def test_a_stream_that_ends_without_done_fails_and_the_client_is_told() -> None:
-    fake = FakeUpstream(Behaviour(chunks=2, send_done=False))
-    async with serve_upstream(fake):
+    fake = fake_upstream(tokens=2, send_done=False)
+    async with fake.serve():
         config = gateway_config(fake.url, breaker={"consecutive_failures": 1, "cooldown_s": 30})
         async with running_gateway(config) as url, aiohttp.ClientSession() as client:
             status, body, _ = await _send(client, url, STREAM)
@@ -150,8 +143,8 @@ async def test_a_stream_that_ends_without_done_fails_and_the_client_is_told() ->
 
 @pytest.mark.asyncio
 async def test_a_streaming_request_answered_without_an_event_stream_is_a_502() -> None:
-    fake = FakeUpstream(Behaviour(stream_content_type="application/json"))
-    async with serve_upstream(fake):
+    fake = fake_upstream(content_type="application/json")
+    async with fake.serve():
         config = gateway_config(fake.url, breaker={"consecutive_failures": 1, "cooldown_s": 30})
         async with running_gateway(config) as url, aiohttp.ClientSession() as client:
             status, body, _ = await _send(client, url, STREAM)
@@ -165,8 +158,8 @@ async def test_a_streaming_request_answered_without_an_event_stream_is_a_502() -
 @pytest.mark.asyncio
 async def test_a_200_json_error_body_is_relayed_and_counted_as_a_failure() -> None:
     error = b'{"error": {"message": "engine dead", "code": 500}}'
-    fake = FakeUpstream(Behaviour(body=error))
-    async with serve_upstream(fake):
+    fake = fake_upstream(json_body=error)
+    async with fake.serve():
         config = gateway_config(fake.url, breaker={"consecutive_failures": 1, "cooldown_s": 30})
         async with running_gateway(config) as url, aiohttp.ClientSession() as client:
             status, body, _ = await _send(client, url, PLAIN)
@@ -178,20 +171,20 @@ async def test_a_200_json_error_body_is_relayed_and_counted_as_a_failure() -> No
 @pytest.mark.asyncio
 @pytest.mark.parametrize(("status", "opens"), [(400, False), (501, False), (500, True)])
 async def test_client_errors_and_501_do_not_count_5xx_do(status: int, opens: bool) -> None:
-    fake = FakeUpstream(Behaviour(status=status))
-    async with serve_upstream(fake):
+    fake = fake_upstream(status=status)
+    async with fake.serve():
         config = gateway_config(fake.url, breaker={"consecutive_failures": 1, "cooldown_s": 30})
         async with running_gateway(config) as url, aiohttp.ClientSession() as client:
             statuses = [(await _send(client, url, PLAIN))[0] for _ in range(2)]
     # Threshold 1: a counted failure opens the breaker, so the second request gets 503.
     assert statuses == ([status, 503] if opens else [status, status])
-    assert fake.count == (1 if opens else 2)
+    assert fake.served == (1 if opens else 2)
 
 
 @pytest.mark.asyncio
 async def test_an_oversized_response_is_a_502_failure() -> None:
-    fake = FakeUpstream(Behaviour(body=b'{"choices": [{"text": "' + b"x" * 4096 + b'"}]}'))
-    async with serve_upstream(fake):
+    fake = fake_upstream(json_body=b'{"choices": [{"text": "' + b"x" * 4096 + b'"}]}')
+    async with fake.serve():
         config = gateway_config(
             fake.url,
             max_response_bytes=1024,

@@ -9,21 +9,15 @@ import aiohttp
 import pytest
 
 from gateway.app import running_gateway
-from tests.support.gateway_fakes import (
-    Behaviour,
-    FakeUpstream,
-    gateway_config,
-    serve_upstream,
-    sse_events,
-)
+from tests.support.gateway_fakes import fake_upstream, gateway_config, sse_events
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
 
 
 async def test_streaming_completion_is_relayed_chunk_by_chunk() -> None:
-    fake = FakeUpstream(Behaviour(chunks=4, chunk_gap_s=0.15))
+    fake = fake_upstream(tokens=4, itl_s=0.15)
     async with (
-        serve_upstream(fake),
+        fake.serve(),
         running_gateway(gateway_config(fake.url)) as url,
         aiohttp.ClientSession() as client,
     ):
@@ -53,39 +47,40 @@ async def test_streaming_completion_is_relayed_chunk_by_chunk() -> None:
 
 
 async def test_non_streaming_chat_completion_is_relayed() -> None:
-    fake = FakeUpstream(Behaviour(chunks=2))
+    fake = fake_upstream(tokens=2)
     async with (
-        serve_upstream(fake),
+        fake.serve(),
         running_gateway(gateway_config(fake.url)) as url,
         aiohttp.ClientSession() as client,
     ):
         payload = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
         async with client.post(url + "/v1/chat/completions", json=payload) as resp:
             assert resp.status == 200
-            assert await resp.json() == {"choices": [{"text": "tok0 tok1 "}]}
+            message = {"role": "assistant", "content": "tok0 tok1 "}  # the fake's, as vLLM's
+            assert await resp.json() == {"choices": [{"message": message}]}
     assert fake.seen[0].path == "/v1/chat/completions"
 
 
 async def test_models_and_upstream_errors_pass_through() -> None:
-    fake = FakeUpstream()
+    fake = fake_upstream()
     async with (
-        serve_upstream(fake),
+        fake.serve(),
         running_gateway(gateway_config(fake.url)) as url,
         aiohttp.ClientSession() as client,
     ):
         async with client.get(url + "/v1/models") as resp:
             assert resp.status == 200
-            assert (await resp.json())["data"][0]["id"] == "fake-model"
-        fake.behaviour.status = 400
+            assert (await resp.json())["data"][0]["id"] == "m"
+        fake.script.status = 400
         async with client.post(url + "/v1/completions", json={"prompt": "x"}) as resp:
             assert resp.status == 400
             assert (await resp.json())["error"]["code"] == 400
 
 
 async def test_health_checks_the_upstream_and_reports_it() -> None:
-    fake = FakeUpstream()
+    fake = fake_upstream()
     async with (
-        serve_upstream(fake),
+        fake.serve(),
         running_gateway(gateway_config(fake.url)) as url,
         aiohttp.ClientSession() as client,
     ):
@@ -119,8 +114,8 @@ async def test_upstream_cookies_are_not_replayed_to_later_requests() -> None:
     # IP addresses, so "localhost" is what would expose a jar). A proxy serving many clients
     # must not keep it: the second request reaches the upstream with no Cookie header, while
     # a cookie the client sends itself passes through unchanged.
-    fake = FakeUpstream(Behaviour(extra_headers={"Set-Cookie": "session=abc; Path=/"}))
-    async with serve_upstream(fake):
+    fake = fake_upstream(headers={"Set-Cookie": "session=abc; Path=/"})
+    async with fake.serve():
         upstream = fake.url.replace("127.0.0.1", "localhost")
         async with (
             running_gateway(gateway_config(upstream)) as url,

@@ -14,13 +14,7 @@ from gateway.config import BreakerConfig
 from gateway.retry_after import MAX_RETRY_AFTER_S, format_retry_after, parse_retry_after
 from gateway.upstream_choice import Router
 from gateway.upstreams import UpstreamPool
-from tests.support.gateway_fakes import (
-    Behaviour,
-    FakeUpstream,
-    gateway_config,
-    metric_value,
-    serve_upstream,
-)
+from tests.support.gateway_fakes import fake_upstream, gateway_config, metric_value
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -81,8 +75,8 @@ async def _post(client: aiohttp.ClientSession, url: str) -> tuple[int, str | Non
 
 @pytest.mark.asyncio
 async def test_upstream_429s_pass_through_and_leave_the_breaker_closed() -> None:
-    busy = FakeUpstream(Behaviour(status=429, extra_headers={"Retry-After": "120"}))
-    async with serve_upstream(busy):
+    busy = fake_upstream(status=429, headers={"Retry-After": "120"})
+    async with busy.serve():
         config = gateway_config(busy.url, breaker={"consecutive_failures": 2})
         async with running_gateway(config) as url, aiohttp.ClientSession() as client:
             answers = [await _post(client, url) for _ in range(3)]
@@ -91,7 +85,7 @@ async def test_upstream_429s_pass_through_and_leave_the_breaker_closed() -> None
     # Three 429s against a threshold of 2 consecutive failures: had they counted, the third
     # request would have met an open breaker (503, no upstream call). All three reached it.
     assert [(status, retry_after) for status, retry_after, _ in answers] == [(429, "120")] * 3
-    assert busy.count == 3
+    assert busy.served == 3
     state = metric_value(metrics, "gateway_breaker_state", {"upstream": busy.url})
     assert state == BreakerState.CLOSED
     assert metric_value(metrics, "gateway_breaker_transitions_total") == 0
@@ -112,9 +106,9 @@ async def test_invalid_retry_after_is_dropped_and_a_date_becomes_seconds(
 ) -> None:
     if sent == "in an hour":  # made here, not at collection: the test may run seconds later
         sent = http_date(datetime.now(UTC) + timedelta(seconds=3600))
-    busy = FakeUpstream(Behaviour(status=429, extra_headers={"Retry-After": sent}))
+    busy = fake_upstream(status=429, headers={"Retry-After": sent})
     async with (
-        serve_upstream(busy),
+        busy.serve(),
         running_gateway(gateway_config(busy.url)) as url,
         aiohttp.ClientSession() as client,
     ):
@@ -137,8 +131,8 @@ async def test_invalid_retry_after_is_dropped_and_a_date_becomes_seconds(
 async def test_503_of_an_open_breaker_carries_the_longer_wait(
     upstream_asks: str, cooldown_s: float, expected: str
 ) -> None:
-    down = FakeUpstream(Behaviour(status=503, extra_headers={"Retry-After": upstream_asks}))
-    async with serve_upstream(down):
+    down = fake_upstream(status=503, headers={"Retry-After": upstream_asks})
+    async with down.serve():
         config = gateway_config(
             down.url, breaker={"consecutive_failures": 1, "cooldown_s": cooldown_s}
         )
@@ -151,4 +145,4 @@ async def test_503_of_an_open_breaker_carries_the_longer_wait(
     # Rounded up to whole seconds: ceil(120 - e) = 120 and ceil(30 - e) = 30 for the few ms e
     # between the two requests.
     assert retry_after == expected
-    assert down.count == 1
+    assert down.served == 1

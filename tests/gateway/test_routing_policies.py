@@ -16,11 +16,10 @@ import pytest
 from gateway.app import running_gateway
 from gateway.routing import HashRing, PrefixKeys
 from tests.support.gateway_fakes import (
-    Behaviour,
-    FakeUpstream,
+    fake_upstream,
     gateway_config,
     metric_value,
-    serve_upstream,
+    upstream_script,
 )
 
 pytestmark = pytest.mark.timeout(30)
@@ -51,9 +50,9 @@ async def post(client: aiohttp.ClientSession, url: str, prompt: list[int], rid: 
 async def test_prefix_hash_sends_each_group_to_its_home_and_records_every_decision(
     tmp_path: Path,
 ) -> None:
-    fakes = [FakeUpstream(), FakeUpstream()]
+    fakes = [fake_upstream(), fake_upstream()]
     decisions = tmp_path / "routing_decisions.jsonl"
-    async with serve_upstream(fakes[0]), serve_upstream(fakes[1]):
+    async with fakes[0].serve(), fakes[1].serve():
         urls = [f.url for f in fakes]
         config = gateway_config(*urls, routing="prefix-hash", decisions_file=decisions)
         async with running_gateway(config) as url, aiohttp.ClientSession() as client:
@@ -80,10 +79,10 @@ async def test_an_open_breaker_moves_the_group_to_the_next_replica_and_it_comes_
 ) -> None:
     prompt = group_prompt(7, 0)
     home = home_of(prompt, 2)
-    fakes = [FakeUpstream(), FakeUpstream()]
-    fakes[home].behaviour = Behaviour(status=500)
+    fakes = [fake_upstream(), fake_upstream()]
+    fakes[home].script = upstream_script(status=500)
     decisions = tmp_path / "routing_decisions.jsonl"
-    async with serve_upstream(fakes[0]), serve_upstream(fakes[1]):
+    async with fakes[0].serve(), fakes[1].serve():
         urls = [f.url for f in fakes]
         config = gateway_config(
             *urls, routing="prefix-hash", decisions_file=decisions,
@@ -92,7 +91,7 @@ async def test_an_open_breaker_moves_the_group_to_the_next_replica_and_it_comes_
         async with running_gateway(config) as url, aiohttp.ClientSession() as client:
             failing = [await post(client, url, prompt, f"a{i}") for i in range(2)]
             moved = [await post(client, url, prompt, f"b{i}") for i in range(3)]
-            fakes[home].behaviour = Behaviour()  # the home recovers
+            fakes[home].script = upstream_script()  # the home recovers
             await asyncio.sleep(0.6)  # past the cool-down: the next request probes it
             back = [await post(client, url, prompt, f"c{i}") for i in range(3)]
     other = urls[1 - home]
@@ -105,8 +104,8 @@ async def test_an_open_breaker_moves_the_group_to_the_next_replica_and_it_comes_
 
 @pytest.mark.asyncio
 async def test_round_robin_alternates_whatever_the_load() -> None:
-    fakes = [FakeUpstream(), FakeUpstream()]
-    async with serve_upstream(fakes[0]), serve_upstream(fakes[1]):
+    fakes = [fake_upstream(), fake_upstream()]
+    async with fakes[0].serve(), fakes[1].serve():
         urls = [f.url for f in fakes]
         config = gateway_config(*urls, routing="round-robin")
         async with running_gateway(config) as url, aiohttp.ClientSession() as client:
@@ -121,9 +120,9 @@ async def test_a_home_at_the_load_bound_passes_the_key_on(tmp_path: Path) -> Non
     # would make 3 there: passed on; the 4th (L=3, bound 3) fits the home again.
     prompt = group_prompt(3, 0)
     home = home_of(prompt, 2)
-    fakes = [FakeUpstream(), FakeUpstream()]
+    fakes = [fake_upstream(), fake_upstream()]
     decisions = tmp_path / "routing_decisions.jsonl"
-    async with serve_upstream(fakes[0]), serve_upstream(fakes[1]):
+    async with fakes[0].serve(), fakes[1].serve():
         urls = [f.url for f in fakes]
         config = gateway_config(*urls, routing="prefix-hash", decisions_file=decisions)
         async with running_gateway(config) as url, aiohttp.ClientSession() as client:

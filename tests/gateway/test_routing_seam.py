@@ -16,12 +16,7 @@ from gateway.routing import Router as PolicyRouter
 from gateway.state import STATE_KEY
 from gateway.upstream_choice import Pick, PolicyRouting, Router, RouteRequest
 from gateway.upstreams import Upstream, UpstreamPool
-from tests.support.gateway_fakes import (
-    FakeUpstream,
-    closed_port,
-    gateway_config,
-    serve_upstream,
-)
+from tests.support.gateway_fakes import closed_port, fake_upstream, gateway_config
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -73,9 +68,9 @@ def test_least_loaded_breaks_ties_round_robin_after_the_last_pick() -> None:
 @pytest.mark.asyncio
 async def test_the_handler_routes_with_the_request_and_retries_with_the_refused_one_tried() -> None:
     dead = f"http://127.0.0.1:{closed_port()}"
-    live = FakeUpstream()
+    live = fake_upstream()
     body = {"model": "m", "prompt": [1, 2, 3], "max_tokens": 2}
-    async with serve_upstream(live):
+    async with live.serve():
         # live first, dead last: the policy picks dead, is refused, then offered live only.
         app = create_app(gateway_config(live.url, dead))
         policy = LastAdmitted()

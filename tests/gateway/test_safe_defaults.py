@@ -12,7 +12,7 @@ from gateway.headers import (
     strip_hop_by_hop,
     upstream_request_headers,
 )
-from tests.support.gateway_fakes import Behaviour, FakeUpstream, gateway_config, serve_upstream
+from tests.support.gateway_fakes import fake_upstream, gateway_config
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -77,8 +77,8 @@ async def test_hop_by_hop_headers_are_stripped_in_both_directions() -> None:
         "Keep-Alive": "timeout=9",
         "X-Kept": "yes",
     }
-    fake = FakeUpstream(Behaviour(extra_headers=hop_response_headers))
-    async with serve_upstream(fake):
+    fake = fake_upstream(headers=hop_response_headers)
+    async with fake.serve():
         config = gateway_config(fake.url)
         async with running_gateway(config) as url, aiohttp.ClientSession() as client:
             request_headers = {
@@ -112,8 +112,8 @@ async def test_hop_by_hop_headers_are_stripped_in_both_directions() -> None:
 async def test_oversized_body_answers_413_and_never_reaches_upstream() -> None:
     from gateway.app import running_gateway
 
-    fake = FakeUpstream()
-    async with serve_upstream(fake):
+    fake = fake_upstream()
+    async with fake.serve():
         config = gateway_config(fake.url, max_body_bytes=1024)
         async with running_gateway(config) as url, aiohttp.ClientSession() as client:
             big = b'{"prompt": "' + b"x" * 2048 + b'"}'
@@ -130,16 +130,16 @@ async def test_oversized_body_answers_413_and_never_reaches_upstream() -> None:
             small = b'{"prompt": "' + b"x" * 100 + b'"}'
             async with client.post(url + "/v1/completions", data=small) as resp:
                 assert resp.status == 200
-    assert fake.count == 1
+    assert fake.served == 1
 
 
 @pytest.mark.asyncio
 async def test_only_proxied_routes_and_methods_exist() -> None:
     from gateway.app import running_gateway
 
-    fake = FakeUpstream()
+    fake = fake_upstream()
     async with (
-        serve_upstream(fake),
+        fake.serve(),
         running_gateway(gateway_config(fake.url)) as url,
         aiohttp.ClientSession() as client,
     ):
@@ -179,9 +179,9 @@ def test_forwarding_headers_a_client_sets_never_pass_as_given() -> None:
 async def test_the_upstream_sees_the_peer_appended_and_the_host_the_gateway_received() -> None:
     from gateway.app import running_gateway
 
-    fake = FakeUpstream(Behaviour())
+    fake = fake_upstream()
     async with (
-        serve_upstream(fake),
+        fake.serve(),
         running_gateway(gateway_config(fake.url)) as url,
         aiohttp.ClientSession() as client,
     ):

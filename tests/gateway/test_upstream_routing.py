@@ -13,13 +13,7 @@ from gateway.breaker import BreakerState
 from gateway.config import BreakerConfig
 from gateway.upstream_choice import Router
 from gateway.upstreams import UpstreamPool
-from tests.support.gateway_fakes import (
-    Behaviour,
-    FakeUpstream,
-    gateway_config,
-    metric_value,
-    serve_upstream,
-)
+from tests.support.gateway_fakes import fake_upstream, gateway_config, metric_value
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -61,8 +55,8 @@ def test_pool_returns_none_when_every_breaker_is_open() -> None:
 
 @pytest.mark.asyncio
 async def test_requests_go_to_the_upstream_with_fewest_in_flight() -> None:
-    a, b = FakeUpstream(), FakeUpstream()
-    async with serve_upstream(a), serve_upstream(b):
+    a, b = fake_upstream(), fake_upstream()
+    async with a.serve(), b.serve():
         config = gateway_config(a.url, b.url)
         async with running_gateway(config) as url, aiohttp.ClientSession() as client:
 
@@ -88,8 +82,8 @@ async def test_requests_go_to_the_upstream_with_fewest_in_flight() -> None:
 
 @pytest.mark.asyncio
 async def test_traffic_moves_off_an_upstream_whose_breaker_opened_and_returns_after_probe() -> None:
-    bad, good = FakeUpstream(Behaviour(status=500)), FakeUpstream()
-    async with serve_upstream(bad), serve_upstream(good):
+    bad, good = fake_upstream(status=500), fake_upstream()
+    async with bad.serve(), good.serve():
         config = gateway_config(
             bad.url, good.url, breaker={"consecutive_failures": 2, "cooldown_s": 0.5}
         )
@@ -103,18 +97,18 @@ async def test_traffic_moves_off_an_upstream_whose_breaker_opened_and_returns_af
             statuses = [await send() for _ in range(8)]
             async with client.get(url + "/metrics") as resp:
                 opened = await resp.text()
-            assert bad.count == 2  # alternated until its breaker opened
-            assert good.count == 6
+            assert bad.served == 2  # alternated until its breaker opened
+            assert good.served == 6
             assert statuses.count(500) == 2
             assert statuses.count(200) == 6
 
-            bad.behaviour.status = 200  # it recovers; after the cool-down a probe closes it
+            bad.script.status = 200  # it recovers; after the cool-down a probe closes it
             await asyncio.sleep(0.6)
             for _ in range(4):
                 assert await send() == 200
             async with client.get(url + "/metrics") as resp:
                 closed = await resp.text()
-    assert bad.count >= 3
+    assert bad.served >= 3
     assert metric_value(opened, "gateway_breaker_state", {"upstream": bad.url}) == 1
     assert metric_value(opened, "gateway_breaker_state", {"upstream": good.url}) == 0
     assert metric_value(closed, "gateway_breaker_state", {"upstream": bad.url}) == 0
@@ -132,8 +126,8 @@ async def test_traffic_moves_off_an_upstream_whose_breaker_opened_and_returns_af
 
 @pytest.mark.asyncio
 async def test_all_breakers_open_answers_503_with_retry_after() -> None:
-    bad = FakeUpstream(Behaviour(status=503))
-    async with serve_upstream(bad):
+    bad = fake_upstream(status=503)
+    async with bad.serve():
         config = gateway_config(bad.url, breaker={"consecutive_failures": 1, "cooldown_s": 30})
         async with running_gateway(config) as url, aiohttp.ClientSession() as client:
             async with client.post(url + "/v1/completions", json={"prompt": "x"}) as resp:
@@ -145,13 +139,13 @@ async def test_all_breakers_open_answers_503_with_retry_after() -> None:
             async with client.get(url + "/health") as resp:
                 assert resp.status == 503
                 assert (await resp.json())["upstreams"][0]["breaker"] == "open"
-    assert bad.count == 1
+    assert bad.served == 1
 
 
 @pytest.mark.asyncio
 async def test_slow_first_tokens_open_the_breaker_end_to_end() -> None:
-    slow = FakeUpstream(Behaviour(first_chunk_delay_s=0.3, chunks=1))
-    async with serve_upstream(slow):
+    slow = fake_upstream(ttft_s=0.3, tokens=1)
+    async with slow.serve():
         config = gateway_config(
             slow.url,
             breaker={"consecutive_failures": 2, "slow_first_token_s": 0.1, "cooldown_s": 30},
@@ -166,7 +160,7 @@ async def test_slow_first_tokens_open_the_breaker_end_to_end() -> None:
                 assert resp.status == 503
             async with client.get(url + "/metrics") as resp:
                 text = await resp.text()
-    assert slow.count == 2
+    assert slow.served == 2
     hist = {"upstream": slow.url}
     assert metric_value(text, "gateway_first_token_seconds_count", hist) == 2
     assert metric_value(text, "gateway_first_token_seconds_sum", hist) >= 0.55

@@ -97,7 +97,10 @@ async def test_extra_body_and_headers_reach_the_server(tmp_path: Path) -> None:
         command = ["loadgen", "run", "bench", "--header", "X-Api-Key: sekrit-123"]
         result = await run_scenario(Bench(), params, tmp_path / "run", command=command)
     assert result.status == "ok", result.error
-    for seen in fake.seen:
+    completions = [seen for seen in fake.seen if seen.path == "/v1/completions"]
+    assert len(completions) == fake.served > 0  # the rest: the attach's /v1/models
+    for seen in completions:
+        assert seen.body is not None
         assert seen.body["priority"] == 3 and seen.body["temperature"] == 0.5
         assert seen.headers is not None
         assert seen.headers["X-Api-Key"] == "sekrit-123"

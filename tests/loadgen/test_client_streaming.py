@@ -207,15 +207,15 @@ async def test_disconnect_after_tokens_aborts_and_the_server_sees_it() -> None:
         record = await send_request(
             session, Target(fake.url, "m"), p, blank_record(p), MonotonicClock()
         )
-        await fake.wait_for(lambda: fake.seen[0].client_gone_s is not None, timeout_s=5.0)
+        await fake.wait_for(lambda: fake.seen[0].disconnected_at_s is not None, timeout_s=5.0)
     assert record.status == "aborted"
     assert record.error is None
     assert record.chunk_tokens == [1, 1, 1]
     assert record.disconnect_ns is not None and record.end_ns is not None
     assert record.chunk_ns[-1] <= record.disconnect_ns <= record.end_ns
     seen = fake.seen[0]
-    assert not seen.finished
-    assert seen.token_chunks_sent < 50
+    assert not seen.completed
+    assert seen.chunks_sent < 50
 
 
 async def test_without_running_usage_ttft_is_the_first_text_chunk_not_the_trailer() -> None:

@@ -21,7 +21,8 @@ import pytest
 from loadgen.proxies.vllm_router import ROUTER_ENV, find_vllm_router
 from scenarios.fleet.vllm_router_hash import ConsistentHashRing, ring_key, routing_text
 from server.process import free_loopback_port
-from tests.support.gateway_fakes import FakeUpstream, serve_upstream
+from tests.support.fake_openai_server import FakeOpenAIServer
+from tests.support.gateway_fakes import fake_upstream
 
 
 @contextlib.asynccontextmanager
@@ -55,23 +56,18 @@ async def router(policy: str, urls: list[str], log: Path) -> AsyncIterator[str]:
         proc.wait(timeout=10)
 
 
-def completions(fake: FakeUpstream) -> int:
-    """Completions the fake received (the router's own calls, e.g. for models, left out)."""
-    return sum(1 for seen in fake.seen if seen.path == "/v1/completions")
-
-
 async def landed(
-    url: str, fakes: list[FakeUpstream], body: dict[str, object], headers: dict[str, str]
+    url: str, fakes: list[FakeOpenAIServer], body: dict[str, object], headers: dict[str, str]
 ) -> int:
     """Send one completion through the router; the index of the fake that received it."""
-    before = [completions(f) for f in fakes]
+    before = [f.served for f in fakes]
     async with (
         aiohttp.ClientSession() as session,
         session.post(url + "/v1/completions", json=body, headers=headers) as r,
     ):
         assert r.status == 200, await r.text()
         await r.read()
-    got = [i for i, f in enumerate(fakes) if completions(f) > before[i]]
+    got = [i for i, f in enumerate(fakes) if f.served > before[i]]
     assert len(got) == 1, f"the completion reached fakes {got}"
     return got[0]
 
@@ -82,7 +78,7 @@ async def test_consistent_hash_lands_where_the_port_says(tmp_path: Path) -> None
     each lands on the worker the ported ring names: with the header, keyed by it; without,
     a token-ID prompt by its length alone (``token_ids:{count}``)."""
     rng = random.Random(7)
-    async with serve_upstream(FakeUpstream()) as a, serve_upstream(FakeUpstream()) as b:
+    async with fake_upstream().serve() as a, fake_upstream().serve() as b:
         ring = ConsistentHashRing([a.url, b.url])
         async with router("consistent_hash", [a.url, b.url], tmp_path / "router.log") as url:
             for i in range(40):
@@ -90,7 +86,7 @@ async def test_consistent_hash_lands_where_the_port_says(tmp_path: Path) -> None
                 ids = [rng.randrange(32000) for _ in range(n)]
                 prompt: object = f"prompt {i} " * (n // 10 + 1) if i % 3 == 0 else ids
                 text = routing_text(text=prompt) if isinstance(prompt, str) else routing_text(ids)
-                body = {"model": "fake-model", "prompt": prompt, "max_tokens": 1, "stream": False}
+                body = {"model": "m", "prompt": prompt, "max_tokens": 1, "stream": False}
                 headers = {"X-Request-Id": f"speedup-1x-L{i:05d}"} if i % 2 else {}
                 got = await landed(url, [a, b], body, headers)
                 want = ring.worker_of(ring_key(text, tuple(headers.items())))
@@ -102,10 +98,10 @@ async def test_round_robin_alternates(tmp_path: Path) -> None:
     comes first varies from start to start (the router lists workers in the order their
     first health checks succeed), which changes no hit rate: the replicas are alike, so the
     model's k mod N names the same partition of the requests."""
-    body = {"model": "fake-model", "prompt": [1, 2, 3], "max_tokens": 1, "stream": False}
+    body = {"model": "m", "prompt": [1, 2, 3], "max_tokens": 1, "stream": False}
     async with (
-        serve_upstream(FakeUpstream()) as a,
-        serve_upstream(FakeUpstream()) as b,
+        fake_upstream().serve() as a,
+        fake_upstream().serve() as b,
         router("round_robin", [a.url, b.url], tmp_path / "router.log") as url,
     ):
         got = [await landed(url, [a, b], body, {}) for _ in range(6)]

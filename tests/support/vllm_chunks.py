@@ -4,9 +4,9 @@ The shapes are vLLM 0.32's ``/v1/completions`` stream (and its chat chunks): a t
 engine step (one choice; with ``stream_options.continuous_usage_stats`` a running usage on
 each), then a usage-only trailer (``choices: []``, the prefix-cache hit tokens in
 ``prompt_tokens_details.cached_tokens``) and ``[DONE]``; an engine error is an ``error`` object.
-JSON without spaces, as vLLM writes it. The aiohttp fake (``fake_openai_server``), the gateway's
-fake upstream (``gateway_fakes``) and the benchmarks' raw-protocol server
-(``tests/benchmarks/sse_server.py``, byte templates built from these once) all use them.
+JSON without spaces, as vLLM writes it. The one aiohttp fake of vLLM (``fake_openai_server``:
+the client's, the phases' and the gateway's tests) and the benchmarks' raw-protocol server
+(``tests/benchmarks/sse_server.py``, byte templates built from these once) both use them.
 """
 
 from __future__ import annotations
