@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.page_checks import check_report_page
 from tests.support.vllm_fixtures import SharedServer, loadgen, read_report, run_scenario
 
 pytestmark = pytest.mark.vllm
@@ -39,6 +40,7 @@ def test_completions_closed_loop(
     report = _passed(run)
     (phase,) = report["details"]["cases"][0]["phases"]
     assert phase["input_tokens"] == 12 * 128 and phase["output_tokens"] == 12 * 16
+    check_report_page(run, tmp_path_factory.mktemp("page"))
     assert phase["prompt_lengths_differing"] == 0
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.page_checks import check_report_page
 from tests.support.vllm_fixtures import loadgen, read_report, run_scenario
 
 pytestmark = pytest.mark.vllm
@@ -66,3 +67,9 @@ def test_traffic_moved_to_the_healthy_replica_during_the_outage(episode_run: Pat
 
 def test_validate_passes(episode_run: Path) -> None:
     assert loadgen("validate", str(episode_run), timeout=120).returncode == 0
+
+
+def test_the_report_page_opens_offline_with_every_verdict_and_figure(
+    episode_run: Path, tmp_path: Path
+) -> None:
+    check_report_page(episode_run, tmp_path)

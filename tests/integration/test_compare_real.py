@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from server.engines import project_engine
+from tests.support.page_checks import check_compare_page
 from tests.support.vllm_fixtures import loadgen
 
 pytestmark = pytest.mark.vllm
@@ -82,6 +83,12 @@ def test_a_same_version_gate_shows_no_change_in_what_the_server_did(
     assert code == data["exit_code"] and code in (0, 1, 3), data["decision"]["line"]
     assert (code == 1) == bool(regressed), data["decision"]["line"]
     assert all(label.split()[1].endswith(("_ms", "_s")) for label in regressed), regressed
+
+
+def test_the_gate_page_opens_offline_with_its_headline_verdicts_and_plots(
+    same_version_gate: tuple[Path, int], tmp_path: Path
+) -> None:
+    check_compare_page(same_version_gate[0], tmp_path)
 
 
 def test_a_candidate_serving_one_request_at_a_time_regresses_with_exit_code_1(

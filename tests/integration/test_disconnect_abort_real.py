@@ -18,6 +18,7 @@ import pytest
 
 from loadgen.proxies import ProxyNotInstalledError, find_proxy
 from scenarios.plan import ProxySpec
+from tests.support.page_checks import check_report_page
 from tests.support.vllm_fixtures import SharedServer, loadgen, read_report, run_scenario
 
 pytestmark = pytest.mark.vllm
@@ -116,3 +117,9 @@ def test_each_proxy_ran_with_its_own_config_and_the_run_validates(proxy_run: Pat
     expected = {p["case"]: p["expect"] for p in read_report(proxy_run)["details"]["paths"]}
     assert expected == dict.fromkeys(PROXY_PATHS, "frees")
     assert loadgen("validate", str(proxy_run), timeout=120).returncode == 0
+
+
+def test_the_report_page_opens_offline_with_every_verdict_and_figure(
+    abort_run: Path, tmp_path: Path
+) -> None:
+    check_report_page(abort_run, tmp_path)

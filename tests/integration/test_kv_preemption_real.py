@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.page_checks import check_report_page
 from tests.support.vllm_fixtures import loadgen, read_report, run_scenario
 
 pytestmark = pytest.mark.vllm
@@ -84,3 +85,9 @@ def test_report_shows_the_hand_calculation_and_validate_passes(reduced_run: Path
     assert "## Hand calculation" in markdown
     assert (reduced_run / "plots" / "timeline_160MiB-c10.png").exists()
     assert loadgen("validate", str(reduced_run), timeout=120).returncode == 0
+
+
+def test_the_report_page_opens_offline_with_every_verdict_and_figure(
+    reduced_run: Path, tmp_path: Path
+) -> None:
+    check_report_page(reduced_run, tmp_path)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.page_checks import check_report_page
 from tests.support.vllm_fixtures import SharedServer, loadgen, read_report, run_scenario
 
 pytestmark = pytest.mark.vllm
@@ -87,12 +88,11 @@ def test_validate_passes_on_the_run_directory(reduced_run: Path) -> None:
 
 
 def test_report_rebuilt_from_raw_files_equals_the_original(reduced_run: Path) -> None:
-    before_json = (reduced_run / "report.json").read_text()
-    before_md = (reduced_run / "report.md").read_text()
+    names = ("report.json", "report.md", "report.html")
+    before = [(reduced_run / name).read_bytes() for name in names]
     proc = loadgen("report", str(reduced_run), timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert (reduced_run / "report.json").read_text() == before_json
-    assert (reduced_run / "report.md").read_text() == before_md
+    assert [(reduced_run / name).read_bytes() for name in names] == before
     assert loadgen("validate", str(reduced_run), timeout=120).returncode == 0
 
 
@@ -118,3 +118,12 @@ def test_two_workers_give_the_verdicts_counts_and_cached_tokens_of_one(
         "requests.worker-0.jsonl", "requests.worker-1.jsonl"
     ]  # fmt: skip
     assert loadgen("validate", str(two_worker_run), timeout=120).returncode == 0
+
+
+#: The main job's page must stay easy to attach and open (docs/reports.md).
+MAX_PAGE_BYTES = 3_000_000
+
+
+def test_the_report_page_opens_offline_and_stays_small(reduced_run: Path, tmp_path: Path) -> None:
+    check_report_page(reduced_run, tmp_path)
+    assert (reduced_run / "report.html").stat().st_size < MAX_PAGE_BYTES

@@ -19,6 +19,7 @@ import pytest
 
 from loadgen.runformat import PhaseRow
 from loadgen.runformat.reading import read_jsonl
+from tests.support.page_checks import check_report_page
 from tests.support.vllm_fixtures import loadgen, read_report, run_scenario
 
 pytestmark = pytest.mark.vllm
@@ -106,11 +107,11 @@ def test_the_top_rate_is_busy_but_useless(reduced_run: Path) -> None:
 
 def test_validate_passes_and_the_report_rebuilds_identically(reduced_run: Path) -> None:
     assert loadgen("validate", str(reduced_run), timeout=120).returncode == 0
-    before = (reduced_run / "report.json").read_text(), (reduced_run / "report.md").read_text()
+    names = ("report.json", "report.md", "report.html")
+    before = [(reduced_run / name).read_bytes() for name in names]
     proc = loadgen("report", str(reduced_run), timeout=300)
     assert proc.returncode == 0, proc.stderr
-    after = (reduced_run / "report.json").read_text(), (reduced_run / "report.md").read_text()
-    assert after == before
+    assert [(reduced_run / name).read_bytes() for name in names] == before
 
 
 def test_the_load_generator_ran_off_the_cores_vllm_computes_on(reduced_run: Path) -> None:
@@ -131,3 +132,9 @@ def test_the_load_generator_ran_off_the_cores_vllm_computes_on(reduced_run: Path
     else:  # no CAP_SYS_NICE here: pinned all the same, and the record says why
         assert client["policy"] == "SCHED_OTHER"
         assert client["problem"].startswith("SCHED_FIFO refused")
+
+
+def test_the_report_page_opens_offline_with_every_verdict_and_figure(
+    reduced_run: Path, tmp_path: Path
+) -> None:
+    check_report_page(reduced_run, tmp_path)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.page_checks import check_report_page
 from tests.support.vllm_fixtures import loadgen, read_report, run_scenario
 
 pytestmark = pytest.mark.vllm
@@ -66,11 +67,18 @@ def test_acceptance_counters_and_the_client_agree(reduced_run: Path) -> None:
 
 
 def test_report_rebuilds_identically_and_validates(reduced_run: Path) -> None:
-    before = {name: (reduced_run / name).read_bytes() for name in ("report.json", "report.md")}
+    names = ("report.json", "report.md", "report.html")
+    before = {name: (reduced_run / name).read_bytes() for name in names}
     assert loadgen("report", str(reduced_run), timeout=300).returncode == 0
-    after = {name: (reduced_run / name).read_bytes() for name in ("report.json", "report.md")}
+    after = {name: (reduced_run / name).read_bytes() for name in names}
     assert after == before
     markdown = before["report.md"].decode()
     assert markdown.rstrip().splitlines()[-1].startswith("- draft-echo: speculation ")
     assert (reduced_run / "plots" / "spec_per_position.png").exists()
     assert loadgen("validate", str(reduced_run), timeout=120).returncode == 0
+
+
+def test_the_report_page_opens_offline_with_every_verdict_and_figure(
+    reduced_run: Path, tmp_path: Path
+) -> None:
+    check_report_page(reduced_run, tmp_path)

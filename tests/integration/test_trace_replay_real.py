@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support.page_checks import check_report_page
 from tests.support.vllm_fixtures import SharedServer, loadgen, read_report, run_scenario
 
 pytestmark = pytest.mark.vllm
@@ -76,7 +77,13 @@ def test_the_prediction_agrees_with_the_counters_within_the_tolerance(trace_run:
 
 def test_validate_and_an_identical_rebuild(trace_run: Path) -> None:
     assert loadgen("validate", str(trace_run), timeout=120).returncode == 0
-    before = (trace_run / "report.md").read_bytes(), (trace_run / "report.json").read_bytes()
+    names = ("report.md", "report.json", "report.html")
+    before = [(trace_run / name).read_bytes() for name in names]
     assert loadgen("report", str(trace_run), timeout=300).returncode == 0
-    after = (trace_run / "report.md").read_bytes(), (trace_run / "report.json").read_bytes()
-    assert before == after
+    assert [(trace_run / name).read_bytes() for name in names] == before
+
+
+def test_the_report_page_opens_offline_with_every_verdict_and_figure(
+    trace_run: Path, tmp_path: Path
+) -> None:
+    check_report_page(trace_run, tmp_path)
