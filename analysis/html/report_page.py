@@ -97,7 +97,7 @@ def report_page(summary: RunSummary, sections: ReportSections, svgs: Mapping[str
     toc = [("verdicts", "Verdicts"), ("run", "Run")]
     toc += [(f"case-{anchor(c)}", f"Case {c}") for c in cases]
     if sections.scenario or by_case.get(None):
-        toc.append(("scenario", summary.scenario))
+        toc.append(("scenario", summary.scenario if sections.scenario else "Figures"))
     parts = [
         _head(summary),
         '<nav class="toc">'
