@@ -28,6 +28,7 @@ from analysis.plots import save
 from loadgen.runformat.atomic import write_text
 from loadgen.runformat.layout import COMPARE_HTML, COMPARE_JSON, COMPARE_MD, PLOTS_DIR
 from loadgen.runformat.reading import read_json_object
+from server.net.jsonl import writing
 
 #: The version of ``compare.json``'s format (:class:`CompareFile`).
 COMPARE_FORMAT_VERSION = 1
@@ -305,10 +306,14 @@ def ratio_plot(c: Comparison, case: str, out: Path) -> Path:
 
 def write_comparison(c: Comparison, out_dir: Path, strict: bool = False) -> Path:
     """Write ``compare.md``, ``compare.json``, ``compare.html`` and the plots (PNG and SVG)
-    into ``out_dir``; return the .md."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    into ``out_dir``; return the .md.
+
+    Raises:
+        RunWriteError: a file (or a directory) could not be written.
+    """
     plots = out_dir / PLOTS_DIR
-    plots.mkdir(exist_ok=True)
+    with writing(plots):
+        plots.mkdir(parents=True, exist_ok=True)
     svgs = {}
     for case in c.pairs:
         png = ratio_plot(c, case, plots / f"compare_{case}.png")

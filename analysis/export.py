@@ -39,8 +39,9 @@ from analysis.integrity import load_intact_run
 from analysis.latency import itl_per_token_ms, request_frame
 from analysis.load import RunData
 from loadgen.runformat import ReadRecord
-from loadgen.runformat.atomic import write_text
+from loadgen.runformat.atomic import write_text, write_with
 from scenarios.plan import PhaseSpec
+from server.net.jsonl import writing
 
 #: The request columns written first, in this order (the rest follow as the records have them).
 LEADING_COLUMNS = ("case", "phase", "request_id", "index", "status", "error", "sent_wall_s",
@@ -77,22 +78,25 @@ def write_requests(run_dir: Path, out: Path, fmt: str) -> Path:
     """Write ``request_table`` of ``run_dir`` as ``fmt`` (``csv``: list columns as JSON text;
     ``parquet``: lists kept) to ``out``; return ``out``.
 
+    The file is written whole or not at all (``loadgen.runformat.atomic.write_with``; a
+    device such as ``/dev/stdout`` in place).
+
     Raises:
         ValueError: an unknown format.
         ImportError: Parquet without ``pyarrow`` installed.
         IntegrityError: the run is broken (``analysis.integrity``): nothing is exported.
+        RunWriteError: the file could not be written.
     """
+    if fmt not in ("csv", "parquet"):
+        raise ValueError(f"unknown format {fmt!r}")
     table = request_table(load_intact_run(run_dir))
-    out.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "csv":
         for column in ("chunk_ns", "chunk_tokens"):
             if column in table:
                 table[column] = table[column].map(json.dumps)
-        table.to_csv(out, index=False)
-    elif fmt == "parquet":
-        table.to_parquet(out, index=False)
+        write_with(out, lambda tmp: table.to_csv(tmp, index=False))
     else:
-        raise ValueError(f"unknown format {fmt!r}")
+        write_with(out, lambda tmp: table.to_parquet(tmp, index=False))
     return out
 
 
@@ -253,9 +257,11 @@ def write_vllm_bench(
 
     Raises:
         IntegrityError: the run is broken (``analysis.integrity``): nothing is written.
+        RunWriteError: a file (or the directory) could not be written.
     """
     run = load_intact_run(run_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    with writing(out_dir):
+        out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for spec in run.plan.cases:
         data = next(c for c in run.cases if c.name == spec.name)

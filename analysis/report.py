@@ -40,6 +40,7 @@ from loadgen.runformat.layout import (
     TTFT_PLOT,
 )
 from loadgen.runformat.manifest import read_reseals
+from server.net.jsonl import writing
 
 
 def _clean(obj: Any) -> Any:
@@ -147,6 +148,7 @@ def build_report(run_dir: Path, reseal: Reseal | None = None) -> Report:
     Raises:
         IntegrityError: the run is broken (``analysis.integrity``); nothing was written.
         FormatVersionError: the run's format version is neither this one nor 0.
+        RunWriteError: a file of the report could not be written.
     """
     integrity = check_run(run_dir, rebuilding=True)
     problems = integrity.problems
@@ -159,7 +161,8 @@ def build_report(run_dir: Path, reseal: Reseal | None = None) -> Report:
     built = summarize_run(data, integrity.reseals + ([reseal] if reseal else []))
     summary = built.summary
     plot_dir = run_dir / PLOTS_DIR
-    plot_dir.mkdir(exist_ok=True)
+    with writing(plot_dir):
+        plot_dir.mkdir(exist_ok=True)
     written: list[Path] = []
     ran = [c for c in data.cases if c.records]
     if ran:

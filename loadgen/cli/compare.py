@@ -10,8 +10,10 @@ from typing import NoReturn
 import click
 from rich.markup import escape
 
+from loadgen.cli.output_paths import check_output_dir, write_error_exit
 from loadgen.cli.pages import show_page
 from loadgen.cli.run_and_report import new_run_dir
+from loadgen.runformat.atomic import RunWriteError
 from server.net.errors import describe_exception
 from server.net.exit_codes import CompareExit, code_lines
 
@@ -49,7 +51,8 @@ def compare_exit_code(
 ) -> int:
     """``_compare_and_report``'s exit code; an unexpected error (a bug, a file nobody
     foresaw) becomes one line and ``CompareExit.CANNOT_COMPARE``, never a traceback whose exit
-    code 1 CI would read as a regression."""
+    code 1 CI would read as a regression; a file that cannot be written is one line naming it
+    (``loadgen.cli.output_paths``)."""
     try:
         return _compare_and_report(
             baseline, candidate, out, gate_file, strict, allow_workload_mismatch, pairs,
@@ -57,6 +60,8 @@ def compare_exit_code(
         )  # fmt: skip
     except click.ClickException:
         raise  # usage errors: click prints them and exits 2
+    except RunWriteError as exc:  # a write error, as in every command: one line, exit 1
+        write_error_exit(exc)
     except Exception as exc:
         fail_compare(describe_exception(exc))
 
@@ -195,6 +200,7 @@ def compare(
 ) -> None:
     """Compare (the help text, with the exit codes: ``_HELP``)."""
     out = out or new_run_dir("compare")
+    check_output_dir(out, "--out")
     sys.exit(
         compare_exit_code(baseline, candidate, out, gate_file, strict, allow_workload_mismatch,
                            _parse_pairs(pairs), allow_incomplete)

@@ -8,7 +8,6 @@ from pathlib import Path
 import click
 
 from loadgen.cli.opening import open_or_exit
-from server.net.exit_codes import ExportExit
 
 
 def _percentiles(text: str) -> list[float]:
@@ -30,7 +29,8 @@ def _percentiles(text: str) -> list[float]:
 )  # fmt: skip
 @click.option(
     "--out", type=click.Path(path_type=Path), default=None,
-    help="File (csv, parquet) or directory (vllm-bench); default: inside RUN_DIR/export.",
+    help="File (csv, parquet) or directory (vllm-bench); default: inside RUN_DIR/export. "
+    "Never elsewhere inside a run directory; a file's directory must exist.",
 )  # fmt: skip
 @click.option(
     "--percentiles", default="99", show_default=True,
@@ -45,19 +45,23 @@ def export(run_dir: Path, fmt: str, out: Path | None, percentiles: str) -> None:
     """
     from analysis.export import write_requests, write_vllm_bench
     from analysis.integrity import IntegrityError
+    from loadgen.cli.output_paths import check_output_dir, check_output_file, write_error_exit
     from loadgen.runformat import RunFileError, RunWriteError
     from loadgen.runformat.layout import EXPORT_DIR
 
     wanted = _percentiles(percentiles)
     open_or_exit(run_dir, "export")
+    default = run_dir / EXPORT_DIR / ("vllm-bench" if fmt == "vllm-bench" else f"requests.{fmt}")
+    target = out or default
+    if fmt == "vllm-bench":
+        check_output_dir(target, "--out", own_run=run_dir)
+    else:
+        check_output_file(target, "--out", create_dir=out is None, own_run=run_dir)
     try:
         if fmt == "vllm-bench":
-            for path in write_vllm_bench(
-                run_dir, out or run_dir / EXPORT_DIR / "vllm-bench", wanted
-            ):
+            for path in write_vllm_bench(run_dir, target, wanted):
                 click.echo(path)
             return
-        target = out or run_dir / EXPORT_DIR / f"requests.{fmt}"
         click.echo(write_requests(run_dir, target, fmt))
     except ImportError as exc:
         raise click.UsageError(f"--format {fmt} needs a package that is missing: {exc}") from None
@@ -66,5 +70,4 @@ def export(run_dir: Path, fmt: str, out: Path | None, percentiles: str) -> None:
     except IntegrityError as exc:
         raise click.ClickException(f"refused: {exc}") from None
     except RunWriteError as exc:  # one line, no traceback: the file and the OS error
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(ExportExit.REFUSED) from None
+        write_error_exit(exc)

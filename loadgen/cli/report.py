@@ -8,6 +8,7 @@ import click
 from rich.markup import escape
 
 from loadgen.cli.opening import open_or_exit
+from loadgen.cli.output_paths import probe_dir, write_error_exit
 from loadgen.cli.pages import show_page
 from loadgen.cli.run_and_report import print_summary
 from server.net.errors import describe_exception
@@ -55,6 +56,8 @@ def report(run_dir: Path, reason: str | None, open_page: bool) -> None:
         # cannot forge a second "Resealed" line or send terminal escapes.
         raise click.UsageError("--reseal takes one line of text (no newlines or control "
                                "characters)")  # fmt: skip
+    # The report's outputs are the run's own: only checked to be writable, before any work.
+    probe_dir(run_dir, f"run directory {run_dir}")
     changed = manifest_changes(run_dir, rebuilding=True)
     reseal = None
     if reason is not None:
@@ -76,7 +79,7 @@ def report(run_dir: Path, reason: str | None, open_page: bool) -> None:
     except IntegrityError as exc:
         raise click.ClickException(f"refused: {exc}") from None
     except RunWriteError as exc:  # one line: the file and the OS error (exit 1)
-        raise click.ClickException(str(exc)) from None
+        write_error_exit(exc)
     except Exception as exc:
         raise click.ClickException(f"report failed: {describe_exception(exc)}") from None
     print_summary(result, console)

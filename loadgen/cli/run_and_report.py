@@ -38,42 +38,15 @@ def new_run_dir(name: str) -> Path:
 
 
 def check_out_dir(run_dir: Path) -> None:
-    """Refuse an ``--out`` that is a file or a directory with something in it.
+    """Refuse an ``--out`` that is a file, a directory with something in it, inside another
+    run, or a place that takes no file (``loadgen.cli.output_paths``); the run creates it.
 
     Raises:
-        click.UsageError: naming the path.
+        BadOutputPath: naming the path and why (exit 2).
     """
-    if run_dir.exists() and not run_dir.is_dir():
-        raise click.UsageError(f"--out {run_dir} is a file, not a directory")
-    if run_dir.exists() and any(run_dir.iterdir()):
-        raise click.UsageError(f"{run_dir} exists and is not empty; pick another --out")
-    check_writable(run_dir)
+    from loadgen.cli.output_paths import check_output_dir
 
-
-#: The file :func:`check_writable` writes and removes to learn that a directory takes files.
-WRITE_PROBE = ".write-probe"
-
-
-def check_writable(run_dir: Path) -> None:
-    """Create ``run_dir`` (with its parents) and write and remove one small file in it, so an
-    ``--out`` that cannot be created or written (under ``/proc``, read-only, no permission)
-    is refused before any server starts; the directory is left, empty, for the run.
-
-    Raises:
-        click.UsageError: naming the path and the OS error.
-    """
-    from loadgen.runformat.atomic import RunWriteError, write_text
-    from server.net.jsonl import writing
-
-    try:
-        with writing(run_dir):
-            run_dir.mkdir(parents=True, exist_ok=True)
-        write_text(run_dir / WRITE_PROBE, "")
-        with writing(run_dir / WRITE_PROBE):
-            (run_dir / WRITE_PROBE).unlink()
-    except RunWriteError as exc:
-        reason = exc.os_error.strerror or str(exc.os_error)
-        raise click.UsageError(f"--out {run_dir} cannot be created or written: {reason}") from None
+    check_output_dir(run_dir, "--out", empty=True)
 
 
 def run_and_report(

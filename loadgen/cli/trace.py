@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from loadgen.cli.output_paths import write_error_exit
 from loadgen.cli.trace_fleet import (
     FleetArgs,
     check_fleet_args,
@@ -22,6 +23,7 @@ from loadgen.cli.trace_fleet import (
     fleet_options,
     fleet_text,
 )
+from loadgen.runformat.atomic import RunWriteError, write_with
 from server.cli_options import FiniteFloat
 from server.model_variant import CPU_BLOCK_SIZE, KV_BYTES_PER_TOKEN
 from server.net.exit_codes import TraceExit
@@ -225,11 +227,31 @@ def _plot(trace: Trace, curve: HitCurve, kv_bytes_per_token: int, out: Path) -> 
     )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
-    out.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    try:  # whole or absent: written under a temporary name, then renamed to ``out`` itself
+        write_with(out, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
+    finally:
+        plt.close(fig)
     return out
+
+
+def _plot_path(file: Path, block_tokens: int, token_scale: str, given: Path | None) -> Path:
+    """Where the plot goes (``given``, else the default under ``DEFAULT_PLOT_DIR``), checked
+    before any work (``loadgen.cli.output_paths``: a ``.png`` name, written as named)."""
+    from loadgen.cli.output_paths import check_output_file
+    from scenarios.traces import parse_token_scale
+
+    if given is not None:
+        check_output_file(given, "--plot", suffix=".png")
+        return given
+    try:
+        scale = parse_token_scale(token_scale)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    suffix = "" if scale == 1 else f"-scale{scale}".replace("/", "_")
+    default = DEFAULT_PLOT_DIR / f"{file.stem}-block{block_tokens}{suffix}.png"
+    check_output_file(default, "--plot", suffix=".png", create_dir=True)
+    return default
 
 
 def _json(
@@ -316,7 +338,8 @@ def _json(
     "plot_path",
     type=click.Path(path_type=Path),
     default=None,
-    help=f"PNG of the hit-rate curve (default: {DEFAULT_PLOT_DIR}/<file>-block<B>[-scale<S>].png).",
+    help=f"PNG of the hit-rate curve, a path ending in .png, written as named (default: "
+    f"{DEFAULT_PLOT_DIR}/<file>-block<B>[-scale<S>].png).",
 )
 @click.option("--no-plot", is_flag=True, help="Do not draw the plot.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
@@ -353,17 +376,18 @@ def stats(
         )  # fmt: skip
     except ValueError as exc:
         raise BadInput(str(exc)) from None
+    plot = None if no_plot else _plot_path(file, block_tokens, token_scale, plot_path)
     loaded = _load(file, trace_block_tokens, token_scale)
     summary = summarize(loaded, peak_window_s)
     try:
         curve = hit_curve(loaded, block_tokens, sizes)
     except ValueError as exc:
         raise BadInput(str(exc)) from None
-    plot: Path | None = None
-    if not no_plot:
-        scale = "" if loaded.token_scale == 1 else f"-scale{loaded.token_scale}".replace("/", "_")
-        default = DEFAULT_PLOT_DIR / f"{file.stem}-block{block_tokens}{scale}.png"
-        plot = _plot(loaded, curve, kv_bytes_per_token, plot_path or default)
+    if plot is not None:
+        try:
+            _plot(loaded, curve, kv_bytes_per_token, plot)
+        except RunWriteError as exc:
+            write_error_exit(exc)
     fleet = _fleet(loaded, block_tokens, fleet_args, fleet_flags)
     if as_json:
         out = _json(loaded, summary, curve, kv_bytes_per_token, plot)

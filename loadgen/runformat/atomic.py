@@ -36,13 +36,19 @@ def write_with(path: Path, produce: Callable[[Path], None]) -> None:
     rename it over ``path``; creates the parent directories (``server.files.replace_whole``).
 
     ``produce`` writes the file given (for writers that want a path, e.g. matplotlib's
-    ``savefig``); it may raise anything, and the temporary file is removed either way.
+    ``savefig``); it may raise anything, and the temporary file is removed either way. An
+    existing ``path`` that is neither a regular file nor a directory (a device such as
+    ``/dev/null``, a pipe: an output a user named) cannot be replaced by a rename: ``produce``
+    writes it in place.
 
     Raises:
         RunWriteError: an OS error while creating the directory, writing, syncing or renaming.
     """
     try:
-        replace_whole(path, produce)
+        if path.exists() and not path.is_file() and not path.is_dir():
+            produce(path)
+        else:
+            replace_whole(path, produce)
     except OSError as exc:
         raise write_error(path, exc) from exc
 

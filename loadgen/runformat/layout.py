@@ -139,6 +139,21 @@ def replica_dir(cdir: Path, replica: int) -> Path:
     return cdir if replica == 0 else cdir / REPLICAS_DIR / str(replica)
 
 
+#: The files that make a directory a run directory: any one of them (a run killed early may
+#: have only ``run.json``; one whose ``run.json`` was lost still has its plan or manifest).
+RUN_MARKERS = (RUN_FILE, PLAN_FILE, MANIFEST_FILE)
+
+
+def enclosing_run(path: Path) -> Path | None:
+    """The run directory ``path`` is or lies in (symlinks resolved): the nearest of it and the
+    directories above it that holds one of ``RUN_MARKERS``; ``None`` when there is none."""
+    resolved = path.resolve()
+    for candidate in (resolved, *resolved.parents):
+        if any((candidate / name).is_file() for name in RUN_MARKERS):
+            return candidate
+    return None
+
+
 def gate_run_dir(gate_dir: Path, side: str, index: int) -> Path:
     """Run ``index`` (1-based) of ``side`` (one of ``GATE_SIDES``) in a gate directory."""
     return gate_dir / side / f"run-{index}"

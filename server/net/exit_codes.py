@@ -83,7 +83,11 @@ class CompareExit(ExitCode):
     """``loadgen compare`` (decided from the key metrics, ``analysis.gate_decision``)."""
 
     NO_REGRESSION = 0, "no regression: every key metric and verdict is decided, none regressed"
-    REGRESSION = 1, "a key metric or a verdict regressed"
+    REGRESSION = (
+        1,
+        "a key metric or a verdict regressed (or a file of the comparison could not be "
+        "written: its one line says which)",
+    )
     CANNOT_COMPARE = (
         2,
         "usage error, runs whose workloads differ or that did not complete (status not ok, a "
@@ -128,7 +132,12 @@ class TraceExit(ExitCode):
     """``loadgen trace stats``."""
 
     OK = 0, "the statistics were printed (and plotted)"
-    BAD_INPUT = 2, "bad flags or a bad trace line (named with its line number); nothing computed"
+    WRITE_FAILED = 1, "the plot could not be written (one line names it and why)"
+    BAD_INPUT = (
+        2,
+        "bad flags, a bad trace line (named with its line number) or a refused --plot path; "
+        "nothing computed",
+    )
 
 
 class ServerExit(ExitCode):
@@ -154,6 +163,15 @@ class OpenRunExit(ExitCode):
 
     CANNOT_READ = 2, "another run format version, or not a run directory (a usage error)"
     NOTHING_IN_IT = 1, "the run ended before its plan was made: complete, and holds nothing"
+
+
+class OutputExit(ExitCode):
+    """What every command that writes a path exits with when the one check of output paths
+    (``loadgen.cli.output_paths``) refuses it, or a write fails after it; each command's own
+    set says the same under its 1 and 2."""
+
+    WRITE_FAILED = 1, "a file could not be written (one line names it and the OS error)"
+    BAD_PATH = 2, "an output path refused before any work (inside a run, unwritable, …)"
 
 
 class ScraperExit(ExitCode):
