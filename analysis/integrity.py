@@ -23,7 +23,11 @@ invalid):
   record ending before it was sent, a status ok without a token, impossible token counts; a
   phase row whose window runs backwards or holds a non-finite number;
 - scrape ticks not accounted for exactly once each; failure counts of ``case.json`` that differ
-  from the records'.
+  from the records';
+- records that cannot be true (``analysis.plausibility``, with or without a manifest): stamps
+  outside their phase, requests not as planned, usage beyond the plan's limits or disagreeing
+  with the streamed tokens, ``ok`` without HTTP 200; one problem per case and kind, with its
+  count (``Integrity.implausible``), which ``report`` refuses to publish.
 
 Attention (the run is valid, but it is not a clean, complete run and a script must be able to
 tell: ``validate`` exits ``server.net.exit_codes.ValidateExit.ATTENTION``): the run's or a
@@ -47,6 +51,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from analysis import plausibility
 from analysis.load import RunData, load_case, load_run
 from analysis.summaries import case_summary, incomplete_reason
 from loadgen.runformat import (
@@ -89,15 +94,19 @@ REPORT_OUTPUTS = (REPORT_MD, REPORT_JSON, REPORT_HTML, f"{PLOTS_DIR}/")
 
 class IntegrityError(ValueError):
     """A run broken by the integrity rule (:func:`check_run`): the message is one line, the
-    first problem and how many there are; ``problems`` lists them all."""
+    first problem and how many there are; ``problems`` lists them all, ``implausible`` those
+    that are records that cannot be true (one line per case and kind, with its count)."""
 
-    def __init__(self, run_dir: Path, problems: list[str]) -> None:
+    def __init__(
+        self, run_dir: Path, problems: list[str], implausible: list[str] | None = None
+    ) -> None:
         more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
         first = problems[0].splitlines()[0] if problems else "broken"
         super().__init__(
             f"{run_dir} is broken: {first}{more}; `loadgen validate {run_dir}` lists them"
         )
         self.problems = problems
+        self.implausible = [p for p in implausible or [] if p in problems]
 
 
 @dataclass
@@ -108,6 +117,8 @@ class Integrity:
         problems: why the run is broken (empty: intact).
         attention: why an intact run is not a clean, complete one.
         warnings: figures that need care.
+        implausible: the problems that are records that cannot be true
+            (``analysis.plausibility``), one line per case and kind with its count.
         facts: per case: its status, request and failure counts (workers when split).
         sealed: the run has a manifest.
         unplanned: the run ended before its plan was made
@@ -117,6 +128,7 @@ class Integrity:
     """
 
     problems: list[str] = field(default_factory=list)
+    implausible: list[str] = field(default_factory=list)
     attention: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     facts: dict[str, object] = field(default_factory=dict)
@@ -132,7 +144,7 @@ class Integrity:
         """Raises:
         IntegrityError: when there is a problem."""
         if self.problems:
-            raise IntegrityError(run_dir, self.problems)
+            raise IntegrityError(run_dir, self.problems, self.implausible)
 
 
 def reseal_line(reseal: Reseal) -> str:
@@ -328,6 +340,9 @@ def _check_case(
     for rec in case.records:
         result.problems += check_record(rec, f"{spec.name}/{rec.request_id}")
     result.problems += record_identity_problems(case.records, spec.name)
+    implausible = plausibility.case_problems(case, plan)
+    result.problems += implausible
+    result.implausible += implausible
     per_phase = Counter(r.phase for r in case.records)
     for row in case.phases:
         where = f"{spec.name}/{row.phase}"

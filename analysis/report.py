@@ -156,7 +156,7 @@ def build_report(run_dir: Path, reseal: Reseal | None = None) -> Report:
         manifest = set(manifest_changes(run_dir, rebuilding=True))
         problems = [p for p in problems if p not in manifest]
     if problems:
-        raise IntegrityError(run_dir, problems)
+        raise IntegrityError(run_dir, problems, integrity.implausible)
     data = load_run(run_dir)
     built = summarize_run(data, integrity.reseals + ([reseal] if reseal else []))
     summary = built.summary

@@ -20,6 +20,7 @@ from loadgen.chunks import CompletionChunk, parse_chunk, parse_event
 from loadgen.clock import Clock
 from loadgen.connections import RecordTrace
 from loadgen.records import RequestRecord, Status
+from loadgen.runformat.rows import excess_tokens
 from loadgen.token_timing import TokenTally
 from scenarios.requests import PlannedRequest
 from server.net.errors import describe_exception
@@ -105,21 +106,6 @@ def _check_usage(
             f"usage says {record.usage_completion_tokens}"
         )
     return None
-
-
-def excess_tokens(record: RequestRecord) -> int | None:
-    """Tokens beyond what the request allowed, or ``None`` when there are none.
-
-    The larger of: tokens received or reported by the final usage beyond ``max_tokens``, and
-    tokens received beyond the usage's count (a server streaming past its own count). 20
-    token chunks for ``max_tokens`` 16 → 4, whatever the usage says (≤ 20).
-    """
-    received = record.output_tokens
-    usage = record.usage_completion_tokens
-    over = max(received, usage or 0) - record.max_tokens
-    if usage is not None:
-        over = max(over, received - usage)
-    return over if over > 0 else None
 
 
 #: Added to a failed record's reason when its stream ended inside an event.

@@ -138,7 +138,9 @@ def materialize_bench(
 
     def header(i: int) -> RequestHeader:
         prompt, output = workload.lengths(seed, phase, i)
-        return RequestHeader(f"{phase}-{i:04d}", None, prompt, output)
+        items = workload.items
+        exact = not items or items[i % len(items)].prompt_token_ids is not None
+        return RequestHeader(f"{phase}-{i:04d}", None, prompt, output, exact)
 
     def build(i: int) -> PlannedRequest:
         h = header(i)

@@ -43,12 +43,18 @@ class PlannedRequest:
 
 @dataclass(frozen=True)
 class RequestHeader:
-    """What a record needs to know about a planned request, without its prompt."""
+    """What a record needs to know about a planned request, without its prompt.
+
+    ``exact_prompt``: the prompt is sent as token IDs, so the server counts exactly
+    ``prompt_tokens`` (its usage must say so); false for a text or chat prompt, which the
+    server tokenizes itself (``prompt_tokens`` is then the plan's measurement of it).
+    """
 
     request_id: str
     group: str | None
     prompt_tokens: int
     max_tokens: int
+    exact_prompt: bool = True
 
 
 def header_of(planned: PlannedRequest) -> RequestHeader:

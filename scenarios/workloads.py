@@ -158,6 +158,8 @@ def materialize(
     phase: str,
     seed: int,
     space: TokenSpace,
+    *,
+    headers_only: bool = False,
 ) -> PhaseRequests:
     """The concrete requests of one phase (deterministic for a given seed), built lazily.
 
@@ -166,12 +168,14 @@ def materialize(
     (phase, i). Anchor prefixes are drawn once per call and kept as compact arrays. Request
     i of a trace workload is item i's blocks (:class:`TracePrompts`), drawn once per call
     (:data:`PREBUILT_BLOCK_BYTES`); its id names its trace line (``{phase}-L{line}``) and its
-    group its session (``session-{id}``), if any.
+    group its session (``session-{id}``), if any. ``headers_only``: the caller reads only
+    :meth:`PhaseRequests.header` (a reader checking records against the plan), so nothing is
+    drawn ahead (a trace's blocks are then drawn only if a request is built).
     """
     if isinstance(workload, AnchoredPrompts):
         return _anchored(workload, phase, seed, space)
     if isinstance(workload, TracePrompts):
-        return _traced(workload, phase, seed, space)
+        return _traced(workload, phase, seed, space, prebuild=not headers_only)
     if isinstance(workload, BenchRequests):
         return materialize_bench(workload, phase, seed, space)
     return _unique(workload, phase, seed, space)
@@ -251,7 +255,9 @@ def trace_request_id(phase: str, line: int) -> str:
 PREBUILT_BLOCK_BYTES = 256 * 2**20
 
 
-def _traced(workload: TracePrompts, phase: str, seed: int, space: TokenSpace) -> PhaseRequests:
+def _traced(
+    workload: TracePrompts, phase: str, seed: int, space: TokenSpace, prebuild: bool = True
+) -> PhaseRequests:
 
     block_seed = workload.block_seed(seed)
     size = workload.block_tokens
@@ -261,7 +267,7 @@ def _traced(workload: TracePrompts, phase: str, seed: int, space: TokenSpace) ->
 
     distinct = dict.fromkeys(h for item in workload.items for h in used(item))
     blocks: dict[int, np.ndarray] = {}
-    if len(distinct) * size * 4 <= PREBUILT_BLOCK_BYTES:
+    if prebuild and len(distinct) * size * 4 <= PREBUILT_BLOCK_BYTES:
         blocks = {h: block_token_ids(block_seed, h, size, space).astype(np.int32) for h in distinct}
 
     def block(h: int) -> np.ndarray:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 from rich.markup import escape
@@ -12,6 +14,19 @@ from loadgen.cli.output_paths import probe_dir, write_error_exit
 from loadgen.cli.pages import show_page
 from loadgen.cli.run_and_report import print_summary
 from server.net.errors import describe_exception
+
+if TYPE_CHECKING:
+    from analysis.integrity import IntegrityError
+
+
+def refuse(exc: IntegrityError) -> NoReturn:
+    """Refuse a broken run (exit 1): one ``cannot publish:`` line per kind of record that
+    cannot be true, with its count, else one line naming the first problem."""
+    for line in exc.implausible:
+        click.echo(f"cannot publish: {line}", err=True)
+    if len(exc.implausible) < len(exc.problems) or not exc.implausible:
+        click.echo(f"Error: refused: {exc}", err=True)
+    sys.exit(1)
 
 
 @click.command()
@@ -77,7 +92,7 @@ def report(run_dir: Path, reason: str | None, open_page: bool) -> None:
         result = build_report(run_dir, reseal)
         write_manifest(run_dir, info.status or "unknown", list(info.command or []), reseal)
     except IntegrityError as exc:
-        raise click.ClickException(f"refused: {exc}") from None
+        refuse(exc)
     except RunWriteError as exc:  # one line: the file and the OS error (exit 1)
         write_error_exit(exc)
     except Exception as exc:

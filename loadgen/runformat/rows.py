@@ -74,7 +74,7 @@ class RequestRecord(msgspec.Struct):
         upstream: the upstream a gateway chose (its ``X-Gateway-Upstream`` header), if any.
         excess_tokens: tokens beyond what the request allowed (received or in the final
             usage beyond ``max_tokens``, or received beyond the usage's count), ``None`` when
-            none (``loadgen.client.excess_tokens``).
+            none (:func:`excess_tokens`).
     """
 
     request_id: str
@@ -118,6 +118,22 @@ class RequestRecord(msgspec.Struct):
         per finished request (figures for a 17- and a 512-chunk record in the commit that
         made this a Struct)."""
         return _ENCODER.encode(self).decode()
+
+
+def excess_tokens(record: RequestRecord) -> int | None:
+    """Tokens beyond what the request allowed, or ``None`` when there are none: what the
+    client records as ``excess_tokens``, and what a reader checks that field against.
+
+    The larger of: tokens received or reported by the final usage beyond ``max_tokens``, and
+    tokens received beyond the usage's count (a server streaming past its own count). 20
+    token chunks for ``max_tokens`` 16 → 4, whatever the usage says (≤ 20).
+    """
+    received = record.output_tokens
+    usage = record.usage_completion_tokens
+    over = max(received, usage or 0) - record.max_tokens
+    if usage is not None:
+        over = max(over, received - usage)
+    return over if over > 0 else None
 
 
 def _stamp_fields(list_of: bool) -> tuple[str, ...]:

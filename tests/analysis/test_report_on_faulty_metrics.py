@@ -62,10 +62,11 @@ def _write_run(run_dir: Path, scrapes_dir: Path, start_ns: int, last_end_ns: int
         for i in range(5):
             chunks = [start_ns + (k + 1) * step for k in range(10)]
             fh.write(json.dumps({
-                "request_id": f"p-{i}", "case": "c", "phase": "p", "index": i, "group": None,
-                "prompt_tokens_sent": 8, "max_tokens": 10, "scheduled_ns": start_ns,
-                "sent_ns": start_ns, "chunk_ns": chunks, "chunk_tokens": [1] * 10,
-                "end_ns": chunks[-1], "status": "ok", "usage_completion_tokens": 10,
+                "request_id": f"p-{i:04d}", "case": "c", "phase": "p", "index": i,
+                "group": None, "prompt_tokens_sent": 8, "max_tokens": 10,
+                "scheduled_ns": start_ns, "sent_ns": start_ns, "chunk_ns": chunks,
+                "chunk_tokens": [1] * 10, "end_ns": chunks[-1], "http_status": 200,
+                "status": "ok", "usage_completion_tokens": 10,
             }) + "\n")  # fmt: skip
     phase = {"phase": "p", "start_ns": start_ns, "last_end_ns": last_end_ns, "end_ns": end_ns,
              "settle_s": 0.5, "requests": 5}  # fmt: skip

@@ -163,10 +163,23 @@ def test_a_record_ending_before_it_was_sent_gives_no_figures(run: Path) -> None:
     _requests(run).write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
     (run / MANIFEST_FILE).unlink()
     where = f"{TEST_CASE}/{first['request_id']}"
-    # Its chunks came before its send, and its end too.
+    # Its chunks came before its send, and its end too; and it was sent after its phase
+    # ended: cold's last request (j = 5, sent at +750 ms, 4 hit chunks) ended at 1000.801 s,
+    # the row's end 0.5 s of settle later, 1001.301 s; 2000.111 − 1001.301 = 998.810 s.
+    stamps = (f"{TEST_CASE}: 1 record(s) with stamps outside their phase (by more than 1 s), "
+              f"e.g. {first['request_id']}: sent 998.810 s after the phase ended")  # fmt: skip
     assert check_run(run).problems == [f"{where}: timestamps not in order",
-                                       f"{where}: ends before it was sent"]  # fmt: skip
-    _refused_and_untouched(run, f"is broken: {where}: timestamps not in order (and 1 more")
+                                       f"{where}: ends before it was sent", stamps]  # fmt: skip
+    before = {p: (run / p).read_bytes() for p in (REPORT_JSON, REPORT_MD)}
+    result = _cli("report", str(run))
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines() == [
+        f"cannot publish: {stamps}",
+        f"Error: refused: {run} is broken: {where}: timestamps not in order (and 2 more "
+        f"problem(s)); `loadgen validate {run}` lists them",
+    ]
+    assert {p: (run / p).read_bytes() for p in before} == before
+    assert not (run / MANIFEST_FILE).exists()
     ttft = read_json(run / REPORT_JSON)["cases"][TEST_CASE]["phases"]["cold"]["ttft_ms"]
     assert ttft["mean"] == pytest.approx((80 + 80 + 4 * 20) / 6)  # the old report, untouched
     _invalid(run, f"{where}: ends before it was sent")

@@ -85,8 +85,8 @@ def test_manifest_lists_every_file_with_size_and_hash(run_copy: Path) -> None:
 def test_a_changed_file_is_detected_by_its_hash(run_copy: Path) -> None:
     path = run_copy / REQUESTS
     text = path.read_text()
-    # Same size, still valid JSON: only the hash can tell.
-    changed = text.replace('"max_tokens":4', '"max_tokens":5', 1)
+    # Same size, still valid JSON, still a record that can be true: only the hash can tell.
+    changed = text.replace('"cached_tokens":64', '"cached_tokens":63', 1)
     assert len(changed) == len(text) and changed != text
     path.write_text(changed)
     assert validate_run(run_copy).problems == [
@@ -188,13 +188,22 @@ def test_broken_records_are_reported(tmp_path: Path) -> None:
     build_run(tmp_path)
     finish(tmp_path, append)
     # The three records are also three of one request (warm, index 99) in a warm phase whose
-    # row says 6 were sent: 6 + 3 = 9 records.
+    # row says 6 were sent: 6 + 3 = 9 records. And none can be true: stamped near 0 ns while
+    # warm (phase 1) began at 1,002 s (x-order's first token, 40 ns, is the furthest out),
+    # index 99 of a 6-request phase, ok without a final usage or an HTTP status.
     assert validate_run(tmp_path).problems == [
         f"{TEST_CASE}/x-order: timestamps not in order",
         f"{TEST_CASE}/x-empty: status ok but no token arrived",
         f"{TEST_CASE}/x-len: chunk_ns and chunk_tokens differ in length",
         f"{TEST_CASE}: 1 request(s) recorded more than once (same phase and index, "
         "e.g. ('warm', 99))",
+        f"{TEST_CASE}: 3 record(s) with stamps outside their phase (by more than 1 s), e.g. "
+        "x-order: first token 1002.000 s before the phase began",
+        f"{TEST_CASE}: 3 record(s) not as planned, e.g. x-order: phase warm plans 6 "
+        "requests, not index 99",
+        f"{TEST_CASE}: 3 record(s) whose usage disagrees with the streamed tokens, e.g. "
+        "x-order: status ok without a final usage",
+        f"{TEST_CASE}: 3 record(s) with status ok but no HTTP 200, e.g. x-order: no HTTP status",
         f"{TEST_CASE}/warm: 9 request record(s), but its phase row says 6 were sent",
     ]
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
-from loadgen.client import Target, excess_tokens, send_request
+from loadgen.client import Target, send_request
 from loadgen.clock import MonotonicClock
+from loadgen.runformat.rows import excess_tokens
 from server.net.limits import SSE_MAX_LINE_BYTES
 from server.net.sse import SSEDecoder, SSEEvent, SSELineTooLong
 from tests.loadgen.test_client_streaming import blank_record, planned, send
