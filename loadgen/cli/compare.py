@@ -199,9 +199,16 @@ def compare(
     allow_incomplete: bool,
 ) -> None:
     """Compare (the help text, with the exit codes: ``_HELP``)."""
+    from analysis.gate_file import GateFileError, load_gate
+
+    parsed = _parse_pairs(pairs)
+    try:  # a bad gate file is a bad flag: named before the output path is looked at
+        load_gate(gate_file)
+    except GateFileError as exc:
+        raise click.UsageError(str(exc)) from None
     out = out or new_run_dir("compare")
     check_output_dir(out, "--out")
     sys.exit(
         compare_exit_code(baseline, candidate, out, gate_file, strict, allow_workload_mismatch,
-                           _parse_pairs(pairs), allow_incomplete)
+                           parsed, allow_incomplete)
     )  # fmt: skip
