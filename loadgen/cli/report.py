@@ -14,6 +14,7 @@ from loadgen.cli.output_paths import probe_dir, write_error_exit
 from loadgen.cli.pages import show_page
 from loadgen.cli.run_and_report import print_summary
 from server.net.errors import describe_exception
+from server.net.exit_codes import ReportExit
 
 if TYPE_CHECKING:
     from analysis.integrity import IntegrityError
@@ -26,7 +27,7 @@ def refuse(exc: IntegrityError) -> NoReturn:
         click.echo(f"cannot publish: {line}", err=True)
     if len(exc.implausible) < len(exc.problems) or not exc.implausible:
         click.echo(f"Error: refused: {exc}", err=True)
-    sys.exit(1)
+    sys.exit(ReportExit.REFUSED)
 
 
 @click.command()
