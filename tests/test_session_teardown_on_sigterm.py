@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.support.signals import default_signals
+
 SESSION = """
 import time
 from pathlib import Path
@@ -34,6 +36,7 @@ def test_sigterm_ends_the_session_with_its_teardown(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_session.py"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        preexec_fn=default_signals,
     )  # fmt: skip
     deadline = time.monotonic() + 60
     while not (tmp_path / "started").exists():

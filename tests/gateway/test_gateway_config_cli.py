@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from gateway.app import client_timeout
 from gateway.cli import build_config, main
 from gateway.config import GatewayConfig
+from tests.support.signals import default_signals
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -100,6 +101,7 @@ def test_cli_serves_until_interrupted(tmp_path: Path, inherited_sigint: str) -> 
     # "ignored": how a process started from a background job (`make test &`, nohup) finds
     # SIGINT; the gateway must stop on it all the same (it once hung until killed).
     def child_setup() -> None:
+        default_signals()  # "default" is default however this session was started
         if inherited_sigint == "ignored":
             signal.signal(signal.SIGINT, signal.SIG_IGN)
 

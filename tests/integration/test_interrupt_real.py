@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from server.process import group_alive
+from tests.support.signals import default_signals
 from tests.support.vllm_fixtures import LOADGEN, loadgen
 
 pytestmark = pytest.mark.vllm
@@ -47,7 +48,7 @@ def test_sigint_mid_phase_gives_interrupted_records_and_stops_the_server(tmp_pat
     out = tmp_path / "run"
     proc = subprocess.Popen(
         [*LOADGEN, "run", "prefix-eviction", *REDUCED, "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=default_signals,
     )  # fmt: skip
     cdir = out / "cases" / "160MiB"
     try:

@@ -35,6 +35,7 @@ from scenarios.workloads import UniquePrompts
 from server.manager import RunningServer
 from tests.support.fake_in_thread import fake_in_thread
 from tests.support.fake_openai_server import FakeOpenAIServer, StreamScript
+from tests.support.signals import default_signals
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -61,6 +62,7 @@ def test_a_signal_mid_phase_gives_interrupted_records_counted_apart(
              "--output-len", "200", "--settle-s", "0.2", "--scrape-interval-s", "0.1",
              "--out", str(run_dir)],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=default_signals,
         )  # fmt: skip
         deadline = time.monotonic() + 60
         while fake.served < 2:
