@@ -38,7 +38,10 @@ N = TypeVar("N", int, float)
 
 SLO_METRICS = ("ttft", "tpot", "e2el")
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|min)?\s*$")
+# Matched against the stripped text, every run taken possessively (nothing given back): ``\s*``
+# on both sides of the optional unit backtracked over each other, O(n²) in a run of spaces
+# (40k spaces then a stray letter took seconds).
+_DURATION = re.compile(r"(\d++(?:\.\d*+)?|\.\d++)\s*+(ms|s|m|min)?")
 #: What one of each typed unit is in seconds and in milliseconds (each exact in its unit).
 _SCALE = {
     "s": {"ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0},
@@ -160,7 +163,7 @@ def parse_duration(
         ValueError: not a number with one of the units ms, s, m (min); zero unless
             ``zero_ok``; not finite; longer than ``max_s`` seconds.
     """
-    m = _DURATION.match(text)
+    m = _DURATION.fullmatch(text.strip())
     typed = (m.group(2) or bare or unit) if m else unit
     value = float(m.group(1)) * _SCALE[unit][typed] if m else math.nan
     if not m or not math.isfinite(value) or (value == 0 and not zero_ok):

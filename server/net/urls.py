@@ -17,12 +17,23 @@ MASK = "***"
 # scheme://userinfo@ with userinfo free of '/', whitespace and quotes, up to the LAST '@'
 # before them (greedy): a URL parser takes the last '@' of the authority as the end of the
 # user information, so an '@' inside a password must not end the match early.
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>[^/\s'\"]+)@")
+#
+# Linear in the text, which matters because every run file and console line passes through
+# here: a match may only start where a run of scheme characters starts (the lookbehind), so
+# the scan does not restart at every letter of a long run (``[A-Za-z][A-Za-z0-9+.-]*://``
+# alone retried at each of n letters and cost O(n²)). The scheme is the run from its first
+# letter (``lead`` holds the digits and ``+.-`` before it, written back unchanged), taken
+# possessively; ``info`` cannot hold '/' so the segments scanned after two '://' never overlap.
+_USERINFO = re.compile(
+    r"(?<![A-Za-z0-9+.-])(?P<lead>[0-9+.-]*+)(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*+://)"
+    r"(?P<info>[^/\s'\"]+)@"
+)
 
 
 def _masked(match: re.Match[str]) -> str:
     user, sep, _secret = match["info"].partition(":")
-    return f"{match['scheme']}{user}:{MASK}@" if sep else f"{match['scheme']}{MASK}@"
+    head = f"{match['lead']}{match['scheme']}"
+    return f"{head}{user}:{MASK}@" if sep else f"{head}{MASK}@"
 
 
 def redact_url(url: str) -> str:

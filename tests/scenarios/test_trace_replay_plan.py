@@ -26,6 +26,7 @@ from scenarios.traces import TraceRequest, prompt_token_ids
 from scenarios.values import parse_speedups
 from scenarios.workloads import TracePrompts, materialize
 from server.capacity import KVCapacity
+from tests.support.timing import times_a_linear_scan
 
 CPU_1GIB = KVCapacity(tokens=18_688, block_size=128, num_blocks=146, memory_bytes=2**30,
                       source="metrics")  # fmt: skip
@@ -113,6 +114,7 @@ def test_window_picks_trace_time_start_inclusive_end_exclusive(tmp_path: Path) -
     assert parse_window("1s-2.5s") == (1000.0, 2500.0)
     assert parse_window("1000-2500") == (1000.0, 2500.0)  # bare numbers are ms
     assert parse_window("all") is None
+    assert parse_window(" 1 s - 2.5s ") == (1000.0, 2500.0)
     plan = plan_of(path, window="1s-2.5s")
     workload = plan.phases[0].workload
     assert isinstance(workload, TracePrompts)
@@ -222,3 +224,12 @@ def test_the_default_slice_of_the_sample(tmp_path: Path) -> None:
     assert plan.sizing["trace_block_tokens"] == 16
     lengths = np.array([it.input_tokens for it in plan.phases[0].workload.items])
     assert lengths.max() <= 2048
+
+
+def test_a_window_is_parsed_in_linear_time() -> None:
+    # Spaces around an optional unit once backtracked over each other (O(n²) in a run of
+    # spaces); now a few linear scans of the text (the ratio is in tests.support.timing).
+    text = "1" + " " * 100_000 + "x-2s"
+    with pytest.raises(ValueError, match="not a trace time"):
+        parse_window(text)
+    assert times_a_linear_scan(parse_window, text) < 25

@@ -15,6 +15,7 @@ from scenarios.values import (
     parse_slo,
     parse_speedups,
 )
+from tests.support.timing import times_a_linear_scan
 
 
 def test_durations_take_ms_s_and_minutes_in_the_unit_asked() -> None:
@@ -32,6 +33,16 @@ def test_durations_take_ms_s_and_minutes_in_the_unit_asked() -> None:
 def test_a_bad_duration_is_refused(text: str) -> None:
     with pytest.raises(ValueError, match=r"is not a duration; e\.g\. 40s, 500ms, 2m$"):
         parse_duration(text)
+
+
+def test_a_duration_is_parsed_in_linear_time() -> None:
+    # Spaces around an optional unit once backtracked over each other: 40k spaces then a
+    # stray letter cost O(n²). Now a few linear scans (the ratio is in tests.support.timing).
+    assert parse_duration(" 2 m \n") == 120.0  # spaces around and between are allowed
+    text = "1" + " " * 100_000 + "x"
+    with pytest.raises(ValueError, match="is not a duration"):
+        parse_duration(text)
+    assert times_a_linear_scan(parse_duration, text) < 25
 
 
 def test_a_duration_above_one_day_is_refused() -> None:
