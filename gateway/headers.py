@@ -2,7 +2,8 @@
 
 Owns which headers cross the gateway. Hop-by-hop headers (RFC 9110 section 7.6.1: Connection,
 Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding, Upgrade, and every header named in
-``Connection``) never cross. Framing and routing headers the gateway recomputes itself
+``Connection``; the one list is ``server.net.headers``, which the load generator's user headers
+obey too) never cross. Framing and routing headers the gateway recomputes itself
 (Host, Content-Length) are dropped as well, and upstream requests ask for an uncompressed body
 so the gateway can inject SSE error events into it. An upstream that encodes its body anyway is
 decoded by the gateway's HTTP client (:data:`DECODED_ENCODINGS`), so what reaches the client is
@@ -12,24 +13,12 @@ always identity-coded and carries no ``Content-Encoding``; any other coding is r
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from aiohttp.compression_utils import HAS_BROTLI, HAS_ZSTD
 from multidict import CIMultiDict, CIMultiDictProxy
 
-HOP_BY_HOP: frozenset[str] = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-    }
-)
+from server.net.headers import connection_tokens, is_hop_by_hop
 
 _RECOMPUTED: frozenset[str] = frozenset({"host", "content-length"})
 
@@ -51,18 +40,6 @@ def undecodable_encoding(upstream_headers: CIMultiDictProxy[str] | CIMultiDict[s
     if len(values) == 1 and values[0].lower() in DECODED_ENCODINGS:
         return None
     return ", ".join(values)
-
-
-def connection_tokens(headers: Mapping[str, str] | CIMultiDict[str]) -> set[str]:
-    """Lower-cased header names listed in every ``Connection`` header."""
-    values: Iterable[str] = [v for k, v in headers.items() if k.lower() == "connection"]
-    return {tok.strip().lower() for value in values for tok in value.split(",") if tok.strip()}
-
-
-def is_hop_by_hop(name: str, named_in_connection: set[str] | frozenset[str] = frozenset()) -> bool:
-    """Whether header ``name`` is hop-by-hop (fixed list, any ``Proxy-*``, or named there)."""
-    lower = name.lower()
-    return lower in HOP_BY_HOP or lower.startswith("proxy-") or lower in named_in_connection
 
 
 def strip_hop_by_hop(headers: Mapping[str, str] | CIMultiDict[str]) -> CIMultiDict[str]:

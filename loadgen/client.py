@@ -22,6 +22,7 @@ from loadgen.connections import RecordTrace
 from loadgen.records import RequestRecord, Status
 from loadgen.runformat.rows import excess_tokens
 from loadgen.token_timing import TokenTally
+from scenarios.request_extras import PLAN_BODY_FIELDS
 from scenarios.requests import PlannedRequest
 from server.net.errors import describe_exception
 from server.net.sse import DONE, SSEDecoder, SSEEvent, SSELineTooLong
@@ -47,11 +48,15 @@ ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completion
 
 
 def completion_body(planned: PlannedRequest, model: str) -> dict[str, object]:
-    """The JSON body for the request's endpoint: the prompt (token IDs or text to
-    ``/v1/completions``, messages to ``/v1/chat/completions``), the exact output length
-    (``max_tokens``; chat: ``max_completion_tokens``) with ``ignore_eos`` unless the request
-    turns it off, streamed running usage, sampling, then ``extra_body`` (it wins)."""
-    body: dict[str, object] = {"model": model}
+    """The JSON body for the request's endpoint: ``extra_body``, then the prompt (token IDs or
+    text to ``/v1/completions``, messages to ``/v1/chat/completions``), the exact output
+    length (``max_tokens``; chat: ``max_completion_tokens``) with ``ignore_eos`` unless the
+    request turns it off, streamed running usage and sampling. The plan's fields
+    (``scenarios.request_extras.PLAN_BODY_FIELDS``) are never taken from ``extra_body``, so it
+    cannot override one even where the plan leaves it out (``ignore_eos`` off, ``max_tokens``
+    to chat); a plan refuses such a field before anything starts."""
+    extra = {k: v for k, v in planned.extra_body.items() if k not in PLAN_BODY_FIELDS}
+    body: dict[str, object] = {**extra, "model": model}
     if planned.endpoint == "chat":
         body["messages"] = [{"role": r, "content": c} for r, c in planned.messages or ()]
         body["max_completion_tokens"] = planned.max_tokens
@@ -67,7 +72,6 @@ def completion_body(planned: PlannedRequest, model: str) -> dict[str, object]:
     body["stream"] = True
     body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
     body.update(planned.sampling)
-    body.update(planned.extra_body)
     return body
 
 

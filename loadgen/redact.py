@@ -1,42 +1,60 @@
-"""Keeping secrets out of run files: the command line as recorded, credential headers hidden.
+"""Keeping secrets out of run files: the command line as recorded, credentials hidden.
 
 ``loadgen run bench --header 'Authorization: Bearer X'`` must not leave ``X`` in ``run.json``
-or ``manifest.json``; a header whose name looks like a credential
-(``scenarios.bench_workload.is_credential``) keeps its name and loses its value; a URL's
+or ``manifest.json``: a header that is a credential (``server.net.credentials``: its name, or
+a value that reads as one) keeps its name and loses its value; an ``--extra-body`` keeps its
+fields and loses the value of every credential key at any depth (``{"api_key": …}``); a URL's
 password (``--url http://user:pw@host``) becomes ``***`` (``server.net.urls``).
 """
 
 from __future__ import annotations
 
-from scenarios.bench_workload import REDACTED, is_credential
-from server.net.urls import redact_urls_in
+import json
+from collections.abc import Callable
 
-_HEADER_FLAGS = ("--header",)
+from server.net.credentials import REDACTED, redact_fields, redact_header_value
+from server.net.urls import redact_urls_in
 
 
 def _redact_header(value: str) -> str:
-    name, sep, _ = value.partition(":")
-    return f"{name}:{' ' if sep else ''}{REDACTED}" if is_credential(name) else value
+    name, sep, rest = value.partition(":")
+    if not sep:  # not NAME:VALUE (refused before any run): nothing to tell name from secret
+        return REDACTED
+    redacted = redact_header_value(name.strip(), rest.strip())
+    return value if redacted == rest.strip() else f"{name}: {redacted}"
+
+
+def _redact_extra_body(value: str) -> str:
+    try:
+        obj = json.loads(value)
+    except (ValueError, RecursionError):  # not readable (refused before any run): all of it
+        return REDACTED
+    redacted = redact_fields(obj)
+    return value if redacted == obj else json.dumps(redacted)
+
+
+#: Flags whose value may hold a secret, and how it is redacted.
+_SECRET_FLAGS: dict[str, Callable[[str], str]] = {
+    "--header": _redact_header,
+    "--extra-body": _redact_extra_body,
+}
 
 
 def redact_command(argv: list[str]) -> list[str]:
-    """``argv`` with the value of every credential header (``--header NAME:VALUE`` or
-    ``--header=NAME:VALUE``) replaced by ``<redacted>`` and every URL password by ``***``."""
-    return [redact_urls_in(arg) for arg in _redact_headers(argv)]
-
-
-def _redact_headers(argv: list[str]) -> list[str]:
+    """``argv`` with the secrets of every ``--header NAME:VALUE`` and ``--extra-body JSON``
+    (also written ``--flag=value``) replaced by ``<redacted>`` and every URL password by
+    ``***``."""
     out: list[str] = []
-    after_flag = False
+    pending: Callable[[str], str] | None = None
     for arg in argv:
-        if after_flag:
-            out.append(_redact_header(arg))
-            after_flag = False
+        if pending is not None:
+            out.append(pending(arg))
+            pending = None
             continue
         flag, eq, value = arg.partition("=")
-        if flag in _HEADER_FLAGS and eq:
-            out.append(f"{flag}={_redact_header(value)}")
+        if flag in _SECRET_FLAGS and eq:
+            out.append(f"{flag}={_SECRET_FLAGS[flag](value)}")
             continue
-        after_flag = arg in _HEADER_FLAGS
+        pending = _SECRET_FLAGS.get(arg)
         out.append(arg)
-    return out
+    return [redact_urls_in(arg) for arg in out]

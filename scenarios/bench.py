@@ -30,7 +30,7 @@ from scenarios.bench_dataset import (
     read_rows,
     select,
 )
-from scenarios.bench_workload import BenchItem, BenchRequests, Endpoint, redacted_headers
+from scenarios.bench_workload import BenchItem, BenchRequests, Endpoint
 from scenarios.checks import Check, CheckSpec
 from scenarios.common import (
     MAX_CONCURRENCY,
@@ -42,6 +42,13 @@ from scenarios.common import (
 )
 from scenarios.fleet_cases import FleetParams, fleet_cases
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
+from scenarios.request_extras import (
+    owned_field_problem,
+    parse_extra_body,
+    parse_headers,
+    recorded_extra_body,
+    recorded_headers,
+)
 from scenarios.values import (
     ConcurrenciesText,
     DurationText,
@@ -90,19 +97,6 @@ class NoFailures(CheckSpec):
 
     kind: Literal["bench_no_failures"] = "bench_no_failures"
     phase: str
-
-
-def parse_header(text: str) -> tuple[str, str]:
-    """``"X-Key: value"`` → ("X-Key", "value").
-
-    Raises:
-        ValueError: no colon, an empty or invalid name, or a line break in the value.
-    """
-    name, sep, value = text.partition(":")
-    name, value = name.strip(), value.strip()
-    if not sep or not name or any(c in name for c in " \t\r\n") or "\n" in value or "\r" in value:
-        raise ValueError(f"header {text!r}: expected NAME:VALUE, e.g. 'X-Priority: 1'")
-    return name, value
 
 
 class BenchParams(RunParams, FleetParams):
@@ -186,19 +180,13 @@ class BenchParams(RunParams, FleetParams):
     @classmethod
     def _extra_body(cls, value: str | None) -> str | None:
         if value is not None:
-            try:
-                obj = json.loads(value)
-            except ValueError as exc:
-                raise ValueError(f"not JSON: {exc}") from None
-            if not isinstance(obj, dict):
-                raise ValueError("must be a JSON object")
+            parse_extra_body(value)
         return value
 
     @field_validator("header")
     @classmethod
     def _headers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for item in value:
-            parse_header(item)
+        parse_headers(value)
         return value
 
     @field_validator("dataset")
@@ -216,6 +204,9 @@ class BenchParams(RunParams, FleetParams):
             raise ValueError("max_concurrency and ramp_up apply to an open loop (rate)")
         if self.endpoint == "chat" and self.dataset is None:
             raise ValueError("endpoint chat needs a dataset of text prompts")
+        owned = owned_field_problem(self.extra(), self.ignore_eos)
+        if owned is not None:
+            raise ValueError(f"extra_body {owned}")
         if self.dataset is None:
             self.check_fits(self.input_len, self.output_len)
         else:
@@ -238,18 +229,19 @@ class BenchParams(RunParams, FleetParams):
 
     def extra(self) -> dict[str, Any]:
         """The ``--extra-body`` object."""
-        out: dict[str, Any] = json.loads(self.extra_body) if self.extra_body else {}
-        return out
+        return parse_extra_body(self.extra_body) if self.extra_body else {}
 
     def headers(self) -> tuple[tuple[str, str], ...]:
         """The ``--header`` pairs."""
-        return tuple(parse_header(h) for h in self.header)
+        return parse_headers(self.header)
 
     def recorded(self) -> dict[str, Any]:
-        """The parameters as the plan records them: header values that look like
-        credentials redacted."""
+        """The parameters as the plan records them: credential header values and extra body
+        fields redacted (``scenarios.request_extras``)."""
         out = self.model_dump()
-        out["header"] = [f"{k}: {v}" for k, v in redacted_headers(self.headers())]
+        out["header"] = [f"{k}: {v}" for k, v in recorded_headers(self.headers())]
+        if self.extra_body is not None:
+            out["extra_body"] = json.dumps(recorded_extra_body(self.extra()))
         return out
 
 

@@ -6,38 +6,25 @@ prompts are either synthetic token IDs (exact lengths, drawn like ``UniquePrompt
 rows a dataset file gave (``scenarios.bench_dataset``: text, chat messages or token IDs),
 copied into the plan so a run directory holds everything it sent.
 
-Header values that look like credentials (``Authorization``, API keys, tokens, cookies) are
-kept in memory for sending and written as ``<redacted>`` whenever the workload is serialised
-(``plan.json``, the workload hash), so no run file holds a secret.
+Header values and extra body fields that are credentials (``server.net.credentials``:
+``Authorization``, API keys, tokens, signatures, cookies, ``api_key`` at any depth of the body)
+are kept in memory for sending and written as ``<redacted>`` whenever the workload is
+serialised (``plan.json``, the workload hash), so no run file holds a secret.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, model_validator
 
+from scenarios.request_extras import recorded_extra_body, recorded_headers
 from scenarios.requests import PhaseRequests, PlannedRequest, RequestHeader
 from scenarios.tokens import TokenSpace, token_ids
 
 Endpoint = Literal["completions", "chat"]
-
-#: Header names whose values are secrets: written as ``<redacted>`` in every run file.
-_CREDENTIAL_NAME = re.compile(r"auth|key|token|secret|passw|cookie|session|credential", re.I)
-REDACTED = "<redacted>"
-
-
-def is_credential(name: str) -> bool:
-    """Whether a header called ``name`` carries a credential (its value must not be written)."""
-    return bool(_CREDENTIAL_NAME.search(name))
-
-
-def redacted_headers(headers: tuple[tuple[str, str], ...]) -> list[list[str]]:
-    """``headers`` as written to run files: credential values replaced by ``<redacted>``."""
-    return [[k, REDACTED if is_credential(k) else v] for k, v in headers]
 
 
 class BenchItem(BaseModel):
@@ -73,8 +60,9 @@ class BenchRequests(BaseModel):
     integers in [round(L·(1 − s)), round(L·(1 + s))] (at least 1), seeded by (seed, phase, i).
     Dataset: request i sends ``items[i % len(items)]``.
 
-    ``extra_body`` is merged last into every body (it wins over the defaults), ``headers``
-    go with every request; ``ignore_eos`` asks for exact output lengths.
+    ``extra_body`` is merged into every body (never over a field the plan sets:
+    ``scenarios.request_extras``), ``headers`` go with every request; ``ignore_eos`` asks for
+    exact output lengths.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -93,7 +81,11 @@ class BenchRequests(BaseModel):
 
     @field_serializer("headers")
     def _redact(self, headers: tuple[tuple[str, str], ...]) -> list[list[str]]:
-        return redacted_headers(headers)
+        return recorded_headers(headers)
+
+    @field_serializer("extra_body")
+    def _redact_body(self, extra_body: dict[str, Any]) -> dict[str, Any]:
+        return recorded_extra_body(extra_body)
 
     @model_validator(mode="after")
     def _chat_needs_text(self) -> BenchRequests:

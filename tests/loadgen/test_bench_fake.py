@@ -83,14 +83,14 @@ async def test_closed_loop_n10_c3(tmp_path: Path) -> None:
 
 
 async def test_extra_body_and_headers_reach_the_server(tmp_path: Path) -> None:
-    """--extra-body fields are merged into every body (overriding the defaults: temperature
-    0.5 instead of 0), --header pairs arrive as headers; the secret value of X-Api-Key is in
+    """--extra-body fields are merged into every body beside the plan's (--temperature 0.5
+    is the plan's), --header pairs arrive as headers; the secret value of X-Api-Key is in
     no run file while the harmless X-Trace value is kept."""
     fake = FakeOpenAIServer(StreamScript())
     async with fake.serve():
         params = BenchParams(
             url=fake.url, requests=2, concurrency="1", input_len=4, output_len=2,
-            extra_body='{"priority": 3, "temperature": 0.5}',
+            extra_body='{"priority": 3, "top_p": 0.5}', temperature=0.5,
             header=("X-Api-Key: sekrit-123", "X-Trace: abc"), settle_s=0.2,
             scrape_interval_s=0.1,
         )  # fmt: skip
@@ -101,7 +101,8 @@ async def test_extra_body_and_headers_reach_the_server(tmp_path: Path) -> None:
     assert len(completions) == fake.served > 0  # the rest: the attach's /v1/models
     for seen in completions:
         assert seen.body is not None
-        assert seen.body["priority"] == 3 and seen.body["temperature"] == 0.5
+        assert seen.body["priority"] == 3 and seen.body["top_p"] == 0.5
+        assert seen.body["temperature"] == 0.5
         assert seen.headers is not None
         assert seen.headers["X-Api-Key"] == "sekrit-123"
         assert seen.headers["X-Trace"] == "abc"
@@ -114,10 +115,15 @@ async def test_extra_body_and_headers_reach_the_server(tmp_path: Path) -> None:
 
 def test_redact_command() -> None:
     argv = ["run", "--header", "Authorization: Bearer x", "--header=X-Trace: 1",
-            "--header=api-key:y"]  # fmt: skip
+            "--header=api-key:y", "--header", "X-JWT: j", "--header=X-Note: Bearer z",
+            "--extra-body", '{"top_p": 1, "x": {"api_key": "k"}}', '--extra-body={"n": [1]}',
+            "--header", "no colon secret", "--extra-body", "{not json"]  # fmt: skip
     assert redact_command(argv) == [
         "run", "--header", "Authorization: <redacted>", "--header=X-Trace: 1",
-        "--header=api-key: <redacted>",
+        "--header=api-key: <redacted>", "--header", "X-JWT: <redacted>",
+        "--header=X-Note: <redacted>",
+        "--extra-body", '{"top_p": 1, "x": {"api_key": "<redacted>"}}', '--extra-body={"n": [1]}',
+        "--header", "<redacted>", "--extra-body", "<redacted>",
     ]  # fmt: skip
 
 
