@@ -9,31 +9,25 @@ logs and the progress display show the URL with the password replaced. The user 
 from __future__ import annotations
 
 import re
+import string
 from typing import Any, TextIO
 
 #: What replaces the secret part of a URL's user information.
 MASK = "***"
 
 # scheme://userinfo@ with userinfo free of '/', whitespace and quotes, up to the LAST '@'
-# before them (greedy): a URL parser takes the last '@' of the authority as the end of the
-# user information, so an '@' inside a password must not end the match early.
+# before them: a URL parser takes the last '@' of the authority as the end of the user
+# information, so an '@' inside a password must not end it early. The scheme is the run of
+# scheme characters before '://' from its first letter.
 #
-# Linear in the text, which matters because every run file and console line passes through
-# here: a match may only start where a run of scheme characters starts (the lookbehind), so
-# the scan does not restart at every letter of a long run (``[A-Za-z][A-Za-z0-9+.-]*://``
-# alone retried at each of n letters and cost O(n²)). The scheme is the run from its first
-# letter (``lead`` holds the digits and ``+.-`` before it, written back unchanged), taken
-# possessively; ``info`` cannot hold '/' so the segments scanned after two '://' never overlap.
-_USERINFO = re.compile(
-    r"(?<![A-Za-z0-9+.-])(?P<lead>[0-9+.-]*+)(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*+://)"
-    r"(?P<info>[^/\s'\"]+)@"
-)
-
-
-def _masked(match: re.Match[str]) -> str:
-    user, sep, _secret = match["info"].partition(":")
-    head = f"{match['lead']}{match['scheme']}"
-    return f"{head}{user}:{MASK}@" if sep else f"{head}{MASK}@"
+# Found from each '://' outwards rather than by one regular expression: a pattern starting
+# at the scheme (``[A-Za-z][A-Za-z0-9+.-]*://``) is retried at every letter of a long run,
+# O(n²), and every run file and console line passes through here. The pieces scanned for two
+# '://' never overlap (a scheme holds no ':' or '/', user information no '/'), so the work
+# is linear, and done by C string methods: text without '://' costs one scan.
+_SCHEME_CHARS = string.ascii_letters + string.digits + "+.-"
+_NOT_FIRST = string.digits + "+.-"
+_INFO = re.compile(r"[^/\s'\"]+")
 
 
 def redact_url(url: str) -> str:
@@ -59,7 +53,29 @@ def redact_url(url: str) -> str:
 def redact_urls_in(text: str) -> str:
     """``text`` (a message, a command line argument, a JSON document) with every URL's
     password replaced by ``***``; text without one unchanged."""
-    return _USERINFO.sub(_masked, text)
+    pos = text.find("://")
+    if pos == -1:
+        return text
+    out: list[str] = []
+    done = floor = 0  # copied up to ``done``; no scheme starts before ``floor``
+    while pos != -1:
+        before = text[floor:pos]
+        scheme = before[len(before.rstrip(_SCHEME_CHARS)) :].lstrip(_NOT_FIRST)
+        info = _INFO.match(text, pos + 3)
+        at = info.group().rfind("@") if info else -1
+        floor = pos + 3
+        if scheme and info and at > 0:
+            user, sep, _secret = info.group()[:at].partition(":")
+            out += [
+                text[done : pos - len(scheme)],
+                scheme,
+                "://",
+                f"{user}:{MASK}@" if sep else f"{MASK}@",
+            ]
+            done = floor = pos + 3 + at + 1
+        pos = text.find("://", floor)
+    out.append(text[done:])
+    return "".join(out)
 
 
 class RedactingStream:
