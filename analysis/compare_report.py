@@ -8,7 +8,6 @@ and read back by :func:`read_compare_file` (a sequential gate's looks read its d
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from analysis.plots import save
 from loadgen.runformat.atomic import write_text
 from loadgen.runformat.layout import COMPARE_HTML, COMPARE_JSON, COMPARE_MD, PLOTS_DIR
 from loadgen.runformat.reading import read_json_object
+from server.net.json_text import dumps
 from server.net.jsonl import writing
 
 #: The version of ``compare.json``'s format (:class:`CompareFile`).
@@ -321,7 +321,9 @@ def write_comparison(c: Comparison, out_dir: Path, strict: bool = False) -> Path
     decision = decide(c, strict)
     typed = CompareFile(**dict(c), exit_code=decision.exit_code, decision=decision, strict=strict)
     data = typed.model_dump(mode="json")
-    write_text(out_dir / COMPARE_JSON, json.dumps(data, indent=2) + "\n")
+    # Strict JSON: a NaN or Infinity is refused with its place (the readers of compare.json,
+    # the gate among them, take its floats as they are, so none is turned into null).
+    write_text(out_dir / COMPARE_JSON, dumps(data, COMPARE_JSON, indent=2) + "\n")
     sections = compare_sections(c, strict)
     path = out_dir / COMPARE_MD
     write_text(path, "\n".join(sections.lines()))

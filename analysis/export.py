@@ -41,6 +41,7 @@ from analysis.load import RunData
 from loadgen.runformat import ReadRecord
 from loadgen.runformat.atomic import write_text, write_with
 from scenarios.plan import PhaseSpec
+from server.net.json_text import dumps, finite_or_none
 from server.net.jsonl import writing
 
 #: The request columns written first, in this order (the rest follow as the records have them).
@@ -271,6 +272,6 @@ def write_vllm_bench(
                 continue
             result = vllm_bench_result(run, spec.name, phase.name, percentiles)
             path = out_dir / f"{spec.name}-{phase.name}.json"
-            write_text(path, json.dumps(result) + "\n")
+            write_text(path, dumps(finite_or_none(result), path.name) + "\n")
             written.append(path)
     return written

@@ -14,8 +14,6 @@ See docs/reports.md.
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,20 +38,8 @@ from loadgen.runformat.layout import (
     TTFT_PLOT,
 )
 from loadgen.runformat.manifest import read_reseals
+from server.net.json_text import dumps, finite_or_none
 from server.net.jsonl import writing
-
-
-def _clean(obj: Any) -> Any:
-    """JSON-safe copy: NaN/inf → None (JSON has no NaN), numpy scalars → Python."""
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_clean(v) for v in obj]
-    if hasattr(obj, "item") and callable(obj.item):
-        obj = obj.item()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
 
 
 def _run_info(data: RunData, reseals: list[Reseal]) -> RunFacts:
@@ -83,7 +69,7 @@ class Report:
 
     def as_dict(self) -> dict[str, Any]:
         """The report as written to ``report.json`` (JSON-ready, no NaN)."""
-        result: dict[str, Any] = _clean(self.summary.model_dump(mode="json"))
+        result: dict[str, Any] = finite_or_none(self.summary.model_dump(mode="json"))
         return result
 
     def console_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
@@ -177,7 +163,7 @@ def build_report(run_dir: Path, reseal: Reseal | None = None) -> Report:
         update={"plots": [p.relative_to(run_dir).as_posix() for p in written]}
     )
     built = Report(summary, built.parts, built.details, built.file_problems)
-    write_text(run_dir / REPORT_JSON, json.dumps(built.as_dict(), indent=2) + "\n")
+    write_text(run_dir / REPORT_JSON, dumps(built.as_dict(), REPORT_JSON, indent=2) + "\n")
     sections = report_sections(summary, built.parts, built.details)
     write_text(run_dir / REPORT_MD, "\n".join(sections.lines()))
     svg_files = {p: (run_dir / p).with_suffix(".svg") for p in summary.plots}

@@ -11,7 +11,6 @@ phase holds only the bodies of its requests in flight.
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass
 
 import aiohttp
@@ -25,6 +24,7 @@ from loadgen.token_timing import TokenTally
 from scenarios.request_extras import PLAN_BODY_FIELDS
 from scenarios.requests import PlannedRequest
 from server.net.errors import describe_exception
+from server.net.json_text import NonFiniteValue, dumps
 from server.net.sse import DONE, SSEDecoder, SSEEvent, SSELineTooLong
 from server.net.urls import redact_urls_in
 
@@ -234,7 +234,11 @@ async def send_request(
     ``sock_read`` seconds is the error ``stalled: …``; a response not complete within
     ``total`` seconds is ``timed out: …``. Never raises except ``CancelledError``.
     """
-    body = json.dumps(completion_body(planned, target.model), separators=(",", ":")).encode()
+    try:
+        body = dumps(completion_body(planned, target.model), "request body", separators=(",", ":"))
+    except NonFiniteValue as exc:  # JSON has no NaN: the request cannot be sent as planned
+        record.status, record.error = "not_sent", str(exc)
+        return record
     stream = _Stream(record, planned.disconnect_after_tokens, clock)
     path = ENDPOINT_PATHS[planned.endpoint]
     # The request id travels as X-Request-Id, so a relay's records of the request (the

@@ -281,7 +281,7 @@ def _selected(
     # (keyed by its modification time and size, so an edited file is read again).
     try:
         tokenizer = load_tokenizer(Path(tokenizer_dir))
-        rows = read_rows(path, turns, tokenizer)
+        rows = read_rows(path, turns, tokenizer, max_model_len)
         selection = select(
             rows, total=total, endpoint=endpoint, tokenizer=tokenizer,
             max_model_len=max_model_len, default_output_tokens=output_len,

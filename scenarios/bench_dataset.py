@@ -13,7 +13,13 @@ Two formats, told apart by content:
 Rows are measured with the server's tokenizer (a local copy: ``transformers`` from a model or
 tokenizer directory), the chat template applied for chat prompts, so a prompt's length is in
 the server's tokens; each response's usage confirms it. Rows whose prompt + output exceed the
-context are skipped and counted, never truncated.
+context are skipped and counted, never truncated. A row whose text cannot fit in any case
+(more characters than the context times the longest token of the vocabulary) is skipped
+without being tokenised, which for a row of megabytes costs seconds and gigabytes.
+
+A file is read with bounds (``server.net.input_files``): at most :data:`DATASET_MAX_BYTES` in
+all and :data:`DATASET_MAX_LINE_BYTES` a JSONL line; a larger file or a longer line is refused
+with its name or line number, never read whole.
 """
 
 from __future__ import annotations
@@ -28,8 +34,16 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from scenarios.bench_workload import BenchItem, Endpoint
+from server.net.input_files import InputTooLarge, iter_lines, read_bounded
 
 SharegptTurns = Literal["first", "all"]
+#: Largest dataset file (1 GiB = 2**30 bytes): ShareGPT V3, the largest in common use, is
+#: about 640 MB.
+DATASET_MAX_BYTES = 2**30
+#: Longest JSONL line (16 MiB = 2**24 bytes): about four million tokens of text, beyond any
+#: served context; a row under it that cannot fit is skipped, not tokenised
+#: (:func:`chars_per_token_bound`).
+DATASET_MAX_LINE_BYTES = 2**24
 _ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
           "chatgpt": "assistant", "bard": "assistant", "system": "system"}  # fmt: skip
 
@@ -58,9 +72,13 @@ class Tokenizer(Protocol):
 
 
 def content_sha256(path: Path) -> str:
-    """sha256 (hex) of the file's bytes: the plan records it, so the workload hash changes
-    with the dataset's content."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    """sha256 (hex) of the file's bytes, read 1 MiB at a time: the plan records it, so the
+    workload hash changes with the dataset's content."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(2**20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _jsonl_row(obj: Any, where: str) -> DatasetRow:
@@ -91,9 +109,19 @@ def _jsonl_row(obj: Any, where: str) -> DatasetRow:
     return DatasetRow(token_ids=tuple(value), output_tokens=out)
 
 
+def _reply_tokens(tokenizer: Tokenizer, text: str, max_model_len: int | None) -> int:
+    """A reply's length in tokens; for a reply that cannot fit the context, unmeasured, the
+    lower bound of :func:`chars_per_token_bound` (more than ``max_model_len``)."""
+    bound = chars_per_token_bound(tokenizer)
+    if bound is not None and max_model_len is not None and len(text) > bound * max_model_len:
+        return -(-len(text) // bound)
+    return max(1, len(tokenizer(text, add_special_tokens=False)["input_ids"]))
+
+
 def _sharegpt_rows(
-    data: list[Any], turns: SharegptTurns, tokenizer: Tokenizer, path: Path
-) -> list[DatasetRow]:
+    data: list[Any], turns: SharegptTurns, tokenizer: Tokenizer, path: Path,
+    max_model_len: int | None,
+) -> list[DatasetRow]:  # fmt: skip
     rows = []
     for n, conv in enumerate(data):
         turns_of = conv.get("conversations") if isinstance(conv, dict) else None
@@ -116,42 +144,68 @@ def _sharegpt_rows(
             if isinstance(reply, dict) and _ROLES.get(str(reply.get("from", "")).lower()) == (
                 "assistant"
             ):
-                ids = tokenizer(str(reply.get("value", "")), add_special_tokens=False)["input_ids"]
-                out = max(1, len(ids))
+                out = _reply_tokens(tokenizer, str(reply.get("value", "")), max_model_len)
             rows.append(DatasetRow(messages=tuple(history), output_tokens=out))
             if turns == "first":
                 break
     return rows
 
 
-def read_rows(path: Path, turns: SharegptTurns, tokenizer: Tokenizer) -> list[DatasetRow]:
-    """Every row of ``path`` in file order (ShareGPT: one per chosen user turn).
+def read_rows(
+    path: Path, turns: SharegptTurns, tokenizer: Tokenizer, max_model_len: int | None = None
+) -> list[DatasetRow]:
+    """Every row of ``path`` in file order (ShareGPT: one per chosen user turn; a reply that
+    cannot fit ``max_model_len`` is not tokenised, see :func:`_reply_tokens`).
 
     Raises:
-        DatasetError: the file is missing, empty, or a row breaks the format (named).
+        DatasetError: the file is missing, unreadable, larger than :data:`DATASET_MAX_BYTES`,
+            empty, or a row breaks the format or is longer than
+            :data:`DATASET_MAX_LINE_BYTES` (named).
     """
     try:
-        text = path.read_text(encoding="utf-8")
+        if _starts_with_bracket(path):
+            text = read_bounded(path, DATASET_MAX_BYTES, "a dataset").decode("utf-8")
+            rows = _sharegpt_rows(_json(text, str(path)), turns, tokenizer, path, max_model_len)
+        else:
+            rows = _jsonl_rows(path)
+    except InputTooLarge as exc:
+        raise DatasetError(str(exc)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise DatasetError(f"cannot read dataset {path}: {exc}") from None
-    if text.lstrip().startswith("["):
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise DatasetError(f"{path}: not valid JSON ({exc})") from None
-        rows = _sharegpt_rows(data, turns, tokenizer, path)
-    else:
-        rows = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError as exc:
-                raise DatasetError(f"{path} line {n}: not JSON ({exc})") from None
-            rows.append(_jsonl_row(obj, f"{path} line {n}"))
     if not rows:
         raise DatasetError(f"{path}: no prompts in it")
+    return rows
+
+
+def _starts_with_bracket(path: Path) -> bool:
+    """Whether the first non-blank byte of ``path`` (within its first 1 MiB) is ``[``."""
+    with open(path, "rb") as fh:
+        return fh.read(2**20).lstrip().startswith(b"[")
+
+
+def _json(text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise DatasetError(f"{where}: nested too deeply to read") from None
+    except ValueError as exc:
+        raise DatasetError(f"{where}: not JSON ({exc})") from None
+
+
+def _jsonl_rows(path: Path) -> list[DatasetRow]:
+    rows = []
+    lines = iter_lines(
+        path, max_line_bytes=DATASET_MAX_LINE_BYTES, max_bytes=DATASET_MAX_BYTES, what="a dataset"
+    )
+    for n, raw in lines:
+        where = f"{path} line {n}"
+        if raw is None:
+            raise DatasetError(
+                f"{where}: longer than {DATASET_MAX_LINE_BYTES:,} bytes, the limit of one line"
+            )
+        line = raw.decode("utf-8")
+        if line.strip():
+            rows.append(_jsonl_row(_json(line, where), where))
     return rows
 
 
@@ -174,6 +228,31 @@ def _messages(row: DatasetRow) -> tuple[tuple[str, str], ...]:
         return row.messages
     assert row.text is not None
     return (("user", row.text),)
+
+
+def chars_per_token_bound(tokenizer: Tokenizer) -> int | None:
+    """The most characters of text one token of ``tokenizer`` stands for, when that has a
+    bound: the longest entry of its vocabulary (an entry spells at least the characters it
+    covers: one symbol a byte for byte-level BPE, ``▁`` a space for SentencePiece). ``None``
+    for a tokenizer with a normaliser (one may shrink the text first, e.g. collapse runs of
+    spaces) or without a readable vocabulary.
+
+    So a text of ``c`` characters is at least ``c / bound`` tokens: a row over
+    ``bound × max_model_len`` characters cannot fit, and is skipped unmeasured.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    get_vocab = getattr(tokenizer, "get_vocab", None)
+    if backend is None or getattr(backend, "normalizer", None) is not None or get_vocab is None:
+        return None
+    vocab = get_vocab()
+    return max(map(len, vocab)) if vocab else None
+
+
+def _text_chars(row: DatasetRow) -> int:
+    """Characters of ``row``'s text (0 for token IDs)."""
+    if row.text is not None:
+        return len(row.text)
+    return sum(len(content) for _, content in row.messages or ())
 
 
 @dataclass(frozen=True)
@@ -207,7 +286,8 @@ def select(
     seed: int,
 ) -> Selection:
     """Measure rows in order (shuffled by ``seed`` first with ``shuffle``), skip the
-    too-long ones, and take ``total`` (cycling over the usable rows when there are fewer).
+    too-long ones (unmeasured when their text alone cannot fit: :func:`chars_per_token_bound`),
+    and take ``total`` (cycling over the usable rows when there are fewer).
 
     Raises:
         DatasetError: a row does not suit ``endpoint`` (token IDs to chat, history to
@@ -218,6 +298,7 @@ def select(
         order = np.random.default_rng(seed).permutation(len(rows))
     usable: list[BenchItem] = []
     skipped = 0
+    bound = chars_per_token_bound(tokenizer)
     for position in order.tolist():
         row = rows[position]
         if endpoint == "chat" and row.token_ids is not None:
@@ -229,6 +310,9 @@ def select(
                     "takes one prompt)"
                 )
             row = DatasetRow(text=row.messages[0][1], output_tokens=row.output_tokens)
+        if bound is not None and _text_chars(row) > bound * max_model_len:
+            skipped += 1  # cannot fit: not tokenised (chars_per_token_bound)
+            continue
         output = row.output_tokens if use_row_output and row.output_tokens else None
         output = output or default_output_tokens
         prompt = prompt_length(row, endpoint, tokenizer)

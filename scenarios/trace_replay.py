@@ -7,7 +7,7 @@ same slice, its blocks drawn under its own salt (the phase name), so no phase hi
 blocks of another and each starts from a cache holding nothing it can use.
 
 What a request is: its trace line's lengths and hash ids, scaled by ``--token-scale``
-(``scenarios.traces.scale_trace``: lengths and the block size shrink together), its prompt
+(``scenarios.trace_scale.scale_trace``: lengths and the block size shrink together), its prompt
 built block by block (``scenarios.traces.prompt_token_ids``), its output exact
 (``max_tokens`` with ``ignore_eos``). Its id is ``{phase}-L{line}``: the trace line it came
 from.
@@ -50,14 +50,8 @@ from scenarios.checks import Check, CheckSpec
 from scenarios.common import MAX_REQUESTS, MAX_SPEEDUP, HttpUrlText, RunParams
 from scenarios.fleet_cases import FleetParams, fleet_cases
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
-from scenarios.traces import (
-    MOONCAKE_BLOCK_TOKENS,
-    Trace,
-    TraceRequest,
-    load_trace,
-    parse_token_scale,
-    scale_trace,
-)
+from scenarios.trace_scale import parse_token_scale, scale_trace
+from scenarios.traces import MOONCAKE_BLOCK_TOKENS, Trace, TraceRequest, load_trace
 from scenarios.values import (
     SizesText,
     SLOText,

@@ -8,6 +8,7 @@ plotting live in the command (``loadgen trace stats``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,6 +27,8 @@ from scenarios.traces import Trace
 
 #: Default window of the peak arrival rate (s).
 PEAK_WINDOW_S = 10.0
+#: Shortest peak window: 1 ms, the unit of a trace's timestamps.
+MIN_PEAK_WINDOW_S = 0.001
 #: Fraction of the maximum hit rate whose smallest cache the curve reports.
 TARGET_FRACTION = 0.9
 #: Relative precision of that smallest cache (bisection between two swept sizes).
@@ -81,10 +84,14 @@ def summarize(trace: Trace, peak_window_s: float = PEAK_WINDOW_S) -> TraceSummar
     """Arrivals, lengths and sessions of ``trace`` (see :class:`TraceSummary`).
 
     Raises:
-        ValueError: ``peak_window_s`` ≤ 0.
+        ValueError: ``peak_window_s`` is not a finite number of at least
+            :data:`MIN_PEAK_WINDOW_S` (a shorter window divides a count into an infinite rate).
     """
-    if peak_window_s <= 0:
-        raise ValueError(f"peak window must be > 0 s, got {peak_window_s}")
+    if not (math.isfinite(peak_window_s) and peak_window_s >= MIN_PEAK_WINDOW_S):
+        raise ValueError(
+            f"peak window must be a finite number of seconds ≥ {MIN_PEAK_WINDOW_S:g} (1 ms, the "
+            f"trace's unit), got {peak_window_s}"
+        )
     arrivals_s = np.sort(np.asarray(trace.arrivals_ms, dtype=np.float64)) / 1000.0
     span_s = trace.span_ms / 1000.0
     peak = None

@@ -26,9 +26,8 @@ A prompt is its blocks in order, each block ``block_token_ids(seed, hash_id, …
 generator seeded by (run seed, hash id), the last block cut to ``input_length``
 (:func:`prompt_token_ids`).
 
-``--token-scale`` (:func:`scale_trace`) shrinks every length and the block size by one
-factor, so a trace made for a long-context model fits a small one while its prefix structure
-(which requests share which blocks) stays the same.
+``--token-scale`` shrinks every length and the block size by one factor
+(``scenarios.trace_scale``).
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ import hashlib
 import json
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal
@@ -45,6 +44,7 @@ from typing import Any, Literal
 import numpy as np
 
 from scenarios.tokens import TokenSpace, token_array
+from server.net.input_files import InputTooLarge, iter_lines
 
 #: Tokens per hash id in Mooncake's traces.
 MOONCAKE_BLOCK_TOKENS = 512
@@ -57,6 +57,21 @@ MAX_LENGTH_TOKENS = 2**24
 MAX_TIME_MS = 1e12
 #: Errors listed in a TraceError's message (the count of the rest is given).
 MAX_LISTED_ERRORS = 20
+#: Errors a TraceError keeps (the rest are counted): a file of millions of bad lines is held
+#: as a count, not as millions of messages.
+MAX_KEPT_ERRORS = 1000
+#: Largest trace file (256 MiB = 2**28 bytes): the public Mooncake traces are a few MB.
+TRACE_MAX_BYTES = 2**28
+#: Longest trace line (4 MiB = 2**22 bytes): the longest prompt (2**24 tokens) in Mooncake's
+#: 512-token blocks is 32,768 hash ids, at most ≈ 690 KB even with 20-digit ids.
+TRACE_MAX_LINE_BYTES = 2**22
+#: Most requests one trace may hold (2**20 = 1,048,576): Mooncake's traces hold ≈ 24k.
+MAX_TRACE_REQUESTS = 2**20
+#: Most hash ids all requests of a trace may hold together, fresh ones of lengths-only lines
+#: included (2**24 = 16,777,216, ≈ 0.7 GB as Python integers): Mooncake's ≈ 24k requests
+#: hold well under a million. A trace of few bytes can ask for many blocks (a lengths-only
+#: line of 2**24 tokens is 32,768 fresh ids), so the file size alone does not bound memory.
+MAX_TRACE_BLOCKS = 2**24
 
 
 class TraceError(ValueError):
@@ -68,23 +83,26 @@ class TraceError(ValueError):
             empty).
         reason: why; when several lines are bad it lists the first ``MAX_LISTED_ERRORS`` of
             them (``path:line: reason``, one a line) and the count of the rest.
-        errors: every ``(line, reason)`` found, in file order.
+        errors: the first ``MAX_KEPT_ERRORS`` ``(line, reason)`` found, in file order.
+        uncounted: errors found beyond those kept.
 
     ``str(err)`` is ``"{path}:{line}: {reason}"`` (``"{path}: {reason}"`` without a line).
     """
 
-    def __init__(self, path: str, errors: list[tuple[int | None, str]]) -> None:
+    def __init__(self, path: str, errors: list[tuple[int | None, str]], uncounted: int = 0) -> None:
         self.path = path
         self.errors = tuple(errors)
+        self.uncounted = uncounted
         self.line, first = errors[0]
-        if len(errors) == 1:
+        found = len(errors) + uncounted
+        if found == 1:
             self.reason = first
         else:
             listed = [f"{path}:{n}: {why}" for n, why in errors[1:MAX_LISTED_ERRORS]]
-            rest = len(errors) - 1 - len(listed)
+            rest = found - 1 - len(listed)
             more = f"\n… and {rest} more" if rest > 0 else ""
             self.reason = (
-                f"{first}\n{len(errors)} bad lines in all; the others:\n" + "\n".join(listed) + more
+                f"{first}\n{found} bad lines in all; the others:\n" + "\n".join(listed) + more
             )
         where = f"{path}:{self.line}" if self.line is not None else path
         super().__init__(f"{where}: {self.reason}")
@@ -172,13 +190,27 @@ def _is_number(value: Any) -> bool:
 class _Reader:
     """Line-by-line validation state of one file (collects every error)."""
 
-    def __init__(self, block_tokens: int) -> None:
+    def __init__(self, path: str, block_tokens: int) -> None:
+        self.path = path
         self.block_tokens = block_tokens
         self.errors: list[tuple[int | None, str]] = []
+        self.uncounted = 0
         self.requests: list[TraceRequest] = []
         self.last_timestamp: tuple[int, float] | None = None
         self.last_turn: dict[str, TraceRequest] = {}
         self.next_fresh_id = -1
+        self.blocks = 0
+
+    def fail(self, error: tuple[int | None, str]) -> None:
+        """Record an error (counted only, beyond ``MAX_KEPT_ERRORS``)."""
+        if len(self.errors) < MAX_KEPT_ERRORS:
+            self.errors.append(error)
+        else:
+            self.uncounted += 1
+
+    def error(self) -> TraceError | None:
+        """The errors found so far as one TraceError, else ``None``."""
+        return TraceError(self.path, self.errors, self.uncounted) if self.errors else None
 
     def fresh_ids(self, n: int) -> tuple[int, ...]:
         ids = tuple(range(self.next_fresh_id, self.next_fresh_id - n, -1))
@@ -189,17 +221,18 @@ class _Reader:
         try:
             obj = json.loads(text)
         except json.JSONDecodeError as exc:
-            self.errors.append((line, f"not JSON ({exc.msg} at column {exc.colno})"))
+            self.fail((line, f"not JSON ({exc.msg} at column {exc.colno})"))
             return
         if not isinstance(obj, dict):
-            self.errors.append((line, f"not a JSON object (a {type(obj).__name__})"))
+            self.fail((line, f"not a JSON object (a {type(obj).__name__})"))
             return
         problems: list[str] = []
         request = self.parse(line, obj, problems)
         if problems:
-            self.errors.append((line, "; ".join(problems)))
+            self.fail((line, "; ".join(problems)))
         elif request is not None:
             self.requests.append(request)
+            self.blocks += len(request.hash_ids)
             if request.session_id is not None:
                 self.last_turn[request.session_id] = request
 
@@ -244,6 +277,13 @@ class _Reader:
             return None
         input_length = lengths["input_length"]
         blocks = math.ceil(input_length / self.block_tokens)
+        if self.blocks + blocks > MAX_TRACE_BLOCKS:
+            problems.append(
+                f"its {blocks:,} blocks of {self.block_tokens} tokens take the trace past "
+                f"{MAX_TRACE_BLOCKS:,} blocks (hash ids, fresh ones of lengths-only lines "
+                "included), the limit of one trace"
+            )
+            return None
         if hash_ids is not None and len(hash_ids) != blocks:
             problems.append(
                 f"{len(hash_ids)} hash_ids do not cover input_length {input_length} in whole "
@@ -350,97 +390,64 @@ def load_trace(path: Path, *, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> Trac
     Returns:
         The trace, requests in file order, every request's ``hash_ids`` filled.
 
+    The file is read one line at a time, never whole: at most ``TRACE_MAX_LINE_BYTES`` a
+    line and ``TRACE_MAX_BYTES`` in all, ``MAX_TRACE_REQUESTS`` requests and
+    ``MAX_TRACE_BLOCKS`` hash ids, so no file (``/dev/zero`` included) holds more memory
+    than those bounds allow.
+
     Raises:
-        TraceError: the file cannot be read, is empty, or has bad lines; every bad line is
-            found (not only the first) and the first ``MAX_LISTED_ERRORS`` are listed with
-            their 1-based line numbers and reasons.
+        TraceError: the file cannot be read, is empty, has bad lines or passes a limit; every
+            bad line is found (not only the first) and the first ``MAX_LISTED_ERRORS`` are
+            listed with their 1-based line numbers and reasons.
         ValueError: ``block_tokens`` < 1.
     """
     if block_tokens < 1:
         raise ValueError(f"block_tokens must be ≥ 1, got {block_tokens}")
     name = str(path)
+    reader = _Reader(name, block_tokens)
+    digest = hashlib.sha256()
+    lines = iter_lines(
+        path, max_line_bytes=TRACE_MAX_LINE_BYTES, max_bytes=TRACE_MAX_BYTES, what="a trace",
+        hasher=digest,
+    )  # fmt: skip
     try:
-        data = Path(path).read_bytes()
+        for number, raw in lines:
+            _read_line(reader, number, raw)
+    except InputTooLarge:
+        reader.fail((None, f"larger than {TRACE_MAX_BYTES:,} bytes, the limit of a trace file"))
     except OSError as exc:
         raise TraceError(name, [(None, f"cannot read the trace: {exc.strerror or exc}")]) from exc
-    reader = _Reader(block_tokens)
-    for number, raw in enumerate(data.split(b"\n"), start=1):
-        if not raw.strip():
-            continue
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            reader.errors.append((number, "not UTF-8 text"))
-            continue
-        reader.read(number, text)
-    if reader.errors:
-        raise TraceError(name, reader.errors)
+    error = reader.error()
+    if error is not None:
+        raise error
     if not reader.requests:
         raise TraceError(name, [(None, "empty trace: no requests")])
     return Trace(
         path=name,
-        sha256=hashlib.sha256(data).hexdigest(),
+        sha256=digest.hexdigest(),
         kind="sessions" if reader.last_turn else "mooncake",
         block_tokens=block_tokens,
         requests=tuple(reader.requests),
     )
 
 
-def parse_token_scale(text: str) -> Fraction:
-    """A token scale from the command line: ``"1/16"``, ``"0.0625"`` or ``"1"``, exactly.
-
-    Raises:
-        ValueError: not a number or a fraction, or not positive.
-    """
+def _read_line(reader: _Reader, number: int, raw: bytes | None) -> None:
+    """Read line ``number`` (``None``: longer than the limit) into ``reader``."""
+    if raw is None:
+        why = f"longer than {TRACE_MAX_LINE_BYTES:,} bytes, the limit of one trace line"
+        reader.fail((number, why))
+        return
+    if not raw.strip():
+        return
+    if len(reader.requests) >= MAX_TRACE_REQUESTS:
+        reader.fail((number, f"past {MAX_TRACE_REQUESTS:,} requests, the limit of one trace"))
+        return
     try:
-        scale = Fraction(text.strip())
-    except (ValueError, ZeroDivisionError) as exc:
-        raise ValueError(
-            f"invalid token scale {text!r}: expected a fraction or a decimal, e.g. 1/16 or 0.0625"
-        ) from exc
-    if scale <= 0:
-        raise ValueError(f"invalid token scale {text!r}: must be positive")
-    return scale
-
-
-def _scaled_block(block_tokens: int, scale: Fraction) -> int:
-    scaled = block_tokens * scale
-    if scaled.denominator != 1 or scaled < 1:
-        examples = [f"1/{d}" for d in (1, 2, 4, 8, 16, 32, 64) if block_tokens % d == 0]
-        raise ValueError(
-            f"token scale {scale} gives blocks of {block_tokens} × {scale} = {scaled} tokens; "
-            f"a block must be a whole number of tokens ≥ 1: use m/{block_tokens} for a whole "
-            f"m ≥ 1 (e.g. {', '.join(examples)})"
-        )
-    return int(scaled)
-
-
-def scale_trace(trace: Trace, scale: Fraction) -> Trace:
-    """Shrink (or grow) every length and the block size of ``trace`` by ``scale``.
-
-    ``block_tokens' = block_tokens × scale`` (must be a whole number ≥ 1);
-    ``input' = ceil(input × scale)``; ``output' = max(1, ceil(output × scale))``. Hash ids,
-    timestamps and delays are unchanged, so the prefix structure is kept: since ``B × scale``
-    is a whole number, ``ceil(ceil(input × s) / (B × s)) = ceil(input / B)`` (nested ceiling
-    division by an integer), so ``len(hash_ids)`` still equals ``ceil(input' / block')``.
-    Scales compose: scaling a scaled trace multiplies ``token_scale``.
-
-    Raises:
-        ValueError: ``block_tokens × scale`` is not a whole number ≥ 1 (the message names
-            the valid scales).
-    """
-    block = _scaled_block(trace.block_tokens, scale)
-    requests = tuple(
-        replace(
-            r,
-            input_length=math.ceil(r.input_length * scale),
-            output_length=max(1, math.ceil(r.output_length * scale)),
-        )
-        for r in trace.requests
-    )
-    return replace(
-        trace, block_tokens=block, requests=requests, token_scale=trace.token_scale * scale
-    )
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        reader.fail((number, "not UTF-8 text"))
+        return
+    reader.read(number, text)
 
 
 def block_token_ids(seed: int, hash_id: int, block_tokens: int, space: TokenSpace) -> np.ndarray:

@@ -8,7 +8,6 @@ Heavy modules (numpy via the trace modules, matplotlib) are imported inside the 
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +26,7 @@ from loadgen.runformat.atomic import RunWriteError, write_with
 from server.cli_options import FiniteFloat
 from server.model_variant import CPU_BLOCK_SIZE, KV_BYTES_PER_TOKEN
 from server.net.exit_codes import TraceExit
+from server.net.json_text import dumps
 
 if TYPE_CHECKING:
     from scenarios.trace_stats import FleetStats, HitCurve, TraceSummary
@@ -99,7 +99,8 @@ def _cache_tokens(
 
 
 def _load(path: Path, trace_block_tokens: int, token_scale: str) -> Trace:
-    from scenarios.traces import TraceError, load_trace, parse_token_scale, scale_trace
+    from scenarios.trace_scale import parse_token_scale, scale_trace
+    from scenarios.traces import TraceError, load_trace
 
     try:
         scale = parse_token_scale(token_scale)
@@ -378,8 +379,8 @@ def stats(
         raise BadInput(str(exc)) from None
     plot = None if no_plot else _plot_path(file, block_tokens, token_scale, plot_path)
     loaded = _load(file, trace_block_tokens, token_scale)
-    summary = summarize(loaded, peak_window_s)
     try:
+        summary = summarize(loaded, peak_window_s)
         curve = hit_curve(loaded, block_tokens, sizes)
     except ValueError as exc:
         raise BadInput(str(exc)) from None
@@ -392,7 +393,7 @@ def stats(
     if as_json:
         out = _json(loaded, summary, curve, kv_bytes_per_token, plot)
         out["fleet"] = None if fleet is None else fleet_json(fleet, kv_bytes_per_token)
-        click.echo(json.dumps(out))
+        click.echo(dumps(out, "--json"))
     else:
         text = _text(loaded, summary, curve, kv_bytes_per_token, labels, plot)
         if fleet is not None and fleet_args is not None:

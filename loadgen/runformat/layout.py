@@ -71,6 +71,7 @@ from metrics.store import METRICS_DIR as METRICS_DIR
 from metrics.store import RAW_FILE as RAW_FILE
 from metrics.store import SAMPLES_FILE as SAMPLES_FILE
 from metrics.store import SCRAPES_FILE as SCRAPES_FILE
+from server.net.json_text import dumps
 from server.net.jsonl import append_lines
 from server.net.urls import redact_urls_in
 from server.workdir import COMMAND_FILE as COMMAND_FILE
@@ -181,11 +182,13 @@ def write_json(path: Path, obj: object) -> None:
 
     Raises:
         RunWriteError: the file could not be written (it is as it was, no temporary left).
+        server.net.json_text.NonFiniteValue: ``obj`` holds a NaN or ±Infinity, which JSON
+            cannot hold (nothing is written).
     """
     if isinstance(obj, msgspec.Struct):
         obj = msgspec.to_builtins(obj, enc_hook=str)
     # No URL password reaches a run file (run.json, plan.json, case.json, manifest.json).
-    text = redact_urls_in(json.dumps(obj, indent=2, sort_keys=False, default=str))
+    text = redact_urls_in(dumps(obj, path.name, indent=2, sort_keys=False, default=str))
     write_text(path, text + "\n")
 
 

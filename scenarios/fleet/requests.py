@@ -21,6 +21,7 @@ from scenarios.prefix_cache_model import (
     content_block_keys,
     server_block_keys,
 )
+from scenarios.prefix_cache_model.keys import check_model_blocks
 from scenarios.tokens import TokenSpace
 from scenarios.traces import Trace, TraceRequest, block_token_ids
 from scenarios.workloads import TracePrompts, trace_request_id
@@ -117,7 +118,13 @@ def trace_fleet_requests(
     block keys from its hash ids (:func:`scenarios.prefix_cache_model.server_block_keys`),
     the gateway's key of its first ``keys.prefix_tokens`` tokens drawn as ``tokens`` says,
     vllm-router's text of a token-ID prompt, and the ``X-Request-Id`` the replay sends
-    (``scenarios.workloads.trace_request_id`` of the phase ``tokens.salt``)."""
+    (``scenarios.workloads.trace_request_id`` of the phase ``tokens.salt``).
+
+    Raises:
+        ValueError: more blocks than the model holds
+            (:func:`scenarios.prefix_cache_model.keys.check_model_blocks`).
+    """
+    check_model_blocks(trace, server_block_tokens)
     keys = keys or PrefixKeys()
     tokens = tokens or TraceTokens()
     seed = tokens.block_seed()

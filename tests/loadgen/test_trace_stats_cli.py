@@ -11,6 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from loadgen.cli import main
+from scenarios.trace_stats import summarize
+from scenarios.traces import load_trace
 
 #: The Mooncake FAST'25 synthetic trace (Apache-2.0; see the NOTICE.md beside it).
 SAMPLE = Path(__file__).parents[1] / "fixtures/traces/mooncake_fast25_synthetic_trace.jsonl"
@@ -200,3 +202,40 @@ def test_sessions_trace(tmp_path: Path) -> None:
     assert (got["summary"]["sessions"], got["summary"]["session_turns"]) == (2, 3)
     assert got["summary"]["span_s"] == 0.5  # the later turn carries no timestamp
     assert got["max_hit_rate"] == pytest.approx(12 / 40)
+
+
+@pytest.mark.parametrize("window", ["nan", "inf", "1e-320", "0.0009"])
+def test_a_peak_window_that_would_write_nan_or_infinity_is_refused(
+    hand_trace: Path, window: str
+) -> None:
+    # nan would be printed as NaN, inf and 1e-320 s (a count divided into an infinite rate)
+    # as Infinity: each is refused in one line naming the flag, exit 2, and nothing that is
+    # not JSON reaches stdout. The window is checked where the flag is read and again by
+    # scenarios.trace_stats.summarize (a finite number of seconds ≥ 1 ms).
+    code, out = run(str(hand_trace), *HAND_ARGS, "--json", "--peak-window", window)
+    assert code == 2, out
+    (error,) = [x for x in out.splitlines() if x.startswith("Error:")]
+    assert error.startswith("Error: Invalid value for '--peak-window'"), error
+    assert "NaN" not in out and "Infinity" not in out and "Traceback" not in out
+    with pytest.raises(ValueError, match=r"peak window must be a finite number of seconds ≥"):
+        summarize(load_trace(hand_trace, block_tokens=8), float(window))
+
+
+def test_dev_zero_is_one_line_not_a_memory_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("scenarios.traces.TRACE_MAX_BYTES", 2**24)
+    code, out = run("/dev/zero", "--no-plot")
+    assert code == 2, out
+    assert out == "Error: /dev/zero: larger than 16,777,216 bytes, the limit of a trace file\n"
+
+
+def test_a_token_scale_past_the_length_limit_is_one_line(tmp_path: Path) -> None:
+    # The longest legal prompt (2**24 tokens, 32,768 ids of 512) at scale 10**9: refused
+    # with the figures, before any prompt or model block is made.
+    path = tmp_path / "max.jsonl"
+    line = {"timestamp": 0, "input_length": 2**24, "output_length": 1,
+            "hash_ids": list(range(2**15))}  # fmt: skip
+    path.write_text(json.dumps(line) + "\n")
+    code, out = run(str(path), "--token-scale", "1e9", "--no-plot")
+    assert code == 2, out
+    assert "token scale 1000000000 makes its 16,777,216 tokens 16,777,216,000,000,000" in out
+    assert "Traceback" not in out

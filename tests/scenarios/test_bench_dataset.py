@@ -130,3 +130,91 @@ def test_bad_rows_are_named(tmp_path: Path, line: str, why: str) -> None:
     with pytest.raises(DatasetError, match=why) as exc:
         read_rows(path, "first", WordTokenizer())
     assert "line 2" in str(exc.value)
+
+
+class CountingTokenizer(WordTokenizer):
+    """WordTokenizer with a vocabulary whose longest entry is 5 characters and no normaliser
+    (what ``chars_per_token_bound`` reads from a ``transformers`` tokenizer); it counts the
+    characters it was asked to tokenise."""
+
+    class _Backend:
+        normalizer = None
+
+    backend_tokenizer = _Backend()
+
+    def __init__(self) -> None:
+        self.chars_seen = 0
+
+    def get_vocab(self) -> dict[str, int]:
+        return {"a": 0, "ab": 1, "abcde": 2}
+
+    def __call__(self, text: str, add_special_tokens: bool = True) -> dict[str, list[int]]:
+        self.chars_seen += len(text)
+        return super().__call__(text, add_special_tokens)
+
+
+def test_a_row_that_cannot_fit_is_skipped_without_being_tokenised(tmp_path: Path) -> None:
+    # Tokens of at most 5 characters and a context of 100: a text of more than 500 characters
+    # is more than 100 tokens whatever it says. Row 0 (500 chars) is measured (250 words, too
+    # long: skipped); row 1 (502 chars) and row 2 (10 MB) are skipped unmeasured; row 3 fits.
+    path = _write_jsonl(
+        tmp_path / "d.jsonl",
+        [{"prompt": "w " * 250}, {"prompt": "w " * 251}, {"prompt": "x" * 10**7},
+         {"prompt": "a b"}],
+    )  # fmt: skip
+    tokenizer = CountingTokenizer()
+    chosen = select(
+        read_rows(path, "first", tokenizer), total=1, endpoint="completions",
+        tokenizer=tokenizer, max_model_len=100, default_output_tokens=1, use_row_output=True,
+        shuffle=False, seed=0,
+    )  # fmt: skip
+    assert chosen.skipped_too_long == 3
+    assert [i.row for i in chosen.items] == [3]
+    assert tokenizer.chars_seen == 500 + 3
+
+
+def test_a_sharegpt_reply_that_cannot_fit_is_not_tokenised(tmp_path: Path) -> None:
+    # A reply of 10 MB with a context of 100: its length is the bound ceil(10**7 / 5) = 2 M
+    # tokens, more than the context, without tokenising it; the short reply is measured.
+    path = tmp_path / "s.json"
+
+    def conversation(reply: str) -> dict[str, object]:
+        turns = [{"from": "human", "value": "hi"}, {"from": "gpt", "value": reply}]
+        return {"conversations": turns}
+
+    path.write_text(json.dumps([conversation("x" * 10**7), conversation("a b c")]))
+    tokenizer = CountingTokenizer()
+    rows = read_rows(path, "first", tokenizer, max_model_len=100)
+    assert [r.output_tokens for r in rows] == [2_000_000, 3]
+    assert tokenizer.chars_seen == 5
+
+
+def test_a_line_over_the_limit_is_refused_by_number(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("scenarios.bench_dataset.DATASET_MAX_LINE_BYTES", 100)
+    path = _write_jsonl(tmp_path / "d.jsonl", [{"prompt": "a"}, {"prompt": "w" * 200}])
+    with pytest.raises(DatasetError) as exc:
+        read_rows(path, "first", WordTokenizer())
+    assert str(exc.value) == f"{path} line 2: longer than 100 bytes, the limit of one line"
+
+
+@pytest.mark.parametrize("shape", ["jsonl", "sharegpt"])
+def test_a_file_over_the_limit_is_refused_without_being_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shape: str
+) -> None:
+    monkeypatch.setattr("scenarios.bench_dataset.DATASET_MAX_BYTES", 1000)
+    path = _write_jsonl(tmp_path / "d.jsonl", [{"prompt": "a " * 50}] * 10)  # 10 × 111 bytes
+    if shape == "sharegpt":
+        path = _sharegpt(tmp_path / "s.json")
+        path.write_text(path.read_text() + " " * 1000)
+    with pytest.raises(DatasetError) as exc:
+        read_rows(path, "first", WordTokenizer())
+    assert str(exc.value) == f"{path}: larger than 1,000 bytes, the limit of a dataset"
+
+
+def test_dev_zero_is_refused_at_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("scenarios.bench_dataset.DATASET_MAX_BYTES", 2**24)
+    with pytest.raises(DatasetError) as exc:
+        read_rows(Path("/dev/zero"), "first", WordTokenizer())
+    assert str(exc.value) == "/dev/zero: larger than 16,777,216 bytes, the limit of a dataset"

@@ -25,7 +25,8 @@ from scenarios.prefix_cache_model import (
     usable_blocks,
 )
 from scenarios.tokens import TokenSpace
-from scenarios.traces import TraceRequest, load_trace, prompt_token_ids, scale_trace
+from scenarios.trace_scale import scale_trace
+from scenarios.traces import TraceRequest, load_trace, prompt_token_ids
 
 #: The Mooncake FAST'25 synthetic trace (Apache-2.0; see the NOTICE.md beside it).
 SAMPLE = Path(__file__).parents[1] / "fixtures/traces/mooncake_fast25_synthetic_trace.jsonl"

@@ -13,15 +13,14 @@ import numpy as np
 import pytest
 
 from scenarios.tokens import TokenSpace
+from scenarios.trace_scale import parse_token_scale, scale_trace
 from scenarios.traces import (
     MAX_LISTED_ERRORS,
     TraceError,
     TraceRequest,
     block_token_ids,
     load_trace,
-    parse_token_scale,
     prompt_token_ids,
-    scale_trace,
 )
 
 SPACE = TokenSpace(low=10, high=4000)

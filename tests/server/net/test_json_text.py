@@ -1,0 +1,42 @@
+"""JSON text never holds NaN or Infinity: computed gaps become null, unchecked values refused."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from server.net.json_text import NonFiniteValue, dumps, finite_or_none, non_finite_place
+
+
+def test_finite_json_is_written_as_json_dumps_writes_it() -> None:
+    obj = {"a": [1, 2.5, None], "b": {"c": "x"}}
+    assert dumps(obj, "out", indent=2) == json.dumps(obj, indent=2)
+
+
+@pytest.mark.parametrize(
+    ("obj", "place"),
+    [
+        ({"summary": {"peak_rate_per_s": math.nan}}, "summary.peak_rate_per_s"),
+        ({"points": [1.0, {"x": math.inf}]}, "points[1].x"),
+        ([-math.inf], "[0]"),
+        (np.float64("nan"), ""),
+    ],
+)
+def test_a_non_finite_value_is_refused_with_its_place(obj: object, place: str) -> None:
+    assert non_finite_place(obj) == place
+    shown = f" at {place}" if place else ""
+    with pytest.raises(NonFiniteValue) as info:
+        dumps(obj, "--json")
+    assert str(info.value) == (
+        f"--json: a value{shown} is not a finite number, and JSON has no NaN or Infinity"
+    )
+
+
+def test_computed_gaps_become_null() -> None:
+    cleaned = finite_or_none({"a": math.nan, 1: [np.float64(2.0), math.inf], "b": (3,)})
+    assert cleaned == {"a": None, "1": [2.0, None], "b": [3]}
+    assert type(cleaned["1"][0]) is float  # numpy scalars become Python ones
+    assert dumps(cleaned, "out") == '{"a": null, "1": [2.0, null], "b": [3]}'
