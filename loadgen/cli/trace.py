@@ -240,7 +240,7 @@ def _plot_path(file: Path, block_tokens: int, token_scale: str, given: Path | No
     """Where the plot goes (``given``, else the default under ``DEFAULT_PLOT_DIR``), checked
     before any work (``loadgen.cli.output_paths``: a ``.png`` name, written as named)."""
     from loadgen.cli.output_paths import check_output_file
-    from scenarios.traces import parse_token_scale
+    from scenarios.trace_scale import parse_token_scale
 
     if given is not None:
         check_output_file(given, "--plot", suffix=".png")
