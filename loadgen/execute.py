@@ -42,6 +42,7 @@ from loadgen.case.late import LateFigures
 from loadgen.case.phases import CaseRun, run_phases
 from loadgen.case.starts import open_server, start_case, start_scraper
 from loadgen.clock import Clock, MonotonicClock
+from loadgen.kvevents.hub import KvEventHub
 from loadgen.replicas import SharedReplicas
 from loadgen.runformat import CaseInfo, RunWriteError
 from loadgen.runformat.layout import CASE_FILE, PLAN_FILE, SERVER_DIR, case_dir, write_json
@@ -122,17 +123,19 @@ async def execute_plan(
     first_server: RunningServer | None = None,
     clock: Clock | None = None,
     workers: WorkersConfig | None = None,
+    kv_events: KvEventHub | None = None,
 ) -> list[CaseOutcome]:
     """Run all cases of ``plan`` in order; cases with identical server configs share a start.
 
     ``first_server`` is the already-started server of ``plan.cases[0]`` (the sizing case);
-    ``workers`` how the load is spread (default: this process alone).
+    ``workers`` how the load is spread (default: this process alone); ``kv_events`` the
+    run's KV-event recorders, which the servers of cases that record events publish to.
     """
     hooks = hooks or RunHooks()
     clock = clock or MonotonicClock()
     write_json(run_dir / PLAN_FILE, plan.model_dump(mode="json"))
     outcomes: list[CaseOutcome] = []
-    shared = SharedReplicas(clock)  # replicas 1…n−1, kept like ``server`` across cases
+    shared = SharedReplicas(clock, kv_events)  # replicas 1…n−1, kept like ``server``
     server = first_server
     server_key: str | None = (
         plan.cases[0].model_dump_json(include={"server", "url"}) if server else None
@@ -150,7 +153,7 @@ async def execute_plan(
             if server is None:
                 try:
                     server = await open_server(
-                        case, case_dir(run_dir, case.name) / SERVER_DIR, hooks
+                        case, case_dir(run_dir, case.name) / SERVER_DIR, hooks, kv_events
                     )
                     server_key = key
                 except RunWriteError:

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from loadgen.clock import Clock
+from loadgen.kvevents.hub import KvEventHub
 from loadgen.runformat.layout import FAULTS_FILE, REPLICA_SERVER_DIR, append_jsonl
 from loadgen.runformat.rows import FaultRow
 from scenarios.plan import KillReplica
@@ -23,8 +24,15 @@ from server.manager import RunningServer, start_server
 class Replicas:
     """Replicas 1…n−1 of a case's server: start, kill/restart on schedule, stop."""
 
-    def __init__(self, config: ServerConfig, case_dir: Path, clock: Clock) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        case_dir: Path,
+        clock: Clock,
+        kv_events: KvEventHub | None = None,
+    ) -> None:
         self._config = config
+        self._kv_events = kv_events
         self._case_dir = case_dir
         self._clock = clock
         self.servers: dict[int, RunningServer] = {}
@@ -36,13 +44,16 @@ class Replicas:
         0, reserving the rest for the front end); two replicas then share one core while the
         other idles, and a restart took over 100 s here. Pinning replica k to core k (mod the
         core count) spreads them. A binding set in the config's env is kept; GPU builds
-        ignore the variable.
+        ignore the variable. With a KV-event hub, it publishes to replica k's recorder.
         """
-        if "VLLM_CPU_OMP_THREADS_BIND" in self._config.env:
-            return self._config
+        config = self._config
+        if self._kv_events is not None:
+            config = self._kv_events.config_for(config, k)
+        if "VLLM_CPU_OMP_THREADS_BIND" in config.env:
+            return config
         core = str(k % (os.cpu_count() or 1))
-        env = {**self._config.env, "VLLM_CPU_OMP_THREADS_BIND": core}
-        return self._config.model_copy(update={"env": env})
+        env = {**config.env, "VLLM_CPU_OMP_THREADS_BIND": core}
+        return config.model_copy(update={"env": env})
 
     async def start(self, count: int) -> None:
         """Start replicas 1…count−1 (replica 0 is the case's server)."""
@@ -102,29 +113,35 @@ class Replicas:
 class SharedReplicas:
     """Replicas 1…n−1 kept across consecutive cases of one server config and replica count,
     as replica 0 is (a fleet run's policies share one start); owned by the plan's executor,
-    which stops them when the config changes or the run ends.
+    which stops them when the config changes or the run ends. ``kv_events``: the run's
+    KV-event recorders, for cases that record them.
     """
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, kv_events: KvEventHub | None = None) -> None:
         self._clock = clock
-        self._key: tuple[str, int] | None = None
+        self.kv_events = kv_events
+        self._key: tuple[str, int, bool] | None = None
         self.current: Replicas | None = None
 
-    async def for_case(self, config: ServerConfig, replicas: int, case_dir: Path) -> Replicas:
+    async def for_case(
+        self, config: ServerConfig, replicas: int, case_dir: Path, record_kv_events: bool = False
+    ) -> Replicas:
         """The replicas of a case with ``replicas`` > 1 servers of ``config``: those of the case
-        before when it had the same config and count and all of them still run, else new ones
-        (the old ones stopped). Faults of the case are recorded in ``case_dir``.
+        before when it had the same config, count and recording and all of them still run,
+        else new ones (the old ones stopped; with ``record_kv_events`` each publishing to its
+        recorder of :attr:`kv_events`). Faults of the case are recorded in ``case_dir``.
 
         Raises:
             whatever ``server.manager.start_server`` raises for a replica that fails to start.
         """
-        key = (config.model_dump_json(), replicas)
+        key = (config.model_dump_json(), replicas, record_kv_events)
         kept = self.current
         if kept is not None and key == self._key and kept.all_running():
             kept.retarget(case_dir)
             return kept
         await self.stop()
-        self.current, self._key = Replicas(config, case_dir, self._clock), key
+        hub = self.kv_events if record_kv_events else None
+        self.current, self._key = Replicas(config, case_dir, self._clock, hub), key
         await self.current.start(replicas)
         return self.current
 

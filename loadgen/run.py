@@ -24,6 +24,7 @@ from pydantic import BaseModel
 
 from loadgen.clock import wall_anchor
 from loadgen.execute import CaseOutcome, RunHooks, execute_plan, open_server
+from loadgen.kvevents.hub import KvEventHub
 from loadgen.proxies import check_installed
 from loadgen.redact import redact_command
 from loadgen.runformat import FORMAT_VERSION, RunInfo, RunStatus, RunWriteError
@@ -120,20 +121,28 @@ def new_run_dir(root: Path, scenario: str) -> Path:
 async def _plan_and_execute(
     scenario: Scenario, params: BaseModel, run_dir: Path, hooks: RunHooks, workers: WorkersConfig
 ) -> list[CaseOutcome]:
-    """Start the sizing case's server, plan from its real capacity, run every case."""
+    """Start the sizing case's server, plan from its real capacity, run every case. The
+    run's KV-event recorders (for cases that record them) stop last, however it ends."""
     sizing = scenario.sizing_case(params)
-    server = await open_server(sizing, case_dir(run_dir, sizing.name) / SERVER_DIR, hooks)
+    kv_events = KvEventHub()
     try:
-        if server.capacity is None:
-            raise RuntimeError(
-                f"could not read the KV capacity of {server.url}: {server.capacity_error}"
-            )
-        plan = scenario.plan(params, server.capacity)
-        check_installed(plan.cases)  # before any load is sent
-    except BaseException:
-        await asyncio.shield(asyncio.to_thread(server.stop))
-        raise
-    return await execute_plan(plan, run_dir, hooks, first_server=server, workers=workers)
+        workdir = case_dir(run_dir, sizing.name) / SERVER_DIR
+        server = await open_server(sizing, workdir, hooks, kv_events)
+        try:
+            if server.capacity is None:
+                raise RuntimeError(
+                    f"could not read the KV capacity of {server.url}: {server.capacity_error}"
+                )
+            plan = scenario.plan(params, server.capacity)
+            check_installed(plan.cases)  # before any load is sent
+        except BaseException:
+            await asyncio.shield(asyncio.to_thread(server.stop))
+            raise
+        return await execute_plan(
+            plan, run_dir, hooks, first_server=server, workers=workers, kv_events=kv_events
+        )
+    finally:
+        await kv_events.aclose()
 
 
 def model_variant_of(scenario: Scenario, params: BaseModel) -> dict[str, str] | None:

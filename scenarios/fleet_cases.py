@@ -11,11 +11,13 @@ emptied, and scrape every replica; docs/fleet.md says what is measured and predi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from scenarios.checks import CheckSpec
 from scenarios.fleet.model import parse_fleet_policies
-from scenarios.plan import CaseSpec, GatewaySpec, ProxySpec
+from scenarios.plan import CaseSpec, GatewaySpec, KillReplica, PhaseSpec, ProxySpec
 from server.config import ServerConfig
 from server.frozen import FrozenModel
 
@@ -101,6 +103,114 @@ class FleetParams(FrozenModel):
         return parse_routing(self.routing or DEFAULT_ROUTING)
 
 
+def parse_kill(text: str) -> KillReplica:
+    """``K@T`` → replica K stopped T seconds into the phase, not restarted in the case.
+
+    Raises:
+        ValueError: not ``K@T``, K not a whole number ≥ 1, T not a number > 0.
+    """
+    replica, at, seconds = text.partition("@")
+    try:
+        if not at:
+            raise ValueError("no @")
+        return KillReplica(replica=int(replica), at_s=float(seconds), restart=False)
+    except ValueError:
+        raise ValueError(
+            f"--kill-replica {text!r}: expected K@T, replica K (1…N−1; replica 0 is the one "
+            "sized and watched) stopped T > 0 seconds into the first phase"
+        ) from None
+
+
+#: The suffix of a fleet run's failover case (``--kill-replica``).
+KILLED_SUFFIX = "-killed"
+
+
+class FleetKillParams(FrozenModel):
+    """A failover case at the end of a fleet run (a mixin of trace-replay's parameters)."""
+
+    kill_replica: str | None = Field(
+        default=None,
+        description="K@T: end the fleet run with one more case, the last gateway policy of "
+        "--routing again, its replica K (1…N−1) stopped T seconds into its first phase and "
+        "not restarted (docs/fleet.md).",
+    )
+
+    @field_validator("kill_replica")
+    @classmethod
+    def _kill(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_kill(value)
+        return value
+
+    @model_validator(mode="after")
+    def _kill_needs_the_replica(self) -> FleetKillParams:
+        if self.kill_replica is None:
+            return self
+        kill = parse_kill(self.kill_replica)
+        replicas = int(getattr(self, "replicas", 1))
+        if replicas < 2 or kill.replica >= replicas:
+            raise ValueError(
+                f"--kill-replica {self.kill_replica}: there is no replica {kill.replica} "
+                f"(--replicas {replicas}: replicas 1…{replicas - 1} can be killed)"
+            )
+        routing = getattr(self, "routing", None) or DEFAULT_ROUTING
+        if all(c.router != "gateway" for c in parse_routing(routing)):
+            raise ValueError(
+                "--kill-replica needs a gateway policy in --routing: the gateway's breaker "
+                "moves the killed replica's keys and its decisions say which"
+            )
+        return self
+
+    def with_kill_case(
+        self, cases: tuple[CaseSpec, ...], phases: tuple[PhaseSpec, ...]
+    ) -> tuple[CaseSpec, ...]:
+        """``cases`` and, with a kill, the failover case: a copy of the last gateway case
+        named ``<name>-killed``, its phases ``phases`` with the kill in the first."""
+        gateway = [c for c in cases if c.gateway is not None]
+        if self.kill_replica is None or not gateway or not phases:
+            return cases
+        kill = parse_kill(self.kill_replica)
+        first = phases[0].model_copy(update={"faults": (kill,)})
+        base = gateway[-1]
+        failover = base.model_copy(update={
+            "name": base.name + KILLED_SUFFIX, "phases": (first, *phases[1:]),
+            "label": f"{base.label}, replica {kill.replica} killed at {kill.at_s:g} s",
+        })  # fmt: skip
+        return (*cases, failover)
+
+
+class FleetKvEventsMatch(CheckSpec):
+    """Every replica of a fleet case recorded its KV-cache events without a loss, and the
+    blocks each stored are the prefix-cache model's for the requests it served, block by
+    block (``analysis.fleet_kv``)."""
+
+    kind: Literal["fleet_kv_events_match"] = "fleet_kv_events_match"
+
+
+class FleetKillAccounted(CheckSpec):
+    """A fleet case whose phase ``phase`` killed a replica: every planned request ended once
+    (a completion, a failure with its reason, or never sent: none lost, none counted twice),
+    and behind the gateway's ``prefix-hash`` the killed replica's keys moved
+    (``passed-on-breaker`` decisions in ``routing_decisions.jsonl``)."""
+
+    kind: Literal["fleet_kill_accounted"] = "fleet_kill_accounted"
+    phase: str
+
+
+def fleet_checks(cases: tuple[CaseSpec, ...]) -> list[FleetKvEventsMatch | FleetKillAccounted]:
+    """The fleet checks of ``cases``: for a case whose phases kill a replica, one
+    :class:`FleetKillAccounted` per such phase; for any other that records KV-cache events,
+    one :class:`FleetKvEventsMatch` (a killed replica's events end at its death)."""
+    out: list[FleetKvEventsMatch | FleetKillAccounted] = []
+    for case in cases:
+        killed = [ph.name for ph in case.phases if ph.faults]
+        if killed:
+            out += [FleetKillAccounted(case=case.name, phase=name) for name in killed]
+        elif case.record_kv_events:
+            out.append(FleetKvEventsMatch(case=case.name))
+    return out
+
+
 def fleet_server(server: ServerConfig) -> ServerConfig:
     """``server`` as a fleet replica: with vLLM's development endpoints on
     (``VLLM_SERVER_DEV_MODE=1``), for ``/reset_prefix_cache`` between policies."""
@@ -129,6 +239,7 @@ def fleet_cases(
                 replicas=params.replicas,
                 scrape_replicas=True,
                 reset_prefix_cache=True,
+                record_kv_events=True,
                 **relay,  # type: ignore[arg-type]
             )
         )

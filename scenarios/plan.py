@@ -188,6 +188,9 @@ class CaseSpec(FrozenModel):
     #: ``POST /reset_prefix_cache``, which needs ``VLLM_SERVER_DEV_MODE=1``), so a case that
     #: shares its servers with the case before it starts cold.
     reset_prefix_cache: bool = False
+    #: Record every replica's KV-cache events into the case directory (vLLM's ZMQ
+    #: publisher, ``loadgen.kvevents.hub``): ``kv_events.jsonl`` per replica.
+    record_kv_events: bool = False
     #: Route requests through a gateway in front of the server.
     gateway: GatewaySpec | None = None
     #: Route requests through a third-party proxy instead (nginx, vllm-router).

@@ -19,6 +19,7 @@ from pathlib import Path
 from loadgen.case.fleet import reset_prefix_caches, start_replica_scrapers, write_fleet_file
 from loadgen.case.hooks import RunHooks
 from loadgen.client import Target
+from loadgen.kvevents.hub import KvEventHub
 from loadgen.placement import Placement, pin_helpers, placement_for_servers
 from loadgen.proxies import running_relay_for
 from loadgen.proxies.relay import Relay
@@ -30,8 +31,11 @@ from server.cpus import ServerHost
 from server.manager import RunningServer, attach, start_server
 
 
-async def open_server(case: CaseSpec, workdir: Path, hooks: RunHooks) -> RunningServer:
-    """Start (``case.server``) or attach to (``case.url``) the case's server.
+async def open_server(
+    case: CaseSpec, workdir: Path, hooks: RunHooks, kv_events: KvEventHub | None = None
+) -> RunningServer:
+    """Start (``case.server``) or attach to (``case.url``) the case's server; a case that
+    records KV-cache events gets replica 0's recorder of ``kv_events`` (when given).
 
     Raises:
         RunWriteError: a file of the server's ``workdir`` (its log, command, facts) could not
@@ -42,8 +46,11 @@ async def open_server(case: CaseSpec, workdir: Path, hooks: RunHooks) -> Running
         return await attach(case.url)
     if case.server is None:
         raise ValueError(f"case {case.name} has neither a server config nor a URL")
+    config = case.server
+    if case.record_kv_events and kv_events is not None:
+        config = kv_events.config_for(config, 0)
     try:
-        return await start_server(case.server, workdir, on_status=hooks.on_server_status)
+        return await start_server(config, workdir, on_status=hooks.on_server_status)
     except OSError as exc:
         written = write_error_under(exc, workdir)
         if written is not None:
@@ -110,7 +117,8 @@ async def start_case(
     the same config, else started), start its relay (stopped by ``stack``), pin the scraper
     and the relay off the servers' cores, and wait for the first scrape and two more of
     baseline. A fleet case (``scrape_replicas``, ``reset_prefix_cache``) also gets a scraper
-    per replica and starts with every prefix cache empty (``loadgen.case.fleet``).
+    per replica and starts with every prefix cache empty (``loadgen.case.fleet``); one that
+    records KV-cache events has every replica's recorder write into ``cdir`` from then on.
 
     Raises:
         ValueError: replicas of a case that attaches to a URL.
@@ -121,10 +129,12 @@ async def start_case(
     if case.replicas > 1:
         if case.server is None:
             raise ValueError(f"case {case.name}: replicas need a server config, not a URL")
-        replicas = await shared.for_case(case.server, case.replicas, cdir)
+        replicas = await shared.for_case(case.server, case.replicas, cdir, case.record_kv_events)
     else:
         await shared.stop()
     servers = CaseServers(server, replicas)
+    if case.record_kv_events and shared.kv_events is not None:
+        shared.kv_events.record_into(cdir)  # before the reset: its cleared event opens the file
     if case.reset_prefix_cache:
         await reset_prefix_caches(servers.urls())
     if case.scrape_replicas:

@@ -90,14 +90,17 @@ class EventLog:
 
 
 class KvEventRecorder:
-    """A SUB socket bound on ``127.0.0.1`` that appends every message's rows to ``path``.
+    """A SUB socket bound on ``127.0.0.1`` that appends every message's rows to ``path``
+    (``None``: held in memory until :meth:`retarget` names a file).
 
-    Use :func:`recording_kv_events`; :attr:`port` is what the server's publisher connects
-    to (``server.kv_events.kv_events_args``).
+    Use :func:`recording_kv_events` (or ``loadgen.kvevents.hub`` for a whole run);
+    :attr:`port` is what the server's publisher connects to
+    (``server.kv_events.kv_events_args``).
     """
 
-    def __init__(self, path: Path, clock: Callable[[], int] = time.monotonic_ns) -> None:
-        self.path = path
+    def __init__(self, path: Path | None, clock: Callable[[], int] = time.monotonic_ns) -> None:
+        self.path: Path | None = None
+        self._held: list[KvEventRow] = []
         self.clock = clock
         self.log = EventLog()
         self._ctx = zmq.asyncio.Context()
@@ -105,15 +108,32 @@ class KvEventRecorder:
         self._sock.setsockopt(zmq.SUBSCRIBE, b"")
         self._sock.setsockopt(zmq.LINGER, 0)
         self.port = self._sock.bind_to_random_port("tcp://127.0.0.1")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.touch()
+        if path is not None:
+            self.retarget(path)
+
+    def retarget(self, path: Path) -> None:
+        """Write the rows from now on (and any held) to ``path``, created empty if missing.
+
+        Raises:
+            RunWriteError: a held row could not be written.
+            OSError: the file could not be created.
+        """
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+        self.path = path
+        held, self._held = self._held, []
+        for row in held:
+            append_jsonl(path, row)
 
     async def run(self) -> None:
         """Receive and write until cancelled."""
         while True:
             frames = await self._sock.recv_multipart()
             for row in self.log.rows(frames, self.clock()):
-                append_jsonl(self.path, row)
+                if self.path is None:
+                    self._held.append(row)
+                else:
+                    append_jsonl(self.path, row)
 
     def close(self) -> None:
         self._sock.close(linger=0)

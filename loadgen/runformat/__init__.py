@@ -26,7 +26,7 @@ here, never from the load generator's internals:
 Field lists with units: ``docs/run-format.md``.
 """
 
-from gateway.events import GatewayEvent
+from gateway.events import GatewayEvent, RoutingDecisionRow
 from loadgen.runformat import migrate_v0
 from loadgen.runformat.atomic import RunWriteError
 from loadgen.runformat.errors import UnreadableRun
@@ -72,6 +72,7 @@ __all__ = [
     "ReadRecord",
     "RequestRecord",
     "Reseal",
+    "RoutingDecisionRow",
     "RunFileError",
     "RunInfo",
     "RunStatus",

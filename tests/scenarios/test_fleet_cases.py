@@ -3,10 +3,24 @@ sharing one start, starting cold, scraping every replica; bad policy lists are r
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from scenarios.fleet_cases import FleetParams, fleet_cases, parse_routing
+from scenarios.fleet_cases import (
+    FleetKillAccounted,
+    FleetKvEventsMatch,
+    FleetParams,
+    fleet_cases,
+    fleet_checks,
+    parse_kill,
+    parse_routing,
+)
+from scenarios.plan import PhaseSpec
+from scenarios.trace_replay import TraceReplayParams
 from server.config import ServerConfig
+
+SAMPLE = Path(__file__).parents[1] / "fixtures/traces/mooncake_fast25_synthetic_trace.jsonl"
 
 
 def test_routing_lists_become_cases_in_order_with_their_routers() -> None:
@@ -49,3 +63,39 @@ def test_bad_routing_lists_are_refused(routing: str, message: str) -> None:
 def test_routing_needs_two_replicas() -> None:
     with pytest.raises(ValueError, match="needs --replicas 2"):
         FleetParams(replicas=1, routing="round-robin")
+
+
+def test_a_kill_is_k_at_t_on_a_replica_that_exists_behind_the_gateway() -> None:
+    kill = parse_kill("1@12.5")
+    assert (kill.replica, kill.at_s, kill.restart) == (1, 12.5, False)
+    for bad in ("1", "x@3", "1@0", "0@3"):
+        with pytest.raises(ValueError, match="expected K@T"):
+            parse_kill(bad)
+    with pytest.raises(ValueError, match="there is no replica 2"):
+        TraceReplayParams(trace=str(SAMPLE), replicas=2, kill_replica="2@5")
+    with pytest.raises(ValueError, match="needs a gateway policy in --routing"):
+        TraceReplayParams(trace=str(SAMPLE), replicas=2, routing="vllm-router:random",
+                          kill_replica="1@5")  # fmt: skip
+
+
+def test_a_kill_adds_a_failover_case_after_the_policies() -> None:
+    routing = "round-robin,prefix-hash,vllm-router:cache_aware"
+    params = TraceReplayParams(trace=str(SAMPLE), replicas=2, kill_replica="1@5", routing=routing)
+    first = PhaseSpec.model_construct(name="speedup-1x", faults=())
+    second = PhaseSpec.model_construct(name="speedup-2x", faults=())
+    server = ServerConfig(model="m", kv_cache_bytes=2**30)
+    cases = params.with_kill_case(fleet_cases(params, server, "", "c"), (first, second))
+    # The last gateway policy once more, its first phase killing replica 1 at 5 s.
+    names = ["round-robin", "prefix-hash", "vllm-router-cache_aware", "prefix-hash-killed"]
+    assert [c.name for c in cases] == names
+    failover = cases[-1]
+    assert failover.gateway is not None and failover.gateway.routing == "prefix-hash"
+    assert [p.faults for p in failover.phases] == [(parse_kill("1@5"),), ()]
+    assert failover.label == "c, 2 replicas, prefix-hash, replica 1 killed at 5 s"
+    # Its server and replicas are the others': the executor keeps them for it.
+    assert len({c.model_dump_json(include={"server"}) for c in cases}) == 1
+    # The failover case is judged on its accounting, the others on their KV events.
+    assert fleet_checks(cases) == [
+        *(FleetKvEventsMatch(case=n) for n in names[:3]),
+        FleetKillAccounted(case="prefix-hash-killed", phase="speedup-1x"),
+    ]

@@ -18,7 +18,14 @@ from analysis.reports import Evaluator, PhaseColumn, ScenarioReport
 from analysis.reports.trace_replay.details import TraceReplayDetails, trace_details
 from analysis.reports.trace_replay.plots import trace_plots
 from analysis.reports.trace_replay.render import case_lines, closing_lines, trace_lines
-from analysis.reports.trace_replay.verdicts import hit_rate_verdict, lateness_verdict, rate_verdict
+from analysis.reports.trace_replay.verdicts import (
+    hit_rate_verdict,
+    kill_verdict,
+    kv_events_verdict,
+    lateness_verdict,
+    rate_verdict,
+)
+from scenarios.fleet_cases import FleetKillAccounted, FleetKvEventsMatch
 from scenarios.trace_replay import TraceHitRatePredicted, TraceRateKept, TraceSendLateness
 
 
@@ -27,6 +34,8 @@ class TraceReplayReport(ScenarioReport[TraceReplayDetails]):
         TraceHitRatePredicted: hit_rate_verdict,
         TraceRateKept: rate_verdict,
         TraceSendLateness: lateness_verdict,
+        FleetKvEventsMatch: kv_events_verdict,
+        FleetKillAccounted: kill_verdict,
     }
 
     def details(self, run: RunData, cases: dict[str, CaseSummary]) -> TraceReplayDetails:

@@ -34,6 +34,9 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
 from analysis.fleet import FleetData, FleetFunnel, fleet_funnel, load_fleet
+from analysis.fleet_faults import KillFigures, kill_figures
+from analysis.fleet_kv import ReplicaKv, fleet_kv_comparison
+from analysis.fleet_latency import RouterLatency, router_latency
 from analysis.goodput import (
     RatePoint,
     SLOLimits,
@@ -44,9 +47,11 @@ from analysis.goodput import (
     window_rates,
 )
 from analysis.latency import request_frame
-from analysis.load import CaseData, RunData
+from analysis.load import CaseData, RunData, read_jsonl
 from analysis.models import CaseSummary, PhaseSummary, Stats
 from loadgen.measure import Window
+from loadgen.runformat import RoutingDecisionRow
+from loadgen.runformat.layout import ROUTING_DECISIONS_FILE
 from scenarios.arrivals import TraceArrival
 from scenarios.fleet.requests import workload_fleet_requests
 from scenarios.plan import PhaseSpec, Plan
@@ -59,7 +64,7 @@ from scenarios.prefix_cache_model import (
 )
 from scenarios.traces import TraceRequest
 from scenarios.values import parse_slo
-from scenarios.workloads import TracePrompts
+from scenarios.workloads import TracePrompts, trace_request_id
 
 
 class _Frozen(BaseModel):
@@ -134,6 +139,13 @@ class CaseFigures(_Frozen):
     block_size: int | None
     phases: dict[str, PhaseFigures]
     answer: CapacityAnswer
+    #: A fleet case's KV-cache events beside the model, per replica (``analysis.fleet_kv``).
+    kv_events: list[ReplicaKv] | None = None
+    #: A fleet case whose first phase killed a replica: its requests and remapped keys
+    #: (``analysis.fleet_faults``).
+    kill: KillFigures | None = None
+    #: A fleet case: what its router adds to TTFT, per phase (``analysis.fleet_latency``).
+    router_latency: dict[str, RouterLatency] = {}
 
 
 class TraceReplayDetails(_Frozen):
@@ -452,6 +464,7 @@ def _case(
     frame = request_frame(case.records)
     fleet = load_fleet(run_dir, case)
     phases = {}
+    fleet_sent: list[tuple[TracePrompts, pd.DataFrame]] = []
     for ph in plan.phases_of(spec):
         if not isinstance(ph.arrival, TraceArrival):
             continue
@@ -460,7 +473,18 @@ def _case(
             rows = frame[(frame["phase"] == ph.name) & frame["sent_ns"].notna()]
             sent = rows.sort_values("index")
             funnel = _fleet_funnel(ph, case, plan, fleet, sent, (capacity_blocks, block))
+            if isinstance(ph.workload, TracePrompts) and not sent.empty:
+                fleet_sent.append((ph.workload, sent))
         phases[ph.name] = _phase(ph, frame, summary, capacity_blocks, block, slo, funnel)
+    kv = None
+    if fleet is not None and spec.record_kv_events and capacity_blocks and block:
+        kv = fleet_kv_comparison(
+            run_dir / "cases" / case.name, fleet, fleet_sent, plan.seed, plan.tokens,
+            (capacity_blocks, block), measured_events,
+        )  # fmt: skip
+    cdir = run_dir / "cases" / case.name
+    kill = _kill(cdir, case, plan.phases_of(spec)) if fleet else None
+    latency = _router_latency(cdir, case, fleet) if fleet else {}
     target_speedup = plan.params.get("target_speedup")
     answer = capacity_answer(
         phases,
@@ -468,8 +492,28 @@ def _case(
         None if target_speedup is None else float(target_speedup),  # type: ignore[arg-type]
     )
     return CaseFigures(
-        capacity_blocks=capacity_blocks, block_size=block, phases=phases, answer=answer
-    )
+        capacity_blocks=capacity_blocks, block_size=block, phases=phases, answer=answer,
+        kv_events=kv, kill=kill, router_latency=latency,
+    )  # fmt: skip
+
+
+def _router_latency(cdir: Path, case: CaseData, fleet: FleetData) -> dict[str, RouterLatency]:
+    """Per phase of a fleet case, what its router adds to TTFT (``analysis.fleet_latency``)."""
+    decisions = read_jsonl(cdir / ROUTING_DECISIONS_FILE, RoutingDecisionRow).rows
+    out = {}
+    for row in case.phases:
+        records = [r for r in case.records if r.phase == row.phase]
+        out[row.phase] = router_latency(fleet, records, (row.start_ns, row.end_ns), decisions)
+    return out
+
+
+def _kill(cdir: Path, case: CaseData, phases: tuple[PhaseSpec, ...]) -> KillFigures | None:
+    """The kill of the first phase that has one (``None`` without)."""
+    spec = next((ph for ph in phases if ph.faults), None)
+    if spec is None or not isinstance(spec.workload, TracePrompts):
+        return None
+    planned = [trace_request_id(spec.workload.salt, item.line) for item in spec.workload.items]
+    return kill_figures(cdir, planned, [r for r in case.records if r.phase == spec.name])
 
 
 def trace_details(run: RunData, cases: dict[str, CaseSummary]) -> TraceReplayDetails:

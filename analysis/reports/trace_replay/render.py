@@ -47,10 +47,84 @@ FUNNEL_HEADERS = ["phase", "policy", "pooled bound", "spread bound", "one replic
                   "predicted", "measured (counters)", "measured (requests)",
                   "requests/replica", "prefill tokens/replica", "req max/mean",
                   "prefill max/mean"]  # fmt: skip
+LATENCY_HEADERS = ["phase", "policy", "client TTFT mean ms (requests)",
+                   "engine TTFT mean ms (requests)", "outside the engine ms",
+                   "to the routing decision ms p50 / p99"]  # fmt: skip
+KV_HEADERS = ["replica", "requests", "stored", "evicted", "complete", "first divergence"]
 
 
 def _per_replica(values: list[float | None]) -> str:
     return " / ".join(f(v, 0) for v in values)
+
+
+def kv_lines(c: CaseFigures) -> list[str]:
+    """A fleet case's KV-cache events beside the model, per replica (``analysis.fleet_kv``)."""
+    if not c.kv_events:
+        return []
+    rows = []
+    for r in c.kv_events:
+        k = r.comparison
+        if k is None:
+            rows.append([str(r.replica), "–", "–", "–", "–", r.note or ""])
+            continue
+        rows.append(
+            [str(r.replica), str(r.requests),
+             f"{k['stored_matched']} / {k['stored_predicted']} / {k['stored_recorded']}",
+             f"{k['removed_matched']} / {k['removed_predicted']} / {k['removed_recorded']}",
+             "yes" if k["complete"] else "no: " + "; ".join(r.notes),
+             r.divergence or "none"]
+        )  # fmt: skip
+    return [
+        "KV-cache events beside the model (blocks matched / predicted / recorded; evictions "
+        "compared in order; docs/fleet.md):",
+        "",
+        table(KV_HEADERS, rows),
+        "",
+    ]
+
+
+def latency_lines(c: CaseFigures) -> list[str]:
+    """A fleet case's router latency per phase (``analysis.fleet_latency``)."""
+    rows = [
+        [phase, r.policy, f"{f(r.client_ttft_mean_ms, 1)} ({r.client_requests})",
+         f"{f(r.engine_ttft_mean_ms, 1)} ({f(r.engine_requests, 0)})", f(r.outside_engine_ms, 1),
+         f"{f(r.decision_lag_p50_ms, 2)} / {f(r.decision_lag_p99_ms, 2)}"
+         + (f" ({r.decision_lag_requests})" if r.decision_lag_requests else "")]
+        for phase, r in c.router_latency.items()
+    ]  # fmt: skip
+    if not rows:
+        return []
+    return [
+        "Router latency (docs/fleet.md): the client's mean TTFT minus the engines' own (their "
+        "TTFT histograms' sum ÷ count, replicas summed) is the time outside the engine, an "
+        "upper bound of the router's share; the gateway's routing decision comes the given ms "
+        "after the client wrote the request (p50 / p99).",
+        "",
+        table(LATENCY_HEADERS, rows),
+        "",
+    ]
+
+
+def kill_lines(c: CaseFigures) -> list[str]:
+    """A fleet case whose replica was killed: its requests, and the keys that moved."""
+    k = c.kill
+    if k is None:
+        return []
+    rows = [[r.key, str(r.home), ", ".join(map(str, r.moved_to)), str(r.decisions),
+             f(r.first_after_kill_s, 3)] for r in k.remapped_keys]  # fmt: skip
+    reasons = "; ".join(f"{n} × {why}" for why, n in k.failure_reasons.items()) or "none"
+    lines = [
+        f"Replica {k.replica} ({k.url}) killed: {k.planned} requests planned, {k.completed} "
+        f"completed, {k.failed} failed ({reasons}), {k.not_sent} not sent, {len(k.lost)} lost, "
+        f"{len(k.counted_twice)} counted twice. After the kill: {k.decisions_after_kill} "
+        f"routing decisions, {k.to_killed_after_kill} still to the killed replica (before its "
+        f"breaker opened), {k.retries} retries; {len(k.remapped_keys)} keys remapped "
+        "(routing_decisions.jsonl, `passed-on-breaker`):",
+        "",
+    ]
+    if rows:
+        lines += [table(["key", "home", "moved to", "decisions", "first (s after kill)"], rows), ""]
+    return lines
 
 
 def funnel_lines(c: CaseFigures) -> list[str]:
@@ -107,6 +181,9 @@ def case_lines(c: CaseFigures) -> list[str]:
         table(HIT_HEADERS, hit_rows),
         "",
         *funnel_lines(c),
+        *kv_lines(c),
+        *kill_lines(c),
+        *latency_lines(c),
         table(RATE_HEADERS, rate_rows),
         "",
         f"Capacity answer: {c.answer.text}.",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from analysis.checks import fmt
 from analysis.models import CaseSummary, Verdict
 from analysis.reports.trace_replay.details import PhaseFigures, TraceReplayDetails
+from scenarios.fleet_cases import FleetKillAccounted, FleetKvEventsMatch
 from scenarios.trace_replay import TraceHitRatePredicted, TraceRateKept, TraceSendLateness
 
 
@@ -114,3 +115,56 @@ def _bracket_verdict(check: TraceHitRatePredicted, name: str, p: PhaseFigures) -
 def _summed(p: PhaseFigures) -> str:
     """How a fleet's counters were read: ``, 2 replicas summed, prefix-hash``."""
     return "" if p.fleet is None else f", {p.fleet.replicas} replicas summed, {p.fleet.policy}"
+
+
+def kv_events_verdict(
+    check: FleetKvEventsMatch, _: CaseSummary, details: TraceReplayDetails | None
+) -> Verdict:
+    """PASS when every replica recorded its events without a loss and stored exactly the
+    blocks the model predicts for the requests it served (evictions are reported, not judged:
+    under concurrency vLLM may evict in another order, ``analysis.kv_compare``); undecided
+    when a replica's requests are unknown (behind a router that does not say where it sent
+    them) or nothing was compared."""
+    name = "KV events recorded for every replica, the stored blocks the model's"
+    figures = details.cases.get(check.case) if details is not None else None
+    replicas = figures.kv_events if figures is not None else None
+    if not replicas:
+        why = "no KV-event comparison (no capacity numbers or nothing sent)"
+        return Verdict(case=check.case, check=name, passed=None, detail=why)
+    parts: list[str] = []
+    results: list[bool | None] = []
+    for r in replicas:
+        if r.comparison is None:
+            parts.append(f"replica {r.replica}: {r.note}")
+            results.append(False if not r.recorded else None)
+            continue
+        results.append(r.stored_match)
+        parts.append(f"replica {r.replica}: {r.summary()}")
+    passed = False if False in results else None if None in results else True
+    return Verdict(case=check.case, check=name, passed=passed, detail="; ".join(parts))
+
+
+def kill_verdict(
+    check: FleetKillAccounted, _: CaseSummary, details: TraceReplayDetails | None
+) -> Verdict:
+    """PASS when every planned request of the phase ended exactly once (none lost, none
+    counted twice) and, behind the gateway's prefix-hash, at least one key moved off the
+    killed replica; undecided without a recorded kill, or when nothing was routed after it."""
+    name = f"{check.phase}: a replica killed, no request lost, its keys moved"
+    figures = details.cases.get(check.case) if details is not None else None
+    k = figures.kill if figures is not None else None
+    if k is None:
+        return Verdict(case=check.case, check=name, passed=None, detail="no kill recorded")
+    reasons = "; ".join(f"{n} × {why}" for why, n in k.failure_reasons.items())
+    detail = (
+        f"replica {k.replica} killed; {k.planned} planned: {k.completed} completed, "
+        f"{k.failed} failed ({reasons or 'none'}), {k.not_sent} not sent; lost "
+        f"{len(k.lost)}, counted twice {len(k.counted_twice)}; after the kill "
+        f"{k.decisions_after_kill} routing decisions, {k.to_killed_after_kill} still to the "
+        f"killed replica, {k.retries} retries, {len(k.remapped_keys)} keys remapped"
+    )
+    passed: bool | None = k.accounted
+    if passed and check.case.endswith("prefix-hash"):
+        # Nothing routed after the kill: no key could move, so that part is undecided.
+        passed = True if k.remapped_keys else None if k.decisions_after_kill == 0 else False
+    return Verdict(case=check.case, check=name, passed=passed, detail=detail)
