@@ -26,9 +26,7 @@ MAX_REPLICAS = 4
 #: The policies a fleet run uses when ``--routing`` is not given.
 DEFAULT_ROUTING = "round-robin,least-loaded,prefix-hash"
 #: vllm-router policies the model predicts that a fleet run cannot use here, and why.
-UNSUPPORTED_ROUTER_POLICIES = {
-    "kv_aware": "the router needs each replica's KV-event endpoint, which a run does not wire",
-}
+UNSUPPORTED_ROUTER_POLICIES: dict[str, str] = {}
 
 
 @dataclass(frozen=True, slots=True)

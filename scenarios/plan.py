@@ -152,11 +152,19 @@ class ProxySpec(FrozenModel):
     ``ignore_client_abort`` (nginx only) adds ``proxy_ignore_client_abort on``.
     ``policy`` (vllm-router only) is its ``--policy``; ``None`` leaves its default
     (``cache_aware``).
+    ``kv_event_sources`` (vllm-router's ``kv_aware``): (worker URL, ZMQ endpoint) per replica,
+    where the router subscribes to that replica's KV-cache events; the ports exist only once
+    the run has bound them, so the run fills this in when it starts the router
+    (``loadgen.case.starts``), never the plan. ``kv_event_model`` is the model name the events
+    are for, ``kv_event_block_size`` their block size (tokens).
     """
 
     kind: Literal["nginx", "vllm-router"]
     ignore_client_abort: bool = False
     policy: VllmRouterPolicy | None = None
+    kv_event_sources: tuple[tuple[str, str], ...] = ()
+    kv_event_model: str | None = None
+    kv_event_block_size: int | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _nginx_only(self) -> ProxySpec:

@@ -26,7 +26,7 @@ from loadgen.proxies.relay import Relay
 from loadgen.replicas import Replicas, SharedReplicas
 from loadgen.runformat.atomic import write_error_under
 from metrics.scraper import ScraperProcess
-from scenarios.plan import CaseSpec, Plan
+from scenarios.plan import CaseSpec, GatewaySpec, Plan, ProxySpec
 from server.cpus import ServerHost
 from server.manager import RunningServer, attach, start_server
 
@@ -145,7 +145,8 @@ async def start_case(
     problems = [pin_helpers([scraper.pid] if scraper.pid else [], placement)]
     started = CaseStart(servers, Target(server.url, server.model_name), placement, None)
     if case.relay is not None:
-        relay = await stack.enter_async_context(running_relay_for(case.relay, servers.urls(), cdir))
+        spec = _with_kv_event_sources(case, servers, shared)
+        relay = await stack.enter_async_context(running_relay_for(spec, servers.urls(), cdir))
         started.target = Target(relay.url, server.model_name)
         problems.append(pin_helpers([relay.pid], placement))
         started.relays.append(relay)
@@ -155,6 +156,30 @@ async def start_case(
     started.helpers_problem = "; ".join(p for p in problems if p) or None
     await _baseline_scrapes(plan, server, cdir, scraper)
     return started
+
+
+def _with_kv_event_sources(
+    case: CaseSpec, servers: CaseServers, shared: SharedReplicas
+) -> GatewaySpec | ProxySpec:
+    """The case's relay; vllm-router's ``kv_aware`` given where each replica's KV-cache events
+    are passed on (``loadgen.kvevents``).
+
+    Raises:
+        RuntimeError: ``kv_aware`` without every replica's events recorded.
+    """
+    relay = case.relay
+    assert relay is not None
+    if not isinstance(relay, ProxySpec) or relay.policy != "kv_aware":
+        return relay
+    hub = shared.kv_events if case.record_kv_events else None
+    endpoints = hub.republished(len(servers.urls())) if hub is not None else None
+    if endpoints is None:
+        raise RuntimeError(f"case {case.name}: kv_aware needs every replica's KV-cache events")
+    block = servers.main.capacity.block_size if servers.main.capacity else None
+    return relay.model_copy(update={
+        "kv_event_sources": tuple(zip(servers.urls(), endpoints, strict=True)),
+        "kv_event_model": servers.main.model_name, "kv_event_block_size": block,
+    })  # fmt: skip
 
 
 async def _baseline_scrapes(

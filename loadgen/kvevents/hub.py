@@ -49,6 +49,13 @@ class KvEventHub:
         """``config`` publishing its KV-cache events to replica ``replica``'s recorder."""
         return config.model_copy(update={"kv_events_port": self.port_for(replica)})
 
+    def republished(self, replicas: int) -> list[str] | None:
+        """The loopback endpoints where replicas 0…replicas−1's events are passed on, in
+        order; ``None`` when one of them has no recorder."""
+        if any(k not in self._recorders for k in range(replicas)):
+            return None
+        return [f"tcp://127.0.0.1:{self._recorders[k].republish_port}" for k in range(replicas)]
+
     def record_into(self, cdir: Path) -> None:
         """Write every replica's events from now on into case directory ``cdir``.
 

@@ -95,7 +95,8 @@ class KvEventRecorder:
 
     Use :func:`recording_kv_events` (or ``loadgen.kvevents.hub`` for a whole run);
     :attr:`port` is what the server's publisher connects to
-    (``server.kv_events.kv_events_args``).
+    (``server.kv_events.kv_events_args``); every message is passed on, unchanged, to whoever
+    subscribes at :attr:`republish_port` (a PUB socket bound on loopback).
     """
 
     def __init__(self, path: Path | None, clock: Callable[[], int] = time.monotonic_ns) -> None:
@@ -108,6 +109,11 @@ class KvEventRecorder:
         self._sock.setsockopt(zmq.SUBSCRIBE, b"")
         self._sock.setsockopt(zmq.LINGER, 0)
         self.port = self._sock.bind_to_random_port("tcp://127.0.0.1")
+        # Every message is passed on unchanged from a PUB socket of its own, for other
+        # subscribers (vllm-router's kv_aware): vLLM's publisher has one endpoint, ours.
+        self._pub = self._ctx.socket(zmq.PUB)
+        self._pub.setsockopt(zmq.LINGER, 0)
+        self.republish_port = self._pub.bind_to_random_port("tcp://127.0.0.1")
         if path is not None:
             self.retarget(path)
 
@@ -129,6 +135,7 @@ class KvEventRecorder:
         """Receive and write until cancelled."""
         while True:
             frames = await self._sock.recv_multipart()
+            await self._pub.send_multipart(frames)
             for row in self.log.rows(frames, self.clock()):
                 if self.path is None:
                     self._held.append(row)
@@ -136,6 +143,7 @@ class KvEventRecorder:
                     append_jsonl(self.path, row)
 
     def close(self) -> None:
+        self._pub.close(linger=0)
         self._sock.close(linger=0)
         self._ctx.term()
 

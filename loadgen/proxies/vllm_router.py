@@ -48,12 +48,23 @@ def router_argv(
     port: int,
     metrics_port: int,
     policy: str | None = None,
+    kv_events: tuple[Sequence[tuple[str, str]], str | None, int | None] = ((), None, None),
 ) -> list[str]:
     """The command line that runs the router on ``127.0.0.1:port`` with ``upstream_url`` as
     its worker (or several, one argument each), routing with ``policy`` (its ``--policy``;
-    ``None`` leaves its default, ``cache_aware``)."""
+    ``None`` leaves its default, ``cache_aware``); ``kv_events`` = (worker URL, ZMQ endpoint)
+    pairs, model name, block size: where ``kv_aware`` subscribes to each worker's KV-cache
+    events (``--kv-event-source URL=ENDPOINT`` per worker, ``--kv-event-model``,
+    ``--kv-event-block-size``)."""
     urls = [upstream_url] if isinstance(upstream_url, str) else list(upstream_url)
     chosen = ["--policy", policy] if policy is not None else []
+    sources, model, block_size = kv_events
+    for worker, endpoint in sources:
+        chosen += ["--kv-event-source", f"{worker}={endpoint}"]
+    if sources and model is not None:
+        chosen += ["--kv-event-model", model]
+    if sources and block_size is not None:
+        chosen += ["--kv-event-block-size", str(block_size)]
     return [
         binary,
         "--host", "127.0.0.1",
@@ -90,7 +101,8 @@ class VllmRouterKind(RelayKind):
         while (metrics_port := free_loopback_port()) == port:
             pass  # the OS may hand out the same free port twice
         log = workdir / ROUTER_LOG
-        argv = router_argv(binary, upstreams, port, metrics_port, spec.policy)
+        kv_events = (spec.kv_event_sources, spec.kv_event_model, spec.kv_event_block_size)
+        argv = router_argv(binary, upstreams, port, metrics_port, spec.policy, kv_events)
         env = {**os.environ, **ROUTER_ENV}
         return RelayCommand(argv, env, f"http://127.0.0.1:{port}", log, [log])
 

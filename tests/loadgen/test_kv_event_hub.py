@@ -48,3 +48,28 @@ async def test_each_replicas_events_go_to_the_case_running_now(tmp_path: Path) -
     assert events(tmp_path / "a/replicas/1/kv_events.jsonl") == ["stored", "stored", "removed"]
     assert events(tmp_path / "b/replicas/1/kv_events.jsonl") == ["gap", "stored", "removed",
                                                                  "cleared"]  # fmt: skip
+
+
+async def test_every_message_is_passed_on_to_another_subscriber(tmp_path: Path) -> None:
+    """vllm-router's kv_aware subscribes at the recorder's republishing endpoint: it gets
+    each message as vLLM sent it, frame for frame."""
+    hub = KvEventHub(drain_s=0.1)
+    port = hub.port_for(0)
+    assert hub.republished(2) is None  # replica 1 has no recorder
+    (endpoint,) = hub.republished(1) or []
+    ctx = zmq.asyncio.Context()
+    pub, sub = ctx.socket(zmq.PUB), ctx.socket(zmq.SUB)
+    try:
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.connect(endpoint)
+        pub.connect(f"tcp://127.0.0.1:{port}")
+        await asyncio.sleep(0.5)  # both connections settle
+        hub.record_into(tmp_path)
+        await pub.send_multipart(MESSAGES[1])
+        got = await asyncio.wait_for(sub.recv_multipart(), 5)
+        assert got == MESSAGES[1]
+    finally:
+        await hub.aclose()
+        for s in (pub, sub):
+            s.close(linger=0)
+        ctx.term()

@@ -60,6 +60,22 @@ def test_the_router_runs_on_loopback_with_one_worker_and_no_retries() -> None:
     assert "--disable-retries" in argv
 
 
+def test_kv_aware_subscribes_to_each_workers_events() -> None:
+    sources = (("http://127.0.0.1:8000", "tcp://127.0.0.1:7000"),
+               ("http://127.0.0.1:8001", "tcp://127.0.0.1:7001"))  # fmt: skip
+    argv = router_argv("/bin/vllm-router", [u for u, _ in sources], 9001, 9002, "kv_aware",
+                       (sources, "testbed", 128))  # fmt: skip
+    tail = argv[argv.index("--policy") :]
+    assert tail == [
+        "--policy", "kv_aware",
+        "--kv-event-source", "http://127.0.0.1:8000=tcp://127.0.0.1:7000",
+        "--kv-event-source", "http://127.0.0.1:8001=tcp://127.0.0.1:7001",
+        "--kv-event-model", "testbed", "--kv-event-block-size", "128",
+    ]  # fmt: skip
+    plain = router_argv("/bin/vllm-router", "http://127.0.0.1:8000", 9001, 9002, "round_robin")
+    assert not any(a.startswith("--kv-event") for a in plain)
+
+
 def test_ignore_client_abort_is_refused_for_the_router() -> None:
     with pytest.raises(ValidationError, match="ignore_client_abort is an nginx setting"):
         ProxySpec(kind="vllm-router", ignore_client_abort=True)

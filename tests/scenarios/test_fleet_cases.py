@@ -51,7 +51,6 @@ def test_a_fleet_without_routing_runs_the_gateways_three_policies() -> None:
     [
         ("", "no routing policy given"),
         ("random", "unknown routing policy 'random'"),
-        ("vllm-router:kv_aware", "cannot run here yet: the router needs each replica's KV"),
         ("prefix-hash,prefix-hash", "routing policy given twice: prefix-hash"),
     ],
 )
