@@ -19,7 +19,7 @@ from loadgen.chunks import CompletionChunk, parse_chunk, parse_event
 from loadgen.clock import Clock
 from loadgen.connections import RecordTrace
 from loadgen.records import RequestRecord, Status
-from loadgen.runformat.rows import excess_tokens
+from loadgen.runformat.rows import NOT_CONNECTED, excess_tokens
 from loadgen.token_timing import TokenTally
 from scenarios.request_extras import PLAN_BODY_FIELDS
 from scenarios.requests import PlannedRequest
@@ -272,6 +272,11 @@ async def send_request(
         record.status = "error"
         record.error = "cancelled before completion (run interrupted)"
         raise
+    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+        # No connection was made, so no byte of the request left the client: not sent,
+        # never "sent and failed" (a dead server must not count its refusals as load).
+        record.status, record.sent_ns = "not_sent", None
+        record.error = f"{NOT_CONNECTED}: {describe_exception(exc)}"
     except aiohttp.SocketTimeoutError:
         record.status = "error"
         record.error = f"stalled: no byte from the server for {_stall_s(session)} s"

@@ -13,6 +13,7 @@ import asyncio
 from typing import Any
 
 from loadgen.records import RequestRecord
+from loadgen.runformat.rows import NOT_CONNECTED
 from server.manager import RunningServer
 from server.net.health import NotHealthy, wait_healthy
 
@@ -36,8 +37,11 @@ class ServerGone(RuntimeError):
 
 
 def lost_connection(record: RequestRecord) -> bool:
-    """Whether ``record`` failed the way requests to a dead server fail: no HTTP answer at
-    all (refused, reset, no headers), or a stream that broke off."""
+    """Whether ``record`` failed the way requests to a dead server fail: no connection
+    (``not_sent`` with ``NOT_CONNECTED``), no HTTP answer at all (reset, no headers), or a
+    stream that broke off."""
+    if record.status == "not_sent":
+        return record.error is not None and record.error.startswith(NOT_CONNECTED)
     if record.status != "error" or record.error is None:
         return False
     return record.http_status is None or record.error.startswith(_BROKEN)

@@ -19,6 +19,10 @@ import msgspec
 from loadgen.token_timing import TokenTiming
 
 Status = Literal["ok", "error", "aborted", "not_sent", "interrupted"]
+
+#: The start of a ``not_sent`` record's ``error`` when its connection could not be made
+#: (refused, unreachable, connect timeout): no byte of the request left the client.
+NOT_CONNECTED = "not sent: could not connect"
 #: What ended a phase (``PhaseRow.ended_by``): its plan ran out (``plan``), the user's Ctrl-C
 #: or SIGTERM (``interrupt``), its server died or stopped answering (``server_died``), an
 #: error of the load generator itself (``error``: a file it could not write, a worker).
@@ -66,7 +70,8 @@ class RequestRecord(msgspec.Struct):
         status: ``ok``, ``error``, ``aborted`` (client disconnected on purpose), ``not_sent``
             or ``interrupted`` (in flight when the user's Ctrl-C or SIGTERM cut the run: not a
             failure of the server, counted apart from ``error``).
-        error: error message for ``error`` records (and why for ``interrupted`` ones).
+        error: error message for ``error`` records (and why for ``interrupted`` ones, and for
+            ``not_sent`` ones whose connection failed: ``NOT_CONNECTED: …``, no ``sent_ns``).
         usage_prompt_tokens / usage_completion_tokens: the server's final usage.
         cached_tokens: prefix-cache hit tokens reported by the server for this request.
         finish_reason: the server's finish reason (``length`` with ``ignore_eos``).

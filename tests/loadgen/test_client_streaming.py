@@ -16,6 +16,7 @@ from loadgen.client import CUT_EVENT, Target, send_request
 from loadgen.clock import MonotonicClock
 from loadgen.connections import open_session
 from loadgen.records import RequestRecord
+from loadgen.server_watch import lost_connection
 from scenarios.requests import PlannedRequest
 from server.process import free_loopback_port
 from tests.support.fake_openai_server import FakeOpenAIServer, StreamScript
@@ -185,18 +186,23 @@ async def test_prompt_length_mismatch_is_a_failure() -> None:
     assert record.error == "usage.prompt_tokens=9 but 8 prompt tokens were sent"
 
 
-async def test_connection_refused_is_a_failure_not_an_exception() -> None:
+async def test_a_refused_connection_is_not_sent_with_the_cause_not_an_exception() -> None:
+    """Nothing listens on the port: no connection, so no byte of the request left the
+    client. The record is ``not_sent`` (not "sent and failed"), says why, and has no send
+    stamp; its end stamp is when the refusal came."""
     port = free_loopback_port()
     p = planned(max_tokens=2)
     async with aiohttp.ClientSession() as session:
         record = await send_request(
             session, Target(f"http://127.0.0.1:{port}", "m"), p, blank_record(p), MonotonicClock()
         )
-    assert record.status == "error"
-    assert record.http_status is None
-    assert record.error is not None and record.error.startswith("ClientConnectorError")
-    assert record.end_ns is not None and record.sent_ns is not None
-    assert record.end_ns >= record.sent_ns
+    assert record.status == "not_sent"
+    assert record.http_status is None and record.sent_ns is None
+    assert record.error is not None
+    assert record.error.startswith("not sent: could not connect: ClientConnectorError")
+    assert "ECONNREFUSED" in record.error
+    assert record.end_ns is not None
+    assert lost_connection(record)  # a refusal still makes the phase probe its server
 
 
 async def test_disconnect_after_tokens_aborts_and_the_server_sees_it() -> None:

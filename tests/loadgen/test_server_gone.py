@@ -106,7 +106,8 @@ def record(status: str, http_status: int | None, error: str | None) -> RequestRe
 @pytest.mark.parametrize(
     ("rec", "lost"),
     [
-        (record("error", None, "ClientConnectorError: refused"), True),
+        (record("not_sent", None, "not sent: could not connect: ClientConnectorError: x"), True),
+        (record("error", None, "ConnectionResetError: reset"), True),  # no answer at all
         (record("error", 200, "ClientPayloadError: Response payload is not completed"), True),
         (record("error", 200, "ServerDisconnectedError: Server disconnected"), True),
         (record("error", 502, "HTTP 502: bad gateway"), False),  # an answer: the server is up
