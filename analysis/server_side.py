@@ -13,6 +13,9 @@
   summed over engines (every request the server holds); its peak over the phase sits in the
   report beside the concurrency the client asked for, so a cap anywhere between them (a
   connection pool, a proxy) shows as a peak below the request. Sampled: a lower bound.
+- **In flight at steady scrapes** = the same sum, only at scrapes that were sent and answered
+  inside a window where the client had exactly C requests streaming (``streaming_windows``):
+  a short phase's scrapes may all fall in its ramp or drain, where fewer than C exist to see.
 - **Deltas flag**: a phase's deltas rest on the last scrape inside its window and start from
   the last one before it; the phase is flagged when no scrape ended inside the window (deltas
   unknown), when none *started* after the last request finished (the tail may be missing), or
@@ -39,6 +42,7 @@ from metrics.histograms import (
     quantile_in_overflow,
 )
 from metrics.names import FAMILIES, MissingFamilyError
+from metrics.rows import ScrapeTick
 from metrics.samples import (
     Point,
     Sample,
@@ -115,6 +119,26 @@ def in_flight_peak(samples: Sequence[Sample], start_ns: int, end_ns: int) -> flo
         for t, v in series(samples, name):
             total[t] = total.get(t, 0.0) + v
     return gauge_peak(sorted(total.items()), start_ns, end_ns)
+
+
+def in_flight_at_scrapes(
+    samples: Sequence[Sample], scrapes: Sequence[ScrapeTick], windows: Sequence[tuple[int, int]]
+) -> list[float]:
+    """Running + waiting requests (summed over engines) at each ok scrape whose request was
+    sent and answered inside one of ``windows`` ([start_ns, end_ns] pairs, monotonic ns), in
+    time order; empty when no scrape lies wholly inside a window. A sample's ``t_ns`` is its
+    scrape's ``end_ns`` (``metrics.scraper``), which is how the two are joined."""
+    inside = {
+        t.end_ns
+        for t in scrapes
+        if t.outcome == "ok" and t.start_ns is not None and t.end_ns is not None
+        and any(lo <= t.start_ns and t.end_ns <= hi for lo, hi in windows)
+    }  # fmt: skip
+    totals: dict[int, float] = {}
+    for s in samples:
+        if s.t_ns in inside and s.name in ("num_requests_running", "num_requests_waiting"):
+            totals[s.t_ns] = totals.get(s.t_ns, 0.0) + s.value
+    return [totals[t] for t in sorted(totals)]
 
 
 def unusable_histograms(samples: Sequence[Sample]) -> dict[str, str]:

@@ -30,29 +30,31 @@ def _passed(run: Path) -> dict:
 def test_completions_closed_loop(
     tmp_path_factory: pytest.TempPathFactory, server_1gib: SharedServer
 ) -> None:
-    """12 requests of 128 token IDs + 16 exact output tokens at C = 4: every verdict passes
+    """12 requests of 128 token IDs + 48 exact output tokens at C = 4: every verdict passes
     (12 sent, exactly 4 in flight by the client's records and the server's gauges, outputs
-    exact, no failures); the prompt lengths the server counted are the ones sent."""
+    exact, no failures); the prompt lengths the server counted are the ones sent. 48 tokens
+    keep the phase a few seconds long, so scrapes fall while 4 stream (at 16 tokens it was
+    about a second, and a late scraper could miss the whole steady part)."""
     run = run_scenario(
         tmp_path_factory, "bench", "--url", server_1gib.url, "--requests", "12",
-        "--concurrency", "4", "--input-len", "128", "--output-len", "16",
+        "--concurrency", "4", "--input-len", "128", "--output-len", "48",
     )  # fmt: skip
     report = _passed(run)
     (phase,) = report["details"]["cases"][0]["phases"]
-    assert phase["input_tokens"] == 12 * 128 and phase["output_tokens"] == 12 * 16
+    assert phase["input_tokens"] == 12 * 128 and phase["output_tokens"] == 12 * 48
     check_report_page(run, tmp_path_factory.mktemp("page"))
     assert phase["prompt_lengths_differing"] == 0
 
 
 def test_chat_dataset(tmp_path_factory: pytest.TempPathFactory, server_1gib: SharedServer) -> None:
-    """The 16 shipped text prompts to the chat endpoint at C = 4, 16 output tokens each:
+    """The 16 shipped text prompts to the chat endpoint at C = 4, 48 output tokens each:
     every verdict passes; TTFT is stamped at the first content token (vLLM's role chunk
-    carries none: with ignore_eos each record holds exactly 16 tokens over its chunks), and
+    carries none: with ignore_eos each record holds exactly 48 tokens over its chunks), and
     the chat-template lengths measured with the embedded tokenizer equal the server's usage."""
     run = run_scenario(
         tmp_path_factory, "bench", "--url", server_1gib.url, "--requests", "16",
         "--concurrency", "4", "--endpoint", "chat", "--dataset", str(PROMPTS),
-        "--output-len", "16",
+        "--output-len", "48",
     )  # fmt: skip
     report = _passed(run)
     (phase,) = report["details"]["cases"][0]["phases"]
@@ -61,7 +63,7 @@ def test_chat_dataset(tmp_path_factory: pytest.TempPathFactory, server_1gib: Sha
         json.loads(line)
         for line in (run / "cases/attached/requests.jsonl").read_text().splitlines()
     ]
-    assert all(sum(r["chunk_tokens"]) == 16 and r["token_timing"] == "usage" for r in records)
+    assert all(sum(r["chunk_tokens"]) == 48 and r["token_timing"] == "usage" for r in records)
     export = loadgen("export", str(run), "--format", "vllm-bench")
     assert export.returncode == 0, export.stderr
     # The server's own /tokenize agrees with the plan's count for the first prompt.

@@ -5,6 +5,7 @@ client's figures come from the generic report."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -17,6 +18,7 @@ from analysis.models import CaseSummary, Verdict
 from analysis.reports import Evaluator, ScenarioReport
 from analysis.reports.bench.figures import BenchPhase, bench_phase
 from analysis.reports.bench.plots import throughput_latency
+from analysis.server_side import in_flight_at_scrapes
 from scenarios.arrivals import ArrivalPattern
 from scenarios.bench import (
     WARMUP_PHASE,
@@ -82,17 +84,19 @@ def _concurrency(
     name = f"exactly {c} in flight in {check.phase}"
     if p is None:
         return Verdict(case=check.case, check=name, passed=None, detail="the phase did not run")
-    server = p.server_in_flight_peak
+    server, steady = p.server_in_flight_peak, p.server_in_flight_steady
     detail = (
         f"client records: at most {p.client_in_flight_max} in flight; server: running + waiting "
         f"peak {f(server, 0)} (running {f(p.server_running_peak, 0)}; sampled every scrape, a "
-        "lower bound)"
+        f"lower bound), {f(max(steady), 0) if steady else 'no scrape'} at the {len(steady)} "
+        f"scrape(s) taken while the client had exactly {c} streaming"
     )
-    if server is None:
-        return Verdict(case=check.case, check=name, passed=None,
-                       detail=detail + "; no server sample in the phase")  # fmt: skip
+    if server is not None and server > c:  # more than C held at any scrape refutes it
+        return Verdict(case=check.case, check=name, passed=False, detail=detail)
+    if not steady:  # every scrape fell in the ramp or drain: no evidence either way
+        return Verdict(case=check.case, check=name, passed=None, detail=detail)
     return Verdict(
-        case=check.case, check=name, passed=p.client_in_flight_max == c and server == c,
+        case=check.case, check=name, passed=p.client_in_flight_max == c and max(steady) == c,
         detail=detail,
     )  # fmt: skip
 
@@ -151,7 +155,8 @@ class BenchReport(ScenarioReport[BenchDetails]):
                 if ps is None:
                     continue
                 records = [r for r in data.records if r.phase == planned.name]
-                phases.append(bench_phase(ps, records, _load(planned.arrival), slo))
+                steady = partial(in_flight_at_scrapes, data.samples, data.scrapes)
+                phases.append(bench_phase(ps, records, _load(planned.arrival), slo, steady))
             out.append(BenchCase(case=data.name, phases=phases))
         return BenchDetails(slo=slo.given() if slo else {}, cases=out)
 

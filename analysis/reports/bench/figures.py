@@ -11,6 +11,9 @@ Definitions (the report prints them):
   TPOT of a 1-token output counts as met) ÷ duration; ``None`` without ``--slo``.
 - **client in flight, max** = the most requests between their send and their end at once,
   from the records' ``sent_ns``/``end_ns`` (an end before a send at the same ns counts first).
+- **streaming windows** of a closed loop at C = the spans where exactly C requests had their
+  first token and not yet their end (``chunk_ns[0]`` → ``end_ns``): the server holds each of
+  them, so a scrape wholly inside such a span should see C running + waiting.
 - **outputs not exact** = successful requests whose usage counted other than ``max_tokens``
   generated tokens; **prompt lengths differing** = successful requests whose server count
   differs from the planned one (token-ID prompts cannot: that is a failure).
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
@@ -66,6 +69,7 @@ class BenchPhase(_Frozen):
     client_in_flight_max: int = 0
     server_in_flight_peak: float | None = None
     server_running_peak: float | None = None
+    server_in_flight_steady: list[float] = Field(default_factory=list)
     outputs_not_exact: int = 0
     prompt_lengths_differing: int = 0
 
@@ -101,6 +105,29 @@ def max_in_flight(records: Iterable[ReadRecord]) -> int:
     return peak
 
 
+def streaming_windows(records: Iterable[ReadRecord], c: int) -> list[tuple[int, int]]:
+    """[start_ns, end_ns] spans (monotonic ns) where exactly ``c`` requests were streaming:
+    past their first token chunk and before their end (ends first on equal stamps, as in
+    ``max_in_flight``). Requests without a token chunk or an end are left out."""
+    events = []
+    for r in records:
+        if r.chunk_ns and r.end_ns is not None:
+            events.append((int(r.chunk_ns[0]), 1))
+            events.append((int(r.end_ns), -1))
+    events.sort()
+    windows: list[tuple[int, int]] = []
+    level, opened = 0, None
+    for t, step in events:
+        level += step
+        if level == c and opened is None:
+            opened = t
+        elif level != c and opened is not None:
+            if t > opened:
+                windows.append((opened, t))
+            opened = None
+    return windows
+
+
 def _rate(x: float, duration: float | None) -> float | None:
     return x / duration if duration else None
 
@@ -110,10 +137,13 @@ def bench_phase(
     records: Sequence[ReadRecord],
     load: tuple[str, int | None, float | None],
     slo: SLOLimits | None,
+    steady_in_flight: Callable[[list[tuple[int, int]]], list[float]] | None = None,
 ) -> BenchPhase:
     """The figures of one phase from its generic ``summary`` and its ``records``.
 
-    ``load`` is (label, concurrency, rate): how the plan sent it.
+    ``load`` is (label, concurrency, rate): how the plan sent it. ``steady_in_flight`` gives
+    the server's running + waiting at the scrapes inside given windows
+    (``analysis.server_side.in_flight_at_scrapes`` bound to the case's samples).
     """
     ok = [r for r in records if r.status == "ok"]
     input_tokens = sum(
@@ -159,6 +189,11 @@ def bench_phase(
         client_in_flight_max=max_in_flight(records),
         server_in_flight_peak=summary.server_in_flight_peak,
         server_running_peak=peaks.get("num_requests_running"),
+        server_in_flight_steady=(
+            steady_in_flight(streaming_windows(records, load[1]))
+            if steady_in_flight is not None and load[1]
+            else []
+        ),
         outputs_not_exact=sum(1 for r in ok if r.usage_completion_tokens != r.max_tokens),
         prompt_lengths_differing=sum(
             1
