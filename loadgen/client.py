@@ -213,6 +213,25 @@ class _Stream:
         self.record.token_timing = stamps.token_timing
 
 
+def _record_failure(record: RequestRecord, exc: Exception, session: aiohttp.ClientSession) -> None:
+    """Why one request failed, on its record: the status and a one-line ``error``."""
+    if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
+        # No connection was made, so no byte of the request left the client: not sent,
+        # never "sent and failed" (a dead server must not count its refusals as load).
+        record.status, record.sent_ns = "not_sent", None
+        record.error = f"{NOT_CONNECTED}: {describe_exception(exc)}"
+        return
+    record.status = "error"
+    if isinstance(exc, aiohttp.SocketTimeoutError):
+        record.error = f"stalled: no byte from the server for {_stall_s(session)} s"
+    elif isinstance(exc, TimeoutError) and (total := session.timeout.total) is not None:
+        record.error = f"timed out: not complete within the request timeout of {total:g} s"
+    elif isinstance(exc, SSELineTooLong):  # the stream is broken: the reason, not the type
+        record.error = str(exc)
+    else:
+        record.error = describe_exception(exc)
+
+
 async def send_request(
     session: aiohttp.ClientSession,
     target: Target,
@@ -272,27 +291,8 @@ async def send_request(
         record.status = "error"
         record.error = "cancelled before completion (run interrupted)"
         raise
-    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
-        # No connection was made, so no byte of the request left the client: not sent,
-        # never "sent and failed" (a dead server must not count its refusals as load).
-        record.status, record.sent_ns = "not_sent", None
-        record.error = f"{NOT_CONNECTED}: {describe_exception(exc)}"
-    except aiohttp.SocketTimeoutError:
-        record.status = "error"
-        record.error = f"stalled: no byte from the server for {_stall_s(session)} s"
-    except TimeoutError as exc:  # the total timeout, or a connect timeout
-        record.status = "error"
-        total = session.timeout.total
-        if isinstance(exc, aiohttp.ConnectionTimeoutError) or total is None:
-            record.error = describe_exception(exc)
-        else:
-            record.error = f"timed out: not complete within the request timeout of {total:g} s"
-    except SSELineTooLong as exc:  # the stream is broken: the reason, not the type
-        record.status = "error"
-        record.error = str(exc)
     except Exception as exc:  # whatever one request hits stays on its record
-        record.status = "error"
-        record.error = describe_exception(exc)
+        _record_failure(record, exc, session)
     finally:
         stream.apply()
         record.excess_tokens = excess_tokens(record)

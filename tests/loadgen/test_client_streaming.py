@@ -133,8 +133,10 @@ async def test_ttft_covers_the_server_delay_and_e2el_minus_ttft_is_the_sum_of_ga
 
 
 async def test_usage_trailer_adds_no_chunk_and_does_not_stretch_e2el() -> None:
-    # The trailer arrives 300 ms after the last token: it sets cached_tokens, not a stamp.
-    script = StreamScript(trailer_delay_s=0.3, cached_tokens=1024, itl_s=0.01)
+    # The trailer arrives 600 ms after the last token: it sets cached_tokens, not a stamp, so
+    # the end is ≥ 300 ms after the last stamp even if a loaded client reads the last token up
+    # to 300 ms late (a stamped trailer would make the gap about 0).
+    script = StreamScript(trailer_delay_s=0.6, cached_tokens=1024, itl_s=0.01)
     record, _ = await send(script, planned(max_tokens=3, prompt_len=1056))
     assert record.status == "ok", record.error
     assert record.chunk_tokens == [1, 1, 1]
@@ -226,10 +228,12 @@ async def test_disconnect_after_tokens_aborts_and_the_server_sees_it() -> None:
 
 async def test_without_running_usage_ttft_is_the_first_text_chunk_not_the_trailer() -> None:
     # A server that ignores continuous_usage_stats: usage only in the final chunk. The fake
-    # waits 100 ms (TTFT), then sends 5 one-token chunks 20 ms apart and the trailer 200 ms
+    # waits 100 ms (TTFT), then sends 5 one-token chunks 20 ms apart and the trailer 400 ms
     # later. By hand: TTFT ≥ 100 ms, last chunk ≥ 4 × 20 = 80 ms after the first, and the
-    # trailer adds no stamp. Before, all 5 tokens fell on the trailer (TTFT ≥ 380 ms = E2EL).
-    script = StreamScript(ttft_s=0.1, itl_s=0.02, trailer_delay_s=0.2, continuous_usage=False)
+    # trailer adds no stamp, so the end comes ≥ 200 ms after the last stamp even if a loaded
+    # client reads the last chunk up to 200 ms late (stamping the trailer would make the gap
+    # about 0). Before, all 5 tokens fell on the trailer (TTFT ≥ 580 ms = E2EL).
+    script = StreamScript(ttft_s=0.1, itl_s=0.02, trailer_delay_s=0.4, continuous_usage=False)
     record, _ = await send(script, planned(max_tokens=5))
     assert record.status == "ok", record.error
     assert record.token_timing == "text"

@@ -27,6 +27,7 @@ from loadgen.runformat import PhaseRow, ReadRecord
 from loadgen.runformat.layout import case_dir
 from loadgen.runformat.reading import read_jsonl
 from loadgen.runformat.record_files import read_records
+from loadgen.runformat.rows import NOT_CONNECTED
 from loadgen.workers.process import WorkersConfig
 from scenarios.arrivals import ClosedLoop
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
@@ -99,9 +100,10 @@ async def test_a_server_killed_mid_phase_says_so_and_nothing_is_interrupted(
 ) -> None:
     # 6 requests at C = 2 of 40 tokens at 50 ms (≥ 2 s each); the fake stops once 2 are
     # streaming. aiohttp's shutdown lets those 2 handlers finish (ok); the 4 later requests
-    # are refused at once (error) long before the health probe's 3 attempts (0.5 s apart)
-    # give up. The probe then finds the server gone: the phase row says the server died and
-    # why, and no record is 'interrupted' (nobody pressed Ctrl-C).
+    # fail at once, long before the health probe's 3 attempts (0.5 s apart) give up: on a
+    # kept-alive connection the server resets (error: it may have been sent), on a new one
+    # the connection is refused (not sent). The probe then finds the server gone: the phase
+    # row says the server died and why, and no record is 'interrupted' (nobody pressed Ctrl-C).
     fake = FakeOpenAIServer(StreamScript(itl_s=0.05))
     workload = UniquePrompts(prompt_tokens=4, requests=6, output_tokens=40)
     one = PhaseSpec(name="one", workload=workload, arrival=ClosedLoop(concurrency=2), settle_s=0.1)
@@ -130,7 +132,13 @@ async def test_a_server_killed_mid_phase_says_so_and_nothing_is_interrupted(
     assert incomplete_reason(row) == SERVER_DIED.format(reason=reason)
     assert "Ctrl-C" not in (incomplete_reason(row) or "")
     statuses = Counter(r.status for r in read_records(cdir).records)
-    assert statuses == {"ok": 2, "error": 4}
+    assert statuses["ok"] == 2 and statuses["error"] + statuses["not_sent"] == 4
+    for r in read_records(cdir).records:
+        if r.status == "error":
+            assert r.error is not None and "ECONNRESET" in r.error and r.sent_ns is not None
+        elif r.status == "not_sent":
+            assert r.error is not None and r.error.startswith(NOT_CONNECTED)
+            assert r.sent_ns is None
 
 
 async def test_requests_cut_because_the_server_died_are_errors_with_the_cause(
