@@ -24,12 +24,16 @@ Two figures, each with its method and bias:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from analysis.fleet import FleetData
+from analysis.fleet import FleetData, load_fleet
+from analysis.load import CaseData, read_jsonl
+from analysis.markdown import f, table
 from loadgen.runformat import RequestRecord, RoutingDecisionRow
+from loadgen.runformat.layout import ROUTING_DECISIONS_FILE
 from metrics.samples import counter_delta, series
 
 
@@ -107,3 +111,44 @@ def router_latency(
         decision_lag_p99_ms=float(np.percentile(lags, 99)) if lags else None,
         decision_lag_requests=len(lags),
     )
+
+
+def case_router_latency(run_dir: Path, case: CaseData) -> dict[str, RouterLatency]:
+    """Per phase of a fleet case, what its router adds to TTFT; empty for any other case."""
+    fleet = load_fleet(run_dir, case)
+    if fleet is None:
+        return {}
+    decisions = read_jsonl(run_dir / "cases" / case.name / ROUTING_DECISIONS_FILE,
+                           RoutingDecisionRow).rows  # fmt: skip
+    out = {}
+    for row in case.phases:
+        records = [r for r in case.records if r.phase == row.phase]
+        out[row.phase] = router_latency(fleet, records, (row.start_ns, row.end_ns), decisions)
+    return out
+
+
+LATENCY_HEADERS = ["phase", "policy", "client TTFT mean ms (requests)",
+                   "engine TTFT mean ms (requests)", "outside the engine ms",
+                   "to the routing decision ms p50 / p99"]  # fmt: skip
+
+
+def latency_lines(figures: dict[str, RouterLatency]) -> list[str]:
+    """A fleet case's router latency per phase, as Markdown (nothing without figures)."""
+    rows = [
+        [phase, r.policy, f"{f(r.client_ttft_mean_ms, 1)} ({r.client_requests})",
+         f"{f(r.engine_ttft_mean_ms, 1)} ({f(r.engine_requests, 0)})", f(r.outside_engine_ms, 1),
+         f"{f(r.decision_lag_p50_ms, 2)} / {f(r.decision_lag_p99_ms, 2)}"
+         + (f" ({r.decision_lag_requests})" if r.decision_lag_requests else "")]
+        for phase, r in figures.items()
+    ]  # fmt: skip
+    if not rows:
+        return []
+    return [
+        "Router latency (docs/fleet.md): the client's mean TTFT minus the engines' own (their "
+        "TTFT histograms' sum ÷ count, replicas summed) is the time outside the engine, an "
+        "upper bound of the router's share; the gateway's routing decision comes the given ms "
+        "after the client wrote the request (p50 / p99).",
+        "",
+        table(LATENCY_HEADERS, rows),
+        "",
+    ]

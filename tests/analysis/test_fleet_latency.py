@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from analysis.fleet import FleetData
-from analysis.fleet_latency import router_latency
+from analysis.fleet_latency import latency_lines, router_latency
 from loadgen.runformat import RoutingDecisionRow
 from metrics.samples import Sample
 from tests.support.row_builders import record
@@ -50,6 +50,9 @@ def test_the_time_outside_the_engine_and_to_the_routing_decision() -> None:
     assert r.decision_lag_requests == 2
     assert r.decision_lag_p50_ms == pytest.approx(0.4)  # midway between 0.3 and 0.5
     assert r.decision_lag_p99_ms == pytest.approx(0.3 + 0.99 * 0.2)  # numpy's linear rule
+    row = latency_lines({"p": r})[-2].splitlines()[-1]
+    assert row == "| p | prefix-hash | 220.0 (2) | 200.0 (15) | 20.0 | 0.40 / 0.50 (2) |"
+    assert latency_lines({}) == []
 
 
 def test_without_every_replicas_histogram_the_engines_figure_is_unknown() -> None:

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
+from analysis.fleet_latency import RouterLatency, case_router_latency, latency_lines
 from analysis.goodput import SLOLimits
 from analysis.load import RunData
 from analysis.markdown import f, table
@@ -34,6 +35,8 @@ class BenchCase(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     case: str
     phases: list[BenchPhase]
+    #: A fleet case: what its router adds to TTFT per phase (``analysis.fleet_latency``).
+    router_latency: dict[str, RouterLatency] = {}
 
 
 class BenchDetails(BaseModel):
@@ -157,7 +160,8 @@ class BenchReport(ScenarioReport[BenchDetails]):
                 records = [r for r in data.records if r.phase == planned.name]
                 steady = partial(in_flight_at_scrapes, data.samples, data.scrapes)
                 phases.append(bench_phase(ps, records, _load(planned.arrival), slo, steady))
-            out.append(BenchCase(case=data.name, phases=phases))
+            latency = case_router_latency(run.run_dir, data)
+            out.append(BenchCase(case=data.name, phases=phases, router_latency=latency))
         return BenchDetails(slo=slo.given() if slo else {}, cases=out)
 
     def case_markdown(self, details: BenchDetails | None, case: str) -> list[str]:
@@ -211,7 +215,9 @@ class BenchReport(ScenarioReport[BenchDetails]):
             if p.prompt_lengths_differing
         ]
         out += [f"- {n}" for n in notes] + ([""] if notes else [])
-        return out
+        cases = details.cases if details is not None else []
+        latency = next((c.router_latency for c in cases if c.case == case), {})
+        return out + latency_lines(latency)
 
     def markdown(self, details: BenchDetails | None) -> list[str]:
         if details is None:

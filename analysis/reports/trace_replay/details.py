@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict
 from analysis.fleet import FleetData, FleetFunnel, fleet_funnel, load_fleet
 from analysis.fleet_faults import KillFigures, kill_figures
 from analysis.fleet_kv import ReplicaKv, fleet_kv_comparison
-from analysis.fleet_latency import RouterLatency, router_latency
+from analysis.fleet_latency import RouterLatency, case_router_latency
 from analysis.goodput import (
     RatePoint,
     SLOLimits,
@@ -47,11 +47,9 @@ from analysis.goodput import (
     window_rates,
 )
 from analysis.latency import request_frame
-from analysis.load import CaseData, RunData, read_jsonl
+from analysis.load import CaseData, RunData
 from analysis.models import CaseSummary, PhaseSummary, Stats
 from loadgen.measure import Window
-from loadgen.runformat import RoutingDecisionRow
-from loadgen.runformat.layout import ROUTING_DECISIONS_FILE
 from scenarios.arrivals import TraceArrival
 from scenarios.fleet.requests import workload_fleet_requests
 from scenarios.plan import PhaseSpec, Plan
@@ -484,7 +482,7 @@ def _case(
         )  # fmt: skip
     cdir = run_dir / "cases" / case.name
     kill = _kill(cdir, case, plan.phases_of(spec)) if fleet else None
-    latency = _router_latency(cdir, case, fleet) if fleet else {}
+    latency = case_router_latency(run_dir, case) if fleet else {}
     target_speedup = plan.params.get("target_speedup")
     answer = capacity_answer(
         phases,
@@ -495,16 +493,6 @@ def _case(
         capacity_blocks=capacity_blocks, block_size=block, phases=phases, answer=answer,
         kv_events=kv, kill=kill, router_latency=latency,
     )  # fmt: skip
-
-
-def _router_latency(cdir: Path, case: CaseData, fleet: FleetData) -> dict[str, RouterLatency]:
-    """Per phase of a fleet case, what its router adds to TTFT (``analysis.fleet_latency``)."""
-    decisions = read_jsonl(cdir / ROUTING_DECISIONS_FILE, RoutingDecisionRow).rows
-    out = {}
-    for row in case.phases:
-        records = [r for r in case.records if r.phase == row.phase]
-        out[row.phase] = router_latency(fleet, records, (row.start_ns, row.end_ns), decisions)
-    return out
 
 
 def _kill(cdir: Path, case: CaseData, phases: tuple[PhaseSpec, ...]) -> KillFigures | None:

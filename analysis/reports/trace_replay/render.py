@@ -3,6 +3,7 @@ latency, goodput and server state, and the capacity answer."""
 
 from __future__ import annotations
 
+from analysis.fleet_latency import latency_lines
 from analysis.markdown import f, pct, table
 from analysis.reports.trace_replay.details import CaseFigures, TraceReplayDetails
 
@@ -47,9 +48,6 @@ FUNNEL_HEADERS = ["phase", "policy", "pooled bound", "spread bound", "one replic
                   "predicted", "measured (counters)", "measured (requests)",
                   "requests/replica", "prefill tokens/replica", "req max/mean",
                   "prefill max/mean"]  # fmt: skip
-LATENCY_HEADERS = ["phase", "policy", "client TTFT mean ms (requests)",
-                   "engine TTFT mean ms (requests)", "outside the engine ms",
-                   "to the routing decision ms p50 / p99"]  # fmt: skip
 KV_HEADERS = ["replica", "requests", "stored", "evicted", "complete", "first divergence"]
 
 
@@ -79,28 +77,6 @@ def kv_lines(c: CaseFigures) -> list[str]:
         "compared in order; docs/fleet.md):",
         "",
         table(KV_HEADERS, rows),
-        "",
-    ]
-
-
-def latency_lines(c: CaseFigures) -> list[str]:
-    """A fleet case's router latency per phase (``analysis.fleet_latency``)."""
-    rows = [
-        [phase, r.policy, f"{f(r.client_ttft_mean_ms, 1)} ({r.client_requests})",
-         f"{f(r.engine_ttft_mean_ms, 1)} ({f(r.engine_requests, 0)})", f(r.outside_engine_ms, 1),
-         f"{f(r.decision_lag_p50_ms, 2)} / {f(r.decision_lag_p99_ms, 2)}"
-         + (f" ({r.decision_lag_requests})" if r.decision_lag_requests else "")]
-        for phase, r in c.router_latency.items()
-    ]  # fmt: skip
-    if not rows:
-        return []
-    return [
-        "Router latency (docs/fleet.md): the client's mean TTFT minus the engines' own (their "
-        "TTFT histograms' sum ÷ count, replicas summed) is the time outside the engine, an "
-        "upper bound of the router's share; the gateway's routing decision comes the given ms "
-        "after the client wrote the request (p50 / p99).",
-        "",
-        table(LATENCY_HEADERS, rows),
         "",
     ]
 
@@ -183,7 +159,7 @@ def case_lines(c: CaseFigures) -> list[str]:
         *funnel_lines(c),
         *kv_lines(c),
         *kill_lines(c),
-        *latency_lines(c),
+        *latency_lines(c.router_latency),
         table(RATE_HEADERS, rate_rows),
         "",
         f"Capacity answer: {c.answer.text}.",
