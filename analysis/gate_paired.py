@@ -1,0 +1,226 @@
+"""The paired estimator of a gate whose two sides run in alternating blocks (A B B A …): the
+change of a key metric measured *within* each block pair, where a shift of the whole machine is
+common to both sides and cancels, then averaged over the pairs.
+
+**Unit of pairing: the block pair, not the request.** Requests are identical on both sides
+(same seed, same order), so one could difference request i of A against request i of B. But a
+request's latency depends on what shares its batch and queue, and every request of a block
+carries that block's machine state: per-request differences within a block are not
+independent, and treating them as such would make the interval as falsely narrow as a one-run
+bootstrap. The block pair is the unit that is independent (up to the drift that ABBA cancels),
+so the estimator differences one robust statistic per side and block pair.
+
+**Estimator** (per-request metrics: TTFT, TPOT). For pair j and phase p,
+d_jp = ln m(C_jp) − ln m(B_jp) with m the median (p50) of the phase's requests; the pair's
+change pools the phases of the case, d_j = mean_p d_jp (a log-ratio averaged over phases that
+measure the same latency, so its noise falls as 1/√P); the estimate is d̄ = mean_j d_j and the
+reported ratio exp(d̄). A multiplicative machine shift s_j common to both sides of pair j adds
+ln s_j to both logs and cancels in d_jp. **Why the median** rather than the mean of 48: TTFT
+within a phase is skewed and mixes hits with misses (log-s.d. 0.45–0.99 measured on the shared
+2-core machine); one request queued behind another session's burst moves the mean by its whole
+excess / n but the median by at most one rank, and a median's relative standard error at a
+log-normal spread σ is 1.2533 σ/√n, below the mean's √(e^{σ²} − 1)/√n once σ > 0.6.
+
+**Interval: random effects over pairs, with the request noise as a floor.** Each pair's d_j
+has a within-pair variance v_j from its requests, estimated by resampling each side's requests
+of each phase with replacement (Efron & Tibshirani 1993, the bootstrap variance of a median).
+If the alternation cancelled the machine, Var(d̄) = Σ v_j / k²; a drift it did not cancel
+shows as pairs that disagree more than their requests explain. DerSimonian & Laird's
+random-effects variance (*Controlled Clinical Trials* 7, 1986) with equal weights adds the
+between-pair part τ² = max(0, s_d² − v̄): Var(d̄) = (v̄ + τ²)/k = max(v̄, s_d²)/k, s_d² the
+sample variance of the d_j. The interval is d̄ ± z_{(1+c)/2} · SE, mapped by exp. The floor v̄
+comes from hundreds of requests, so two pairs already give a usable interval, where a paired
+t from the d_j alone has 1 degree of freedom (t₀.₉₉₅ = 63.7); the s_d² term keeps pairs that
+disagree from being averaged away.
+
+**Per-run figures** (output tokens/s and goodput as log-ratios; hit rates, preemptions,
+failed requests as differences) have one value per side and pair, so d_j is that pair's
+change (pooled over phases as above: a mean for rates and ratios, a sum for counts) and the
+interval is the paired t-interval d̄ ± t_{(1+c)/2, k−1} · s_d/√k (Student 1908) from 3 pairs;
+with 2 pairs (1 degree of freedom, t₀.₉₉₅ = 63.7) it is d̄ ± |d₁ − d₂|, the range rule that
+``analysis.compare_stats`` uses for 2 runs a side.
+
+**Minimum detectable effect.** At confidence c (two-sided) and power 1 − β = 0.8, a true change
+δ is separated from "no change" when δ ≥ (z_{(1+c)/2} + z_{0.8}) · SE (the usual power relation,
+e.g. Cohen 1988, ch. 2, for a normal estimate with known SE): that δ, mapped back to the
+metric's scale, is the MDE (relative, for log-ratios: e^δ − 1). SE falls as 1/√k, so the next
+pair brings it to MDE · √(k/(k+1)) (in the log space). A tolerance below the MDE is a band the
+interval cannot fit into: an A/A pair stays undecided (``tolerance_visible``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Literal
+
+import numpy as np
+
+from analysis.welch import t_quantile
+
+#: Power at which the minimum detectable effect is stated.
+POWER = 0.8
+
+PairedScale = Literal["log", "difference"]
+
+#: Per-request values of one side of one pair: one array per phase pooled into the pair.
+PairSide = Sequence[np.ndarray]
+
+
+@dataclass(frozen=True)
+class PairedEstimate:
+    """A key metric's paired change over k pairs.
+
+    Attributes:
+        scale: ``log``: ``point``/``low``/``high`` are candidate/baseline ratios (exp of the
+            log-ratio); ``difference``: candidate − baseline in the figure's unit.
+        point, low, high: the change and its interval.
+        se: standard error of the change in the estimator's space (log-ratio or unit).
+        pairs: k, the block pairs it rests on.
+        per_pair: d_j of each pair, in the estimator's space.
+        method: ``random-effects``, ``paired-t``, ``range`` or ``point`` (module docstring).
+    """
+
+    scale: PairedScale
+    point: float
+    low: float
+    high: float
+    se: float
+    pairs: int
+    per_pair: tuple[float, ...]
+    method: str
+
+
+def _stat(values: np.ndarray, stat: str) -> np.ndarray:
+    """``stat`` along the last axis: ``p50`` (median) or ``mean``."""
+    return np.median(values, axis=-1) if stat == "p50" else values.mean(axis=-1)
+
+
+def _resampled(values: np.ndarray, stat: str, b: int, rng: np.random.Generator) -> np.ndarray:
+    """``stat`` of ``b`` request resamples of ``values`` (shape (b,))."""
+    return _stat(values[rng.integers(0, values.size, size=(b, values.size))], stat)
+
+
+def _check_pairs(baseline: Sequence[PairSide], candidate: Sequence[PairSide]) -> int:
+    if not baseline or len(baseline) != len(candidate):
+        raise ValueError(f"pairs needed on both sides ({len(baseline)} vs {len(candidate)})")
+    for b, c in zip(baseline, candidate, strict=True):
+        if len(b) != len(c) or not b:
+            raise ValueError("each pair needs the same phases on both sides")
+        for arr in (*b, *c):
+            a = np.asarray(arr, dtype=float)
+            if a.size == 0 or not np.all(a > 0):
+                raise ValueError("each phase of each side needs positive values")
+    return len(baseline)
+
+
+def paired_log_ratio(
+    baseline: Sequence[PairSide],
+    candidate: Sequence[PairSide],
+    stat: str = "p50",
+    *,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> PairedEstimate:
+    """The paired change of a per-request metric (module docstring).
+
+    Args:
+        baseline, candidate: ``side[j][p]``: the positive per-request values (ms) of pair j,
+            phase p; both sides with the same pairs and phases.
+        stat: ``p50`` (default) or ``mean`` of each phase's requests.
+        confidence: two-sided, in (0, 1); resamples: ≥ 1000; seed: the generator's.
+
+    Raises:
+        ValueError: unequal pairs or phases, an empty or non-positive phase, a bad
+            confidence, fewer than 1,000 resamples, an unknown ``stat``.
+    """
+    if stat not in ("p50", "mean"):
+        raise ValueError(f"stat must be p50 or mean (got {stat})")
+    if not 0 < confidence < 1 or resamples < 1000:
+        raise ValueError(f"confidence in (0, 1) and ≥ 1000 resamples needed ({confidence})")
+    k = _check_pairs(baseline, candidate)
+    rng = np.random.default_rng(seed)
+    observed, within = np.empty(k), np.empty(k)
+    for j, (b_pair, c_pair) in enumerate(zip(baseline, candidate, strict=True)):
+        logs = np.zeros(resamples)
+        point = 0.0
+        for b_vals, c_vals in zip(b_pair, c_pair, strict=True):
+            b_arr, c_arr = np.asarray(b_vals, dtype=float), np.asarray(c_vals, dtype=float)
+            point += math.log(float(_stat(c_arr, stat))) - math.log(float(_stat(b_arr, stat)))
+            logs += np.log(_resampled(c_arr, stat, resamples, rng))
+            logs -= np.log(_resampled(b_arr, stat, resamples, rng))
+        observed[j] = point / len(b_pair)
+        within[j] = float((logs / len(b_pair)).var(ddof=1))
+    between = float(observed.var(ddof=1)) if k > 1 else 0.0
+    se = math.sqrt(max(float(within.mean()), between) / k)
+    mean = float(observed.mean())
+    half = NormalDist().inv_cdf((1 + confidence) / 2) * se
+    return PairedEstimate(
+        "log", math.exp(mean), math.exp(mean - half), math.exp(mean + half), se, k,
+        tuple(float(x) for x in observed), "random-effects",
+    )  # fmt: skip
+
+
+def paired_figure(
+    per_pair: Sequence[float], *, scale: PairedScale, confidence: float = 0.95
+) -> PairedEstimate:
+    """The paired change of a per-run figure from its per-pair changes d_j (log-ratios for
+    ``scale="log"``, differences in the figure's unit otherwise): paired t from 3 pairs, the
+    range rule at 2, the point at 1 (module docstring).
+
+    Raises:
+        ValueError: no pair, a non-finite d_j, or ``confidence`` outside (0, 1).
+    """
+    d = np.asarray(per_pair, dtype=float)
+    if d.size == 0 or not np.all(np.isfinite(d)):
+        raise ValueError("one finite change per pair needed")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1) (got {confidence})")
+    k, mean = d.size, float(d.mean())
+    if k == 1:
+        half, se, method = 0.0, 0.0, "point"
+    elif k == 2:
+        half, method = float(abs(d[1] - d[0])), "range"
+        se = float(d.std(ddof=1) / math.sqrt(k))
+    else:
+        se = float(d.std(ddof=1) / math.sqrt(k))
+        half, method = t_quantile((1 + confidence) / 2, k - 1) * se, "paired-t"
+    to = math.exp if scale == "log" else float
+    return PairedEstimate(scale, to(mean), to(mean - half), to(mean + half), se, k,
+                          tuple(float(x) for x in d), method)  # fmt: skip
+
+
+def mde(se: float, confidence: float, scale: PairedScale, power: float = POWER) -> float:
+    """The minimum detectable effect (module docstring): (z_{(1+c)/2} + z_power) · SE, as a
+    relative change (e^δ − 1) for ``log``, in the figure's unit for ``difference``.
+
+    Raises:
+        ValueError: a negative ``se``, or ``confidence``/``power`` outside (0, 1).
+    """
+    if se < 0 or not 0 < confidence < 1 or not 0 < power < 1:
+        raise ValueError(f"se ≥ 0, confidence and power in (0, 1) needed ({se}, {confidence})")
+    z = NormalDist().inv_cdf((1 + confidence) / 2) + NormalDist().inv_cdf(power)
+    delta = z * se
+    return math.expm1(delta) if scale == "log" else delta
+
+
+def mde_after(estimate: PairedEstimate, confidence: float, extra_pairs: int = 1) -> float:
+    """The MDE once ``extra_pairs`` more pairs are run, at the noise measured so far: SE scaled
+    by √(k/(k + extra)).
+
+    Raises:
+        ValueError: ``extra_pairs`` < 0 (and see :func:`mde`).
+    """
+    if extra_pairs < 0:
+        raise ValueError(f"extra pairs must be ≥ 0 (got {extra_pairs})")
+    k = estimate.pairs
+    return mde(estimate.se * math.sqrt(k / (k + extra_pairs)), confidence, estimate.scale)
+
+
+def tolerance_visible(tolerance: float, mde_value: float) -> bool:
+    """Whether a tolerance band is at least the smallest change the gate can see (module
+    docstring); ``False`` flags a tolerance that keeps an A/A gate undecided."""
+    return tolerance >= mde_value

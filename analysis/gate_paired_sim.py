@@ -1,0 +1,219 @@
+"""Synthetic gates on a drifting machine: the paired estimator (``analysis.gate_paired``)
+against the unpaired per-phase comparison ``loadgen compare`` makes of the same runs
+(``analysis.compare_stats.bootstrap_ratio_runs``), through the same sequential looks
+(Bonferroni over the planned looks, ``analysis.gate_sequential``).
+
+**The machine model.** A gate runs k block pairs. In pair j the machine runs at a speed
+e^{s_j}, s_j ~ N(0, σ_block²), common to both sides of the pair (they run minutes apart) and
+different between pairs (the shared machine's load changes between blocks); each run adds its
+own residual shift r ~ N(0, σ_run²) that the alternation does not cancel. A request of phase p
+takes μ_p · effect · e^{s_j + r + w}, w ~ N(0, σ_req²) (log-normal latencies, as the
+measured TTFT of a phase). The candidate's ``effect`` is the true ratio.
+
+``python -m analysis.gate_paired_sim`` writes docs/gate-paired.md from these simulations
+(seeded: the same page every time).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from statistics import NormalDist
+
+import numpy as np
+
+from analysis.compare_stats import Classification, bootstrap_ratio_runs, classify
+from analysis.gate_paired import PairedEstimate, mde, paired_log_ratio
+from analysis.gate_sequential import look_confidence, planned_looks
+
+Side = list[np.ndarray]  # one array of per-request values per phase
+
+
+@dataclass(frozen=True)
+class Machine:
+    """A drifting machine and a workload (module docstring); times in ms.
+
+    Attributes:
+        sigma_request: log-s.d. of a request within a phase (σ_req).
+        sigma_block: log-s.d. of the machine's speed between block pairs (σ_block).
+        sigma_run: log-s.d. of a run's own residual shift (σ_run).
+        requests: requests per phase (m); phase_ms: each phase's median latency μ_p.
+    """
+
+    sigma_request: float = 0.45
+    sigma_block: float = 0.15
+    sigma_run: float = 0.02
+    requests: int = 48
+    phase_ms: tuple[float, ...] = (400.0, 120.0, 300.0, 250.0, 130.0)
+
+
+@dataclass
+class Blocks:
+    """The runs of one simulated gate, a pair at a time: ``base[j][p]``, ``cand[j][p]``."""
+
+    machine: Machine
+    effect: float
+    rng: np.random.Generator
+    base: list[Side] = field(default_factory=list)
+    cand: list[Side] = field(default_factory=list)
+
+    def add_pair(self, _k: int = 0) -> None:
+        """Run one more block pair (both sides at the pair's machine speed)."""
+        m = self.machine
+        speed = self.rng.normal(0.0, m.sigma_block)
+        for side, effect in ((self.base, 1.0), (self.cand, self.effect)):
+            shift = speed + self.rng.normal(0.0, m.sigma_run)
+            side.append([
+                mu * effect * np.exp(shift + self.rng.normal(0.0, m.sigma_request, m.requests))
+                for mu in m.phase_ms
+            ])  # fmt: skip
+
+
+def paired_class(
+    blocks: Blocks, confidence: float, tolerance: float, resamples: int = 1000
+) -> tuple[Classification, PairedEstimate]:
+    """The pooled TTFT-p50-like key metric of ``blocks``, classified by the paired estimator."""
+    est = paired_log_ratio(blocks.base, blocks.cand, "p50", confidence=confidence,
+                           resamples=resamples)  # fmt: skip
+    klass = classify(est.low, est.high, neutral=1.0, tolerance=tolerance, better="lower")
+    return klass, est
+
+
+def unpaired_class(
+    blocks: Blocks, confidence: float, tolerance: float, resamples: int = 1000
+) -> Classification:
+    """What the unpaired comparison decides from the same runs: one key metric per phase
+    (its p50, two-level bootstrap over runs), regression if any regressed, decided only when
+    every phase is."""
+    classes = []
+    for p in range(len(blocks.machine.phase_ms)):
+        iv = bootstrap_ratio_runs([[*run[p]] for run in blocks.base],
+                                  [[*run[p]] for run in blocks.cand], "p50",
+                                  resamples=resamples, confidence=confidence)  # fmt: skip
+        assert iv.low is not None and iv.high is not None
+        classes.append(classify(iv.low, iv.high, neutral=1.0, tolerance=tolerance,
+                                better="lower"))  # fmt: skip
+    if "regression" in classes:
+        return "regression"
+    if "inconclusive" in classes:
+        return "inconclusive"
+    return "improvement" if "improvement" in classes else "no change"
+
+
+Look = Callable[[Blocks, float, float], Classification]
+
+
+def _paired_look(blocks: Blocks, confidence: float, tolerance: float) -> Classification:
+    return paired_class(blocks, confidence, tolerance)[0]
+
+
+ESTIMATORS: dict[str, Look] = {"paired": _paired_look, "unpaired": unpaired_class}
+
+
+@dataclass(frozen=True)
+class GateRun:
+    """How one simulated sequential gate ended: its class and the pairs it ran."""
+
+    classification: Classification
+    pairs: int
+
+
+def sequential_gate(
+    seed: int,
+    machine: Machine,
+    effect: float,
+    estimator: str,
+    *,
+    tolerance: float,
+    confidence: float = 0.95,
+    first: int = 2,
+    most: int = 6,
+) -> GateRun:
+    """A gate of ``first`` pairs, then one more a look until decided or ``most`` pairs, each
+    look at the Bonferroni confidence (``gate_sequential``), decided by ``estimator``."""
+    look = ESTIMATORS[estimator]
+    level = look_confidence(confidence, planned_looks(first, most))
+    blocks = Blocks(machine, effect, np.random.default_rng(seed))
+    for _ in range(first):
+        blocks.add_pair()
+    while True:
+        klass = look(blocks, level, tolerance)
+        if klass != "inconclusive" or len(blocks.base) >= most:
+            return GateRun(klass, len(blocks.base))
+        blocks.add_pair()
+
+
+def interval_widths(
+    machine: Machine, pairs: int, gates: int, confidence: float = 0.95
+) -> tuple[float, float]:
+    """Median width (high/low − 1 in log terms: ln(high/low)) of the paired pooled interval
+    and of the unpaired per-phase intervals (median over phases and gates) at ``pairs``."""
+    paired, unpaired = [], []
+    for seed in range(gates):
+        blocks = Blocks(machine, 1.0, np.random.default_rng(seed))
+        for _ in range(pairs):
+            blocks.add_pair()
+        est = paired_log_ratio(blocks.base, blocks.cand, confidence=confidence, resamples=1000)
+        paired.append(math.log(est.high / est.low))
+        for p in range(len(machine.phase_ms)):
+            iv = bootstrap_ratio_runs([[*r[p]] for r in blocks.base],
+                                      [[*r[p]] for r in blocks.cand], "p50",
+                                      resamples=1000, confidence=confidence)  # fmt: skip
+            assert iv.low is not None and iv.high is not None
+            unpaired.append(math.log(iv.high / iv.low))
+    return float(np.median(paired)), float(np.median(unpaired))
+
+
+def predicted_mde(machine: Machine, pairs: int, gates: int, confidence: float) -> float:
+    """The MDE a gate of ``pairs`` pairs reports (median over ``gates`` A/A gates), relative."""
+    values = []
+    for seed in range(gates):
+        blocks = Blocks(machine, 1.0, np.random.default_rng(10_000 + seed))
+        for _ in range(pairs):
+            blocks.add_pair()
+        est = paired_log_ratio(blocks.base, blocks.cand, confidence=confidence, resamples=1000)
+        values.append(mde(est.se, confidence, "log"))
+    return float(np.median(values))
+
+
+def detection_rate(
+    machine: Machine, pairs: int, effect: float, gates: int, confidence: float
+) -> float:
+    """Share of ``gates`` one-look gates of ``pairs`` pairs whose paired interval lies wholly
+    above 1 (the change is seen) when the true ratio is ``effect``."""
+    seen = 0
+    for seed in range(gates):
+        blocks = Blocks(machine, effect, np.random.default_rng(20_000 + seed))
+        for _ in range(pairs):
+            blocks.add_pair()
+        est = paired_log_ratio(blocks.base, blocks.cand, confidence=confidence, resamples=1000)
+        seen += est.low > 1.0
+    return seen / gates
+
+
+def wilson(hits: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson's score interval of a proportion ``hits``/``n`` (Wilson, JASA 22, 1927)."""
+    z = NormalDist().inv_cdf((1 + confidence) / 2)
+    p = hits / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def gate_table(
+    machine: Machine, effects: Sequence[float], gates: int, tolerance: float
+) -> list[tuple[str, float, int, int, int, float]]:
+    """Rows (estimator, effect, decided correctly, false regression, undecided, mean pairs)."""
+    rows = []
+    for effect in effects:
+        want: Classification = "no change" if effect == 1.0 else "regression"
+        for name in ESTIMATORS:
+            runs = [sequential_gate(s, machine, effect, name, tolerance=tolerance)
+                    for s in range(gates)]  # fmt: skip
+            right = sum(r.classification == want for r in runs)
+            false_reg = sum(r.classification == "regression" for r in runs) if effect == 1 else 0
+            undecided = sum(r.classification == "inconclusive" for r in runs)
+            rows.append((name, effect, right, false_reg, undecided,
+                         float(np.mean([r.pairs for r in runs]))))  # fmt: skip
+    return rows
