@@ -53,6 +53,7 @@ from analysis.compare_models import (
 from analysis.compare_runs import RunView, incomplete_runs, load_view, run_dirs, side_info
 from analysis.compare_stats import Classification
 from analysis.gate_file import GateConfig
+from analysis.gate_paired_keys import paired_key_metrics
 
 
 def _side_verdict(values: Sequence[bool | None]) -> str:
@@ -218,23 +219,27 @@ def compare_sides(
     allow_workload_mismatch: bool = False,
     pairs: Mapping[str, str] | None = None,
     allow_incomplete: bool = False,
+    paired: bool = False,
 ) -> Comparison:
-    """Compare loaded sides (module docstring).
+    """Compare loaded sides (module docstring); with ``paired``, also the paired key metrics
+    of one gate's block pairs (``analysis.gate_paired_keys``), which then decide.
 
     Raises:
         CompareError: a side has no run, a run is incomplete (unless allowed), the workloads
-            differ (unless allowed), or no case pairs.
+            differ (unless allowed), no case pairs, or ``paired`` with sides that are not one
+            gate's pairs.
     """
     partial = _refuse_incomplete(baseline, candidate, allow_incomplete)
     b_info, c_info = side_info("baseline", baseline), side_info("candidate", candidate)
     notes = _workload_notes(b_info, c_info, allow_workload_mismatch)
-    paired, unpaired = _pairs(baseline, candidate, pairs or {})
+    paired_cases, unpaired = _pairs(baseline, candidate, pairs or {})
     metrics: list[MetricComparison] = []
-    for b_case, c_case in paired.items():
+    for b_case, c_case in paired_cases.items():
         case_metrics, case_unpaired = _compare_case(baseline, candidate, (b_case, c_case), gate)
         unpaired += case_unpaired
         metrics += case_metrics
-    verdicts = compare_verdicts(baseline, candidate, paired)
+    verdicts = compare_verdicts(baseline, candidate, paired_cases)
+    keys = paired_key_metrics(baseline, candidate, paired_cases, gate) if paired else None
     if partial:
         metrics, verdicts, mark = _mark_incomplete(metrics, verdicts, partial)
         notes.append(mark + " — compared anyway (--allow-incomplete)")
@@ -249,12 +254,13 @@ def compare_sides(
         candidate=c_info,
         workload_match=b_info.workload_hash == c_info.workload_hash,
         settings=gate.model_dump(mode="json"),
-        pairs=paired,
+        pairs=paired_cases,
         unpaired=unpaired,
         metrics=metrics,
         verdicts=verdicts,
         counts=counts,
         notes=notes,
+        paired=keys,
     )
 
 
@@ -266,6 +272,7 @@ def compare_paths(
     allow_workload_mismatch: bool = False,
     pairs: Mapping[str, str] | None = None,
     allow_incomplete: bool = False,
+    paired: bool = False,
 ) -> Comparison:
     """Load both sides (a run, or a directory of runs each) and compare them.
 
@@ -276,5 +283,5 @@ def compare_paths(
     cand = [load_view(p) for p in run_dirs(candidate)]
     return compare_sides(
         base, cand, gate, allow_workload_mismatch=allow_workload_mismatch, pairs=pairs,
-        allow_incomplete=allow_incomplete,
+        allow_incomplete=allow_incomplete, paired=paired,
     )  # fmt: skip

@@ -57,6 +57,37 @@ class MetricComparison(FrozenModel):
     incomplete: bool = False
 
 
+class PairedMetric(FrozenModel):
+    """One paired key metric of a case (``analysis.gate_paired_keys``): its change within
+    block pairs pooled over the case's phases.
+
+    ``scale`` ``log``: ``change``/``low``/``high`` are candidate/baseline ratios, ``se`` is in
+    the log, ``mde``/``mde_next`` are relative changes; ``difference``: candidate − baseline in
+    the figure's unit, as are ``se`` and the MDEs. ``mde``: the smallest change the gate can see
+    at its confidence and the pairs run (80 % power); ``mde_next``: after one more pair.
+    ``per_pair``: each pair's change (log-ratio or difference). ``extra_pairs``: for an
+    undecided one, the pairs estimated to decide it (``None``: none do, or decided).
+    """
+
+    case: str
+    metric: str
+    scale: str
+    better: str
+    tolerance: float
+    change: float | None = None
+    low: float | None = None
+    high: float | None = None
+    se: float | None = None
+    pairs: int
+    per_pair: list[float] = Field(default_factory=list)
+    method: str = ""
+    classification: Classification
+    mde: float | None = None
+    mde_next: float | None = None
+    extra_pairs: int | None = None
+    note: str = ""
+
+
 class VerdictComparison(FrozenModel):
     """A check's verdict on both sides (PASS, FAIL, MIXED, UNDECIDED) and its class;
     ``incomplete`` (with ``note``) when a run it comes from did not complete."""
@@ -94,3 +125,4 @@ class Comparison(FrozenModel):
     verdicts: list[VerdictComparison]
     counts: dict[str, int]
     notes: list[str] = Field(default_factory=list)
+    paired: list[PairedMetric] | None = None

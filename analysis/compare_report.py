@@ -19,7 +19,7 @@ from pydantic import ValidationError
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from analysis.compare_models import CLASSES, Comparison, MetricComparison
+from analysis.compare_models import CLASSES, Comparison, MetricComparison, PairedMetric
 from analysis.gate_decision import Decision, decide, is_key, key_selectors
 from analysis.html.compare_page import compare_page
 from analysis.markdown import f, table
@@ -151,6 +151,47 @@ def decision_markdown(d: Decision, strict: bool = False) -> list[str]:
     return out
 
 
+def _paired_value(m: PairedMetric, x: float | None, relative: bool = False) -> str:
+    if x is None:
+        return "–"
+    if m.scale == "log":
+        return f"{x - 1:+.1%}" if not relative else f"{x:.1%}"
+    return f"{x:+.3g}" if not relative else f"{x:.3g}"
+
+
+def paired_markdown(c: Comparison) -> list[str]:
+    """The paired key metrics of a paired gate (``analysis.gate_paired_keys``), one row each,
+    with the smallest change each can see; empty for an unpaired comparison."""
+    if c.paired is None:
+        return []
+    rows = [[m.case, m.metric, _paired_value(m, m.change),
+             "–" if m.low is None else f"[{_paired_value(m, m.low)}, {_paired_value(m, m.high)}]",
+             _paired_value(m, m.tolerance, True), _paired_value(m, m.mde, True),
+             _paired_value(m, m.mde_next, True), m.classification, m.note]
+            for m in c.paired]  # fmt: skip
+    return [
+        "Paired key metrics (these and every verdict decide; change within block pairs, "
+        "pooled over each case's phases; MDE: the smallest change seen with 80 % power at the "
+        "comparison's confidence, now and after one more pair; docs/gate-paired.md):",
+        "",
+        table(
+            [
+                "case",
+                "metric",
+                "change",
+                "interval",
+                "tolerance",
+                "MDE",
+                "MDE +1 pair",
+                "class",
+                "note",
+            ],
+            rows,
+        ),
+        "",
+    ]
+
+
 @dataclass(frozen=True)
 class CompareSections:
     """compare.md's parts, each a list of lines, in the order compare.md shows them;
@@ -250,7 +291,7 @@ def compare_sections(c: Comparison, strict: bool = False) -> CompareSections:
         metric_lines[b_case] = [table(headers, metric_rows(metrics, keyed)), ""]
     return CompareSections(
         title=[f"# Regression gate: {c.scenario}", ""],
-        decision=decision_markdown(decide(c, strict), strict),
+        decision=decision_markdown(decide(c, strict), strict) + paired_markdown(c),
         overview=_overview(c),
         headings=headings,
         verdicts=verdict_lines,

@@ -20,7 +20,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from analysis.compare_models import Comparison, MetricComparison, VerdictComparison
+from analysis.compare_models import (
+    Comparison,
+    MetricComparison,
+    PairedMetric,
+    VerdictComparison,
+)
 from analysis.compare_stats import Statistic
 from analysis.gate_sample_size import (
     PairsEstimate,
@@ -146,12 +151,37 @@ def undecided_line(u: Undecided) -> str:
     return f"{u.label}: {u.classification}; {_estimate_text(u.estimate)}"
 
 
+def paired_label(m: PairedMetric) -> str:
+    """``case paired metric`` (the medians say so: ``ttft_ms p50``)."""
+    stat = " p50" if m.metric in ("ttft_ms", "tpot_ms") else ""
+    return f"{m.case} paired {m.metric}{stat}"
+
+
+def _paired_undecided(m: PairedMetric) -> Undecided:
+    est = PairsEstimate(
+        runs_needed=None if m.extra_pairs is None else m.pairs + m.extra_pairs,
+        extra_pairs=m.extra_pairs, why=m.note or "undecided",
+    )  # fmt: skip
+    return Undecided(label=paired_label(m), classification=m.classification, reason=m.note,
+                     estimate=None if m.classification == "missing" else est)  # fmt: skip
+
+
+def _mde_text(m: PairedMetric) -> str:
+    if m.mde is None:
+        return ""
+    unit = f"{m.mde:.1%}" if m.scale == "log" else f"{m.mde:.3g}"
+    return f"{m.case} {m.metric} {unit}"
+
+
 def decide(c: Comparison, strict: bool = False) -> Decision:
-    """The gate's headline, exit code and undecided key metrics (module docstring)."""
+    """The gate's headline, exit code and undecided key metrics (module docstring); a paired
+    comparison (``c.paired``) is decided by its paired key metrics and the verdicts."""
     selectors = key_selectors(c)
     runs = runs_per_side(c)
-    key = [m for m in c.metrics if is_key(m, selectors, strict)]
+    key = [m for m in c.metrics if is_key(m, selectors, strict)] if c.paired is None else []
+    paired = c.paired or []
     regressions = [metric_label(m) for m in key if m.classification == "regression"]
+    regressions += [paired_label(m) for m in paired if m.classification == "regression"]
     regressions += [verdict_label(v) for v in c.verdicts if v.classification == "regression"]
     undecided = [
         Undecided(
@@ -162,6 +192,9 @@ def decide(c: Comparison, strict: bool = False) -> Decision:
         )
         for m in key
         if m.classification in ("inconclusive", "missing")
+    ]
+    undecided += [
+        _paired_undecided(m) for m in paired if m.classification in ("inconclusive", "missing")
     ]
     undecided += [
         Undecided(
@@ -175,10 +208,14 @@ def decide(c: Comparison, strict: bool = False) -> Decision:
     pairs = [u.estimate.extra_pairs if u.estimate else None for u in undecided]
     extra = None if not pairs or None in pairs else max(p for p in pairs if p is not None)
     counts = f"{len(key)} key metrics, {len(c.verdicts)} verdicts, {runs} run(s) per side"
+    if c.paired is not None:
+        counts = f"{len(paired)} paired key metrics, {len(c.verdicts)} verdicts, {runs} pair(s)"
+    seen = [t for t in (_mde_text(m) for m in paired if m.metric == "ttft_ms") if t]
+    smallest = f"; smallest change seen (MDE): {', '.join(seen)}" if seen else ""
     if regressions:
         headline: Headline = "regression"
         code = CompareExit.REGRESSION
-        line = f"REGRESSION ({counts}): " + "; ".join(regressions)
+        line = f"REGRESSION ({counts}): " + "; ".join(regressions) + smallest
     elif undecided:
         headline, code = "inconclusive", CompareExit.UNDECIDED
         decide_by = (
@@ -187,12 +224,12 @@ def decide(c: Comparison, strict: bool = False) -> Decision:
             else "some cannot be decided by more pairs (see each)"
         )
         line = (f"INCONCLUSIVE ({counts}): {len(undecided)} key metric(s) undecided; "
-                f"{decide_by}")  # fmt: skip
+                f"{decide_by}{smallest}")  # fmt: skip
     else:
         headline, code = "no regression", CompareExit.NO_REGRESSION
-        line = f"NO REGRESSION ({counts}): every key metric decided, none regressed"
+        line = f"NO REGRESSION ({counts}): every key metric decided, none regressed{smallest}"
     return Decision(
-        headline=headline, exit_code=int(code), line=line, key_metrics=len(key),
+        headline=headline, exit_code=int(code), line=line, key_metrics=len(key) + len(paired),
         verdicts=len(c.verdicts), regressions=regressions, undecided=undecided, runs=runs,
         extra_pairs=extra if undecided else None,
     )  # fmt: skip

@@ -12,6 +12,9 @@ tolerance that is not a finite number ≥ 0 (``inf`` would call every change "no
 headline (``analysis.gate_decision``); a user's list for a scenario replaces that scenario's
 list. A selector is a metric (``ttft_ms``: every statistic compared; ``num_preemptions``: a
 per-run figure) or a per-request metric and statistic (``ttft_ms.p50``); unknown ones are errors.
+
+``[paired]`` holds the tolerances of a paired gate's few key metrics
+(``analysis.gate_paired_keys``), merged key by key; an unknown metric is an error.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from analysis.compare_metrics import REQUEST_METRICS, RUN_METRICS
 from analysis.compare_stats import Statistic
+from analysis.gate_paired import PAIRED_METRICS
 
 DEFAULTS_FILE = Path(__file__).with_name("gate_defaults.toml")
 
@@ -64,6 +68,7 @@ class GateConfig(BaseModel):
     min_tail_samples: int = Field(default=2, ge=1)
     metrics: dict[str, MetricRule]
     key_metrics: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    paired: dict[str, float] = Field(default_factory=dict)
 
     def key_selectors(self, scenario: str) -> tuple[str, ...]:
         """The key-metric selectors of ``scenario`` (its own list, else ``default``)."""
@@ -129,6 +134,19 @@ def _shape_problems(metrics: dict[str, Any]) -> list[str]:
     return out
 
 
+def _paired_problems(paired: Any) -> list[str]:
+    """``[paired]`` keys that name no paired key metric, or tolerances that are not ≥ 0."""
+    if not isinstance(paired, dict):
+        return ["[paired] must be a table of metric = tolerance"]
+    out = []
+    for name, tol in paired.items():
+        if name not in PAIRED_METRICS:
+            out.append(f"[paired] unknown metric {name!r}; known: {', '.join(PAIRED_METRICS)}")
+        elif isinstance(tol, bool) or not isinstance(tol, int | float) or not 0 <= tol < 1e9:
+            out.append(f"[paired] {name}: a tolerance is a finite number ≥ 0 (got {tol!r})")
+    return out
+
+
 def load_gate(path: Path | None = None) -> GateConfig:
     """The defaults, overridden by the gate file at ``path`` when given.
 
@@ -142,8 +160,8 @@ def load_gate(path: Path | None = None) -> GateConfig:
     if path is not None:
         user = _read(path)
         for key, value in user.items():
-            if key == "key_metrics" and isinstance(value, dict):
-                data["key_metrics"] = {**data.get("key_metrics", {}), **value}
+            if key in ("key_metrics", "paired") and isinstance(value, dict):
+                data[key] = {**data.get(key, {}), **value}
             elif key != "metrics":
                 data[key] = value
         for name, table in (user.get("metrics") or {}).items():
@@ -161,6 +179,7 @@ def load_gate(path: Path | None = None) -> GateConfig:
     where = path or DEFAULTS_FILE
     shape = _shape_problems(data.get("metrics") or {})
     shape += _selector_problems(data.get("key_metrics", {}))
+    shape += _paired_problems(data.get("paired", {}))
     if shape:
         raise GateFileError(f"{where}: " + "; ".join(shape))
     try:

@@ -70,6 +70,29 @@ PairSide = Sequence[np.ndarray]
 
 
 @dataclass(frozen=True)
+class PairedKind:
+    """How a paired key metric (``analysis.gate_paired_keys``) pools: ``log`` (relative) or
+    ``difference``; ``sum`` or mean over phases; which direction is better."""
+
+    scale: str
+    pool: str
+    better: str
+
+
+#: The paired key metrics a gate file's ``[paired]`` may name, and how each pools.
+PAIRED_METRICS: dict[str, PairedKind] = {
+    "ttft_ms": PairedKind("log", "mean", "lower"),
+    "tpot_ms": PairedKind("log", "mean", "lower"),
+    "output_throughput_tok_s": PairedKind("log", "mean", "higher"),
+    "goodput_req_s": PairedKind("log", "mean", "higher"),
+    "prefix_cache_hit_rate": PairedKind("difference", "mean", "higher"),
+    "cached_token_rate": PairedKind("difference", "mean", "higher"),
+    "num_preemptions": PairedKind("difference", "sum", "lower"),
+    "failed_requests": PairedKind("difference", "sum", "lower"),
+}
+
+
+@dataclass(frozen=True)
 class PairedEstimate:
     """A key metric's paired change over k pairs.
 

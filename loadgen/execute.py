@@ -42,6 +42,7 @@ from loadgen.case.late import LateFigures
 from loadgen.case.phases import CaseRun, run_phases
 from loadgen.case.starts import open_server, start_case, start_scraper
 from loadgen.clock import Clock, MonotonicClock
+from loadgen.kept_servers import KeptServers
 from loadgen.kvevents.hub import KvEventHub
 from loadgen.replicas import SharedReplicas
 from loadgen.runformat import CaseInfo, RunWriteError
@@ -124,12 +125,15 @@ async def execute_plan(
     clock: Clock | None = None,
     workers: WorkersConfig | None = None,
     kv_events: KvEventHub | None = None,
+    kept: KeptServers | None = None,
 ) -> list[CaseOutcome]:
     """Run all cases of ``plan`` in order; cases with identical server configs share a start.
 
     ``first_server`` is the already-started server of ``plan.cases[0]`` (the sizing case);
     ``workers`` how the load is spread (default: this process alone); ``kv_events`` the
-    run's KV-event recorders, which the servers of cases that record events publish to.
+    run's KV-event recorders, which the servers of cases that record events publish to;
+    ``kept``: servers kept across runs (``loadgen.kept_servers``), taken from there and never
+    stopped here (a case recording KV events gets its own, as its recorder is the run's).
     """
     hooks = hooks or RunHooks()
     clock = clock or MonotonicClock()
@@ -148,13 +152,14 @@ async def execute_plan(
             gone = bool(outcomes) and outcomes[-1].server_gone
             if server is not None and (key != server_key or gone or server.exit_code() is not None):
                 await shared.stop()
-                await asyncio.shield(asyncio.to_thread(server.stop))
+                await _stop_unless_kept(server, kept)
                 server = None
             if server is None:
                 try:
-                    server = await open_server(
-                        case, case_dir(run_dir, case.name) / SERVER_DIR, hooks, kv_events
-                    )
+                    workdir = case_dir(run_dir, case.name) / SERVER_DIR
+                    keep = kept is not None and not case.record_kv_events
+                    opened = kept.open(case, workdir, hooks) if kept and keep else None
+                    server = await (opened or open_server(case, workdir, hooks, kv_events))
                     server_key = key
                 except RunWriteError:
                     raise  # the run cannot go on
@@ -180,5 +185,11 @@ async def execute_plan(
     finally:
         await shared.stop()
         if server is not None:
-            await asyncio.shield(asyncio.to_thread(server.stop))
+            await _stop_unless_kept(server, kept)
     return outcomes
+
+
+async def _stop_unless_kept(server: RunningServer, kept: KeptServers | None) -> None:
+    """Stop ``server`` (shielded from cancellation) unless ``kept`` keeps it for later runs."""
+    if kept is None or not kept.owns(server):
+        await asyncio.shield(asyncio.to_thread(server.stop))

@@ -24,6 +24,7 @@ from pydantic import BaseModel
 
 from loadgen.clock import wall_anchor
 from loadgen.execute import CaseOutcome, RunHooks, execute_plan, open_server
+from loadgen.kept_servers import KeptServers, kept_case, kept_plan
 from loadgen.kvevents.hub import KvEventHub
 from loadgen.proxies import check_installed
 from loadgen.redact import redact_command
@@ -119,28 +120,41 @@ def new_run_dir(root: Path, scenario: str) -> Path:
 
 
 async def _plan_and_execute(
-    scenario: Scenario, params: BaseModel, run_dir: Path, hooks: RunHooks, workers: WorkersConfig
+    scenario: Scenario,
+    params: BaseModel,
+    run_dir: Path,
+    hooks: RunHooks,
+    workers: WorkersConfig,
+    kept: KeptServers | None = None,
 ) -> list[CaseOutcome]:
-    """Start the sizing case's server, plan from its real capacity, run every case. The
-    run's KV-event recorders (for cases that record them) stop last, however it ends."""
+    """Start the sizing case's server, plan from its real capacity, run every case; with
+    ``kept``, on servers kept across runs (``loadgen.kept_servers``). The run's KV-event
+    recorders (for cases that record them) stop last, however it ends."""
     sizing = scenario.sizing_case(params)
+    sizing = kept_case(sizing) if kept is not None else sizing
     kv_events = KvEventHub()
     try:
         workdir = case_dir(run_dir, sizing.name) / SERVER_DIR
-        server = await open_server(sizing, workdir, hooks, kv_events)
+        if kept is not None and not sizing.record_kv_events:
+            server = await kept.open(sizing, workdir, hooks)
+        else:
+            server = await open_server(sizing, workdir, hooks, kv_events)
         try:
             if server.capacity is None:
                 raise RuntimeError(
                     f"could not read the KV capacity of {server.url}: {server.capacity_error}"
                 )
             plan = scenario.plan(params, server.capacity)
+            plan = kept_plan(plan) if kept is not None else plan
             check_installed(plan.cases)  # before any load is sent
         except BaseException:
-            await asyncio.shield(asyncio.to_thread(server.stop))
+            if kept is None or not kept.owns(server):
+                await asyncio.shield(asyncio.to_thread(server.stop))
             raise
         return await execute_plan(
-            plan, run_dir, hooks, first_server=server, workers=workers, kv_events=kv_events
-        )
+            plan, run_dir, hooks, first_server=server, workers=workers, kv_events=kv_events,
+            kept=kept,
+        )  # fmt: skip
     finally:
         await kv_events.aclose()
 
@@ -164,6 +178,7 @@ async def run_scenario(
     command: list[str] | None = None,
     hooks: RunHooks | None = None,
     workers: WorkersConfig | None = None,
+    kept: KeptServers | None = None,
 ) -> RunResult:
     """Run ``scenario`` with validated ``params`` into ``run_dir`` (raw files and ``run.json``).
 
@@ -173,7 +188,7 @@ async def run_scenario(
     ``write_error``. Cancellation (Ctrl-C) still records the run status before propagating.
     The caller then builds the report and writes the manifest (``loadgen.cli.run_and_report``).
     ``workers`` spreads the load over worker processes or Ray actors (default: this process
-    alone).
+    alone); ``kept`` runs on servers kept across runs (``loadgen.kept_servers``: a gate's).
 
     Raises:
         RunWriteError: the run directory or the first ``run.json`` could not be written
@@ -202,7 +217,8 @@ async def run_scenario(
     reserve.hold()
     result = RunResult(run_dir, "running")
     try:
-        result.outcomes = await _plan_and_execute(scenario, params, run_dir, hooks, workers)
+        result.outcomes = await _plan_and_execute(scenario, params, run_dir, hooks, workers,
+                                                  kept)  # fmt: skip
         failed = [o for o in result.outcomes if o.status != "ok"]
         result.status = "failed" if failed else "ok"
         if failed:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 from rich.markup import escape
@@ -48,6 +48,7 @@ def compare_exit_code(
     pairs: dict[str, str] | None = None,
     allow_incomplete: bool = False,
     confidence: float | None = None,
+    paired: bool = False,
 ) -> int:
     """``_compare_and_report``'s exit code; an unexpected error (a bug, a file nobody
     foresaw) becomes one line and ``CompareExit.CANNOT_COMPARE``, never a traceback whose exit
@@ -56,7 +57,7 @@ def compare_exit_code(
     try:
         return _compare_and_report(
             baseline, candidate, out, gate_file, strict, allow_workload_mismatch, pairs,
-            allow_incomplete, confidence,
+            allow_incomplete, confidence, paired,
         )  # fmt: skip
     except click.ClickException:
         raise  # usage errors: click prints them and exits 2
@@ -76,9 +77,11 @@ def _compare_and_report(
     pairs: dict[str, str] | None = None,
     allow_incomplete: bool = False,
     confidence: float | None = None,
+    paired: bool = False,
 ) -> int:
     """Compare, write compare.md/.json/plots into ``out``, print the findings; the exit code.
-    ``confidence`` replaces the gate file's (a sequential gate's per-look level)."""
+    ``confidence`` replaces the gate file's (a sequential gate's per-look level); ``paired``:
+    the sides are one gate's block pairs, decided by their paired key metrics."""
     from rich.table import Table
 
     from analysis.compare import CompareError, compare_paths
@@ -94,7 +97,7 @@ def _compare_and_report(
             gate = gate.model_copy(update={"confidence": confidence})
         comparison = compare_paths(
             baseline, candidate, gate, allow_workload_mismatch=allow_workload_mismatch,
-            pairs=pairs, allow_incomplete=allow_incomplete,
+            pairs=pairs, allow_incomplete=allow_incomplete, paired=paired,
         )  # fmt: skip
     except GateFileError as exc:
         raise click.UsageError(str(exc)) from None
@@ -129,6 +132,7 @@ def _compare_and_report(
         f"baseline vLLM {', '.join(comparison.baseline.vllm_versions)} vs candidate vLLM "
         f"{', '.join(comparison.candidate.vllm_versions)}: {counts}"
     )
+    _print_paired(console, comparison)
     decision = decide(comparison, strict)
     for u in decision.undecided[:20]:
         console.print(f"[yellow]undecided {escape(undecided_line(u))}[/yellow]")
@@ -139,6 +143,15 @@ def _compare_and_report(
     console.print(f"{escape(str(path))} (exit code {code})")
     show_page("compare", out / COMPARE_HTML)
     return code
+
+
+def _print_paired(console: Any, comparison: Any) -> None:
+    """One line per paired key metric: class, change, interval and MDE."""
+    for m in comparison.paired or []:
+        figures = ""
+        if None not in (m.change, m.low, m.high, m.mde):
+            figures = f" ({m.change:.4g} in [{m.low:.4g}, {m.high:.4g}], MDE {m.mde:.3g})"
+        console.print(f"paired {m.case} {m.metric}: {m.classification}{figures}")
 
 
 _HELP = f"""Compare CANDIDATE against BASELINE (each a run directory, or a directory of runs
@@ -188,6 +201,12 @@ Exit codes:
     is_flag=True,
     help="Compare runs that did not complete (every figure from them is marked).",
 )
+@click.option(
+    "--paired",
+    is_flag=True,
+    help="The sides are one gate's block pairs (run-N beside run-N): decide on the paired "
+    "key metrics (docs/gate-paired.md).",
+)
 def compare(
     baseline: Path,
     candidate: Path,
@@ -197,6 +216,7 @@ def compare(
     allow_workload_mismatch: bool,
     pairs: tuple[str, ...],
     allow_incomplete: bool,
+    paired: bool,
 ) -> None:
     """Compare (the help text, with the exit codes: ``_HELP``)."""
     from analysis.gate_file import GateFileError, load_gate
@@ -210,5 +230,5 @@ def compare(
     check_output_dir(out, "--out")
     sys.exit(
         compare_exit_code(baseline, candidate, out, gate_file, strict, allow_workload_mismatch,
-                           parsed, allow_incomplete)
+                           parsed, allow_incomplete, paired=paired)
     )  # fmt: skip

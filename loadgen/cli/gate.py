@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
+    from loadgen.kept_servers import KeptServers
     from scenarios.base import Scenario
 
 #: Scenario knobs a gate sets per side itself.
@@ -69,6 +70,16 @@ class GateParams(FrozenModel):
     )
     strict: bool = Field(
         default=False, description="Every gated metric is key, not only the gate file's."
+    )
+    restart_servers: bool = Field(
+        default=False,
+        description="Start a fresh server for every run, rather than keeping each side's "
+        "servers up for the whole gate (their prefix caches reset before each case).",
+    )
+    unpaired: bool = Field(
+        default=False,
+        description="Decide on the per-phase [key_metrics] of the pooled sides, not on the "
+        "paired key metrics of the block pairs (docs/gate-paired.md).",
     )
     out: Path | None = Field(
         default=None, description="Gate directory (default: runs/gate-<scenario>-<UTC time>)."
@@ -131,19 +142,37 @@ def _gate_command(scenario: Scenario, values: dict[str, Any]) -> None:
     }
     for params in sides.values():
         nominal_check(scenario, params, gate.allow_long_schedule)
-    repeats, max_repeats = gate.repeats, gate.max_repeats
     out = gate.out or new_run_dir(f"gate-{scenario.name}")
     check_out_dir(out)
     console = make_console()
-    sequence = gate_order(repeats, gate.order)
+    sequence = gate_order(gate.repeats, gate.order)
     console.print(f"gate {out}: {' '.join('A' if s == 'baseline' else 'B' for s in sequence)}")
+    from loadgen.kept_servers import KeptServers
+
     seen = {"baseline": 0, "candidate": 0}
+    kept = {side: KeptServers() for side in seen} if not gate.restart_servers else {}
+    try:
+        _run_gate(scenario, gate, sides, out, seen, kept, console)
+    finally:
+        for servers in kept.values():
+            servers.stop_all()
+
+
+def _run_gate(
+    scenario: Scenario, gate: GateParams, sides: dict[str, Any], out: Path,
+    seen: dict[str, int], kept: dict[str, KeptServers], console: Console,
+) -> None:  # fmt: skip
+    """The gate's runs in order, then its comparison (or looks); exits with the gate's code."""
+    from loadgen.run import gate_order
+
+    repeats, max_repeats = gate.repeats, gate.max_repeats
 
     def run_side(side: str) -> None:
         seen[side] += 1
         run_dir = gate_run_dir(out, side, seen[side])
         # A run that did not end ok stops the gate with its own code, never 1 (a regression).
-        status, report = run_and_report(scenario, sides[side], run_dir, None, GateExit.RUN_NOT_OK)
+        status, report = run_and_report(scenario, sides[side], run_dir, None,
+                                        GateExit.RUN_NOT_OK, kept.get(side))  # fmt: skip
         if status != "ok":
             shown = escape(str(run_dir))
             console.print(f"[red]{side} run {shown} ended {status}: the gate stops[/red]")
@@ -151,12 +180,13 @@ def _gate_command(scenario: Scenario, values: dict[str, Any]) -> None:
         if report is None:  # complete records, but the analysis cannot read them
             fail_compare(f"the report of {side} run {run_dir} failed (said above)")
 
-    for side in sequence:
+    for side in gate_order(repeats, gate.order):
         run_side(side)
 
     def compare(confidence: float | None = None) -> int:
         return compare_exit_code(out / GATE_SIDES[0], out / GATE_SIDES[1], out, gate.gate,
-                                 gate.strict, confidence=confidence)  # fmt: skip
+                                 gate.strict, confidence=confidence,
+                                 paired=not gate.unpaired)  # fmt: skip
 
     if not gate.until_decided:
         sys.exit(compare())

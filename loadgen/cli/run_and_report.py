@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from analysis.report import Report
+    from loadgen.kept_servers import KeptServers
     from loadgen.runformat import RunWriteError
     from loadgen.workers.process import WorkersConfig
     from scenarios.base import Scenario
@@ -55,6 +56,7 @@ def run_and_report(
     run_dir: Path,
     workers: WorkersConfig | None = None,
     failed_exit: int = RunExit.FAILED,
+    kept: KeptServers | None = None,
 ) -> tuple[str, Report | None]:
     """Run, build the report, write the manifest, print the summary: (status, report).
 
@@ -62,7 +64,8 @@ def run_and_report(
     the run was interrupted (Ctrl-C or SIGTERM), after writing what was recorded, its report
     and its manifest; and with that code and one line on stderr naming the file and the OS
     error when a file of the run could not be written (``run.json`` says ``failed`` with that
-    reason if it could still be written; no temporary file is left).
+    reason if it could still be written; no temporary file is left). ``kept``: the run's
+    servers are kept across runs (``loadgen.kept_servers``, a gate's).
     """
     from loadgen.progress import RichProgress
     from loadgen.redact import redact_command
@@ -80,7 +83,9 @@ def run_and_report(
         try:
             result = run_event_loop(
                 cancel_on_sigterm(
-                    run_scenario(scenario, params, run_dir, command, progress.hooks(), workers)
+                    run_scenario(
+                        scenario, params, run_dir, command, progress.hooks(), workers, kept
+                    )
                 )
             )
             status, error, write_error = result.status, result.error, result.write_error

@@ -82,7 +82,31 @@ def test_a_same_version_gate_shows_no_change_in_what_the_server_did(
     regressed = data["decision"]["regressions"]
     assert code == data["exit_code"] and code in (0, 1, 3), data["decision"]["line"]
     assert (code == 1) == bool(regressed), data["decision"]["line"]
-    assert all(label.split()[1].endswith(("_ms", "_s")) for label in regressed), regressed
+    names = [next(t for t in label.split() if "_" in t) for label in regressed]
+    assert all(name.endswith(("_ms", "_s")) for name in names), regressed
+
+
+def test_the_gate_keeps_one_server_a_side_and_decides_on_paired_key_metrics(
+    same_version_gate: tuple[Path, int],
+) -> None:
+    # Both sides' servers stay up for the whole gate: the two runs of a side were served by
+    # one process (same pid), started by its first run (its log there), each case starting
+    # from an emptied prefix cache (the dev endpoints on for the reset).
+    out, _ = same_version_gate
+    for side in ("baseline", "candidate"):
+        facts = [json.loads(p.read_text())["server"]
+                 for p in sorted((out / side).glob("run-*/cases/*/case.json"))]  # fmt: skip
+        assert len(facts) == 2 and facts[0]["pid"] == facts[1]["pid"], facts
+        plan = json.loads((out / side / "run-2" / "plan.json").read_text())
+        case = plan["cases"][0]
+        assert case["reset_prefix_cache"] and case["server"]["env"]["VLLM_SERVER_DEV_MODE"] == "1"
+    data = json.loads((out / "compare.json").read_text())
+    paired = {m["metric"]: m for m in data["paired"]}
+    assert {"ttft_ms", "tpot_ms", "prefix_cache_hit_rate", "num_preemptions"} <= set(paired)
+    # What the server did does not regress between two servers of one release.
+    for name in ("prefix_cache_hit_rate", "num_preemptions", "failed_requests"):
+        assert paired[name]["classification"] != "regression", paired[name]
+    assert paired["ttft_ms"]["pairs"] == 2 and paired["ttft_ms"]["mde"] > 0
 
 
 def test_the_gate_page_opens_offline_with_its_headline_verdicts_and_plots(

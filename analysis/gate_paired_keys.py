@@ -1,0 +1,199 @@
+"""The few key metrics of a paired gate, per case: each a change within block pairs
+(``analysis.gate_paired``), pooled over the case's phases, classified against the gate file's
+``[paired]`` tolerance, with the smallest change the gate can see.
+
+A gate's sides hold runs of the same names (``baseline/run-N``, ``candidate/run-N``), run
+next to each other in the gate's alternating order (A B, B A, …): run N of each side is pair N.
+
+**The key metrics** (:data:`PAIRED_METRICS`), each pooled over the phases of a case that have
+it in every run:
+
+- ``ttft_ms``, ``tpot_ms``: the p50 of each phase's successful requests, as a log-ratio
+  averaged over phases (relative tolerance);
+- ``output_throughput_tok_s``, ``goodput_req_s``: per phase a log-ratio, averaged (relative);
+- ``prefix_cache_hit_rate``, ``cached_token_rate``: per phase a difference, averaged
+  (absolute, a fraction);
+- ``num_preemptions``, ``failed_requests``: per phase a difference, summed over the case
+  (absolute, a count).
+
+A phase whose server lacks a metric's family in some run makes the metric *missing* (never 0).
+Every other statistic stays information in compare.md's per-phase table.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from statistics import NormalDist
+
+import numpy as np
+
+from analysis.compare_figures import run_samples
+from analysis.compare_metrics import RUN_METRICS, RunMetric
+from analysis.compare_models import CompareError, PairedMetric
+from analysis.compare_runs import RunView
+from analysis.compare_stats import Better, classify
+from analysis.gate_file import GateConfig
+from analysis.gate_paired import (
+    PAIRED_METRICS,
+    PairedEstimate,
+    PairedKind,
+    mde,
+    mde_after,
+    paired_figure,
+    paired_log_ratio,
+    tolerance_visible,
+)
+
+
+def paired_runs(
+    baseline: Sequence[RunView], candidate: Sequence[RunView]
+) -> list[tuple[RunView, RunView]]:
+    """The block pairs: runs of both sides with the same directory name, in name order.
+
+    Raises:
+        CompareError: the sides' run names differ (they are not one gate's pairs).
+    """
+    b = {v.run_dir.name: v for v in baseline}
+    c = {v.run_dir.name: v for v in candidate}
+    if set(b) != set(c):
+        raise CompareError(
+            f"paired comparison needs the same runs on both sides (baseline {sorted(b)}, "
+            f"candidate {sorted(c)})"
+        )
+    return [(b[name], c[name]) for name in sorted(b, key=lambda n: (len(n), n))]
+
+
+def _phases(view: RunView, case: str) -> list[str]:
+    spec = next(c for c in view.plan.cases if c.name == case)
+    return [p.name for p in view.plan.phases_of(spec)]
+
+
+def _request_sides(
+    pairs: list[tuple[RunView, RunView]], cases: tuple[str, str], metric: str, least: int
+) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]]]:
+    """Per pair, per phase that has ``least`` values in every run of both sides, the
+    positive per-request values of ``metric``."""
+    per_phase = []
+    for phase in _phases(pairs[0][0], cases[0]):
+        b = [np.asarray(run_samples([bv], cases[0], phase)[metric][0], float) for bv, _ in pairs]
+        c = [np.asarray(run_samples([cv], cases[1], phase)[metric][0], float) for _, cv in pairs]
+        arrays = [a[a > 0] for a in b + c]
+        if all(a.size >= least for a in arrays):
+            per_phase.append((arrays[: len(pairs)], arrays[len(pairs) :]))
+    base = [[ph[0][j] for ph in per_phase] for j in range(len(pairs))]
+    cand = [[ph[1][j] for ph in per_phase] for j in range(len(pairs))]
+    return base, cand
+
+
+def _figure_changes(
+    pairs: list[tuple[RunView, RunView]],
+    cases: tuple[str, str],
+    metric: RunMetric,
+    kind: PairedKind,
+) -> tuple[list[float], int, str | None]:
+    """Per pair the pooled change of a per-run figure, the phases pooled, and the note of a
+    missing family (or ``None``)."""
+    changes = [0.0] * len(pairs)
+    used = 0
+    for phase in _phases(pairs[0][0], cases[0]):
+        values = []
+        for bv, cv in pairs:
+            for view, case in ((bv, cases[0]), (cv, cases[1])):
+                summary = view.cases.get(case)
+                lacking = [f for f in metric.families if summary and f in summary.missing_families]
+                if lacking:
+                    return [], 0, f"run {view.run_dir} lacks the server metric family {lacking[0]}"
+            b_phase = bv.cases[cases[0]].phases.get(phase) if cases[0] in bv.cases else None
+            c_phase = cv.cases[cases[1]].phases.get(phase) if cases[1] in cv.cases else None
+            values.append((metric.value(b_phase) if b_phase else None,
+                           metric.value(c_phase) if c_phase else None))  # fmt: skip
+        if any(b is None or c is None for b, c in values):
+            continue
+        if kind.scale == "log" and any(b <= 0 or c <= 0 for b, c in values):  # type: ignore[operator]
+            continue
+        used += 1
+        for j, (b, c) in enumerate(values):
+            assert b is not None and c is not None
+            changes[j] += math.log(c / b) if kind.scale == "log" else c - b
+    if used and kind.pool == "mean":
+        changes = [d / used for d in changes]
+    return changes, used, None
+
+
+def _next_pairs(
+    est: PairedEstimate, tolerance: float, better: str, confidence: float
+) -> tuple[int | None, str]:
+    """How many more pairs would decide an undecided estimate (``None``: none do), taking its
+    point as the truth and its SE as shrinking by √(k/k′), and the line that says so."""
+    z = NormalDist().inv_cdf((1 + confidence) / 2)
+    centre = math.log(est.point) if est.scale == "log" else est.point
+    band = math.log1p(tolerance) if est.scale == "log" else tolerance
+    bad = centre if better == "lower" else -centre
+    margin = abs(band - bad) if bad > band else band - abs(centre)
+    if est.se == 0 or margin <= 0:
+        return None, "more pairs do not decide it (the change sits on the tolerance edge)"
+    extra = max(math.ceil(est.pairs * (z * est.se / margin) ** 2) - est.pairs, 1)
+    return extra, f"~{extra} more pair(s) at the noise and change seen so far"
+
+
+def _classified(
+    name: str, case: str, est: PairedEstimate, tolerance: float, kind: PairedKind, confidence: float
+) -> PairedMetric:
+    neutral = 1.0 if est.scale == "log" else 0.0
+    better: Better = "lower" if kind.better == "lower" else "higher"
+    klass = classify(est.low, est.high, neutral=neutral, tolerance=tolerance, better=better)
+    seen = mde(est.se, confidence, est.scale)  # type: ignore[arg-type]
+    note, extra = "", None
+    if klass == "inconclusive":
+        extra, note = _next_pairs(est, tolerance, kind.better, confidence)
+    if not tolerance_visible(tolerance, seen) and est.se > 0:
+        note = (f"tolerance {tolerance:g} is below the smallest change this gate can see "
+                f"({seen:.3g}); " + note).rstrip("; ")  # fmt: skip
+    return PairedMetric(
+        case=case, metric=name, scale=est.scale, better=kind.better, tolerance=tolerance,
+        change=est.point, low=est.low, high=est.high, se=est.se, pairs=est.pairs,
+        per_pair=list(est.per_pair), method=est.method, classification=klass, mde=seen,
+        mde_next=mde_after(est, confidence), extra_pairs=extra, note=note,
+    )  # fmt: skip
+
+
+def paired_key_metrics(
+    baseline: Sequence[RunView],
+    candidate: Sequence[RunView],
+    cases: dict[str, str],
+    gate: GateConfig,
+) -> list[PairedMetric]:
+    """The paired key metrics (module docstring) of every paired case, at the gate's
+    ``confidence`` and ``[paired]`` tolerances.
+
+    Raises:
+        CompareError: the sides' runs are not one gate's pairs (:func:`paired_runs`).
+    """
+    pairs = paired_runs(baseline, candidate)
+    by_name = {m.name: m for m in RUN_METRICS}
+    out: list[PairedMetric] = []
+    for b_case, c_case in cases.items():
+        names = (b_case, c_case)
+        for name, tolerance in gate.paired.items():
+            kind = PAIRED_METRICS[name]
+            if name in ("ttft_ms", "tpot_ms"):
+                base, cand = _request_sides(pairs, names, name, gate.min_samples)
+                if not base or not base[0]:
+                    continue
+                est = paired_log_ratio(base, cand, "p50", confidence=gate.confidence,
+                                       resamples=gate.resamples, seed=gate.seed)  # fmt: skip
+            else:
+                changes, used, missing = _figure_changes(pairs, names, by_name[name], kind)
+                if missing:
+                    out.append(PairedMetric(case=b_case, metric=name, scale=kind.scale,
+                                            better=kind.better, tolerance=tolerance,
+                                            pairs=len(pairs), classification="missing",
+                                            note=missing))  # fmt: skip
+                    continue
+                if not used:
+                    continue
+                est = paired_figure(changes, scale="log" if kind.scale == "log" else "difference",
+                                    confidence=gate.confidence)  # fmt: skip
+            out.append(_classified(name, b_case, est, tolerance, kind, gate.confidence))
+    return out

@@ -1,0 +1,142 @@
+"""A paired gate on synthetic run directories (``tests.support.synthetic_run``): run N of each
+side is pair N, the paired key metrics (``analysis.gate_paired_keys``) decide.
+
+The synthetic run has 6 requests a phase, and some phases mix cache hits (TTFT 20 ms) with
+misses (80 ms), so a request resample of such a phase moves its median between 20 and 80 ms:
+the interval of identical pairs is centred on 1 but wide, and the tests' gate file widens the
+medians' tolerance to 40 %. Identical pairs have no between-pair variance.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from analysis.compare import CompareError, compare_sides
+from analysis.compare_runs import RunView, load_view, run_dirs
+from analysis.gate_decision import decide
+from analysis.gate_file import GateFileError, load_gate
+from loadgen.cli import main
+from loadgen.runformat.manifest import write_manifest
+from tests.support.synthetic_run import TEST_CASE
+from tests.support.synthetic_run import build_run as build_unsealed_run
+
+SMALL_GATE = "min_samples = 4\nmin_tail_samples = 1\n[paired]\nttft_ms = 0.4\ntpot_ms = 0.4\n"
+
+
+def _run(run_dir: Path, slower: float = 1.0) -> None:
+    build_unsealed_run(run_dir)
+    if slower != 1.0:
+        for requests in run_dir.glob("cases/*/requests.jsonl"):
+            rows = [json.loads(x) for x in requests.read_text().splitlines() if x.strip()]
+            for r in rows:
+                if r.get("chunk_ns"):
+                    sent = r["sent_ns"]
+                    r["chunk_ns"] = [sent + int((t - sent) * slower) for t in r["chunk_ns"]]
+                    r["end_ns"] = r["chunk_ns"][-1] + 1_000_000
+            requests.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_manifest(run_dir, "ok", ["loadgen", "run", "prefix-eviction"])
+
+
+def _gate_dir(root: Path, slower: float = 1.0, pairs: int = 2) -> tuple[Path, Path]:
+    for k in range(1, pairs + 1):
+        _run(root / "baseline" / f"run-{k}")
+        _run(root / "candidate" / f"run-{k}", slower)
+    return root / "baseline", root / "candidate"
+
+
+@pytest.fixture(scope="module")
+def small_gate(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("gate") / "gate.toml"
+    path.write_text(SMALL_GATE)
+    return path
+
+
+@pytest.fixture(scope="module")
+def gates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
+    """Two pairs each: an A/A gate and one whose candidate is 2.5× slower (built once)."""
+    root = tmp_path_factory.mktemp("gates")
+    return {"same": _gate_dir(root / "same"), "slow": _gate_dir(root / "slow", 2.5)}
+
+
+@pytest.fixture(scope="module")
+def views(gates: dict[str, tuple[Path, Path]]) -> dict[str, tuple[list[RunView], list[RunView]]]:
+    return {
+        name: tuple([load_view(p) for p in run_dirs(side)] for side in sides)  # type: ignore[misc]
+        for name, sides in gates.items()
+    }
+
+
+def test_a_over_a_pairs_decide_no_regression_on_the_paired_key_metrics(
+    views: dict[str, tuple[list[RunView], list[RunView]]], small_gate: Path
+) -> None:
+    comparison = compare_sides(*views["same"], load_gate(small_gate), paired=True)
+    assert comparison.paired is not None
+    ttft = next(m for m in comparison.paired if m.case == TEST_CASE and m.metric == "ttft_ms")
+    assert (ttft.change, ttft.pairs, ttft.per_pair) == (1.0, 2, [0.0, 0.0])
+    assert ttft.low is not None and ttft.high is not None and ttft.low < 1 < ttft.high
+    assert ttft.low * ttft.high == pytest.approx(1.0)  # symmetric in the log
+    assert ttft.classification == "no change" and ttft.mde is not None and ttft.mde > 0
+    # Per-run figures of identical pairs: every d_j is 0, so the interval is the point.
+    rate = next(m for m in comparison.paired if m.metric == "prefix_cache_hit_rate")
+    assert (rate.change, rate.low, rate.high, rate.method) == (0.0, 0.0, 0.0, "range")
+    decision = decide(comparison)
+    # The paired key metrics decide; the per-phase ones (left inconclusive on 6 requests) are
+    # information.
+    assert (decision.headline, decision.exit_code) == ("no regression", 0), decision.line
+    assert "paired key metrics" in decision.line
+
+
+def test_a_candidate_2_5_times_slower_regresses_naming_ttft(
+    views: dict[str, tuple[list[RunView], list[RunView]]], small_gate: Path
+) -> None:
+    comparison = compare_sides(*views["slow"], load_gate(small_gate), paired=True)
+    decision = decide(comparison)
+    assert decision.headline == "regression"
+    assert f"{TEST_CASE} paired ttft_ms p50" in decision.regressions
+    assert f"{TEST_CASE} paired tpot_ms p50" in decision.regressions
+    ttft = next(m for m in comparison.paired or [] if m.metric == "ttft_ms")
+    assert ttft.change == pytest.approx(2.5, rel=1e-3)
+
+
+def test_sides_that_are_not_one_gates_pairs_are_refused(
+    views: dict[str, tuple[list[RunView], list[RunView]]], small_gate: Path
+) -> None:
+    base, cand = views["same"]
+    renamed = [cand[0], replace(cand[1], run_dir=cand[1].run_dir.with_name("run-3"))]
+    with pytest.raises(CompareError, match="same runs on both sides"):
+        compare_sides(base, renamed, load_gate(small_gate), paired=True)
+
+
+def test_paired_tolerances_in_a_gate_file_are_checked(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[paired]\nttft = 0.1\n")
+    with pytest.raises(GateFileError, match="unknown metric 'ttft'"):
+        load_gate(bad)
+    bad.write_text("[paired]\nttft_ms = -0.1\n")
+    with pytest.raises(GateFileError, match="finite number ≥ 0"):
+        load_gate(bad)
+    good = tmp_path / "good.toml"
+    good.write_text("[paired]\nttft_ms = 0.1\n")
+    gate = load_gate(good)
+    assert gate.paired["ttft_ms"] == 0.1 and gate.paired["tpot_ms"] == 0.07  # merged
+
+
+def test_compare_paired_cli_exit_codes_and_table(
+    gates: dict[str, tuple[Path, Path]], small_gate: Path, tmp_path: Path
+) -> None:
+    base, cand = gates["same"]
+    runner = CliRunner()
+    args = ["compare", str(base), str(cand), "--paired", "--gate", str(small_gate)]
+    same = runner.invoke(main, [*args, "--out", str(tmp_path / "o1")])
+    assert same.exit_code == 0, same.output
+    assert "Paired key metrics" in (tmp_path / "o1" / "compare.md").read_text()
+    base, cand = gates["slow"]
+    args = ["compare", str(base), str(cand), "--paired", "--gate", str(small_gate)]
+    slow = runner.invoke(main, [*args, "--out", str(tmp_path / "o2")])
+    assert slow.exit_code == 1, slow.output
+    assert "paired ttft_ms p50" in slow.output

@@ -1,0 +1,75 @@
+"""Servers a gate keeps up across runs (``loadgen.kept_servers``): taken again by config, never
+stopped by a run, restarted when one exited, stopped by their owner; the cases they serve
+start with the prefix cache reset."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import loadgen.kept_servers
+from loadgen.case.hooks import RunHooks
+from loadgen.execute import _stop_unless_kept
+from loadgen.kept_servers import KeptServers, kept_case, kept_plan
+from scenarios.prefix_eviction import PrefixEviction, PrefixEvictionParams
+from server.capacity import KVCapacity
+
+
+@dataclass
+class _Server:
+    """What a kept server is asked: whether it exited, and to stop."""
+
+    url: str
+    exited: int | None = None
+    stopped: int = 0
+
+    def exit_code(self) -> int | None:
+        return self.exited
+
+    def stop(self) -> None:
+        self.stopped += 1
+
+
+def _plan():  # type: ignore[no-untyped-def]
+    params = PrefixEvictionParams(cache="1GiB")
+    return PrefixEviction().plan(params, KVCapacity(18688, 128, 146, 2**30, "metrics"))
+
+
+def test_kept_cases_reset_the_prefix_cache_with_the_dev_endpoints_on() -> None:
+    plan = kept_plan(_plan())
+    assert plan.cases and all(c.reset_prefix_cache for c in plan.cases)
+    assert all(c.server and c.server.env["VLLM_SERVER_DEV_MODE"] == "1" for c in plan.cases)
+    attached = plan.cases[0].model_copy(update={"server": None, "url": "http://127.0.0.1:1"})
+    assert kept_case(attached) is attached  # not ours to reset
+
+
+def test_a_kept_server_is_taken_again_restarted_when_it_exited_and_stopped_by_its_owner(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    started: list[_Server] = []
+
+    async def start(case: object, workdir: Path, hooks: RunHooks) -> _Server:
+        started.append(_Server(f"http://127.0.0.1:{8000 + len(started)}"))
+        return started[-1]
+
+    monkeypatch.setattr(loadgen.kept_servers, "open_server", start)
+    kept = KeptServers()
+    tested, control = kept_plan(_plan()).cases[:2]
+    first = asyncio.run(kept.open(tested, tmp_path, RunHooks()))
+    assert asyncio.run(kept.open(tested, tmp_path, RunHooks())) is first  # same config
+    other = asyncio.run(kept.open(control, tmp_path, RunHooks()))
+    assert other is not first and len(started) == 2
+    # A run ending never stops a kept server; one that is not kept is stopped.
+    asyncio.run(_stop_unless_kept(first, kept))  # type: ignore[arg-type]
+    stray = _Server("http://127.0.0.1:9")
+    asyncio.run(_stop_unless_kept(stray, kept))  # type: ignore[arg-type]
+    assert (first.stopped, stray.stopped) == (0, 1)
+    first.exited = 1  # died between runs: the next run starts it again
+    again = asyncio.run(kept.open(tested, tmp_path, RunHooks()))
+    assert again is not first and len(started) == 3
+    kept.stop_all()
+    assert (again.stopped, other.stopped) == (1, 1)
+    assert not kept.owns(again)  # type: ignore[arg-type]
