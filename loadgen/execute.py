@@ -158,7 +158,7 @@ async def execute_plan(
                 try:
                     workdir = case_dir(run_dir, case.name) / SERVER_DIR
                     keep = kept is not None and not case.record_kv_events
-                    opened = kept.open(case, workdir, hooks) if kept and keep else None
+                    opened = kept.open(case, hooks) if kept and keep else None
                     server = await (opened or open_server(case, workdir, hooks, kv_events))
                     server_key = key
                 except RunWriteError:

@@ -8,7 +8,9 @@ prefix cache emptied: the cases' servers get vLLM's development endpoints
 (``VLLM_SERVER_DEV_MODE=1``, as a fleet replica, ``scenarios.fleet_cases.fleet_server``) and
 ``reset_prefix_cache`` (``loadgen.case.fleet.reset_prefix_caches``, the one reset of the
 project), so each block starts from the cold cache the scenario's sequence needs. The owner
-stops them (:meth:`KeptServers.stop_all`).
+stops them (:meth:`KeptServers.stop_all`). A kept server's files (its log, command, facts) live
+under the owner's directory, never in a run: a run is sealed by its manifest when it ends,
+and a log that goes on growing in it would break the seal.
 """
 
 from __future__ import annotations
@@ -42,16 +44,19 @@ def _key(case: CaseSpec) -> str:
 class KeptServers:
     """Running servers by case config (module docstring); one instance per gate side."""
 
-    def __init__(self) -> None:
+    def __init__(self, root: Path) -> None:
+        """``root``: where each kept server's files go (``root/server-N``)."""
+        self._root = root
         self._servers: dict[str, RunningServer] = {}
+        self._started = 0
 
     def owns(self, server: RunningServer) -> bool:
         """Whether ``server`` is one of these (its run must not stop it)."""
         return any(s is server for s in self._servers.values())
 
-    async def open(self, case: CaseSpec, workdir: Path, hooks: RunHooks) -> RunningServer:
-        """The running server of ``case``'s config, or a new one (started in ``workdir``, its
-        log there) kept from now on; a kept one that exited is started again.
+    async def open(self, case: CaseSpec, hooks: RunHooks) -> RunningServer:
+        """The running server of ``case``'s config, or a new one (its files in
+        ``root/server-N``) kept from now on; a kept one that exited is started again.
 
         Raises:
             Exception: what ``loadgen.case.starts.open_server`` raises.
@@ -61,7 +66,8 @@ class KeptServers:
         if server is not None and server.exit_code() is None:
             hooks.message(f"case {case.name}: kept server {server.url} (prefix cache reset)")
             return server
-        server = await open_server(case, workdir, hooks)
+        self._started += 1
+        server = await open_server(case, self._root / f"server-{self._started}", hooks)
         self._servers[key] = server
         return server
 

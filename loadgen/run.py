@@ -136,7 +136,7 @@ async def _plan_and_execute(
     try:
         workdir = case_dir(run_dir, sizing.name) / SERVER_DIR
         if kept is not None and not sizing.record_kv_events:
-            server = await kept.open(sizing, workdir, hooks)
+            server = await kept.open(sizing, hooks)
         else:
             server = await open_server(sizing, workdir, hooks, kv_events)
         try:

@@ -150,7 +150,7 @@ def _gate_command(scenario: Scenario, values: dict[str, Any]) -> None:
     from loadgen.kept_servers import KeptServers
 
     seen = {"baseline": 0, "candidate": 0}
-    kept = {side: KeptServers() for side in seen} if not gate.restart_servers else {}
+    kept = {} if gate.restart_servers else {s: KeptServers(out / "servers" / s) for s in seen}
     try:
         _run_gate(scenario, gate, sides, out, seen, kept, console)
     finally:

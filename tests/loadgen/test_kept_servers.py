@@ -52,15 +52,16 @@ def test_a_kept_server_is_taken_again_restarted_when_it_exited_and_stopped_by_it
     started: list[_Server] = []
 
     async def start(case: object, workdir: Path, hooks: RunHooks) -> _Server:
+        assert workdir == tmp_path / f"server-{len(started) + 1}"  # outside every run
         started.append(_Server(f"http://127.0.0.1:{8000 + len(started)}"))
         return started[-1]
 
     monkeypatch.setattr(loadgen.kept_servers, "open_server", start)
-    kept = KeptServers()
+    kept = KeptServers(tmp_path)
     tested, control = kept_plan(_plan()).cases[:2]
-    first = asyncio.run(kept.open(tested, tmp_path, RunHooks()))
-    assert asyncio.run(kept.open(tested, tmp_path, RunHooks())) is first  # same config
-    other = asyncio.run(kept.open(control, tmp_path, RunHooks()))
+    first = asyncio.run(kept.open(tested, RunHooks()))
+    assert asyncio.run(kept.open(tested, RunHooks())) is first  # same config
+    other = asyncio.run(kept.open(control, RunHooks()))
     assert other is not first and len(started) == 2
     # A run ending never stops a kept server; one that is not kept is stopped.
     asyncio.run(_stop_unless_kept(first, kept))  # type: ignore[arg-type]
@@ -68,7 +69,7 @@ def test_a_kept_server_is_taken_again_restarted_when_it_exited_and_stopped_by_it
     asyncio.run(_stop_unless_kept(stray, kept))  # type: ignore[arg-type]
     assert (first.stopped, stray.stopped) == (0, 1)
     first.exited = 1  # died between runs: the next run starts it again
-    again = asyncio.run(kept.open(tested, tmp_path, RunHooks()))
+    again = asyncio.run(kept.open(tested, RunHooks()))
     assert again is not first and len(started) == 3
     kept.stop_all()
     assert (again.stopped, other.stopped) == (1, 1)
