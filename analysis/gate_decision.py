@@ -65,6 +65,8 @@ class Decision(_Frozen):
         runs: runs per side (the fewer side's) the comparison rests on.
         extra_pairs: the most extra pairs any undecided key metric is estimated to need
             (``None`` when one cannot be decided by pairs, or nothing is undecided).
+        mde: per paired key metric (its label), the smallest change the gate can see at the
+            pairs run (relative for ratios, in the figure's unit otherwise); empty unpaired.
     """
 
     headline: Headline
@@ -76,6 +78,7 @@ class Decision(_Frozen):
     undecided: list[Undecided] = Field(default_factory=list)
     runs: int
     extra_pairs: int | None = None
+    mde: dict[str, float] = Field(default_factory=dict)
 
 
 def metric_label(m: MetricComparison) -> str:
@@ -232,6 +235,7 @@ def decide(c: Comparison, strict: bool = False) -> Decision:
         headline=headline, exit_code=int(code), line=line, key_metrics=len(key) + len(paired),
         verdicts=len(c.verdicts), regressions=regressions, undecided=undecided, runs=runs,
         extra_pairs=extra if undecided else None,
+        mde={paired_label(m): m.mde for m in paired if m.mde is not None},
     )  # fmt: skip
 
 

@@ -30,6 +30,7 @@ pair. Every look is appended to ``looks.jsonl`` in the gate directory (:class:`L
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -65,6 +66,8 @@ class Look(BaseModel):
             or not decidable by pairs).
         stop: whether the gate stopped after this look, and ``why``.
         at: UTC time of the look.
+        elapsed_s: seconds from the gate's start to this look (``None``: not given).
+        mde: per paired key metric, the smallest change this look can see (the decision's).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -82,6 +85,8 @@ class Look(BaseModel):
     stop: bool
     why: str
     at: str
+    elapsed_s: float | None = None
+    mde: dict[str, float] = Field(default_factory=dict)
 
 
 def planned_looks(first_pairs: int, max_pairs: int) -> int:
@@ -150,6 +155,7 @@ def run_until_decided(
     compare: Callable[[float], Decision],
     looks_file: Path,
     on_look: Callable[[Look], None] | None = None,
+    started_s: float | None = None,
 ) -> Decision:
     """Look after ``first_pairs`` pairs (already run), then add pairs until :func:`stop_reason`.
 
@@ -160,6 +166,7 @@ def run_until_decided(
         compare: compares what has run at the given per-look confidence, returns the decision.
         looks_file: ``looks.jsonl``, appended to.
         on_look: called with each look (the CLI prints it).
+        started_s: ``time.monotonic()`` at the gate's start, for each look's ``elapsed_s``.
 
     Raises:
         ValueError: see :func:`planned_looks`.
@@ -177,7 +184,8 @@ def run_until_decided(
             undecided=[undecided_line(u) for u in decision.undecided],
             extra_pairs=decision.extra_pairs, stop=why is not None,
             why=why or "key metrics undecided: one more pair",
-            at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), mde=decision.mde,
+            elapsed_s=None if started_s is None else round(time.monotonic() - started_s, 1),
         )  # fmt: skip
         record_look(looks_file, look)
         if on_look is not None:

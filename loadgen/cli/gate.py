@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -166,6 +167,7 @@ def _run_gate(
     from loadgen.run import gate_order
 
     repeats, max_repeats = gate.repeats, gate.max_repeats
+    started_s = time.monotonic()
 
     def run_side(side: str) -> None:
         seen[side] += 1
@@ -191,12 +193,13 @@ def _run_gate(
     if not gate.until_decided:
         sys.exit(compare())
     most = int(max_repeats or repeats)
-    sys.exit(_until_decided(out, repeats, most, gate, run_side, compare, console))
+    sys.exit(_until_decided(out, repeats, most, gate, run_side, compare, console, started_s))
 
 
 def _until_decided(
     out: Path, repeats: int, max_repeats: int, gate: GateParams,
     run_side: Callable[[str], None], compare: Callable[[float], int], console: Console,
+    started_s: float | None = None,
 ) -> int:  # fmt: skip
     """Add pairs in the gate's order until decided (``analysis.gate_sequential``)."""
     from analysis.gate_file import load_gate
@@ -212,14 +215,17 @@ def _until_decided(
         return decision_of(out)
 
     def show(entry: Any) -> None:
+        minutes = "" if entry.elapsed_s is None else f", {entry.elapsed_s / 60:.1f} min"
+        seen = [f"{k} {v:.1%}" for k, v in entry.mde.items() if "_ms" in k]
         console.print(
             f"look {entry.look}/{entry.looks} at {entry.pairs} pairs "
-            f"({entry.confidence:.2%} per look): {entry.headline}; {entry.why}"
+            f"({entry.confidence:.2%} per look{minutes}): {entry.headline}; {entry.why}"
+            + (f"; MDE {', '.join(seen)}" if seen else "")
         )
 
     decision = run_until_decided(
         repeats, max_repeats, load_gate(gate.gate).confidence, add_pair, look,
-        out / LOOKS_FILE, show,
+        out / LOOKS_FILE, show, started_s,
     )  # fmt: skip
     return int(decision.exit_code)
 

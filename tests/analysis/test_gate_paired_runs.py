@@ -10,6 +10,7 @@ medians' tolerance to 40 %. Identical pairs have no between-pair variance.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,8 +19,9 @@ from click.testing import CliRunner
 
 from analysis.compare import CompareError, compare_sides
 from analysis.compare_runs import RunView, load_view, run_dirs
-from analysis.gate_decision import decide
+from analysis.gate_decision import Decision, decide
 from analysis.gate_file import GateFileError, load_gate
+from analysis.gate_sequential import run_until_decided
 from loadgen.cli import main
 from loadgen.runformat.manifest import write_manifest
 from tests.support.synthetic_run import TEST_CASE
@@ -89,6 +91,8 @@ def test_a_over_a_pairs_decide_no_regression_on_the_paired_key_metrics(
     # information.
     assert (decision.headline, decision.exit_code) == ("no regression", 0), decision.line
     assert "paired key metrics" in decision.line
+    # The smallest change each paired key metric can see, by label, for the looks and CI.
+    assert decision.mde[f"{TEST_CASE} paired ttft_ms p50"] == ttft.mde
 
 
 def test_a_candidate_2_5_times_slower_regresses_naming_ttft(
@@ -140,3 +144,20 @@ def test_compare_paired_cli_exit_codes_and_table(
     slow = runner.invoke(main, [*args, "--out", str(tmp_path / "o2")])
     assert slow.exit_code == 1, slow.output
     assert "paired ttft_ms p50" in slow.output
+
+
+def test_each_look_records_its_minutes_and_the_smallest_change_it_can_see(
+    tmp_path: Path,
+) -> None:
+    undecided = Decision(headline="inconclusive", exit_code=3, line="x", key_metrics=1,
+                         verdicts=0, runs=2, mde={"c paired ttft_ms p50": 0.2})  # fmt: skip
+    decided = undecided.model_copy(update={"headline": "no regression", "exit_code": 0,
+                                           "mde": {"c paired ttft_ms p50": 0.1}})  # fmt: skip
+    answers = iter([undecided, decided])
+    looks = tmp_path / "looks.jsonl"
+    final = run_until_decided(2, 4, 0.95, lambda k: None, lambda level: next(answers), looks,
+                              started_s=time.monotonic() - 90)  # fmt: skip
+    rows = [json.loads(x) for x in looks.read_text().splitlines()]
+    assert final.headline == "no regression" and [r["pairs"] for r in rows] == [2, 3]
+    assert [r["mde"]["c paired ttft_ms p50"] for r in rows] == [0.2, 0.1]
+    assert all(90 <= r["elapsed_s"] < 600 for r in rows)
