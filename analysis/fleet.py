@@ -15,11 +15,15 @@ their URLs and its routing in ``fleet.json``. Its figures:
   ``consistent_hash``, a bracket for the others), and what the engines delivered (the
   measured rate above, and per request from ``usage.prompt_tokens_details.cached_tokens``);
 - **load per replica**: requests (Δ``request_success``) and prefill tokens
-  (Δ``prompt_tokens`` − Δ``prefix_cache_hits``) per replica, and their imbalance max ÷ mean.
+  (Δ``prompt_tokens`` − Δ``prefix_cache_hits``) per replica, and their imbalance max ÷ mean;
+- **requests the fleet held at once** (:func:`fleet_gauge_peak`): the replicas' gauges summed
+  at every scrape time, each replica's value there the lower of its scrapes just before and
+  just after (the replicas' scrapers do not tick together).
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,10 +35,14 @@ from analysis import server_side
 from analysis.load import CaseData
 from loadgen.runformat.layout import FLEET_FILE, replica_dir
 from loadgen.runformat.metric_files import read_samples
-from metrics.samples import Sample
+from metrics.rows import ScrapeTick
+from metrics.samples import Point, Sample, series
 from scenarios.fleet.model import FleetOptions, imbalance, predict_fleet
 from scenarios.fleet.requests import FleetRequest
 from scenarios.plan import CaseSpec
+
+#: The gauges a replica's requests in flight are read from.
+IN_FLIGHT = ("num_requests_running", "num_requests_waiting")
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,76 @@ class FleetData:
         one replica's is unknown (a sum without it would be too small)."""
         values = self.deltas(name, start_ns, end_ns)
         return None if any(v is None for v in values) else sum(v or 0.0 for v in values)
+
+    def in_flight_peak(self, start_ns: int, end_ns: int) -> float | None:
+        """The most requests the fleet held at once (running + waiting, summed over the
+        replicas and their engines) in the window: :func:`fleet_gauge_peak`."""
+        return fleet_gauge_peak(self.samples, IN_FLIGHT, start_ns, end_ns)
+
+    def running_peak(self, start_ns: int, end_ns: int) -> float | None:
+        """The most requests the fleet ran at once in the window: :func:`fleet_gauge_peak`."""
+        return fleet_gauge_peak(self.samples, ("num_requests_running",), start_ns, end_ns)
+
+
+def _totals(samples: Sequence[Sample], names: Sequence[str]) -> list[Point]:
+    """The gauges ``names`` summed over names and engines at each scrape, in time order."""
+    total: dict[int, float] = {}
+    for name in names:
+        for t, v in series(samples, name):
+            total[t] = total.get(t, 0.0) + v
+    return sorted(total.items())
+
+
+def fleet_gauge_peak(
+    per_replica: Sequence[Sequence[Sample]], names: Sequence[str], start_ns: int, end_ns: int
+) -> float | None:
+    """The largest sum over replicas of the gauges ``names`` (each summed over its engines) at
+    one scrape time in [start_ns, end_ns] (ns); ``None`` when a replica has no sample of them.
+
+    The replicas are scraped by separate scrapers whose ticks do not coincide, so at a scrape
+    time t of any replica, replica k counts min(its value at its last scrape at or before t,
+    its value at its first scrape at or after t) (one of them alone at either end of its
+    samples; at its own scrape both are that scrape). A request counted so was at replica k
+    over the scrape interval around t: a request that ended (or began) between the two scrapes
+    is not counted, so a closed loop of C never sums above C because one replica's stale
+    count met another's fresh one (unless a request is shorter than a scrape interval). Like
+    every sampled peak it is a lower bound of the true peak.
+    """
+    totals = [_totals(samples, names) for samples in per_replica]
+    if not totals or any(not points for points in totals):
+        return None
+    times = sorted({t for points in totals for t, _ in points if start_ns <= t <= end_ns})
+    held = [sum(_held(points, t) for points in totals) for t in times]
+    return max(held) if held else None
+
+
+def _held(points: Sequence[Point], t: int) -> float:
+    """A replica's value at ``t`` (:func:`fleet_gauge_peak`): its scrape at ``t``, else the
+    lower of its scrapes just before and just after (one of them at either end)."""
+    i = bisect.bisect_left(points, (t, float("-inf")))
+    if i < len(points) and points[i][0] == t:
+        return points[i][1]
+    return min(points[j][1] for j in (i - 1, i) if 0 <= j < len(points))
+
+
+def fleet_in_flight_at_scrapes(
+    fleet: FleetData, scrapes: Sequence[ScrapeTick], windows: Sequence[tuple[int, int]]
+) -> list[float]:
+    """The fleet's running + waiting (every replica's, summed as :func:`fleet_gauge_peak`
+    sums them) at each ok scrape of replica 0 (``scrapes``: its ticks) wholly inside one of
+    ``windows`` ([start_ns, end_ns]), in time order: the fleet form of
+    :func:`analysis.server_side.in_flight_at_scrapes`; empty when a replica has no sample."""
+    totals = [_totals(samples, IN_FLIGHT) for samples in fleet.samples]
+    if not totals or any(not points for points in totals):
+        return []
+    own = {t for t, _ in totals[0]}
+    inside = sorted(
+        t.end_ns
+        for t in scrapes
+        if t.outcome == "ok" and t.start_ns is not None and t.end_ns is not None
+        and t.end_ns in own and any(lo <= t.start_ns and t.end_ns <= hi for lo, hi in windows)
+    )  # fmt: skip
+    return [sum(_held(points, t) for points in totals) for t in inside]
 
 
 def is_fleet(spec: CaseSpec | None) -> bool:

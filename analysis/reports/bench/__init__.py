@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
+from analysis.fleet import FleetData, fleet_in_flight_at_scrapes, load_fleet
 from analysis.fleet_latency import RouterLatency, case_router_latency, latency_lines
 from analysis.goodput import SLOLimits
 from analysis.load import RunData
@@ -134,6 +135,17 @@ def _no_failures(check: NoFailures, case: CaseSummary, details: BenchDetails | N
     )  # fmt: skip
 
 
+def _fleet_peaks(phase: BenchPhase, fleet: FleetData, window: tuple[int, int]) -> BenchPhase:
+    """``phase`` with the server's in-flight and running peaks of the whole fleet (every
+    replica's gauges summed: :func:`analysis.fleet.fleet_gauge_peak`), not replica 0's."""
+    return phase.model_copy(
+        update={
+            "server_in_flight_peak": fleet.in_flight_peak(*window),
+            "server_running_peak": fleet.running_peak(*window),
+        }
+    )
+
+
 STAT_COLUMNS = ("mean", "p50", "p90", "p99")
 
 
@@ -153,13 +165,22 @@ class BenchReport(ScenarioReport[BenchDetails]):
             if summary is None:
                 continue
             phases = []
+            fleet = load_fleet(run.run_dir, data)
+            windows = {row.phase: (row.start_ns, row.end_ns) for row in data.phases}
             for planned in run.plan.phases_of(spec):
                 ps = summary.phases.get(planned.name)
                 if ps is None:
                     continue
                 records = [r for r in data.records if r.phase == planned.name]
-                steady = partial(in_flight_at_scrapes, data.samples, data.scrapes)
-                phases.append(bench_phase(ps, records, _load(planned.arrival), slo, steady))
+                steady = (
+                    partial(in_flight_at_scrapes, data.samples, data.scrapes)
+                    if fleet is None
+                    else partial(fleet_in_flight_at_scrapes, fleet, data.scrapes)
+                )
+                phase = bench_phase(ps, records, _load(planned.arrival), slo, steady)
+                if fleet is not None and planned.name in windows:
+                    phase = _fleet_peaks(phase, fleet, windows[planned.name])
+                phases.append(phase)
             latency = case_router_latency(run.run_dir, data)
             out.append(BenchCase(case=data.name, phases=phases, router_latency=latency))
         return BenchDetails(slo=slo.given() if slo else {}, cases=out)
