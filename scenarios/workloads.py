@@ -138,10 +138,16 @@ class TracePrompts(BaseModel):
         return len(self.items)
 
     def block_seed(self, seed: int) -> int:
-        """The integer seed the blocks of this workload are drawn with: sha256 of
-        ``{seed}:{salt}`` (its first 8 bytes, little-endian)."""
-        digest = hashlib.sha256(f"{seed}:{self.salt}".encode()).digest()
-        return int.from_bytes(digest[:8], "little")
+        """The integer seed the blocks of this workload are drawn with
+        (:func:`trace_block_seed` of ``seed`` and its salt)."""
+        return trace_block_seed(seed, self.salt)
+
+
+def trace_block_seed(seed: int, salt: str) -> int:
+    """The integer seed a trace workload's blocks are drawn with under ``salt`` (the phase
+    name): sha256 of ``{seed}:{salt}``, its first 8 bytes read little-endian."""
+    digest = hashlib.sha256(f"{seed}:{salt}".encode()).digest()
+    return int.from_bytes(digest[:8], "little")
 
 
 Workload = Annotated[

@@ -8,7 +8,6 @@ function the gateway keys requests with) and vllm-router's routing text
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -24,7 +23,7 @@ from scenarios.prefix_cache_model import (
 from scenarios.prefix_cache_model.keys import check_model_blocks
 from scenarios.tokens import TokenSpace
 from scenarios.traces import Trace, TraceRequest, block_token_ids
-from scenarios.workloads import TracePrompts, trace_request_id
+from scenarios.workloads import TracePrompts, trace_block_seed, trace_request_id
 
 
 @dataclass(frozen=True)
@@ -89,11 +88,6 @@ class TraceTokens:
     salt: str = "speedup-1x"
     space: TokenSpace = field(default_factory=TokenSpace)
 
-    def block_seed(self) -> int:
-        """``TracePrompts.block_seed``: the first 8 bytes of sha256("{seed}:{salt}")."""
-        digest = hashlib.sha256(f"{self.seed}:{self.salt}".encode()).digest()
-        return int.from_bytes(digest[:8], "little")
-
 
 def _head_tokens(
     request: TraceRequest, trace_block: int, tokens: int, seed: int, space: TokenSpace
@@ -106,6 +100,28 @@ def _head_tokens(
     ]
     head = np.concatenate(blocks)[:need] if blocks else np.zeros(0, dtype=np.int64)
     return [int(t) for t in head]
+
+
+def _replayed(
+    request: TraceRequest,
+    request_id: str,
+    trace_block: int,
+    server_block_tokens: int,
+    keys: PrefixKeys,
+    tokens: TraceTokens,
+) -> FleetRequest:
+    """One trace request as a replay sends it (see :func:`trace_fleet_requests`)."""
+    seed = trace_block_seed(tokens.seed, tokens.salt)
+    head = _head_tokens(request, trace_block, keys.prefix_tokens, seed, tokens.space)
+    cache = CacheRequest(
+        request_id=request_id,
+        block_keys=server_block_keys(request, trace_block, server_block_tokens),
+        prompt_tokens=request.input_length,
+        output_tokens=request.output_length,
+    )
+    header = ("X-Request-Id", trace_request_id(tokens.salt, request.line))
+    text = routing_text(range(request.input_length))
+    return FleetRequest(cache, keys.of_tokens(head), text, (header,))
 
 
 def trace_fleet_requests(
@@ -125,22 +141,11 @@ def trace_fleet_requests(
             (:func:`scenarios.prefix_cache_model.keys.check_model_blocks`).
     """
     check_model_blocks(trace, server_block_tokens)
-    keys = keys or PrefixKeys()
-    tokens = tokens or TraceTokens()
-    seed = tokens.block_seed()
-    out: list[FleetRequest] = []
-    for r in trace.requests:
-        head = _head_tokens(r, trace.block_tokens, keys.prefix_tokens, seed, tokens.space)
-        cache = CacheRequest(
-            request_id=f"line-{r.line}",
-            block_keys=server_block_keys(r, trace.block_tokens, server_block_tokens),
-            prompt_tokens=r.input_length,
-            output_tokens=r.output_length,
-        )
-        text = routing_text(range(r.input_length))
-        header = ("X-Request-Id", trace_request_id(tokens.salt, r.line))
-        out.append(FleetRequest(cache, keys.of_tokens(head), text, (header,)))
-    return out
+    keys, tokens = keys or PrefixKeys(), tokens or TraceTokens()
+    return [
+        _replayed(r, f"line-{r.line}", trace.block_tokens, server_block_tokens, keys, tokens)
+        for r in trace.requests
+    ]
 
 
 def closed_loop_events(n: int, concurrency: int) -> list[tuple[str, int]]:
@@ -170,13 +175,9 @@ def workload_fleet_requests(
     space: TokenSpace | None = None,
 ) -> list[FleetRequest]:
     """The requests ``indices`` of a trace-replay phase's workload as the replay sent them
-    (ids ``L{line}``): block keys from their hash ids, the gateway's key of their first
-    ``keys.prefix_tokens`` tokens drawn with the run's ``seed`` and the phase's salt,
-    vllm-router's text of a token-ID prompt, and the ``X-Request-Id`` the replay sent
-    (``scenarios.workloads.trace_request_id`` of the phase, the workload's salt)."""
-    keys = keys or PrefixKeys()
-    space = space or TokenSpace()
-    block_seed = workload.block_seed(seed)
+    (ids ``L{line}``), as :func:`trace_fleet_requests` builds them, with the run's ``seed``
+    and the phase's salt (the workload's)."""
+    tokens = TraceTokens(seed, workload.salt, space or TokenSpace())
     out: list[FleetRequest] = []
     for i in indices:
         item = workload.items[i]
@@ -184,14 +185,8 @@ def workload_fleet_requests(
             line=item.line, timestamp_ms=None, input_length=item.input_tokens,
             output_length=item.output_tokens, hash_ids=item.hash_ids,
         )  # fmt: skip
-        head = _head_tokens(request, workload.block_tokens, keys.prefix_tokens, block_seed, space)
-        cache = CacheRequest(
-            request_id=f"L{item.line}",
-            block_keys=server_block_keys(request, workload.block_tokens, server_block_tokens),
-            prompt_tokens=item.input_tokens,
-            output_tokens=item.output_tokens,
-        )
-        text = routing_text(range(item.input_tokens))
-        header = ("X-Request-Id", trace_request_id(workload.salt, item.line))
-        out.append(FleetRequest(cache, keys.of_tokens(head), text, (header,)))
+        out.append(
+            _replayed(request, f"L{item.line}", workload.block_tokens, server_block_tokens,
+                      keys or PrefixKeys(), tokens)
+        )  # fmt: skip
     return out
