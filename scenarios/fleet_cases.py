@@ -10,12 +10,13 @@ emptied, and scrape every replica; docs/fleet.md says what is measured and predi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from scenarios.checks import CheckSpec
+from scenarios.checks import Check, CheckSpec
 from scenarios.fleet.model import parse_fleet_policies
 from scenarios.plan import CaseSpec, GatewaySpec, KillReplica, PhaseSpec, ProxySpec
 from server.config import ServerConfig
@@ -242,3 +243,45 @@ def fleet_cases(
             )
         )
     return tuple(cases)
+
+
+#: The policy compared with the baseline, and the baseline (the comparisons a fleet run
+#: declares when both ran).
+PREFIX_AWARE, BLIND = "prefix-hash", "round-robin"
+#: What prefix-aware routing must add to the baseline's hit rate on the built-in workload.
+MIN_HIT_RATE_GAIN = 0.2
+
+
+class FleetHitRateGain(CheckSpec):
+    """In ``phase``, ``case``'s measured fleet hit rate (Σ Δhits ÷ Σ Δqueries over its
+    replicas) is at least ``baseline``'s + ``min_gain`` (absolute, 0–1)."""
+
+    kind: Literal["fleet_hit_rate_gain"] = "fleet_hit_rate_gain"
+    families: ClassVar[tuple[str, ...]] = ("prefix_cache_hits", "prefix_cache_queries")
+    baseline: str
+    phase: str
+    min_gain: float = Field(default=MIN_HIT_RATE_GAIN, ge=0, le=1)
+
+
+class FleetTtftLower(CheckSpec):
+    """In ``phase``, ``case``'s TTFT p50 (successful requests, client-measured) is lower than
+    ``baseline``'s."""
+
+    kind: Literal["fleet_ttft_lower"] = "fleet_ttft_lower"
+    baseline: str
+    phase: str
+
+
+def fleet_comparisons(params: FleetParams, prefix: str, phases: Sequence[str]) -> list[Check]:
+    """prefix-hash against round-robin in every phase (:class:`FleetHitRateGain`,
+    :class:`FleetTtftLower`) when both are among ``params``'s policies; none otherwise.
+    ``prefix``: the cases' name prefix, as :func:`fleet_cases` was given it."""
+    names = {c.policy for c in params.routing_choices() if c.router == "gateway"}
+    if not params.is_fleet or not {PREFIX_AWARE, BLIND} <= names:
+        return []
+    case, baseline = (f"{prefix}-{n}" if prefix else n for n in (PREFIX_AWARE, BLIND))
+    checks: list[Check] = []
+    for phase in phases:
+        checks.append(FleetHitRateGain(case=case, baseline=baseline, phase=phase))
+        checks.append(FleetTtftLower(case=case, baseline=baseline, phase=phase))
+    return checks

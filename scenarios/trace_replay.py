@@ -31,6 +31,8 @@ would follow a turn never sent).
 
 The defaults (the sample's last minute, ``--token-scale 1/32``, speedup 0.5) and the
 measurements behind them are in docs/scenarios/trace-replay.md ("Defaults, and why").
+Without ``--trace`` the run replays the built-in fleet workload
+(:mod:`scenarios.fleet.workload`), all of it, unscaled, at speedup 1 unless given.
 """
 
 from __future__ import annotations
@@ -48,7 +50,14 @@ from scenarios.arrivals import TraceArrival
 from scenarios.base import Scenario
 from scenarios.checks import Check, CheckSpec
 from scenarios.common import MAX_REQUESTS, MAX_SPEEDUP, HttpUrlText, RunParams
-from scenarios.fleet_cases import FleetKillParams, FleetParams, fleet_cases, fleet_checks
+from scenarios.fleet import workload
+from scenarios.fleet_cases import (
+    FleetKillParams,
+    FleetParams,
+    fleet_cases,
+    fleet_checks,
+    fleet_comparisons,
+)
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
 from scenarios.trace_scale import parse_token_scale, scale_trace
 from scenarios.traces import MOONCAKE_BLOCK_TOKENS, Trace, TraceRequest, load_trace
@@ -99,18 +108,36 @@ def phase_name(speedup: float) -> str:
     return f"speedup-{exact_label(speedup)}x"
 
 
+@functools.lru_cache(maxsize=1)
+def _builtin() -> Trace:
+    return workload.fleet_workload_trace()
+
+
 @functools.lru_cache(maxsize=8)
 def _load_cached(path: str, mtime_ns: int, size: int, block_tokens: int) -> Trace:
     return load_trace(Path(path), block_tokens=block_tokens)
 
 
-def read_trace(path: str, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> Trace:
+#: What a run without a trace replays of the built-in fleet workload unless told otherwise.
+BUILTIN_DEFAULTS = {
+    "window": "all",
+    "token_scale": "1",
+    "speedup": "1",
+    "trace_block_tokens": workload.BLOCK_TOKENS,
+}
+
+
+def read_trace(path: str | None, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> Trace:
     """``load_trace`` once per file version (path, mtime, size): parameter validation, the
-    nominal plan and the real plan all read the same file.
+    nominal plan and the real plan all read the same file. ``None``: the built-in fleet
+    workload (:func:`scenarios.fleet.workload.fleet_workload_trace`; ``block_tokens`` is its
+    own).
 
     Raises:
         scenarios.traces.TraceError: unreadable file or a bad line (named with its number).
     """
+    if path is None:
+        return _builtin()
     try:
         st = os.stat(path)
     except OSError:
@@ -161,8 +188,11 @@ class TraceReplayParams(RunParams, FleetParams, FleetKillParams):
     trace_block_tokens: int = Field(
         default=MOONCAKE_BLOCK_TOKENS, gt=0, description="Tokens per hash id in the trace file."
     )
-    trace: str = Field(
-        description="Trace file (Mooncake JSONL, or sessions JSONL); validated whole first."
+    trace: str | None = Field(
+        default=None,
+        description="Trace file (Mooncake JSONL, or sessions JSONL); validated whole first. "
+        "None: the built-in fleet workload (docs/fleet.md), at its own window, scale and "
+        "speedup unless given.",
     )
     cache: SizesText = Field(
         default="1GiB", description="KV cache size, or a list of them (1GiB,4GiB): one case each."
@@ -221,11 +251,20 @@ class TraceReplayParams(RunParams, FleetParams, FleetKillParams):
         default=5.0, gt=0, description="Allowed send lateness p99 (ms)."
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _builtin_defaults(cls, data: Any) -> Any:
+        """Without a trace, the built-in fleet workload's own slice, scale and speedup (all of
+        it, as written, at its own pace) where they were not given."""
+        if isinstance(data, dict) and data.get("trace") is None:
+            return {**BUILTIN_DEFAULTS, **data}
+        return data
+
     @field_validator("trace")
     @classmethod
-    def _trace_readable(cls, value: str, info: ValidationInfo) -> str:
+    def _trace_readable(cls, value: str | None, info: ValidationInfo) -> str | None:
         # TraceError (a ValueError) names the bad line; a bad block size fails on its own.
-        if "trace_block_tokens" in info.data:
+        if value is not None and "trace_block_tokens" in info.data:
             read_trace(value, info.data["trace_block_tokens"])
         return value
 
@@ -326,7 +365,7 @@ def select(p: TraceReplayParams) -> Selection:
             last_turn_in[r.session_id] = r.turn
     if not picked:
         where = "the trace" if window is None else f"window {p.window}"
-        raise ValueError(f"{p.trace}: no request in {where}")
+        raise ValueError(f"{p.trace or workload.BUILTIN_FLEET_WORKLOAD}: no request in {where}")
     sent: list[TraceRequest] = []
     offsets: list[float | None] = []
     follows: list[int | None] = []
@@ -355,7 +394,8 @@ def select(p: TraceReplayParams) -> Selection:
         sent.append(fitted)
     if not sent:
         raise ValueError(
-            f"{p.trace}: all {len(picked)} requests of the slice are longer than max_model_len "
+            f"{p.trace or workload.BUILTIN_FLEET_WORKLOAD}: all {len(picked)} requests of the "
+            f"slice are longer than max_model_len "
             f"{p.max_model_len} at token scale {p.token_scale}; lower --token-scale"
         )
     return Selection(
@@ -443,6 +483,11 @@ class TraceReplay(Scenario[TraceReplayParams]):
                     ),
                 ]
         checks += fleet_checks(cases)
+        if p.is_fleet:
+            caches = parse_sizes(p.cache)
+            for size in caches:
+                prefix = format_size(size) if len(caches) > 1 else ""
+                checks += fleet_comparisons(p, prefix, [ph.name for ph in phases])
         return Plan(
             scenario=self.name,
             description=self.summary,
@@ -496,7 +541,7 @@ def _sizing(
     scheduled rates, the sizing server's capacity and the targets."""
     trace = sel.trace
     return {
-        "trace_path": p.trace,
+        "trace_path": p.trace or workload.BUILTIN_FLEET_WORKLOAD,
         "trace_sha256": trace.sha256,
         "trace_kind": trace.kind,
         "trace_requests": len(trace.requests),

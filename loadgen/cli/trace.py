@@ -98,13 +98,19 @@ def _cache_tokens(
     return None, labels
 
 
-def _load(path: Path, trace_block_tokens: int, token_scale: str) -> Trace:
+def _load(path: Path | None, trace_block_tokens: int, token_scale: str) -> Trace:
+    """The trace at ``path`` (``None``: the built-in fleet workload, at its own block size),
+    scaled."""
+    from scenarios.fleet.workload import fleet_workload_trace
     from scenarios.trace_scale import parse_token_scale, scale_trace
     from scenarios.traces import TraceError, load_trace
 
     try:
         scale = parse_token_scale(token_scale)
-        trace = load_trace(path, block_tokens=trace_block_tokens)
+        if path is None:
+            trace = fleet_workload_trace()
+        else:
+            trace = load_trace(path, block_tokens=trace_block_tokens)
         return scale_trace(trace, scale) if scale != 1 else trace
     except (TraceError, ValueError) as exc:
         raise BadInput(str(exc)) from None
@@ -236,7 +242,7 @@ def _plot(trace: Trace, curve: HitCurve, kv_bytes_per_token: int, out: Path) -> 
     return out
 
 
-def _plot_path(file: Path, block_tokens: int, token_scale: str, given: Path | None) -> Path:
+def _plot_path(file: Path | None, block_tokens: int, token_scale: str, given: Path | None) -> Path:
     """Where the plot goes (``given``, else the default under ``DEFAULT_PLOT_DIR``), checked
     before any work (``loadgen.cli.output_paths``: a ``.png`` name, written as named)."""
     from loadgen.cli.output_paths import check_output_file
@@ -250,7 +256,8 @@ def _plot_path(file: Path, block_tokens: int, token_scale: str, given: Path | No
     except ValueError as exc:
         raise BadInput(str(exc)) from None
     suffix = "" if scale == 1 else f"-scale{scale}".replace("/", "_")
-    default = DEFAULT_PLOT_DIR / f"{file.stem}-block{block_tokens}{suffix}.png"
+    stem = file.stem if file is not None else "builtin-fleet"
+    default = DEFAULT_PLOT_DIR / f"{stem}-block{block_tokens}{suffix}.png"
     check_output_file(default, "--plot", suffix=".png", create_dir=True)
     return default
 
@@ -285,7 +292,7 @@ def _json(
 
 
 @trace.command("stats")
-@click.argument("file", type=click.Path(path_type=Path))
+@click.argument("file", type=click.Path(path_type=Path), required=False)
 @click.option(
     "--cache",
     default=None,
@@ -346,7 +353,7 @@ def _json(
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @fleet_options
 def stats(
-    file: Path,
+    file: Path | None,
     cache: str | None,
     cache_tokens: str | None,
     block_tokens: int,
@@ -359,7 +366,8 @@ def stats(
     as_json: bool,
     **fleet_flags: Any,
 ) -> None:
-    """Statistics of trace FILE and its predicted prefix-cache hit rate against cache size.
+    """Statistics of trace FILE (none: the built-in fleet workload, docs/fleet.md) and its
+    predicted prefix-cache hit rate against cache size.
 
     Offline: replays the trace's prompt blocks, one request after another in file order,
     against vLLM's prefix-cache rules (docs/traces.md) at each cache size, and reports the

@@ -19,13 +19,20 @@ from analysis.reports.trace_replay.details import TraceReplayDetails, trace_deta
 from analysis.reports.trace_replay.plots import trace_plots
 from analysis.reports.trace_replay.render import case_lines, closing_lines, trace_lines
 from analysis.reports.trace_replay.verdicts import (
+    hit_rate_gain_verdict,
     hit_rate_verdict,
     kill_verdict,
     kv_events_verdict,
     lateness_verdict,
     rate_verdict,
+    ttft_lower_verdict,
 )
-from scenarios.fleet_cases import FleetKillAccounted, FleetKvEventsMatch
+from scenarios.fleet_cases import (
+    FleetHitRateGain,
+    FleetKillAccounted,
+    FleetKvEventsMatch,
+    FleetTtftLower,
+)
 from scenarios.trace_replay import TraceHitRatePredicted, TraceRateKept, TraceSendLateness
 
 
@@ -36,6 +43,8 @@ class TraceReplayReport(ScenarioReport[TraceReplayDetails]):
         TraceSendLateness: lateness_verdict,
         FleetKvEventsMatch: kv_events_verdict,
         FleetKillAccounted: kill_verdict,
+        FleetHitRateGain: hit_rate_gain_verdict,
+        FleetTtftLower: ttft_lower_verdict,
     }
 
     def details(self, run: RunData, cases: dict[str, CaseSummary]) -> TraceReplayDetails:

@@ -1,4 +1,5 @@
-"""trace-replay's verdicts: the hit rate against the model, the trace rate kept, send lateness.
+"""trace-replay's verdicts: the hit rate against the model, the trace rate kept, send lateness,
+and a fleet run's prefix-hash against round-robin (hit rate gained, TTFT p50 lower).
 
 Each is decided from the scenario's details (``details.py``) and the generic phase summary;
 a figure that could not be computed (no counters, no capacity numbers, nothing sent) leaves
@@ -10,7 +11,12 @@ from __future__ import annotations
 from analysis.checks import fmt
 from analysis.models import CaseSummary, Verdict
 from analysis.reports.trace_replay.details import PhaseFigures, TraceReplayDetails
-from scenarios.fleet_cases import FleetKillAccounted, FleetKvEventsMatch
+from scenarios.fleet_cases import (
+    FleetHitRateGain,
+    FleetKillAccounted,
+    FleetKvEventsMatch,
+    FleetTtftLower,
+)
 from scenarios.trace_replay import TraceHitRatePredicted, TraceRateKept, TraceSendLateness
 
 
@@ -168,3 +174,51 @@ def kill_verdict(
         # Nothing routed after the kill: no key could move, so that part is undecided.
         passed = True if k.remapped_keys else None if k.decisions_after_kill == 0 else False
     return Verdict(case=check.case, check=name, passed=passed, detail=detail)
+
+
+def _pair(
+    details: TraceReplayDetails | None, check: FleetHitRateGain | FleetTtftLower
+) -> tuple[PhaseFigures | None, PhaseFigures | None]:
+    return (
+        _figures(details, check.case, check.phase),
+        _figures(details, check.baseline, check.phase),
+    )
+
+
+def hit_rate_gain_verdict(
+    check: FleetHitRateGain, _: CaseSummary, details: TraceReplayDetails | None
+) -> Verdict:
+    """PASS when the case's measured fleet hit rate ≥ the baseline's + ``min_gain``."""
+    name = f"{check.phase} hit rate ≥ {check.baseline}'s + {check.min_gain:g}"
+    mine, base = _pair(details, check)
+    if mine is None or base is None:
+        missing = f"{check.baseline} or {check.case} did not run the phase"
+        return Verdict(case=check.case, check=name, passed=None, detail=missing)
+    if mine.hit_rate_counters is None or base.hit_rate_counters is None:
+        return Verdict(case=check.case, check=name, passed=None,
+                       detail="no prefix-cache counters from every replica of both")  # fmt: skip
+    gain = mine.hit_rate_counters - base.hit_rate_counters
+    return Verdict(
+        case=check.case, check=name, passed=gain >= check.min_gain,
+        detail=f"measured {mine.hit_rate_counters:.4f} vs {check.baseline} "
+        f"{base.hit_rate_counters:.4f} (each Σ Δhits ÷ Σ Δqueries over its replicas): "
+        f"gain {gain:+.4f}, at least {check.min_gain:g} required",
+    )  # fmt: skip
+
+
+def ttft_lower_verdict(
+    check: FleetTtftLower, _: CaseSummary, details: TraceReplayDetails | None
+) -> Verdict:
+    """PASS when the case's TTFT p50 is lower than the baseline's."""
+    name = f"{check.phase} TTFT p50 lower than {check.baseline}'s"
+    mine, base = _pair(details, check)
+    ours = None if mine is None else mine.ttft_ms.p50
+    theirs = None if base is None else base.ttft_ms.p50
+    if ours is None or theirs is None:
+        missing = f"no successful request in {check.case} or {check.baseline}"
+        return Verdict(case=check.case, check=name, passed=None, detail=missing)
+    return Verdict(
+        case=check.case, check=name, passed=ours < theirs,
+        detail=f"TTFT p50 {ours:.1f} ms vs {check.baseline} {theirs:.1f} ms "
+        f"({ours / theirs:.2f}×)" if theirs > 0 else f"TTFT p50 {ours:.1f} ms vs {theirs:.1f} ms",
+    )  # fmt: skip
