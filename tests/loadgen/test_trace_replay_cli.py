@@ -1,5 +1,6 @@
 """``loadgen run trace-replay``: a bad trace is refused before anything starts (exit 2, the
-line number and reason, no run directory), as any bad parameter is."""
+line number and reason, no run directory), as any bad parameter is; without a trace the
+built-in fleet workload is replayed."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from loadgen.cli import main
+from scenarios.trace_replay import TraceReplayParams, select
 
 
 def test_a_bad_trace_line_exits_2_naming_the_line_and_leaves_no_run_directory(
@@ -34,10 +36,13 @@ def test_a_missing_trace_is_a_usage_error(tmp_path: Path) -> None:
     assert "cannot read the trace" in result.output
 
 
-def test_the_trace_is_required() -> None:
-    result = CliRunner().invoke(main, ["run", "trace-replay"])
-    assert result.exit_code == 2
-    assert "--trace" in result.output
+def test_without_a_trace_the_builtin_fleet_workload_is_replayed_whole_at_its_own_pace() -> None:
+    p = TraceReplayParams.model_validate({"replicas": 2})
+    assert (p.trace, p.window, p.token_scale, p.speedup) == (None, "all", "1", "1")
+    assert len(select(p).requests) == 105
+    # Given flags win over the built-in's own.
+    given = TraceReplayParams.model_validate({"window": "0-10s", "speedup": "2"})
+    assert (given.window, given.speedup, len(select(given).requests)) == ("0-10s", "2", 20)
 
 
 def test_gate_takes_the_same_trace_check(tmp_path: Path) -> None:
@@ -54,7 +59,7 @@ def test_gate_takes_the_same_trace_check(tmp_path: Path) -> None:
     assert not out.exists()
 
 
-def test_help_marks_the_trace_as_required() -> None:
+def test_help_says_what_runs_without_a_trace() -> None:
     result = CliRunner().invoke(main, ["run", "trace-replay", "--help"])
     assert result.exit_code == 0
-    assert "[required]" in result.output and "PydanticUndefined" not in result.output
+    assert "built-in fleet workload" in result.output and "PydanticUndefined" not in result.output

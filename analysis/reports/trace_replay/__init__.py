@@ -17,7 +17,12 @@ from analysis.models import CaseSummary
 from analysis.reports import Evaluator, PhaseColumn, ScenarioReport
 from analysis.reports.trace_replay.details import TraceReplayDetails, trace_details
 from analysis.reports.trace_replay.plots import trace_plots
-from analysis.reports.trace_replay.render import case_lines, closing_lines, trace_lines
+from analysis.reports.trace_replay.render import (
+    case_lines,
+    closing_lines,
+    fleet_capacity_lines,
+    trace_lines,
+)
 from analysis.reports.trace_replay.verdicts import (
     hit_rate_gain_verdict,
     hit_rate_verdict,
@@ -67,7 +72,7 @@ class TraceReplayReport(ScenarioReport[TraceReplayDetails]):
         ]
 
     def markdown(self, details: TraceReplayDetails | None) -> list[str]:
-        return [] if details is None else trace_lines(details)
+        return [] if details is None else trace_lines(details) + fleet_capacity_lines(details)
 
     def case_markdown(self, details: TraceReplayDetails | None, case: str) -> list[str]:
         if details is None or case not in details.cases:

@@ -167,6 +167,40 @@ def case_lines(c: CaseFigures) -> list[str]:
     ]
 
 
+def fleet_capacity_lines(d: TraceReplayDetails) -> list[str]:
+    """The fleet capacity answer (``analysis.fleet_capacity``): the cost fitted, then per
+    policy the predicted hit rate and sustainable speedup at each N."""
+    fc = d.fleet_capacity
+    if fc is None:
+        return []
+    c = fc.cost
+    ns = [p.replicas for p in fc.policies[0].points] if fc.policies else []
+    rows = [
+        [a.policy, *(f"{f(p.hit_rate, 3)} / {f(p.sustainable_speedup, 2)}×" for p in a.points),
+         f(a.replicas_needed)]
+        for a in fc.policies
+    ]  # fmt: skip
+    return [
+        "## Fleet capacity (predicted)",
+        "",
+        f"A request costs its replica {c.overhead_s:.4f} s + {c.prefill_s_per_token * 1e3:.4f} "
+        f"ms per uncached prompt token + {c.decode_s_per_token * 1e3:.2f} ms per output token "
+        f"after the first (TTFT fitted on uncached tokens and the median TPOT, over "
+        f"{c.requests} successful requests of the run); busy time of the busiest replica per "
+        f"pass of the slice ({fc.span_s:.1f} s at speedup 1) from the fleet model's placement "
+        "and hits, requests one after another; sustainable speedup = span ÷ that busy time "
+        "(docs/fleet.md). Each cell: predicted fleet hit rate / sustainable speedup.",
+        "",
+        table(["policy", *(f"N={n}" for n in ns), "replicas for target"], rows),
+        "",
+        f"Fleet capacity answer: {fc.text}.",
+        "",
+    ]
+
+
 def closing_lines(d: TraceReplayDetails) -> list[str]:
-    """Per case, the capacity answer (the sentence a reader came for)."""
-    return [f"Case {name}: {c.answer.text}." for name, c in d.cases.items()]
+    """Per case, the capacity answer (the sentence a reader came for), and the fleet's."""
+    out = [f"Case {name}: {c.answer.text}." for name, c in d.cases.items()]
+    if d.fleet_capacity is not None:
+        out.append(f"Fleet: {d.fleet_capacity.text}.")
+    return out

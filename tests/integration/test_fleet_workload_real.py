@@ -1,0 +1,87 @@
+"""The built-in fleet workload on the real embedded vLLM: 2 replicas of 1 GiB started once,
+no trace given (35 prefix groups of 640 tokens, 1.2 GiB in all, visited in turn three times,
+105 requests), replayed through the gateway's round-robin and prefix-hash, each starting with
+empty caches. Each policy's fleet hit rate (both replicas' counters summed) must agree with
+the fleet model's prediction; round-robin spreads every group over both replicas and thrashes
+both caches, prefix-hash keeps each group on one replica, so it hits at least 0.2 more and its
+TTFT p50 is lower. (test_fleet_real.py runs vllm-router, KV events and a kill.)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support.vllm_fixtures import loadgen, read_report, run_scenario
+
+pytestmark = pytest.mark.vllm
+
+POLICIES = ("round-robin", "prefix-hash")
+PHASE = "speedup-1x"
+SENT = 105
+
+
+@pytest.fixture(scope="module")
+def fleet_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return run_scenario(
+        tmp_path_factory, "trace-replay", "--replicas", "2",
+        "--routing", "round-robin,prefix-hash", "--settle-s", "0.6",
+    )  # fmt: skip
+
+
+def test_each_policys_fleet_hit_rate_agrees_with_its_prediction(fleet_run: Path) -> None:
+    report = read_report(fleet_run)
+    verdicts = [v for v in report["verdicts"] if "hit rate within" in v["check"]]
+    assert [v["case"] for v in verdicts] == list(POLICIES)
+    assert all(v["passed"] is True for v in verdicts), json.dumps(verdicts, indent=2)
+    cases = report["details"]["cases"]
+    for name in POLICIES:
+        phase = cases[name]["phases"][PHASE]
+        funnel = phase["fleet"]
+        assert funnel["replicas"] == 2 and phase["sent"] == SENT
+        # The counters of both replicas and the requests' own cached tokens agree.
+        assert phase["hit_rate_requests"] == pytest.approx(phase["hit_rate_counters"], abs=0.01)
+        assert sum(funnel["requests_per_replica"]) == SENT
+
+
+def test_prefix_hash_beats_round_robin_by_its_verdicts(fleet_run: Path) -> None:
+    report = read_report(fleet_run)
+    compared = {v["check"]: v for v in report["verdicts"] if v["case"] == "prefix-hash"}
+    gain = compared[f"{PHASE} hit rate ≥ round-robin's + 0.2"]
+    ttft = compared[f"{PHASE} TTFT p50 lower than round-robin's"]
+    assert gain["passed"] is True and ttft["passed"] is True, json.dumps([gain, ttft], indent=2)
+    cases = report["details"]["cases"]
+    # The model's prediction on this workload (tests/scenarios/test_fleet_workload.py): 0 for
+    # round-robin, 70 × 640 ÷ (105 × 704) for prefix-hash with no request passed on for load.
+    assert cases["round-robin"]["phases"][PHASE]["hit_rate_counters"] <= 0.05
+    assert cases["prefix-hash"]["phases"][PHASE]["hit_rate_counters"] >= 0.55
+
+
+def test_the_replicas_started_once_and_every_policy_started_cold(fleet_run: Path) -> None:
+    cases = fleet_run / "cases"
+    started = sorted(p.parent.name for p in cases.glob("*/server-replica-1"))
+    assert started == ["round-robin"]  # the first policy's case started them; the rest reused
+    for name in POLICIES:
+        fleet = json.loads((cases / name / "fleet.json").read_text())
+        assert len(fleet["replica_urls"]) == 2
+        assert (cases / name / "replicas/1/metrics/samples.jsonl").stat().st_size > 0
+    decisions = (cases / "prefix-hash/routing_decisions.jsonl").read_text().splitlines()
+    assert len(decisions) == SENT
+    assert {json.loads(d)["policy"] for d in decisions} == {"prefix-hash"}
+
+
+def test_the_report_answers_the_fleet_capacity_question(fleet_run: Path) -> None:
+    capacity = read_report(fleet_run)["details"]["fleet_capacity"]
+    policies = [p["policy"] for p in capacity["policies"]]
+    assert policies == ["round-robin", "prefix-hash"]
+    by_policy = {p["policy"]: p["points"] for p in capacity["policies"]}
+    # More hits, less work per replica: prefix-hash sustains more than round-robin at N = 2.
+    ph, rr = by_policy["prefix-hash"][1], by_policy["round-robin"][1]
+    assert ph["replicas"] == rr["replicas"] == 2
+    assert ph["sustainable_speedup"] > rr["sustainable_speedup"]
+
+
+def test_validate_accepts_the_fleet_run(fleet_run: Path) -> None:
+    assert loadgen("validate", str(fleet_run), timeout=120).returncode in (0, 4)

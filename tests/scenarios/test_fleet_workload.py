@@ -1,0 +1,64 @@
+"""The built-in fleet workload (scenarios.fleet.workload) and what the fleet model predicts
+for it on 2 replicas of the embedded model's 1 GiB (146 blocks of 128 tokens, 145 usable),
+requests one after another, derived by hand:
+
+- 35 groups × 5 blocks = 175 blocks > 145: one replica cannot hold every group, two can;
+- request k is of group k mod 35 and (round-robin) goes to replica k mod 2. 35 is odd, so
+  replica 0 serves groups 0, 2, …, 34, 1, 3, …: every group, each visit 34 other groups
+  (170 blocks) after the last one: LRU has evicted it. Round-robin hits nothing: 0;
+- prefix-hash keeps a group on one replica; each replica holds its share (26 groups at most
+  here, 130 blocks + the running request's own block ≤ 145), so every request after its
+  group's first (70 of 105) hits the group's 5 blocks: 70 × 640 ÷ (105 × 704) = 0.60606;
+- one cache of 290 blocks (pooled) holds everything: the same 0.60606; one replica alone
+  (single) sees every group cyclically: 0.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scenarios.fleet import workload
+from scenarios.fleet.model import predict_fleet
+from scenarios.fleet.requests import closed_loop_events, trace_fleet_requests
+from scenarios.prefix_cache_model import capacity_blocks_for_tokens
+
+ONE_GIB_TOKENS = 18_688  # the embedded model's 1 GiB cache, as vLLM reports it
+POLICIES = ["round-robin", "least-loaded", "prefix-hash", "vllm-router:round_robin"]
+
+
+def test_the_workload_is_35_groups_visited_in_turn_three_times() -> None:
+    lines = [json.loads(x) for x in workload.fleet_workload_jsonl().splitlines()]
+    assert len(lines) == 105
+    assert lines[0] == {"timestamp": 0, "input_length": 704, "output_length": 16,
+                        "hash_ids": [0, 1, 2, 3, 4, 1_000_000]}  # fmt: skip
+    assert lines[36]["hash_ids"][:5] == [5, 6, 7, 8, 9]  # request 36: group 1 again
+    assert lines[104]["timestamp"] == 52_000
+    groups = {tuple(x["hash_ids"][:5]) for x in lines}
+    assert len(groups) == 35 and len({b for g in groups for b in g}) == 175
+    trace = workload.fleet_workload_trace()
+    assert trace.path == workload.BUILTIN_FLEET_WORKLOAD and trace.block_tokens == 128
+    assert len(trace.requests) == 105
+
+
+def test_round_robin_thrashes_and_prefix_hash_keeps_every_group_warm() -> None:
+    capacity = capacity_blocks_for_tokens(ONE_GIB_TOKENS, 128)
+    assert capacity == 145
+    requests = trace_fleet_requests(workload.fleet_workload_trace(), 128)
+    events = closed_loop_events(len(requests), 1)
+    model = predict_fleet(requests, 2, capacity, 128, POLICIES, events)
+    rates = {p.policy: p.low.hit_rate for p in model.policies}
+    hand = 70 * 640 / (105 * 704)
+    assert rates == {
+        "round-robin": 0.0,
+        "least-loaded": 0.0,  # one request at a time: ties broken by rotation, as round-robin
+        "prefix-hash": pytest.approx(hand),
+        "vllm-router:round_robin": 0.0,
+    }
+    assert model.pooled == pytest.approx(hand)
+    assert (model.single, model.spread.hit_rate) == (0.0, 0.0)
+    rr = next(p for p in model.policies if p.policy == "round-robin").low
+    assert rr.requests_per_replica() == [53, 52]
+    ph = next(p for p in model.policies if p.policy == "prefix-hash").low
+    assert max(ph.requests_per_replica()) <= 26 * 3  # no replica holds more than 26 groups
