@@ -31,10 +31,10 @@ POLICIES = ["round-robin", "least-loaded", "prefix-hash", "vllm-router:round_rob
 def test_the_workload_is_35_groups_visited_in_turn_three_times() -> None:
     lines = [json.loads(x) for x in workload.fleet_workload_jsonl().splitlines()]
     assert len(lines) == 105
-    assert lines[0] == {"timestamp": 0, "input_length": 704, "output_length": 16,
+    assert lines[0] == {"timestamp": 0, "input_length": 704, "output_length": 4,
                         "hash_ids": [0, 1, 2, 3, 4, 1_000_000]}  # fmt: skip
     assert lines[36]["hash_ids"][:5] == [5, 6, 7, 8, 9]  # request 36: group 1 again
-    assert lines[104]["timestamp"] == 52_000
+    assert lines[104]["timestamp"] == 62_400
     groups = {tuple(x["hash_ids"][:5]) for x in lines}
     assert len(groups) == 35 and len({b for g in groups for b in g}) == 175
     trace = workload.fleet_workload_trace()
