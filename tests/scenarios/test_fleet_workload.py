@@ -15,7 +15,9 @@ requests one after another, derived by hand:
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +25,7 @@ from scenarios.fleet import workload
 from scenarios.fleet.model import predict_fleet
 from scenarios.fleet.requests import closed_loop_events, trace_fleet_requests
 from scenarios.prefix_cache_model import capacity_blocks_for_tokens
+from scenarios.traces import load_trace
 
 ONE_GIB_TOKENS = 18_688  # the embedded model's 1 GiB cache, as vLLM reports it
 POLICIES = ["round-robin", "least-loaded", "prefix-hash", "vllm-router:round_robin"]
@@ -40,6 +43,15 @@ def test_the_workload_is_35_groups_visited_in_turn_three_times() -> None:
     trace = workload.fleet_workload_trace()
     assert trace.path == workload.BUILTIN_FLEET_WORKLOAD and trace.block_tokens == 128
     assert len(trace.requests) == 105
+
+
+def test_the_builtin_trace_is_what_the_trace_parser_reads_of_its_text(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.jsonl"
+    path.write_text(workload.fleet_workload_jsonl())
+    read = load_trace(path, block_tokens=workload.BLOCK_TOKENS)
+    assert dataclasses.replace(read, path=workload.BUILTIN_FLEET_WORKLOAD) == (
+        workload.fleet_workload_trace()
+    )
 
 
 def test_round_robin_thrashes_and_prefix_hash_keeps_every_group_warm() -> None:
