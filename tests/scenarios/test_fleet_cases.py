@@ -8,11 +8,14 @@ from pathlib import Path
 import pytest
 
 from scenarios.fleet_cases import (
+    FleetHitRateGain,
     FleetKillAccounted,
     FleetKvEventsMatch,
     FleetParams,
+    FleetTtftLower,
     fleet_cases,
     fleet_checks,
+    fleet_comparisons,
     parse_kill,
     parse_routing,
 )
@@ -98,3 +101,18 @@ def test_a_kill_adds_a_failover_case_after_the_policies() -> None:
         *(FleetKvEventsMatch(case=n) for n in names[:3]),
         FleetKillAccounted(case="prefix-hash-killed", phase="speedup-1x"),
     ]
+
+
+def test_prefix_hash_is_compared_with_round_robin_when_both_run() -> None:
+    both = FleetParams(replicas=2, routing="round-robin,vllm-router:random,prefix-hash")
+    checks = fleet_comparisons(both, "", ["speedup-1x"])
+    assert [(type(c), c.case, c.baseline, c.phase) for c in checks] == [
+        (FleetHitRateGain, "prefix-hash", "round-robin", "speedup-1x"),
+        (FleetTtftLower, "prefix-hash", "round-robin", "speedup-1x"),
+    ]
+    assert isinstance(checks[0], FleetHitRateGain) and checks[0].min_gain == 0.2
+    # Several cache sizes: each size's own pair, by the cases' prefix.
+    assert {c.case for c in fleet_comparisons(both, "4GiB", ["p"])} == {"4GiB-prefix-hash"}
+    # Without one of the two there is nothing to compare.
+    assert fleet_comparisons(FleetParams(replicas=2, routing="prefix-hash"), "", ["p"]) == []
+    assert fleet_comparisons(FleetParams(replicas=1), "", ["p"]) == []
