@@ -1,6 +1,7 @@
 """A fleet run on the real embedded vLLM: 2 replicas of 1 GiB started once, the Mooncake
 sample's first 40 requests (38 sent, 2 longer than the context) replayed through the gateway's
-round-robin and prefix-hash and through vllm-router's cache_aware, each policy starting with
+round-robin and prefix-hash and through vllm-router's cache_aware and kv_aware (subscribed to
+both replicas' KV-cache events, passed on by the run's recorders), each policy starting with
 empty caches, then prefix-hash once more with replica 1 killed 8 s in. Every replica is
 scraped and records its KV-cache events; each policy's fleet hit rate (both replicas'
 counters summed) must agree with the fleet model's prediction for that policy, prefix-hash
@@ -20,14 +21,15 @@ from tests.support.vllm_fixtures import loadgen, read_report, run_scenario
 pytestmark = pytest.mark.vllm
 
 SAMPLE = Path(__file__).parents[1] / "fixtures/traces/mooncake_fast25_synthetic_trace.jsonl"
-POLICIES = ("round-robin", "prefix-hash", "vllm-router-cache_aware")
+POLICIES = ("round-robin", "prefix-hash", "vllm-router-cache_aware", "vllm-router-kv_aware")
 
 
 @pytest.fixture(scope="module")
 def fleet_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_scenario(
         tmp_path_factory, "trace-replay", "--trace", str(SAMPLE), "--replicas", "2",
-        "--routing", "round-robin,prefix-hash,vllm-router:cache_aware", "--max-requests", "40",
+        "--routing", "round-robin,prefix-hash,vllm-router:cache_aware,vllm-router:kv_aware",
+        "--max-requests", "40",
         "--speedup", "0.5", "--seed", "7", "--settle-s", "0.6", "--kill-replica", "1@8",
     )  # fmt: skip
 
@@ -65,8 +67,8 @@ def test_the_replicas_started_once_and_every_policy_started_cold(fleet_run: Path
 
 def test_each_replicas_kv_events_are_the_models_blocks(fleet_run: Path) -> None:
     # Behind the gateway each response names its replica, so each replica's recorded events
-    # are compared with the model's blocks for its own requests; vllm-router's cache_aware
-    # says nothing of where it sent a request, so its comparison is undecided.
+    # are compared with the model's blocks for its own requests; vllm-router says nothing of
+    # where it sent a request, so its cases' comparisons are undecided.
     verdicts = {
         v["case"]: v for v in read_report(fleet_run)["verdicts"] if "KV events" in v["check"]
     }
@@ -82,6 +84,7 @@ def test_each_replicas_kv_events_are_the_models_blocks(fleet_run: Path) -> None:
             )
             assert json.loads(rows[0])["event"] == "cleared"  # the reset opens each file
     assert verdicts["vllm-router-cache_aware"]["passed"] is None
+    assert verdicts["vllm-router-kv_aware"]["passed"] is None
     kv = read_report(fleet_run)["details"]["cases"]["prefix-hash"]["kv_events"]
     assert sum(r["requests"] for r in kv) == 38
 
