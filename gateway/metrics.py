@@ -19,6 +19,9 @@ Metric families (all prefixed ``gateway_``):
   ``[DONE]``), ``not_event_stream``, ``error_body`` (a 200 JSON error object),
   ``response_too_large``, ``event_too_large``, ``slow_first_token``, ``bad_encoding`` (a
   ``Content-Encoding`` the gateway cannot decode; gzip and deflate are decoded).
+- ``upstream_rejections_total{upstream}``: admission rejections relayed from an upstream (a
+  503 that says the upstream is at its queue limit, :mod:`gateway.outcomes`); no breaker
+  verdict.
 - ``rejections_total{reason}``: admission and routing refusals (queue_full, queue_timeout,
   no_upstream, body_too_large).
 - ``routing_decisions_total{upstream,policy,why}``: every upstream choice, retries included
@@ -81,6 +84,12 @@ class GatewayMetrics:
         )
         self.rejections = Counter(
             "gateway_rejections", "Requests refused by the gateway.", ["reason"], registry=r
+        )
+        self.upstream_rejections = Counter(
+            "gateway_upstream_rejections",
+            "Admission rejections (503 at the queue limit) relayed from an upstream.",
+            ["upstream"],
+            registry=r,
         )
         self.routing_decisions = Counter(
             "gateway_routing_decisions",

@@ -28,7 +28,8 @@ work is done.
 **Successes**: any other answer that arrived whole, including 3xx and 4xx other than 429 (the
 upstream did its job; the client's request was wrong).
 
-**No verdict**: HTTP 429 and a client that went away. A 429 is back-pressure from a working
+**No verdict**: HTTP 429, an admission rejection (a 503 that says so, below) and a client
+that went away. A 429 is back-pressure from a working
 upstream: counting it would eject a replica for being busy and pile its load on the others.
 The gateway passes the 429 on to the client, ``Retry-After`` included (checked, see
 :mod:`gateway.retry_after`), rather than retrying on another replica: a 429 means the system
@@ -38,6 +39,14 @@ retries 429 only when told to (``retriable_status_codes``). A half-open probe an
 frees its probe slot and the breaker stays half-open. The wait an upstream asks for (on a
 429 or 503) does not stop routing to it; it is remembered per upstream and lengthens the
 ``Retry-After`` of the gateway's own 503 when no upstream takes traffic.
+
+An *admission rejection* is a 503 from a working upstream that refuses new work because its
+queue is at its limit: vLLM's ``--max-num-queued-reqs`` / ``--max-num-queued-tokens`` answer
+503 with the error type ``Service Unavailable`` (its graceful-rejection answer; a failing
+engine's retryable 503 is typed ``ServiceUnavailableError``) and no ``Retry-After``. Counting
+it as a failure would open the breaker on a server that is busy, not broken: the very moment
+it must keep taking its share. Any other 503 stays a failure, with or without a
+``Retry-After`` (a server down for maintenance sends one too).
 
 See docs/gateway.md.
 """
@@ -70,6 +79,24 @@ def status_verdict(status: int) -> Verdict:
     if 500 <= status <= 599 and status not in REQUEST_DEPENDENT_5XX:
         return Verdict.FAILURE
     return Verdict.SUCCESS
+
+
+#: The error ``type`` of vLLM's graceful HTTP rejections (``GracefulHTTPError``: the phrase of
+#: its status), which its admission limits raise with 503.
+ADMISSION_ERROR_TYPE = "Service Unavailable"
+
+
+def is_admission_rejection(status: int, body: bytes) -> bool:
+    """Whether an answer is an upstream's admission rejection (module docstring): a 503 whose
+    JSON body is an error of type :data:`ADMISSION_ERROR_TYPE`."""
+    if status != 503:
+        return False
+    try:
+        payload = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return False
+    error = payload.get("error") if isinstance(payload, dict) else None
+    return isinstance(error, dict) and error.get("type") == ADMISSION_ERROR_TYPE
 
 
 def is_error_body(body: bytes) -> bool:

@@ -11,7 +11,7 @@ import logging
 import aiohttp
 from aiohttp import web
 
-from gateway.outcomes import Verdict, is_error_body, status_verdict
+from gateway.outcomes import Verdict, is_admission_rejection, is_error_body, status_verdict
 from gateway.proxy.client import relayed_headers
 from gateway.proxy.exchange import Exchange
 from gateway.proxy.timeouts import PhaseTimeout
@@ -40,7 +40,11 @@ async def relay(ex: Exchange) -> web.StreamResponse:
         return ex.fail_before_response("broken_stream", 502, msg, None, abort=False)
     ex.finish_upstream()
     body = b"".join(chunks)
+    headers = relayed_headers(resp, ex.upstream)
     verdict = status_verdict(resp.status)
+    if is_admission_rejection(resp.status, body):
+        verdict = Verdict.NO_VERDICT  # busy, not broken (gateway.outcomes)
+        ex.state.metrics.upstream_rejections.labels(upstream=ex.url).inc()
     if verdict is Verdict.SUCCESS and resp.status == 200 and is_error_body(body):
         ex.verdict.fail("error_body")
     elif verdict is Verdict.FAILURE:
@@ -53,5 +57,5 @@ async def relay(ex: Exchange) -> web.StreamResponse:
         status=resp.status,
         reason=resp.reason,
         body=body,
-        headers=relayed_headers(resp, ex.upstream),
+        headers=headers,
     )

@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 
 from gateway.app import running_gateway
-from gateway.outcomes import Verdict, is_error_body, status_verdict
+from gateway.outcomes import Verdict, is_admission_rejection, is_error_body, status_verdict
 from tests.support.gateway_fakes import fake_upstream, gateway_config, metric_value, sse_events
 
 pytestmark = pytest.mark.timeout(30)
@@ -198,3 +198,52 @@ async def test_an_oversized_response_is_a_502_failure() -> None:
         "the upstream response is larger than 1024 bytes"
     )
     assert after[0] == 503
+
+
+# vLLM's admission rejection (--max-num-queued-reqs / --max-num-queued-tokens): a 503 typed
+# "Service Unavailable", no Retry-After; a failing engine's retryable 503 is typed otherwise.
+ADMISSION = b'{"error": {"message": "busy", "type": "Service Unavailable", "code": 503}}'
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "rejection"),
+    [
+        (503, ADMISSION, True),
+        (503, b'{"error": {"type": "ServiceUnavailableError", "code": 503}}', False),
+        (503, b"<html>down</html>", False),
+        (500, ADMISSION, False),
+        (429, ADMISSION, False),  # already no verdict by its status
+    ],
+)
+def test_admission_rejection_rule(status: int, body: bytes, rejection: bool) -> None:
+    assert is_admission_rejection(status, body) is rejection
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("error_type", "headers", "opens"),
+    [
+        ("Service Unavailable", {}, False),  # vLLM's admission 503, no Retry-After
+        ("Service Unavailable", {"Retry-After": "soon"}, False),  # a bad wait: still one
+        ("X", {"Retry-After": "2"}, True),  # a 503 with a wait, untyped: maintenance, say
+        ("X", {}, True),  # a plain 503: the upstream failed
+    ],
+)
+async def test_admission_rejections_never_open_the_breaker(
+    error_type: str, headers: dict[str, str], opens: bool
+) -> None:
+    """Three 503s against a threshold of 2 consecutive failures: counted as failures, the
+    third request meets the open breaker (the upstream sees 2); as admission rejections all
+    three reach the upstream and the breaker stays closed."""
+    fake = fake_upstream(status=503, error_type=error_type, headers=headers)
+    async with fake.serve():
+        config = gateway_config(fake.url, breaker={"consecutive_failures": 2, "cooldown_s": 30})
+        async with running_gateway(config) as url, aiohttp.ClientSession() as client:
+            answers = [await _send(client, url, STREAM) for _ in range(3)]
+            metrics = await _metrics(client, url)
+    assert [status for status, _, _ in answers] == [503, 503, 503]
+    assert fake.served == (2 if opens else 3)
+    opened = metric_value(metrics, "gateway_breaker_transitions_total", {"to": "open"})
+    assert opened == (1 if opens else 0)
+    rejections = metric_value(metrics, "gateway_upstream_rejections_total")
+    assert rejections == (0 if opens else 3)

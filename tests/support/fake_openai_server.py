@@ -72,6 +72,8 @@ class StreamScript:
         trailer_delay_s: delay before the final usage-only chunk (``choices: []``).
         cached_tokens: ``prompt_tokens_details.cached_tokens`` reported in the trailer.
         status: HTTP status; anything but 200 answers a JSON error body after the TTFT.
+        error_type: the ``type`` of that error body (vLLM's admission 503 says
+            ``Service Unavailable``).
         headers: extra headers of every completion answer (e.g. ``Retry-After``).
         health_status: what ``GET /health`` answers.
         error_after_chunks: after this many token chunks, send an error event and ``[DONE]``.
@@ -111,6 +113,7 @@ class StreamScript:
     trailer_delay_s: float = 0.0
     cached_tokens: int = 0
     status: int = 200
+    error_type: str = "X"
     headers: dict[str, str] = field(default_factory=dict)
     health_status: int = 200
     error_after_chunks: int | None = None
@@ -358,7 +361,10 @@ class _Answer:
         if script.status != 200:
             await asyncio.sleep(self.ttft())
             self.seen.completed = True
-            error = {"message": "fake overload", "type": "X", "param": None, "code": script.status}
+            error = {
+                "message": "fake overload", "type": script.error_type, "param": None,
+                "code": script.status,
+            }  # fmt: skip
             return web.json_response({"error": error}, status=script.status, headers=script.headers)
         if not self.body.get("stream"):
             return await self._whole()
