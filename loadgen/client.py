@@ -283,6 +283,10 @@ async def send_request(
                 text = head.decode(response.charset or "utf-8", errors="replace")
                 record.status = "error"
                 record.error = redact_urls_in(f"HTTP {response.status}: {text[:_ERROR_HEAD_CHARS]}")
+                # As sent (the first field, at most 100 characters): whether it is valid is
+                # the analysis's question, and a bad one is evidence.
+                retry_after = response.headers.get("Retry-After")
+                record.retry_after = None if retry_after is None else retry_after[:100]
                 return record
             stopped = await stream.read(response)
         if stopped is None:

@@ -76,6 +76,8 @@ class RequestRecord(msgspec.Struct):
         cached_tokens: prefix-cache hit tokens reported by the server for this request.
         finish_reason: the server's finish reason (``length`` with ``ignore_eos``).
         disconnect_ns: when the client closed the connection on purpose.
+        retry_after: the ``Retry-After`` header of an answer that was not 200, as sent (its
+            first 100 characters, valid or not), ``None`` when it had none.
         upstream: the upstream a gateway chose (its ``X-Gateway-Upstream`` header), if any.
         excess_tokens: tokens beyond what the request allowed (received or in the final
             usage beyond ``max_tokens``, or received beyond the usage's count), ``None`` when
@@ -109,6 +111,7 @@ class RequestRecord(msgspec.Struct):
     finish_reason: str | None = None
     disconnect_ns: int | None = None
     upstream: str | None = None
+    retry_after: str | None = None
     excess_tokens: int | None = None
 
     @property
