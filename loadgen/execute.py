@@ -49,6 +49,7 @@ from loadgen.runformat import CaseInfo, RunWriteError
 from loadgen.runformat.layout import CASE_FILE, PLAN_FILE, SERVER_DIR, case_dir, write_json
 from loadgen.senders.choice import open_sender
 from loadgen.workers.process import WorkersConfig
+from scenarios.late import LateBindingError
 from scenarios.plan import CaseSpec, Plan
 from server.manager import RunningServer
 from server.net.errors import describe_exception
@@ -65,10 +66,12 @@ async def run_case(
     clock: Clock,
     workers: WorkersConfig | None = None,
     shared: SharedReplicas | None = None,
+    late: LateFigures | None = None,
 ) -> CaseOutcome:
     """Run every phase of ``case`` against ``server``; records go to the case directory.
     Its replicas 1…n−1 come from ``shared`` (kept for the next case of the same config);
-    without it they are started for this case alone.
+    without it they are started for this case alone. ``late`` holds the run's measurements
+    so far (shared by its cases); without it the case starts with none.
 
     What the case starts (``loadgen.case.starts``: scraper, replicas, relay), how its load is
     sent (``loadgen.senders``: with ``workers`` that split the load, worker processes or Ray
@@ -102,7 +105,7 @@ async def run_case(
                 client = sender.client
                 run = CaseRun(
                     plan, case, server, cdir, sender, clock, hooks, started.servers.replicas,
-                    outcome, LateFigures(plan, hooks),
+                    outcome, late or LateFigures(plan, hooks),
                 )  # fmt: skip
                 await run_phases(run, phases, scraper)
             check_relays_ran_through((r.name, r.exit_code) for r in started.relays)
@@ -115,6 +118,31 @@ async def run_case(
         pending = sys.exc_info()[1]  # the exception ending the case, if one does
         write_case_info(cdir, case, server, outcome, client, pending)
     return outcome
+
+
+def _resolved_case(
+    case: CaseSpec, late: LateFigures, run_dir: Path, hooks: RunHooks
+) -> CaseSpec | None:
+    """``case`` with its late flags resolved from the earlier cases' measurements
+    (``CaseSpec.resolved``; each printed); ``None``, with the case recorded failed, when one
+    cannot be (its source measured nothing usable)."""
+    try:
+        resolved, record = case.resolved(late.measurements)
+    except LateBindingError as exc:
+        write_json(
+            case_dir(run_dir, case.name) / CASE_FILE,
+            CaseInfo(case=case.model_dump(mode="json"), status="failed", error=str(exc)),
+        )
+        hooks.message(f"case {case.name}: late flags unresolved: {exc}")
+        return None
+    for flag, used in (record or {}).items():
+        hooks.figure(f"case {case.name}: {flag} {used['value']} = {case_flag(case, flag)}")
+    return resolved
+
+
+def case_flag(case: CaseSpec, flag: str) -> str:
+    """How the late ``flag`` of ``case`` is made, in words."""
+    return next(f.figure.describe() for f in case.late_flags if f.flag == flag)
 
 
 async def execute_plan(
@@ -144,8 +172,13 @@ async def execute_plan(
     server_key: str | None = (
         plan.cases[0].model_dump_json(include={"server", "url"}) if server else None
     )
+    late = LateFigures(plan, hooks)  # one set of measurements for every case
     try:
-        for case in plan.cases:
+        for planned in plan.cases:
+            case = _resolved_case(planned, late, run_dir, hooks)
+            if case is None:
+                outcomes.append(CaseOutcome(planned.name, "failed", "late flags unresolved"))
+                continue
             key = case.model_dump_json(include={"server", "url"})
             # A different config, or a shared server that died (or, attached, stopped
             # answering) in the last case: start anew, or attach anew, which fails fast.
@@ -180,7 +213,7 @@ async def execute_plan(
             if hooks.on_case_start:
                 hooks.on_case_start(case, server)
             outcomes.append(
-                await run_case(plan, case, server, run_dir, hooks, clock, workers, shared)
+                await run_case(plan, case, server, run_dir, hooks, clock, workers, shared, late)
             )
     finally:
         await shared.stop()

@@ -29,6 +29,10 @@ definitions and checks that they agree.
   first token-carrying chunk − sent and TPOT = (last − first token chunk) ÷ (output tokens −
   1), over the successful requests sent inside the window; TPOT only for 2+ tokens.
   (``analysis.latency`` defines both for the report; this restates them for the run.)
+  ``e2el_p50_ms``: the median of last token chunk − sent over the same requests.
+- ``prefill_tokens_per_s`` = the prompt tokens of every successful request of the phase ÷
+  (its latest first token − its earliest send), s: for a burst sent at once with one output
+  token each, the rate at which the server prefilled the burst.
 
 Also recorded: the window, the counts, and ``window_completed_rps`` (successful completions
 inside the window ÷ its length) as a cross-check of the closed-loop figure.
@@ -76,6 +80,7 @@ class RequestFacts:
     first_token_ns: int | None
     last_token_ns: int | None
     output_tokens: int
+    prompt_tokens: int = 0
 
     @classmethod
     def of(cls, record: RequestRecord) -> RequestFacts:
@@ -90,6 +95,7 @@ class RequestFacts:
             first_token_ns=chunks[0] if chunks else None,
             last_token_ns=chunks[-1] if chunks else None,
             output_tokens=sum(record.chunk_tokens),
+            prompt_tokens=record.prompt_tokens_sent,
         )
 
 
@@ -121,6 +127,16 @@ def _median(values: Iterable[float]) -> float | None:
     return float(np.percentile(arr, 50)) if arr.size else None
 
 
+def prefill_tokens_per_s(facts: Sequence[RequestFacts]) -> float | None:
+    """Prompt tokens of the successful requests ÷ (latest first token − earliest send), per
+    second (module docstring); ``None`` without a successful request or a positive span."""
+    ok = [f for f in facts if f.status == "ok" and f.sent_ns is not None and f.first_token_ns]
+    if not ok:
+        return None
+    span_ns = max(f.first_token_ns or 0 for f in ok) - min(f.sent_ns or 0 for f in ok)
+    return sum(f.prompt_tokens for f in ok) / (span_ns / 1e9) if span_ns > 0 else None
+
+
 def measure_phase(phase: PhaseSpec, facts: Sequence[RequestFacts]) -> dict[str, Any]:
     """The late-binding statistics of ``phase`` and their window (JSON-ready, for
     ``phases.jsonl``); statistics without data are ``None``.
@@ -128,14 +144,17 @@ def measure_phase(phase: PhaseSpec, facts: Sequence[RequestFacts]) -> dict[str, 
     Keys: ``window_start_ns``, ``window_end_ns``, ``window_s``, ``sent_in_window``,
     ``ok_in_window`` (successful requests sent inside the window), ``closed_loop_rps`` (closed
     loops only), ``closed_loop_requests`` (the requests it averaged), ``window_completed_rps``,
-    ``ttft_p50_ms``, ``tpot_p50_ms``.
+    ``ttft_p50_ms``, ``tpot_p50_ms``, ``e2el_p50_ms``, ``prefill_tokens_per_s``.
     """
     window = window_of(phase, facts)
     out: dict[str, Any] = dict.fromkeys(
         ("window_start_ns", "window_end_ns", "window_s", "closed_loop_rps",
-         "closed_loop_requests", "window_completed_rps", "ttft_p50_ms", "tpot_p50_ms"),
+         "closed_loop_requests", "window_completed_rps", "ttft_p50_ms", "tpot_p50_ms",
+         "e2el_p50_ms", "prefill_tokens_per_s"),
     )  # fmt: skip
     out |= {"sent_in_window": 0, "ok_in_window": 0}
+    # A burst's sends all share one instant: its window is empty, its prefill rate is not.
+    out["prefill_tokens_per_s"] = prefill_tokens_per_s(facts)
     if window is None or window.length_s <= 0:
         return out
     inside = [f for f in facts if window.holds(f.sent_ns)]
@@ -161,6 +180,7 @@ def measure_phase(phase: PhaseSpec, facts: Sequence[RequestFacts]) -> dict[str, 
         "tpot_p50_ms": _median(
             (last - first) / 1e6 / (n - 1) for _, first, last, _, n in ok if n >= 2
         ),
+        "e2el_p50_ms": _median((last - sent) / 1e6 for sent, _, last, _, _ in ok),
     }
     concurrency = phase.arrival.steady_concurrency
     if concurrency is not None and ok:

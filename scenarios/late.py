@@ -23,7 +23,14 @@ The statistics (all over the named phase's measurement window, ``loadgen.measure
   C ÷ mean time in flight of the successful requests inside the window (Little's law: a closed
   loop holds exactly C requests in flight). Only for closed-loop phases.
 - ``ttft_p50_ms`` / ``tpot_p50_ms``: median TTFT / TPOT of the successful requests sent inside
-  the window (TPOT over outputs of 2+ tokens), as defined in ``analysis.latency``.
+  the window (TPOT over outputs of 2+ tokens), as defined in ``analysis.latency``;
+  ``e2el_p50_ms`` likewise the median E2EL (last token − sent).
+- ``prefill_tokens_per_s``: the prompt tokens of the phase's successful requests ÷ (the last
+  first token − the first send), s: the server's prefill throughput when the phase sends a
+  burst of prompts at once (all-at-once, one output token each).
+
+A figure may be a product of two measurements (``times``): an admission limit that is a
+target TTFT (a multiple of one phase's TTFT) × the prefill throughput of another.
 """
 
 from __future__ import annotations
@@ -35,13 +42,17 @@ from pydantic import ConfigDict, Field
 
 from server.frozen import FrozenModel
 
-Statistic = Literal["closed_loop_rps", "ttft_p50_ms", "tpot_p50_ms"]
+Statistic = Literal[
+    "closed_loop_rps", "ttft_p50_ms", "tpot_p50_ms", "e2el_p50_ms", "prefill_tokens_per_s"
+]
 
 #: What each statistic is, in words (for printing and reports).
 STATISTIC_LABELS: dict[str, str] = {
     "closed_loop_rps": "completed req/s (closed loop, Little's law)",
     "ttft_p50_ms": "TTFT p50 (ms)",
     "tpot_p50_ms": "TPOT p50 (ms)",
+    "e2el_p50_ms": "E2EL p50 (ms)",
+    "prefill_tokens_per_s": "prefill throughput (prompt tokens/s, a burst at once)",
 }
 
 #: Statistics that are rates (req/s), the only ones an arrival rate may be bound to.
@@ -56,17 +67,24 @@ class LateBindingError(ValueError):
 
 
 class Measured(FrozenModel):
-    """A figure known only once phase ``phase`` has run: ``factor`` × its ``statistic``."""
+    """A figure known only once phase ``phase`` has run: ``factor`` × its ``statistic``
+    (× the figure ``times``, when given)."""
 
     model_config = ConfigDict(allow_inf_nan=False)
     kind: Literal["measured"] = "measured"
     phase: str
     statistic: Statistic
     factor: float = Field(default=1.0, gt=0)
+    times: Measured | None = None
+
+    def phases(self) -> set[str]:
+        """Every phase the figure needs measured."""
+        return {self.phase} | (self.times.phases() if self.times is not None else set())
 
     def describe(self) -> str:
         """``0.5 × saturation's completed req/s (closed loop, Little's law)``."""
-        return f"{self.factor:g} × {self.phase}'s {STATISTIC_LABELS[self.statistic]}"
+        text = f"{self.factor:g} × {self.phase}'s {STATISTIC_LABELS[self.statistic]}"
+        return text if self.times is None else f"{text} × ({self.times.describe()})"
 
     def measured(self, measurements: Measurements) -> float:
         """The statistic the named phase measured (before the factor).
@@ -91,7 +109,8 @@ class Measured(FrozenModel):
         Raises:
             LateBindingError: see :meth:`measured`.
         """
-        return self.factor * self.measured(measurements)
+        value = self.factor * self.measured(measurements)
+        return value if self.times is None else value * self.times.resolve(measurements)
 
     def inputs(self, measurements: Measurements) -> dict[str, object]:
         """What a resolution used (for ``phases.jsonl``): source, statistic, value, factor.
@@ -100,10 +119,13 @@ class Measured(FrozenModel):
             LateBindingError: see :meth:`measured`.
         """
         value = self.measured(measurements)
-        return {
+        out: dict[str, object] = {
             "phase": self.phase,
             "statistic": self.statistic,
             "measured": value,
             "factor": self.factor,
-            "value": self.factor * value,
+            "value": self.resolve(measurements),
         }
+        if self.times is not None:
+            out["times"] = self.times.inputs(measurements)
+        return out

@@ -13,6 +13,7 @@ into a fully concrete one once its sources are measured.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -87,7 +88,7 @@ class PhaseSpec(FrozenModel):
     def sources(self) -> set[str]:
         """Earlier phases whose measurements this phase's late-bound figures need."""
         rate = self.arrival.late_rate
-        return {rate.phase} if rate is not None else set()
+        return rate.phases() if rate is not None else set()
 
     def is_resolved(self) -> bool:
         """Whether every figure of the phase is a number (it can run as it is)."""
@@ -175,6 +176,16 @@ class ProxySpec(FrozenModel):
         return self
 
 
+class LateFlag(FrozenModel):
+    """A command-line flag of the case's server (``server``) or gateway (``gateway``) whose
+    value is a late-bound figure measured in an earlier case, rounded up to a whole number
+    (at least 1): an admission limit sized from the run's own measurements."""
+
+    target: Literal["server", "gateway"]
+    flag: str = Field(pattern=r"^--[a-z0-9-]+$")
+    figure: Measured
+
+
 class CaseSpec(FrozenModel):
     """One server configuration to run every phase against.
 
@@ -205,6 +216,37 @@ class CaseSpec(FrozenModel):
     proxy: ProxySpec | None = None
     #: Phases of this case only; empty means the plan's shared ``phases``.
     phases: tuple[PhaseSpec, ...] = ()
+    #: Flags resolved from earlier cases' measurements just before the case starts.
+    late_flags: tuple[LateFlag, ...] = ()
+
+    def sources(self) -> set[str]:
+        """Phases (of earlier cases) whose measurements the case's late flags need."""
+        return set().union(*(f.figure.phases() for f in self.late_flags))
+
+    def resolved(self, measurements: Measurements) -> tuple[CaseSpec, dict[str, Any] | None]:
+        """(the case with its late flags appended to its server's or gateway's arguments,
+        what resolving used: flag → the figure's inputs and the value), ``(self, None)``
+        when it has none.
+
+        Raises:
+            scenarios.late.LateBindingError: a source phase measured nothing usable.
+        """
+        if not self.late_flags:
+            return self, None
+        server, gateway = self.server, self.gateway
+        record: dict[str, Any] = {}
+        for late in self.late_flags:
+            value = max(1, math.ceil(late.figure.resolve(measurements)))
+            record[late.flag] = {"value": value, "inputs": late.figure.inputs(measurements)}
+            args = (late.flag, str(value))
+            if late.target == "server":
+                assert server is not None  # validated
+                server = server.model_copy(update={"extra_args": server.extra_args + args})
+            else:
+                assert gateway is not None  # validated
+                gateway = gateway.model_copy(update={"extra_args": gateway.extra_args + args})
+        update = {"server": server, "gateway": gateway, "late_flags": ()}
+        return self.model_copy(update=update), record
 
     @property
     def relay(self) -> GatewaySpec | ProxySpec | None:
@@ -215,6 +257,9 @@ class CaseSpec(FrozenModel):
     def _one_proxy(self) -> CaseSpec:
         if self.gateway is not None and self.proxy is not None:
             raise ValueError(f"case {self.name}: a gateway or a proxy, not both")
+        for late in self.late_flags:
+            if getattr(self, late.target) is None:
+                raise ValueError(f"case {self.name}: a late {late.target} flag, no {late.target}")
         return self
 
 
@@ -284,10 +329,19 @@ class Plan(FrozenModel):
 
     @model_validator(mode="after")
     def _sources_run_first(self) -> Plan:
+        # A figure's source runs before it: earlier in its case or in an earlier case (the
+        # run keeps one set of measurements across its cases, ``loadgen.case.late``).
+        earlier: set[str] = set()
         for case in self.cases:
+            missing = case.sources() - earlier
+            if missing:
+                raise ValueError(
+                    f"case {case.name}: its late flags depend on {sorted(missing)}, which "
+                    "must run in an earlier case"
+                )
             seen: list[str] = []
             for phase in self.phases_of(case):
-                missing = phase.sources() - set(seen)
+                missing = phase.sources() - set(seen) - earlier
                 if missing:
                     raise ValueError(
                         f"case {case.name}: phase {phase.name} depends on {sorted(missing)}, "
@@ -295,16 +349,18 @@ class Plan(FrozenModel):
                     )
                 seen.append(phase.name)
             for name, figure in self.derived.items():
-                if figure.phase not in seen:
+                if figure.phase not in seen and figure.phase not in earlier:
                     raise ValueError(
                         f"derived figure {name}: case {case.name} has no phase {figure.phase}"
                     )
+            earlier |= set(seen)
         return self
 
     def measured_phases(self) -> set[str]:
         """Phases whose measurements a late-bound figure of the plan needs."""
-        named = {f.phase for f in self.derived.values()}
+        named = set().union(*(f.phases() for f in self.derived.values()))
         for case in self.cases:
+            named |= case.sources()
             for phase in self.phases_of(case):
                 named |= phase.sources()
         return named

@@ -5,10 +5,10 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from loadgen.measure import RequestFacts, Window, measure_phase, window_of
+from loadgen.measure import RequestFacts, Window, measure_phase, prefill_tokens_per_s, window_of
 from loadgen.records import RequestRecord
 from loadgen.runformat import ReadRecord
-from scenarios.arrivals import ClosedLoop, OpenLoop
+from scenarios.arrivals import AllAtOnce, ClosedLoop, OpenLoop
 from scenarios.plan import PhaseSpec
 from scenarios.workloads import UniquePrompts
 
@@ -106,10 +106,36 @@ def test_facts_read_the_same_from_a_live_record_and_its_line_read_back() -> None
     assert (
         RequestFacts.of(record)
         == RequestFacts.of(row)
-        == RequestFacts(3, "ok", 5, 7, 25, 10, 20, 2)
+        == RequestFacts(3, "ok", 5, 7, 25, 10, 20, 2, prompt_tokens=8)
     )
 
 
 def test_nothing_sent_measures_nothing() -> None:
     m = measure_phase(closed(2, 1.0), [])
     assert m["closed_loop_rps"] is None and m["sent_in_window"] == 0
+
+
+def test_prefill_throughput_of_a_burst_and_e2el_median() -> None:
+    """Four 100-token prompts sent at 10 s, first tokens at 10.1, 10.2, 10.3, 10.4 s: 400
+    tokens prefilled in 0.4 s = 1000 tokens/s. E2EL = last token − sent: 0.1…0.4 s, median
+    0.25 s (one output token: the first token is the last)."""
+    phase = PhaseSpec(
+        name="prefill",
+        workload=UniquePrompts(prompt_tokens=100, output_tokens=1, requests=4),
+        arrival=AllAtOnce(),
+    )
+    burst = [
+        RequestFacts(i, "ok", 10 * S, 10 * S, int((10.1 + i / 10) * S),
+                     int((10.1 + i / 10) * S), int((10.1 + i / 10) * S), 1, prompt_tokens=100)
+        for i in range(4)
+    ]  # fmt: skip
+    failed = RequestFacts(4, "error", 10 * S, 10 * S, 11 * S, None, None, 0, prompt_tokens=100)
+    measured = measure_phase(phase, [*burst, failed])
+    assert measured["prefill_tokens_per_s"] == pytest.approx(1000.0)
+    assert prefill_tokens_per_s([failed]) is None
+    sent_apart = [f.__class__(**{**_fields(f), "sent_ns": f.sent_ns + f.index}) for f in burst]
+    assert measure_phase(phase, sent_apart)["e2el_p50_ms"] == pytest.approx(250.0, abs=1e-5)
+
+
+def _fields(f: RequestFacts) -> dict:
+    return {k: getattr(f, k) for k in RequestFacts.__slots__}

@@ -116,6 +116,7 @@ def test_the_late_binding_is_written_into_the_plan_as_data() -> None:
     data = json.loads(json.dumps(plan.model_dump(mode="json")))
     assert data["phases"][1]["arrival"]["rate_rps"] == {
         "kind": "measured", "phase": "sat", "statistic": "closed_loop_rps", "factor": 0.5,
+        "times": None,
     }  # fmt: skip
     assert data["phases"][1]["workload"]["requests"] is None
     assert Plan.model_validate(data) == plan
