@@ -7,6 +7,7 @@ from scenarios.bench import Bench
 from scenarios.breaker import Breaker
 from scenarios.disconnect_abort import DisconnectAbort
 from scenarios.kv_preemption import KVPreemption
+from scenarios.overload import Overload
 from scenarios.plan import Plan
 from scenarios.prefix_eviction import PrefixEviction
 from scenarios.slo_goodput import SLOGoodput
@@ -24,6 +25,7 @@ SCENARIOS: dict[str, Scenario] = {
         SLOGoodput(),
         TraceReplay(),
         Bench(),
+        Overload(),
     )
 }
 
