@@ -70,6 +70,8 @@ FAMILIES: dict[str, Family] = {
     "prompt_tokens": Family("counter", ("vllm:prompt_tokens_total",)),
     "generation_tokens": Family("counter", ("vllm:generation_tokens_total",)),
     "request_success": Family("counter", ("vllm:request_success_total",)),
+    # Requests refused by --max-num-queued-reqs / --max-num-queued-tokens, by ``reason``.
+    "admission_rejections": Family("counter", ("vllm:admission_rejections_total",)),
     "spec_decode_num_drafts": Family("counter", ("vllm:spec_decode_num_drafts_total",)),
     "spec_decode_num_draft_tokens": Family("counter", ("vllm:spec_decode_num_draft_tokens_total",)),
     "spec_decode_num_accepted_tokens": Family(

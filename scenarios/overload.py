@@ -72,9 +72,7 @@ NONE_ARM = "none"
 
 
 def _arms_text(value: str) -> str:
-    arms = parse_arms(value)
-    if arms[0].kind != "none":
-        raise ValueError("the first admission arm must be none: it measures the rules of thumb")
+    parse_arms(value)
     return value
 
 
@@ -131,13 +129,16 @@ class OverloadParams(RunParams):
             raise ValueError("warmup must be shorter than duration")
         if self.warmup_s >= parse_duration(self.saturation_duration):
             raise ValueError("warmup must be shorter than saturation_duration")
+        arms = self.arms
+        if self.url is None and arms[0].kind != "none":
+            raise ValueError("the first admission arm must be none: it measures the rules of thumb")
         if self.url is not None:
-            servers = [a for a in self.arms if a.kind != "gateway"]
-            if len(servers) != 1 or any(a.multiple is not None for a in servers):
+            servers = [a for a in arms if a.kind != "gateway"]
+            if arms[0].kind == "gateway" or len(servers) != 1 or servers[0].multiple is not None:
                 raise ValueError(
-                    "with --url one server is measured: name its admission once (none, or "
-                    "vllm-tokens:L / vllm-reqs:L with the limit it runs with, first), "
-                    "gateway arms besides"
+                    "with --url one server is measured: name its admission once, first (none, "
+                    "or vllm-tokens:L / vllm-reqs:L with the limit it runs with), gateway arms "
+                    "besides"
                 )
         if self.sustainable_rate is not None:
             top = max(self.loads) * self.sustainable_rate * self.duration_s
@@ -272,7 +273,7 @@ class Overload(Scenario[OverloadParams]):
             )
         return tuple(phases)
 
-    def _loads(self, p: OverloadParams) -> tuple[PhaseSpec, ...]:
+    def load_phases(self, p: OverloadParams) -> tuple[PhaseSpec, ...]:
         phases = []
         for i, load in enumerate(p.loads):
             rate: float | Measured = (
@@ -311,7 +312,7 @@ class Overload(Scenario[OverloadParams]):
         return (LateFlag(target=target, flag=flag, figure=figure),)
 
     def plan(self, p: OverloadParams, capacity: KVCapacity) -> Plan:
-        loads = self._loads(p)
+        loads = self.load_phases(p)
         cases = []
         for k, arm in enumerate(p.arms):
             if arm.multiple is not None and not self._late(p, arm):
