@@ -166,6 +166,18 @@ async def test_http_500_is_a_failure_with_its_status() -> None:
     assert record.end_ns is not None
 
 
+@pytest.mark.parametrize(
+    ("headers", "kept"),
+    [({}, None), ({"Retry-After": "soon"}, "soon"), ({"Retry-After": "2"}, "2")],
+)
+async def test_a_503_keeps_its_retry_after_as_sent(headers: dict, kept: str | None) -> None:
+    """vLLM's admission 503 carries no Retry-After; a bad one is kept as sent (the analysis
+    judges it), a good one too."""
+    script = StreamScript(status=503, error_type="Service Unavailable", headers=headers)
+    record, _ = await send(script, planned(max_tokens=5))
+    assert (record.status, record.http_status, record.retry_after) == ("error", 503, kept)
+
+
 async def test_server_disconnect_mid_stream_is_a_failure() -> None:
     script = StreamScript(drop_after_chunks=2, itl_s=0.01)
     record, _ = await send(script, planned(max_tokens=5))
