@@ -108,15 +108,15 @@ class OverloadParams(RunParams):
     attainment: float = Field(
         default=0.9, gt=0, le=1, description="SLO attainment the admitted requests keep."
     )
-    duration: DurationText = Field(default="12s", description="Sending time of each load.")
-    warmup: DurationText = Field(default="3s", description="Start of each load not counted.")
+    duration: DurationText = Field(default="10s", description="Sending time of each load.")
+    warmup: DurationText = Field(default="2s", description="Start of each load not counted.")
     prompt_tokens: int = Field(default=128, gt=0, description="Prompt length (tokens), unique.")
     output_tokens: int = Field(default=32, gt=1, description="Output length (tokens), exact.")
     max_num_seqs: int = Field(
         default=16, gt=0, le=MAX_CONCURRENCY, description="Server batch limit."
     )
     saturation_duration: DurationText = Field(
-        default="12s", description="Sending time of the saturation phase."
+        default="10s", description="Sending time of the saturation phase."
     )
     unloaded_requests: int = Field(
         default=10, gt=1, le=MAX_REQUESTS, description="Requests of the unloaded probe."

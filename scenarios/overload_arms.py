@@ -33,9 +33,11 @@ ARM_FLAGS: dict[str, tuple[Literal["server", "gateway"], str]] = {
     "gateway": ("gateway", "--max-in-flight"),
 }
 
-#: The default arms: no admission, then each limit at its rule of thumb, the token limit (the
-#: one vLLM's docs give the rule for) also at half and twice it.
-DEFAULT_ARMS = "none,gateway:x1,vllm-tokens:x0.5,vllm-tokens:x1,vllm-tokens:x2,vllm-reqs:x1"
+#: The default arms: no admission; vLLM's token limit at its documented rule of thumb; its
+#: request limit at the rule and below it (a full batch decodes slower per token, so fewer in
+#: flight than Little's law with the SLO bound may keep more of them good); the gateway's at
+#: half the rule. Each vLLM arm is a server start (about 40 s here), so the sweep is small.
+DEFAULT_ARMS = "none,gateway:x0.5,vllm-tokens:x1,vllm-reqs:x0.25,vllm-reqs:x0.5,vllm-reqs:x1"
 
 _ARM = re.compile(r"^(none|vllm-tokens|vllm-reqs|gateway)(?::(x?)([0-9]+(?:\.[0-9]+)?))?$")
 #: Largest limit or multiple of the rule of thumb an arm may name.

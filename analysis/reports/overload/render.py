@@ -11,7 +11,7 @@ def _reasons(p: LoadPoint) -> str:
     parts += [f"{n} {why}" for why, n in sorted(p.failures.items())]
     if p.vllm_rejections:
         counted = ", ".join(f"{k} {v:g}" for k, v in sorted(p.vllm_rejections.items()) if v)
-        parts.append(f"vLLM counted: {counted or 'none'}")
+        parts.append(f"vLLM counted over the whole phase: {counted or 'none'}")
     return "; ".join(parts) or "–"
 
 
