@@ -130,8 +130,12 @@ class OverloadParams(RunParams):
         if self.warmup_s >= parse_duration(self.saturation_duration):
             raise ValueError("warmup must be shorter than saturation_duration")
         arms = self.arms
-        if self.url is None and arms[0].kind != "none":
-            raise ValueError("the first admission arm must be none: it measures the rules of thumb")
+        relative = any(a.multiple is not None for a in arms)
+        if self.url is None and relative and arms[0].kind != "none":
+            raise ValueError(
+                "the first admission arm must be none when a limit is xF: it measures the "
+                "rules of thumb without a limit in the way"
+            )
         if self.url is not None:
             servers = [a for a in arms if a.kind != "gateway"]
             if arms[0].kind == "gateway" or len(servers) != 1 or servers[0].multiple is not None:

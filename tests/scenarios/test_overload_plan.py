@@ -109,6 +109,7 @@ def test_a_given_rate_needs_no_saturation_phase() -> None:
     ("fields", "message"),
     [
         ({"admission": "vllm-tokens:x1,none"}, "first admission arm must be none"),
+        ({"admission": "vllm-tokens:512,none,vllm-reqs:x1"}, "first admission arm must be none"),
         ({"url": "http://127.0.0.1:8000", "admission": "none,vllm-tokens:512"}, "one server"),
         ({"url": "http://127.0.0.1:8000", "admission": "vllm-tokens:x1"}, "one server"),
         ({"url": "http://127.0.0.1:8000", "admission": "gateway:8,none"}, "one server"),
