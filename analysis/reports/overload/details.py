@@ -270,6 +270,8 @@ def overload_details(run: RunData) -> OverloadDetails | None:
         prefill_tokens_per_s=measured.get(PREFILL, {}).get("prefill_tokens_per_s"),
         unloaded_ttft_p50_ms=unloaded.get("ttft_p50_ms"),
         unloaded_e2el_p50_ms=unloaded.get("e2el_p50_ms"),
+        unloaded_tpot_p50_ms=unloaded.get("tpot_p50_ms"),
+        saturation_tpot_p50_ms=measured.get(SATURATION, {}).get("tpot_p50_ms"),
         limits=limits, points=points, accounting=accounting,
         peak_goodput_rps=peak.goodput_rps if peak else None,
         peak_at=f"{peak.arm} at {peak.load:g}×" if peak else None,

@@ -106,6 +106,8 @@ class OverloadDetails(BaseModel):
     prefill_tokens_per_s: float | None
     unloaded_ttft_p50_ms: float | None
     unloaded_e2el_p50_ms: float | None
+    unloaded_tpot_p50_ms: float | None = None
+    saturation_tpot_p50_ms: float | None = None
     limits: list[ArmLimit]
     points: list[LoadPoint]
     accounting: list[Accounting]

@@ -67,6 +67,32 @@ def markdown_lines(d: OverloadDetails) -> list[str]:
     return out
 
 
+def _why_they_differ(d: OverloadDetails) -> list[str]:
+    """Why the best limit and the rule of thumb's differ, for each kind where they do."""
+    kinds = {a.arm: a.kind for a in d.limits}
+    differ = {kinds.get(r.arm or "") for r in d.recommendations if r.arm and r.rule_arm != r.arm}
+    out = []
+    if differ & {"vllm-reqs", "gateway"}:
+        out.append(
+            "- Why the request limit differs from λ × E2EL bound: the rule takes every request "
+            "at its SLO bound, but per-token time grows with the batch (TPOT p50 "
+            f"{f(d.unloaded_tpot_p50_ms, 1)} ms alone, {f(d.saturation_tpot_p50_ms, 1)} ms "
+            "with the batch full), so the requests in flight that still meet the SLOs are "
+            "fewer than Little's law with the bound says."
+        )
+    if "vllm-tokens" in differ or any(
+        kinds.get(r.arm or "") != "vllm-tokens" and r.rule_arm for r in d.recommendations
+    ):
+        out.append(
+            "- Why the token limit does not decide it here: vLLM counts the prompt tokens of "
+            "requests not yet past prefill; when decode is the bottleneck (a full batch of "
+            "max_num_seqs), a waiting request waits for a batch slot, not for prefill, so a "
+            "backlog limit sized by prefill throughput bounds the queue but not the batch's "
+            "per-token time."
+        )
+    return out
+
+
 def closing_lines(d: OverloadDetails) -> list[str]:
     """The answer: goodput per arm and load, the recommended limit beside the rule of thumb."""
     out = ["## The answer: which limit to set", ""]
@@ -82,6 +108,7 @@ def closing_lines(d: OverloadDetails) -> list[str]:
             + (" (the same arm)." if same else
                f" (its nearest arm, {r.rule_arm}: {f(r.rule_goodput_rps, 2)} req/s).")
         )  # fmt: skip
+    out += _why_they_differ(d)
     out += [
         "",
         "Clients of a server with admission control get 429/503 answers instead of late "
