@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from analysis.load import load_run
+from tests.support.page_checks import check_report_page
 from tests.support.vllm_fixtures import read_report, run_scenario
 
 pytestmark = pytest.mark.vllm
@@ -75,3 +76,7 @@ def test_every_request_ends_once_and_rejections_are_fast(reduced_run: Path) -> N
     assert accounted["passed"] is True, accounted["detail"]
     fast = next(v for k, v in verdicts.items() if k.startswith("rejections answered"))
     assert fast["passed"] is True, fast["detail"]
+
+
+def test_the_report_page_shows_what_the_report_says(reduced_run: Path, tmp_path: Path) -> None:
+    check_report_page(reduced_run, tmp_path)
