@@ -184,7 +184,8 @@ class OverloadAccounted(CheckSpec):
 
 
 class AdmissionKeepsGoodput(CheckSpec):
-    """With the recommended arm (the limited arm with the highest goodput at ``load``), the
+    """With the recommended arm (the limited arm with the highest goodput at ``load`` among
+    those whose admitted requests reach ``attainment``, else among all), the
     admitted requests keep SLO attainment ≥ ``attainment`` and goodput stays ≥
     ``goodput_share`` of the peak goodput (the highest of any arm at any load)."""
 

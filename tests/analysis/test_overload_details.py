@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from analysis.load import CaseData
-from analysis.reports.overload.details import load_point, valid_retry_after
+from analysis.reports.overload.details import load_point, recommendations, valid_retry_after
+from analysis.reports.overload.models import ArmLimit, LoadPoint
 from loadgen.runformat import CaseInfo, PhaseRow, ReadRecord
 from metrics.samples import Sample
 from scenarios.arrivals import OpenLoop
@@ -124,3 +125,36 @@ def test_a_lost_or_doubled_request_breaks_the_accounting() -> None:
 )  # fmt: skip
 def test_retry_after_validity(value: str, valid: bool) -> None:
     assert valid_retry_after(value) is valid
+
+
+def _point(arm: str, load: float, goodput: float, attainment: float) -> LoadPoint:
+    return LoadPoint(
+        arm=arm, phase=f"load-{load:.2f}x", load=load, offered_rps=None, window_s=8.0,
+        planned=0, counted=0, completed=0, rejected=0, failed=0, good=0, goodput_rps=goodput,
+        completed_rps=0.0, attainment=attainment, rejected_share=0.0, reasons={}, failures={},
+        rejection_p50_ms=None, rejection_p99_ms=None, retry_after=0, retry_after_valid=0,
+        ttft_p50_ms=None, ttft_p99_ms=None, send_lateness_p99_ms=None, kv_usage_peak=None,
+        waiting_peak=None, running_peak=None, vllm_rejections=None,
+    )  # fmt: skip
+
+
+def test_the_recommended_limit_meets_the_attainment_target_first() -> None:
+    """At 2×: reqs-19 has the most goodput (5.0) but 60 % attainment; of the arms at ≥ 90 %,
+    reqs-10 (4.5) beats reqs-5 (4.0): it is recommended, beside the rule's arm reqs-19. At 3×
+    no arm reaches 90 %: the best goodput of all (reqs-5) is named, and the verdict will say
+    its attainment. ``none`` is never a recommendation."""
+    limits = [
+        ArmLimit(arm="none", kind="none", flag=None, used=None, rule_of_thumb=None),
+        *(ArmLimit(arm=f"vllm-reqs-{n}", kind="vllm-reqs", flag="--max-num-queued-reqs",
+                   used=n, rule_of_thumb=19) for n in (5, 10, 19)),
+    ]  # fmt: skip
+    points = [
+        _point("none", 2.0, 9.0, 1.0),
+        _point("vllm-reqs-5", 2.0, 4.0, 0.95), _point("vllm-reqs-10", 2.0, 4.5, 0.92),
+        _point("vllm-reqs-19", 2.0, 5.0, 0.6),
+        _point("vllm-reqs-5", 3.0, 3.0, 0.8), _point("vllm-reqs-10", 3.0, 2.0, 0.5),
+    ]  # fmt: skip
+    two, three = recommendations(points, limits, 0.9)
+    assert (two.arm, two.limit, two.goodput_rps) == ("vllm-reqs-10", 10, 4.5)
+    assert (two.rule_arm, two.rule_limit, two.rule_goodput_rps) == ("vllm-reqs-19", 19, 5.0)
+    assert (three.arm, three.limit) == ("vllm-reqs-5", 5)

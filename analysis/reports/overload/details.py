@@ -210,14 +210,18 @@ def arm_limits(
     return out
 
 
-def recommendations(points: list[LoadPoint], limits: list[ArmLimit]) -> list[Recommendation]:
-    """Per load: the limited arm with the highest goodput (fewer rejections break a tie)
+def recommendations(
+    points: list[LoadPoint], limits: list[ArmLimit], attainment: float
+) -> list[Recommendation]:
+    """Per load: the limited arm with the highest goodput among those whose admitted requests
+    reach ``attainment`` (all limited arms when none does; fewer rejections break a tie),
     beside the arm of that kind whose limit is nearest the rule of thumb's."""
     by_arm = {a.arm: a for a in limits}
     out = []
     for load in sorted({p.load for p in points}):
         here = [p for p in points if p.load == load and p.arm != NONE_ARM]
-        best = max(here, key=lambda p: (p.goodput_rps, -p.rejected_share), default=None)
+        meeting = [p for p in here if (p.attainment or 0) >= attainment]
+        best = max(meeting or here, key=lambda p: (p.goodput_rps, -p.rejected_share), default=None)
         rule = None
         if best is not None:
             kind = by_arm[best.arm].kind
@@ -275,5 +279,5 @@ def overload_details(run: RunData) -> OverloadDetails | None:
         limits=limits, points=points, accounting=accounting,
         peak_goodput_rps=peak.goodput_rps if peak else None,
         peak_at=f"{peak.arm} at {peak.load:g}×" if peak else None,
-        recommendations=recommendations(points, limits),
+        recommendations=recommendations(points, limits, p.attainment),
     )  # fmt: skip

@@ -103,7 +103,8 @@ def closing_lines(d: OverloadDetails) -> list[str]:
             continue
         same = r.rule_arm == r.arm
         out.append(
-            f"- At {r.load:g}×: **{r.arm}** (limit {r.limit}) keeps goodput highest, "
+            f"- At {r.load:g}×: **{r.arm}** (limit {r.limit}) keeps goodput highest among "
+            "the limits whose admitted requests meet the attainment target, "
             f"{f(r.goodput_rps, 2)} req/s; the rule of thumb gives {r.rule_limit}"
             + (" (the same arm)." if same else
                f" (its nearest arm, {r.rule_arm}: {f(r.rule_goodput_rps, 2)} req/s).")
