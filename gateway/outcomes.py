@@ -43,7 +43,9 @@ frees its probe slot and the breaker stays half-open. The wait an upstream asks 
 An *admission rejection* is a 503 from a working upstream that refuses new work because its
 queue is at its limit: vLLM's ``--max-num-queued-reqs`` / ``--max-num-queued-tokens`` answer
 503 with the error type ``Service Unavailable`` (its graceful-rejection answer; a failing
-engine's retryable 503 is typed ``ServiceUnavailableError``) and no ``Retry-After``. Counting
+engine's retryable 503 is typed ``ServiceUnavailableError``) and no ``Retry-After``; when
+the stream has already begun, it sends the same error object as an event inside the 200
+(seen on vLLM 0.32 under load), which is no verdict either. Counting
 it as a failure would open the breaker on a server that is busy, not broken: the very moment
 it must keep taking its share. Any other 503 stays a failure, with or without a
 ``Retry-After`` (a server down for maintenance sends one too).

@@ -196,8 +196,9 @@ class AdmissionKeepsGoodput(CheckSpec):
 
 
 class RejectionsFast(CheckSpec):
-    """Every limited arm's rejections take p99 < ``max_p99_ms`` from the scheduled time to
-    the answer: a rejection is useful only when it is quick."""
+    """The recommended arm's rejections (at every load, ``AdmissionKeepsGoodput``'s choice)
+    take p99 < ``max_p99_ms`` from the scheduled time to the answer: a rejection is useful
+    only when it is quick. The other arms' are reported, not judged."""
 
     kind: Literal["overload_rejections_fast"] = "overload_rejections_fast"
     max_p99_ms: float = Field(default=50.0, gt=0)

@@ -16,6 +16,7 @@ import time
 import aiohttp
 from aiohttp import web
 
+from gateway.outcomes import is_admission_rejection
 from gateway.proxy.client import RelayedStream, relayed_headers
 from gateway.proxy.exchange import Exchange
 from gateway.proxy.timeouts import PhaseTimeout
@@ -35,13 +36,16 @@ class StreamWatch:
         self.saw_done = False
         self.saw_error_event = False
         self.error_event_counted = False
+        self.saw_rejection = False
 
     def feed(self, chunk: bytes) -> None:
         """Decode a relayed chunk (``server.net.sse``); note error events and ``[DONE]``.
 
         Raises :class:`server.net.sse.SSELineTooLong` (from the decoder)."""
         for event in self.decoder.feed(chunk):
-            if is_error_event(event):
+            if is_error_event(event) and is_admission_rejection(503, event.data.encode()):
+                self.saw_rejection = True  # vLLM refused it after the stream began
+            elif is_error_event(event):
                 self.saw_error_event = True
             elif is_done(event):
                 self.saw_done = True
@@ -52,6 +56,8 @@ class StreamWatch:
         if self.saw_error_event and not self.error_event_counted:
             self.error_event_counted = True
             self.verdict.fail("error_event")
+        elif self.saw_rejection:  # busy, not broken (gateway.outcomes)
+            self.verdict.no_verdict()
         elif self.saw_done and not self.saw_error_event:
             self.verdict.succeed()
 

@@ -247,3 +247,21 @@ async def test_admission_rejections_never_open_the_breaker(
     assert opened == (1 if opens else 0)
     rejections = metric_value(metrics, "gateway_upstream_rejections_total")
     assert rejections == (0 if opens else 3)
+
+
+@pytest.mark.asyncio
+async def test_an_admission_refusal_inside_a_200_stream_leaves_the_breaker_closed() -> None:
+    """vLLM 0.32 under load sends its admission refusal as an error event once the stream
+    has begun: three of them against a threshold of 2 all reach the upstream."""
+    refusal = (
+        b'data: {"error": {"message": "busy", "type": "Service Unavailable", "code": 503}}\n\n'
+    )
+    fake = fake_upstream(raw_writes=(refusal, DONE))
+    async with fake.serve():
+        config = gateway_config(fake.url, breaker={"consecutive_failures": 2, "cooldown_s": 30})
+        async with running_gateway(config) as url, aiohttp.ClientSession() as client:
+            answers = [await _send(client, url, STREAM) for _ in range(3)]
+            metrics = await _metrics(client, url)
+    assert [(status, body) for status, body, _ in answers] == [(200, refusal + DONE)] * 3
+    assert fake.served == 3
+    assert metric_value(metrics, "gateway_breaker_transitions_total", {"to": "open"}) == 0

@@ -1,7 +1,8 @@
 """overload's figures, computed from the raw records and samples of one run.
 
 Every request of a load is one of three things: a **completion** (status ``ok``), a
-**rejection** (an answer of 429 or 503: the server or gateway refused it) or a **failure**
+**rejection** (an answer of 429 or 503, or vLLM's admission refusal as an error event inside a
+200 stream: the server or gateway refused it) or a **failure**
 (anything else, with its error). A completion is **good** when its TTFT and TPOT meet the SLOs,
 its TTFT counted from the request's *scheduled* time (``scheduled_ns``), not its dispatch: a
 request the client sent late is late (``loadgen.measure`` windows: requests scheduled inside
@@ -48,6 +49,17 @@ _REASONS = (
     ("cannot accept new requests", "max_num_queued_reqs"),
     ('"overloaded"', "gateway_queue_full"),
 )
+
+
+def is_rejection(record: ReadRecord) -> bool:
+    """Refused: an answer of 429 or 503, or an admission refusal sent as an error event
+    inside a 200 stream (vLLM checks its limits once the stream may have begun)."""
+    if record.status != "error":
+        return False
+    if record.http_status in REJECTION_STATUSES:
+        return True
+    text = record.error or ""
+    return any(needle in text for needle, reason in _REASONS if reason.startswith("max_num"))
 
 
 def rejection_reason(record: ReadRecord) -> str:
@@ -127,8 +139,8 @@ def load_point(
         return None
     counted = [r for r in records if window.holds(r.scheduled_ns)]
     ok = [r for r in counted if r.status == "ok"]
-    rejected = [r for r in counted if r.status == "error" and r.http_status in REJECTION_STATUSES]
-    failed = [r for r in counted if r.status != "ok" and r not in rejected]
+    rejected = [r for r in counted if is_rejection(r)]
+    failed = [r for r in counted if r.status != "ok" and not is_rejection(r)]
     good = [r for r in ok if _good(r, *slo)]
     admitted = len(ok) + len(failed)
     ttft = [(r.chunk_ns[0] - r.scheduled_ns) / 1e6 for r in ok if r.chunk_ns]

@@ -56,8 +56,15 @@ def _keeps(check: AdmissionKeepsGoodput, _: CaseSummary, d: OverloadDetails | No
 
 
 def _fast(check: RejectionsFast, _: CaseSummary, d: OverloadDetails | None) -> Verdict:
-    name = f"rejections answered with p99 < {check.max_p99_ms:g} ms from the scheduled time"
-    points = [p for p in (d.points if d else []) if p.rejected and p.rejection_p99_ms is not None]
+    name = (
+        f"the recommended limit's rejections answered with p99 < {check.max_p99_ms:g} ms "
+        "from the scheduled time"
+    )
+    chosen = {(r.arm, r.load) for r in (d.recommendations if d else [])}
+    points = [
+        p for p in (d.points if d else [])
+        if (p.arm, p.load) in chosen and p.rejected and p.rejection_p99_ms is not None
+    ]  # fmt: skip
     if not points:
         return Verdict(case=check.case, check=name, passed=None, detail="no rejection seen")
     slow = [p for p in points if (p.rejection_p99_ms or 0) >= check.max_p99_ms]
