@@ -2,9 +2,9 @@
 limit should you set?
 
 One case per admission arm (``scenarios.overload_arms``: ``none``, ``vllm-tokens:L``,
-``vllm-reqs:L``, ``gateway:L``), each on its own server start (the ``none`` and gateway arms
-share one: the gateway's limit lives in the gateway). The first case, ``none``, also
-measures what the rules of thumb need, before its own load:
+``vllm-reqs:L``, ``gateway:L``), each on its own server start, except that a gateway arm
+fronts the first arm's server as it runs (``none`` by default; so they share one start).
+The first case, ``none``, also measures what the rules of thumb need, before its own load:
 
 1. ``unloaded`` — one request at a time: the unloaded TTFT, TPOT and E2EL; without ``--slo``
    the SLOs are ``--slo-factor`` × their p50 (``Plan.derived``, as slo-goodput);
@@ -237,6 +237,9 @@ class Overload(Scenario[OverloadParams]):
         if arm.kind == "gateway":
             fixed = () if arm.limit is None else ("--max-in-flight", str(arm.limit))
             gateway = GatewaySpec(extra_args=("--max-queue", "0", *fixed))
+            front = p.arms[0]  # a gateway fronts the first arm's server, as it runs
+            if front.kind in ("vllm-tokens", "vllm-reqs") and front.limit is not None:
+                args = (ARM_FLAGS[front.kind][1], str(front.limit))
         elif arm.kind != "none" and arm.limit is not None:
             args = (ARM_FLAGS[arm.kind][1], str(arm.limit))
         label = f"admission {arm.text}"

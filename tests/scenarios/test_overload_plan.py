@@ -87,6 +87,8 @@ def test_an_attached_server_is_named_by_the_user() -> None:
     p = scenario.params({"url": "http://127.0.0.1:8000", "admission": "vllm-tokens:4096,gateway:8"})
     plan = scenario.plan(p, CAPACITY)
     assert [c.name for c in plan.cases] == ["vllm-tokens-4096", "gateway-8"]
+    started = scenario.plan(scenario.params({"admission": "vllm-reqs:2,gateway:4"}), CAPACITY)
+    assert started.cases[0].server == started.cases[1].server  # the gateway fronts it
     assert all(c.url == "http://127.0.0.1:8000" and c.server is None for c in plan.cases)
     assert plan.cases[1].gateway is not None
     assert plan.cases[1].gateway.extra_args == ("--max-queue", "0", "--max-in-flight", "8")
