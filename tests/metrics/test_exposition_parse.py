@@ -31,6 +31,7 @@ RECORDED_GAUGES_AND_COUNTERS = {
     "prompt_tokens",
     "generation_tokens",
     "request_success",
+    "admission_rejections",
 }
 HISTOGRAMS = {
     "ttft_seconds",
@@ -68,6 +69,7 @@ def test_every_family_on_the_real_page_matches_its_current_name() -> None:
         "prompt_tokens": "vllm:prompt_tokens_total",
         "generation_tokens": "vllm:generation_tokens_total",
         "request_success": "vllm:request_success_total",
+        "admission_rejections": "vllm:admission_rejections_total",
         "ttft_seconds": "vllm:time_to_first_token_seconds",
         "itl_seconds": "vllm:inter_token_latency_seconds",
         "tpot_seconds": "vllm:request_time_per_output_token_seconds",
