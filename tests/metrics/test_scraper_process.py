@@ -115,8 +115,9 @@ async def test_scraper_records_timed_scrapes_samples_and_raw_pages(tmp_path: Pat
     assert rest[0]["aliases"]["itl_seconds"] == "vllm:inter_token_latency_seconds"
     assert "spec_decode_num_drafts" in rest[0]["missing"]
     assert not any("aliases" in e for e in rest[1:])
-    # 178 finite samples per page (9 gauges and counters, 7 histograms), none dropped.
-    assert all(e["samples"] == 178 and e["nan_dropped"] == 0 for e in rest)
+    # 180 finite samples per page (9 gauges and counters, admission_rejections by its 2
+    # reasons, 7 histograms), none dropped.
+    assert all(e["samples"] == 180 and e["nan_dropped"] == 0 for e in rest)
     assert all(e["bytes"] == len(endpoint.page.encode()) for e in rest[:9])
 
     # Scrape k ≥ 1 saw page number k, so its prefix_cache_hits sample is exactly k, stamped
