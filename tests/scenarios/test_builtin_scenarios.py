@@ -40,7 +40,10 @@ def test_registry_names_match_scenarios() -> None:
 
 
 def test_unknown_scenario_lists_the_known_ones() -> None:
-    known = "known: bench, breaker, disconnect-abort, kv-preemption, prefix-eviction, slo-goodput"
+    known = (
+        "known: bench, breaker, disconnect-abort, kv-preemption, overload, prefix-eviction, "
+        "slo-goodput"
+    )
     with pytest.raises(KeyError, match=f"unknown scenario 'nope'; {known}"):
         get_scenario("nope")
 
