@@ -328,7 +328,9 @@ class Overload(Scenario[OverloadParams]):
                 figure = rule_of_thumb(arm.kind, self.sizing(p), arm.multiple)
                 assert not isinstance(figure, Measured)
                 arm = Arm(arm.kind, limit=whole_limit(figure))
-            phases = (*self._probe(p, capacity), *loads) if k == 0 else loads
+            # The first case runs the plan's shared phases (probe, then loads): it is the
+            # sizing case as ``sizing_case`` gives it; the others run the loads alone.
+            phases = () if k == 0 else loads
             cases.append(self._server_case(p, arm, phases, self._late(p, arm)))
         derived: dict[str, Measured] = {}
         if p.slo is None:
@@ -357,5 +359,6 @@ class Overload(Scenario[OverloadParams]):
         }
         return Plan(
             scenario=self.name, description=self.summary, params=p.model_dump(), sizing=sizing,
-            cases=tuple(cases), phases=(), checks=checks, derived=derived, **p.plan_fields(),
+            cases=tuple(cases), phases=(*self._probe(p, capacity), *loads), checks=checks,
+            derived=derived, **p.plan_fields(),
         )  # fmt: skip
