@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import signal
 from pathlib import Path
@@ -23,6 +22,7 @@ from gateway.config import GatewayConfig
 from server.cli_options import ModelOptions
 from server.net.errors import describe_exception
 from server.net.exit_codes import GatewayExit
+from server.net.json_text import loads_strict
 from server.net.loop import run_event_loop
 from server.net.urls import redact_urls_in
 
@@ -37,8 +37,8 @@ def build_config(config_file: str | None, values: dict[str, Any]) -> GatewayConf
     base: dict[str, Any] = {}
     if config_file is not None:
         try:
-            base = json.loads(Path(config_file).read_text(), parse_constant=_no_constant)
-        except (OSError, ValueError) as exc:
+            base = loads_strict(Path(config_file).read_text())
+        except (OSError, ValueError, RecursionError) as exc:
             why = describe_exception(exc)
             raise click.UsageError(f"cannot read gateway config {config_file}: {why}") from exc
         if not isinstance(base, dict):
@@ -47,11 +47,6 @@ def build_config(config_file: str | None, values: dict[str, Any]) -> GatewayConf
         return _OPTIONS.build(values, base=base)
     except click.UsageError as exc:
         raise click.UsageError(f"invalid gateway configuration: {exc.message}") from None
-
-
-def _no_constant(name: str) -> Any:
-    """JSON's non-standard ``NaN`` and ``Infinity`` are no setting's value."""
-    raise ValueError(f"{name} is not a finite number")
 
 
 async def _serve_forever(config: Any) -> None:

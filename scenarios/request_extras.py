@@ -19,6 +19,7 @@ from typing import Any
 
 from server.net.credentials import redact_fields, redact_header_value
 from server.net.headers import check_user_headers
+from server.net.json_text import loads_strict
 
 #: Body fields the request builder (``loadgen.client.completion_body``) sets from the plan:
 #: the model, the prompt (text or token IDs to ``/v1/completions``, messages to chat), the
@@ -69,16 +70,14 @@ def parse_headers(texts: Sequence[str]) -> tuple[tuple[str, str], ...]:
     return pairs
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number: give a finite number")
-
-
 def parse_extra_body(text: str) -> dict[str, Any]:
     """The ``--extra-body`` JSON object.
 
     Raises:
         ValueError: larger than :data:`EXTRA_BODY_MAX_BYTES`, not JSON, nested too deeply to
-            read, holding ``NaN`` or ``Infinity``, not an object, or setting a field the plan
+            read, holding ``NaN``, ``Infinity`` or a number beyond a float (``1e999``), a key
+            given twice (``server.net.json_text.loads_strict``), not an object, or setting a
+            field the plan
             owns (:func:`owned_field_problem`, without the ``ignore_eos`` rule, which needs the
             plan's setting).
     """
@@ -86,7 +85,7 @@ def parse_extra_body(text: str) -> dict[str, Any]:
     if size > EXTRA_BODY_MAX_BYTES:
         raise ValueError(f"is {size:,} bytes; at most {EXTRA_BODY_MAX_BYTES:,}")
     try:
-        obj = json.loads(text, parse_constant=_no_constant)
+        obj = loads_strict(text)
     except RecursionError:
         raise ValueError("is nested too deeply to read") from None
     except json.JSONDecodeError as exc:

@@ -17,7 +17,6 @@ included, may use it (tests/test_package_layering.py).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import types
@@ -30,6 +29,9 @@ from typing import Any, Generic, TypeVar
 import click
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
+
+from server.net.errors import describe_exception
+from server.net.json_text import loads_strict
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -75,9 +77,9 @@ class JsonObject(click.ParamType):
         if isinstance(value, dict):
             return value
         try:
-            obj = json.loads(value)
-        except ValueError as exc:
-            self.fail(f"not JSON: {exc}", param, ctx)
+            obj = loads_strict(value)
+        except (ValueError, RecursionError) as exc:
+            self.fail(f"not JSON: {describe_exception(exc)}", param, ctx)
         if not isinstance(obj, dict):
             self.fail("must be a JSON object", param, ctx)
         return obj

@@ -66,3 +66,40 @@ def dumps(obj: Any, what: str, **kwargs: Any) -> str:
         raise NonFiniteValue(
             f"{what}: a value{shown} is not a finite number, and JSON has no NaN or Infinity"
         ) from None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number: give a finite number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 parses to inf: as non-JSON as the literal Infinity
+        raise ValueError(f"{text} is beyond the largest finite number: give a finite number")
+    return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:  # json.loads would keep the last silently; which one was meant?
+            raise ValueError(f"key {key!r} is given twice")
+        out[key] = value
+    return out
+
+
+def loads_strict(text: str) -> Any:
+    """JSON a user wrote (a flag's value, a config file), read as a strict reader would:
+    ``NaN``/``Infinity`` literals, numbers that overflow a float (``1e999``) and an object
+    key given twice are refused.
+
+    Raises:
+        ValueError: any of those (the message names the number or key), or not JSON
+            (``json.JSONDecodeError``); ``RecursionError`` when nested too deeply to read.
+    """
+    return json.loads(
+        text,
+        parse_constant=_refuse_constant,
+        parse_float=_finite_float,
+        object_pairs_hook=_unique_keys,
+    )

@@ -204,4 +204,4 @@ def test_a_config_file_value_is_named_by_its_path_and_nan_is_refused(
     # Python's JSON reader takes NaN and Infinity; no setting means anything at them.
     path.write_text('{"upstreams": ["http://127.0.0.1:1"], "timeouts": {"idle_s": NaN}}')
     assert main(["--config", str(path)]) == 2
-    assert "NaN is not a finite number" in capsys.readouterr().err
+    assert "NaN is not a JSON number: give a finite number" in capsys.readouterr().err

@@ -43,6 +43,8 @@ NOWHERE = "http://127.0.0.1:9"
         ('--extra-body={"stop": ["."]}',
          "--extra-body may not set 'stop' with --ignore-eos: it ends outputs early"),
         ('--extra-body={"top_p": NaN}', "--extra-body: NaN is not a JSON number"),
+        ('--extra-body={"priority": 1e999}',
+         "--extra-body: 1e999 is beyond the largest finite number"),
     ],
 )  # fmt: skip
 def test_a_bad_header_or_extra_body_is_one_line_before_anything_starts(

@@ -87,6 +87,10 @@ def test_a_plan_field_in_a_planned_request_never_reaches_the_body() -> None:
         ('{"top_p": NaN}', "NaN is not a JSON number: give a finite number"),
         ('{"top_p": Infinity}', "Infinity is not a JSON number"),
         ('{"top_p": -Infinity}', "-Infinity is not a JSON number"),
+        # 1e999 overflows a float to inf: the same non-number, spelled as a number
+        ('{"priority": 1e999}', "1e999 is beyond the largest finite number"),
+        ('{"a": {"b": [-1E+400]}}', "-1E.400 is beyond the largest finite number"),
+        ('{"top_p": 0.5, "top_p": 0.9}', "key 'top_p' is given twice"),
         ("[1]", "must be a JSON object"),
         ('{"a": ', "not JSON: Expecting value at character 6"),
         ("[" * 100_000, "is nested too deeply to read"),

@@ -8,7 +8,13 @@ import math
 import numpy as np
 import pytest
 
-from server.net.json_text import NonFiniteValue, dumps, finite_or_none, non_finite_place
+from server.net.json_text import (
+    NonFiniteValue,
+    dumps,
+    finite_or_none,
+    loads_strict,
+    non_finite_place,
+)
 
 
 def test_finite_json_is_written_as_json_dumps_writes_it() -> None:
@@ -40,3 +46,24 @@ def test_computed_gaps_become_null() -> None:
     assert cleaned == {"a": None, "1": [2.0, None], "b": [3]}
     assert type(cleaned["1"][0]) is float  # numpy scalars become Python ones
     assert dumps(cleaned, "out") == '{"a": null, "1": [2.0, null], "b": [3]}'
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("NaN", "NaN is not a JSON number"),
+        ('{"x": [1, -Infinity]}', "-Infinity is not a JSON number"),
+        ("1e309", "1e309 is beyond the largest finite number"),  # float max is ~1.8e308
+        ('{"a": 1, "b": {"c": 2, "c": 3}}', "key 'c' is given twice"),
+    ],
+)
+def test_strict_json_refuses_non_numbers_overflow_and_repeated_keys(text: str, why: str) -> None:
+    with pytest.raises(ValueError, match=f"^{why}"):
+        loads_strict(text)
+
+
+def test_strict_json_reads_what_json_allows() -> None:
+    # the largest double still reads, and the same key in two objects is no repetition
+    assert loads_strict('{"a": {"k": 1.7976931348623157e308}, "b": {"k": -0.0}}') == {
+        "a": {"k": 1.7976931348623157e308}, "b": {"k": -0.0}
+    }  # fmt: skip
