@@ -219,6 +219,12 @@ def data_quality(
             f"{ticks.nan_dropped} NaN/±Inf metric sample(s) dropped by the scraper: a gauge "
             "peak or a counter read at those scrapes comes from the other scrapes"
         )
+    if ticks.negative_dropped:
+        out.append(
+            f"{ticks.negative_dropped} negative metric sample(s) dropped by the scraper (no "
+            "recorded family can be below 0: the server's exporter is broken there): a gauge "
+            "peak or a counter read at those scrapes comes from the other scrapes"
+        )
     if too_large := size_drop_warning(case.scrapes):
         out.append(too_large)
     duplicates = ticks.duplicates_dropped + case.duplicate_samples

@@ -35,6 +35,9 @@ class ParsedPage(NamedTuple):
         aliases: canonical family → the raw name it matched, for every family on the page
             (in ``metrics.names.FAMILIES`` order). Empty: the page has no recorded family.
         nan_dropped: samples dropped because their value was NaN or ±Inf.
+        negative_dropped: samples dropped because their value was below 0: every recorded
+            family counts or measures something that cannot be (requests, a fraction of the
+            cache, tokens, seconds), so a negative value is a broken exporter, never data.
         duplicates_dropped: samples dropped because their series (canonical name and label
             set) already appeared earlier on the page (the first is kept).
     """
@@ -43,6 +46,7 @@ class ParsedPage(NamedTuple):
     aliases: dict[str, str]
     nan_dropped: int
     duplicates_dropped: int = 0
+    negative_dropped: int = 0
 
 
 def _sample_name(line: str) -> str:
@@ -82,7 +86,7 @@ def parse_page(text: str, t_ns: int) -> ParsedPage:
             if rank is None or meaning.rank < rank:
                 best_rank[meaning.canonical] = meaning.rank
     samples: list[Sample] = []
-    nan_dropped = duplicates = 0
+    nan_dropped = duplicates = negative = 0
     seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
     for meaning, labels, value in found:
         if meaning.rank != best_rank[meaning.canonical]:
@@ -95,13 +99,16 @@ def parse_page(text: str, t_ns: int) -> ParsedPage:
         if not math.isfinite(value):
             nan_dropped += 1
             continue
+        if value < 0:
+            negative += 1
+            continue
         samples.append(Sample(t_ns, key[0], key[1], value))
     aliases = {
         canonical: FAMILIES[canonical].raw_names[best_rank[canonical]]
         for canonical in FAMILIES
         if canonical in best_rank
     }
-    return ParsedPage(samples, aliases, nan_dropped, duplicates)
+    return ParsedPage(samples, aliases, nan_dropped, duplicates, negative)
 
 
 def parse_samples(text: str, t_ns: int) -> list[Sample]:

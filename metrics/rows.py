@@ -51,6 +51,7 @@ class ScrapeTick(msgspec.Struct, kw_only=True, omit_defaults=True):
         bytes: body size in bytes (ok).
         samples: samples written (ok).
         nan_dropped: NaN/±Inf values dropped (ok).
+        negative_dropped: values below 0 dropped (ok; none of the recorded families can be).
         duplicates_dropped: samples of a series the page repeated, the first kept (ok).
         aliases: {canonical family: raw name matched}; on the first ok scrape and each one
             whose matches differ from the previous ok scrape's.
@@ -71,6 +72,7 @@ class ScrapeTick(msgspec.Struct, kw_only=True, omit_defaults=True):
     bytes: int | None = None
     samples: int | None = None
     nan_dropped: int | None = None
+    negative_dropped: int | None = None
     duplicates_dropped: int | None = None
     aliases: dict[str, str] | None = None
     missing: list[str] | None = None

@@ -15,8 +15,9 @@ in order, each with ``tick``,
 - ``"ok"`` and ``"failed"`` (run ticks) add ``scrape`` (running index of attempted scrapes,
   the index in ``samples.jsonl`` and ``raw.jsonl.gz``), ``start_ns``, ``end_ns`` (response
   received; the samples' ``t_ns``) and ``late``. ``ok`` adds ``bytes`` (body size),
-  ``samples`` (written), ``nan_dropped`` (NaN/±Inf values dropped), ``duplicates_dropped``
-  (samples of a series the page repeated, first kept; ``metrics.parse``); the first ok scrape, and
+  ``samples`` (written), ``nan_dropped`` (NaN/±Inf values dropped), ``negative_dropped``
+  (values below 0), ``duplicates_dropped`` (samples of a series the page repeated, first
+  kept; ``metrics.parse``); the first ok scrape, and
   every one whose matched aliases differ from the previous ok scrape's, adds
   ``aliases`` ({canonical: raw name matched}) and ``missing`` (recorded families absent); an
   ok scrape on which a counter or histogram series went down adds ``resets`` (canonical
@@ -207,6 +208,7 @@ async def _scrape_loop(
                     entry.bytes = len(response.content)
                     entry.samples = len(page.samples)
                     entry.nan_dropped = page.nan_dropped
+                    entry.negative_dropped = page.negative_dropped or None
                     entry.duplicates_dropped = page.duplicates_dropped
                     if page.aliases != previous_aliases:
                         entry.aliases = page.aliases

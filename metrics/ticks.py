@@ -26,6 +26,7 @@ class TickCounts(NamedTuple):
         nan_dropped: NaN/±Inf sample values dropped over all ok scrapes.
         duplicates_dropped: samples dropped over all ok scrapes because the page repeated
             their series (``metrics.parse``).
+        negative_dropped: sample values below 0 dropped over all ok scrapes.
     """
 
     ticks: int
@@ -35,12 +36,13 @@ class TickCounts(NamedTuple):
     late: int
     nan_dropped: int
     duplicates_dropped: int = 0
+    negative_dropped: int = 0
 
 
 def count_ticks(entries: Iterable[ScrapeTick]) -> TickCounts:
     """Counts over a scrape index (see ``TickCounts``)."""
     by = dict.fromkeys(OUTCOMES, 0)
-    late = nan = dup = total = 0
+    late = nan = dup = neg = total = 0
     for e in entries:
         total += 1
         if e.outcome in by:
@@ -48,7 +50,8 @@ def count_ticks(entries: Iterable[ScrapeTick]) -> TickCounts:
         late += bool(e.late)
         nan += e.nan_dropped or 0
         dup += e.duplicates_dropped or 0
-    return TickCounts(total, by["ok"], by["failed"], by["skipped"], late, nan, dup)
+        neg += e.negative_dropped or 0
+    return TickCounts(total, by["ok"], by["failed"], by["skipped"], late, nan, dup, neg)
 
 
 def size_drops(entries: Iterable[ScrapeTick]) -> int:

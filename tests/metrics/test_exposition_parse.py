@@ -253,7 +253,28 @@ def test_nan_and_infinite_values_are_dropped_and_counted() -> None:
 
 def test_a_page_without_recorded_families_parses_to_nothing() -> None:
     for text in ("<html><body>Not Found</body></html>\n", "", "other_app_requests_total 3\n"):
-        assert parse_page(text, 1) == ([], {}, 0, 0)
+        assert parse_page(text, 1) == ([], {}, 0, 0, 0)
+
+
+def test_negative_values_are_dropped_and_counted_apart_from_nan() -> None:
+    # Requests, a cache fraction, token counts and seconds cannot be below 0: the broken
+    # exporter's -5 running, -0.3 KV usage and -1 counter are dropped (3), the 0 and the NaN
+    # (counted as NaN) are not negatives; -0.0 is 0.
+    text = (
+        'vllm:num_requests_running{engine="0",model_name="m"} -5\n'
+        'vllm:kv_cache_usage_perc{engine="0",model_name="m"} -0.3\n'
+        'vllm:prompt_tokens_total{engine="0",model_name="m"} -1\n'
+        'vllm:num_requests_waiting{engine="0",model_name="m"} 0\n'
+        'vllm:num_preemptions_total{engine="0",model_name="m"} -0.0\n'
+        'vllm:generation_tokens_total{engine="0",model_name="m"} NaN\n'
+    )
+    page = parse_page(text, 7)
+    labels = (("engine", "0"), ("model_name", "m"))
+    assert page.samples == [
+        Sample(7, "num_requests_waiting", labels, 0.0),
+        Sample(7, "num_preemptions", labels, -0.0),
+    ]
+    assert (page.negative_dropped, page.nan_dropped) == (3, 1)
 
 
 def test_a_repeated_series_is_read_once_and_the_repeat_counted() -> None:
