@@ -28,7 +28,11 @@ def validate(run_dir: Path, as_json: bool, strict: bool) -> None:
     """Check RUN_DIR (the help text, with the exit codes: ``_HELP``)."""
     from analysis.validate import ValidationResult, validate_run
     from loadgen.runformat import FormatVersionError
+    from loadgen.runformat.layout import RUN_MARKERS
 
+    if not any((run_dir / name).is_file() for name in RUN_MARKERS):  # nothing a run wrote
+        click.echo(f"error: {run_dir}: no run here (none of {', '.join(RUN_MARKERS)})", err=True)
+        sys.exit(ValidateExit.USAGE)
     try:
         result = validate_run(run_dir)
     except FormatVersionError as exc:  # the one check every reader makes: one line

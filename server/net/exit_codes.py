@@ -69,7 +69,10 @@ class ValidateExit(ExitCode):
         "non-finite or disagreeing with the records (`report` and `compare` refuse such a "
         "run); with `--strict` also any warning",
     )
-    USAGE = 2, "usage error, or a run format version this loadgen cannot read"
+    USAGE = (
+        2,
+        "usage error, a directory that is no run, or a run format version this loadgen cannot read",
+    )
     ATTENTION = (
         4,
         "valid, but needs attention: the run's or a case's status is not `ok` (failed, "

@@ -67,6 +67,7 @@ def test_validate_turns_an_unexpected_error_into_a_problem(
         raise ValueError("histogram ttft_seconds: no +Inf bucket")
 
     monkeypatch.setattr(analysis.validate, "validate_run", crash)
+    (tmp_path / "run.json").write_text("{}")  # a run directory, if a broken one
     result = CliRunner().invoke(main, ["validate", str(tmp_path)])
     assert result.exit_code == 1
     assert (
@@ -75,6 +76,14 @@ def test_validate_turns_an_unexpected_error_into_a_problem(
     )
     assert "INVALID: 1 problem(s)" in result.output
     assert isinstance(result.exception, SystemExit)
+
+
+def test_validate_on_a_directory_that_is_no_run_is_a_usage_error(tmp_path: Path) -> None:
+    # no run.json, plan.json or manifest.json: nothing to validate (exit 2, as report says)
+    result = CliRunner().invoke(main, ["validate", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.splitlines()
+    assert line.startswith(f"error: {tmp_path}") and "INVALID" not in result.output
 
 
 def test_a_gate_whose_run_is_interrupted_exits_4_never_1(
