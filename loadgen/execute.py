@@ -34,6 +34,7 @@ from pathlib import Path
 from loadgen.case.ending import (
     CaseOutcome,
     check_relays_ran_through,
+    ended_to_the_end,
     recorded_failures,
     write_case_info,
 )
@@ -49,6 +50,7 @@ from loadgen.runformat import CaseInfo, RunWriteError
 from loadgen.runformat.layout import CASE_FILE, PLAN_FILE, SERVER_DIR, case_dir, write_json
 from loadgen.senders.choice import open_sender
 from loadgen.workers.process import WorkersConfig
+from metrics.scraper import ScraperProcess
 from scenarios.late import LateBindingError
 from scenarios.plan import CaseSpec, Plan
 from server.manager import RunningServer
@@ -87,7 +89,13 @@ async def run_case(
     cdir = case_dir(run_dir, case.name)
     outcome = CaseOutcome(case.name)
     write_case_info(cdir, case, server, None)
-    scraper = start_scraper(plan, server, cdir)
+    try:
+        scraper = start_scraper(plan, server, cdir)
+    except Exception as exc:  # no case.json left ``running``: the case failed, then the run
+        why = describe_exception(exc)
+        outcome.status, outcome.error = "failed", f"scraper did not start: {why}"
+        write_case_info(cdir, case, server, outcome, None, exc)
+        raise
     stack = contextlib.AsyncExitStack()
     if shared is None:
         shared = SharedReplicas(clock)
@@ -110,13 +118,19 @@ async def run_case(
                 await run_phases(run, phases, scraper)
             check_relays_ran_through((r.name, r.exit_code) for r in started.relays)
     finally:
-        await stack.aclose()
-        await asyncio.to_thread(scraper.stop)
-        if scraper.failure and outcome.status != "interrupted":  # the cause, in one line
-            outcome.status, outcome.error = "failed", scraper.failure
-            hooks.message(f"case {case.name}: {scraper.failure}")
         pending = sys.exc_info()[1]  # the exception ending the case, if one does
-        write_case_info(cdir, case, server, outcome, client, pending)
+        if hooks.on_case_ending:
+            hooks.on_case_ending(case.name)
+        try:
+            await ended_to_the_end(outcome, _stop_started(stack, scraper))
+        except BaseException as exc:  # a signal now, too: case.json is final all the same
+            pending = exc
+            raise
+        finally:
+            if scraper.failure and outcome.status != "interrupted":  # the cause, in one line
+                outcome.status, outcome.error = "failed", scraper.failure
+                hooks.message(f"case {case.name}: {scraper.failure}")
+            write_case_info(cdir, case, server, outcome, client, pending)
     return outcome
 
 
@@ -143,6 +157,12 @@ def _resolved_case(
 def case_flag(case: CaseSpec, flag: str) -> str:
     """How the late ``flag`` of ``case`` is made, in words."""
     return next(f.figure.describe() for f in case.late_flags if f.flag == flag)
+
+
+async def _stop_started(stack: contextlib.AsyncExitStack, scraper: ScraperProcess) -> None:
+    """Stop what the case started: its replicas and relays, then its scraper."""
+    await stack.aclose()
+    await asyncio.to_thread(scraper.stop)
 
 
 async def execute_plan(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +37,37 @@ class CaseOutcome:
     requests: int = 0
     #: The case failed because its server died or stopped answering.
     server_gone: bool = False
+
+
+INTERRUPTED = "interrupted (Ctrl-C or SIGTERM)"
+
+
+async def ended_to_the_end(outcome: CaseOutcome, ending: Awaitable[None]) -> None:
+    """Await ``ending`` (stopping what the case started) to its end even when the run is
+    interrupted meanwhile: a signal then must neither leave the scraper or a relay running
+    nor skip the case's final status. Whatever stopped it is recorded in ``outcome`` (a case
+    still ``ok`` becomes ``interrupted``, or ``failed`` with the error) and raised after.
+
+    Raises:
+        asyncio.CancelledError: the user interrupted the run while the case was ending.
+        Exception: whatever ``ending`` raised.
+    """
+    task = asyncio.ensure_future(ending)
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.wait([task])  # unlike ``await task``, cancelling this leaves it running
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+    if cancelled is not None or task.cancelled():
+        if outcome.status == "ok":
+            outcome.status, outcome.error = "interrupted", f"{INTERRUPTED} while the case ended"
+        raise cancelled or asyncio.CancelledError()
+    failure = task.exception()
+    if failure is not None:
+        if outcome.status == "ok":
+            outcome.status, outcome.error = "failed", describe_exception(failure)
+        raise failure
 
 
 @contextlib.contextmanager
@@ -66,7 +97,7 @@ def recorded_failures(outcome: CaseOutcome, cdir: Path) -> Iterator[None]:
         outcome.status = "failed"
         outcome.error = describe_exception(exc)
     except asyncio.CancelledError:
-        outcome.status, outcome.error = "interrupted", "interrupted (Ctrl-C or SIGTERM)"
+        outcome.status, outcome.error = "interrupted", INTERRUPTED
         raise
 
 

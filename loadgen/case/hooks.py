@@ -22,6 +22,8 @@ class RunHooks:
     #: With workers: records written so far in the phase, and how many failed.
     on_requests_progress: Callable[[int, int], None] | None = None
     on_phase_end: Callable[[str, str], None] | None = None
+    #: (case): its phases are over (or cut) and what it started is about to be stopped
+    on_case_ending: Callable[[str], None] | None = None
     on_message: Callable[[str], None] | None = None
     #: a figure measured or resolved at run time, as one line of text
     on_figure: Callable[[str], None] | None = None
