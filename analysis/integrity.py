@@ -15,7 +15,8 @@ invalid):
 - records missing or added: a case or phase with fewer or more request records than its
   phase row says were sent (``PhaseRow.requests``; not for a row written when the phase was
   cut short, which gives the planned count), a case whose ``case.json`` says ``ok`` but a
-  planned phase has no row, a case of a run whose status is ``ok`` that never started, a case
+  planned phase has no row (or it has no ``phases.jsonl``: a killed case's rows are rebuilt
+  from its records), a case of a run whose status is ``ok`` that never started, a case
   that ran with no record file, a metrics file missing;
 - records out of place: a record of another case, two records of one request (the same phase
   and index, or request id);
@@ -311,7 +312,12 @@ def _check_case_files(
         result.problems.append(
             f"{spec.name}: {REQUESTS_FILE} missing (and no per-worker record files)"
         )
-    for rel in (PHASES_FILE, SAMPLES_FILE, SCRAPES_FILE):
+    # A load generator killed during its first phase wrote no phases.jsonl at all: like a
+    # missing row, each phase is rebuilt from its records (``analysis.load``) and flagged
+    # incomplete. Only a case that says it ended ``ok`` must have one.
+    needed = (PHASES_FILE, SAMPLES_FILE, SCRAPES_FILE) if info.status == "ok" else (
+        SAMPLES_FILE, SCRAPES_FILE)  # fmt: skip
+    for rel in needed:
         if not (cdir / rel).exists():
             result.problems.append(f"{spec.name}: {rel} missing")
     for gz in sorted(cdir.rglob("*.gz")):
