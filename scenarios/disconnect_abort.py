@@ -22,6 +22,7 @@ from scenarios.base import Scenario
 from scenarios.checks import Check, CheckSpec
 from scenarios.common import MAX_CONCURRENCY, MAX_WAIT_S, HttpUrlText, RunParams, SizeText
 from scenarios.plan import CaseSpec, GatewaySpec, PhaseSpec, Plan, ProxySpec
+from scenarios.values import list_items
 from scenarios.workloads import UniquePrompts
 from server.capacity import KVCapacity
 from server.sizes import parse_size
@@ -160,7 +161,7 @@ class DisconnectAbortParams(RunParams):
     @field_validator("paths")
     @classmethod
     def _paths(cls, value: str) -> str:
-        names = [p.strip() for p in value.split(",") if p.strip()]
+        names = list_items(value, "path")
         choose = f"choose from {', '.join(PATHS)}"
         if not names:
             raise ValueError(f"no path given; {choose}")

@@ -20,7 +20,13 @@ from scenarios.base import Scenario
 from scenarios.checks import Check, CheckSpec
 from scenarios.common import HttpUrlText, RunParams
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
-from scenarios.values import CONCURRENCY, ConcurrenciesText, SizesText, parse_number
+from scenarios.values import (
+    CONCURRENCY,
+    ConcurrenciesText,
+    SizesText,
+    list_items,
+    parse_number,
+)
 from scenarios.workloads import UniquePrompts
 from server.capacity import KVCapacity
 from server.sizes import format_size, parse_size
@@ -47,7 +53,7 @@ def parse_matrix(text: str) -> list[tuple[str, int]]:
 
 
 def _items(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
+    return list_items(text, "case")
 
 
 def _size(text: str) -> str:

@@ -46,7 +46,7 @@ from scenarios.common import (
     same_server,
 )
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
-from scenarios.values import ConcurrenciesText, parse_concurrencies
+from scenarios.values import ConcurrenciesText, list_items, parse_concurrencies
 from scenarios.workloads import AnchoredPrompts
 from server.capacity import KVCapacity
 from server.config import EmbeddedDraft, ServerConfig
@@ -104,7 +104,7 @@ class ChunkTokensMatchAcceptanceLength(CheckSpec):
 
 
 def _items(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
+    return list_items(text, "case")
 
 
 class SpecDecodeParams(RunParams):

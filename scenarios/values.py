@@ -127,6 +127,22 @@ def parse_number(text: str, what: str, kind: type[N], rng: Range = Range()) -> N
     return value
 
 
+def list_items(text: str, what: str) -> list[str]:
+    """The items of a comma-separated flag value, stripped; ``[]`` when none is given
+    (``""``, ``" , "``).
+
+    Raises:
+        ValueError: an empty item (``"1,,2"``, ``"1,"``, ``",1"``): a value lost between
+            commas is a typo, never silently dropped.
+    """
+    items = [x.strip() for x in text.split(",")]
+    if not any(items):  # "" or " , ": nothing given, which the caller names
+        return []
+    if "" in items:
+        raise ValueError(f"{what} list {text!r} has an empty item between commas")
+    return items
+
+
 def parse_numbers(
     text: str, what: str, kind: type[N], rng: Range = Range(), *, example: str = ""
 ) -> list[N]:
@@ -136,7 +152,7 @@ def parse_numbers(
         ValueError: a bad item, none given, or a value given twice (``"1,1.0"`` too: equal
             values would name two phases alike).
     """
-    items = [x for x in text.split(",") if x.strip()]
+    items = list_items(text, what)
     if not items:
         raise ValueError(f"no {what} given" + (f"; e.g. {example}" if example else ""))
     values = [parse_number(item, what, kind, rng) for item in items]
@@ -209,7 +225,7 @@ def parse_sizes(text: str, what: str = "cache size") -> list[int]:
     Raises:
         ValueError: an item is not a size, none given, or a size is given twice.
     """
-    items = [x.strip() for x in text.split(",") if x.strip()]
+    items = list_items(text, what)
     if not items:
         raise ValueError(f"no {what} given; e.g. 1GiB or 1GiB,4GiB")
     sizes = [parse_size(item) for item in items]
@@ -227,9 +243,7 @@ def parse_slo(text: str) -> dict[str, float]:
             a metric is given twice, or nothing is given.
     """
     out: dict[str, float] = {}
-    for item in (x.strip() for x in text.split(",")):
-        if not item:
-            continue
+    for item in list_items(text, "SLO"):
         key, sep, value = item.partition("=")
         key = key.strip().lower()
         if not sep or key not in SLO_METRICS:

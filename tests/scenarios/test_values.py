@@ -7,6 +7,7 @@ import pytest
 
 from scenarios.values import (
     exact_label,
+    list_items,
     parse_concurrencies,
     parse_duration,
     parse_percentiles,
@@ -105,3 +106,20 @@ def test_labels_read_back_as_the_number_so_two_numbers_never_share_one() -> None
     assert exact_label(0.251, ".2f") == "0.251"
     values = [0.1, 0.1000001, 0.10000001, 1 / 3, 0.3333333]
     assert len({exact_label(v) for v in values}) == len(values)
+
+
+@pytest.mark.parametrize("text", ["1,,2", "1,", ",1", "1, ,2"])
+def test_an_empty_item_between_commas_is_refused_in_every_list(text: str) -> None:
+    # "--rate 1,,2" ran phases r1 and r2: the value lost between the commas was dropped
+    for parse in (parse_rates, parse_concurrencies, parse_percentiles):
+        with pytest.raises(ValueError, match="has an empty item between commas"):
+            parse(text)
+    with pytest.raises(ValueError, match="has an empty item between commas"):
+        parse_sizes(text.replace("1", "1GiB").replace("2", "2GiB"))
+    with pytest.raises(ValueError, match="has an empty item between commas"):
+        parse_slo(text.replace("1", "ttft=1s").replace("2", "tpot=2ms"))
+
+
+def test_list_items_strips_and_a_blank_value_has_none() -> None:
+    assert list_items(" 1 , 2 ", "rate") == ["1", "2"]
+    assert list_items("  ", "rate") == list_items(" , ", "rate") == []
