@@ -21,6 +21,7 @@ from analysis.reports import Evaluator, ScenarioReport
 from analysis.reports.bench.figures import BenchPhase, bench_phase
 from analysis.reports.bench.plots import throughput_latency
 from analysis.server_side import in_flight_at_scrapes
+from analysis.summaries import INTERRUPTED
 from scenarios.arrivals import ArrivalPattern
 from scenarios.bench import (
     WARMUP_PHASE,
@@ -74,10 +75,15 @@ def _sent(check: RequestsSent, case: CaseSummary, details: BenchDetails | None) 
     if p is None:
         return Verdict(case=check.case, check=name, passed=None, detail="the phase did not run")
     sent = p.requests - p.not_sent
+    detail = f"{p.requests} records, {sent} sent, {p.not_sent} not sent"
+    summary = case.phases.get(check.phase)
+    if sent < check.requests and summary is not None and summary.incomplete == INTERRUPTED:
+        # Cut by the user (as "no failures" says): not the server's failing, no proof either
+        return Verdict(case=check.case, check=name, passed=None,
+                       detail=detail + ": the phase was cut by Ctrl-C or SIGTERM")  # fmt: skip
     return Verdict(
-        case=check.case, check=name, passed=p.requests == check.requests == sent,
-        detail=f"{p.requests} records, {sent} sent, {p.not_sent} not sent",
-    )  # fmt: skip
+        case=check.case, check=name, passed=p.requests == check.requests == sent, detail=detail
+    )
 
 
 def _concurrency(
