@@ -99,3 +99,79 @@ def test_a_deeply_nested_body_is_redacted_without_exhausting_the_stack() -> None
         assert isinstance(out, list)
         out = out[0]
     assert out == {"api_key": REDACTED}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "sk-SECRETSK16", "sk-proj-Ab12Cd34Ef56", "hf_AbCdEfGhIjKlMnOp", "ghp_" + "a1" * 18,
+        "gho_" + "B2" * 10, "github_pat_11AAAA" + "x" * 12, "xoxb-1234-5678-abcDEF",
+        "xoxp-99887766-aaBB", "AKIAIOSFODNN7EXAMPLE", "AIza" + "Sy" * 15 + "0",
+        "glpat-" + "zZ9" * 7,
+        # Anywhere in a value: a run of key characters, set off by anything else.
+        "key=sk-SECRETSK16;", "Token: hf_AbCdEfGhIjKl",
+    ],
+)  # fmt: skip
+def test_well_known_api_key_shapes_are_credentials(value: str) -> None:
+    assert looks_like_credential(value)
+    assert redact_header_value("X-Trace", value) == REDACTED
+    assert redact_fields({"note": [value]}) == {"note": [REDACTED]}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "sk-learn-models",  # lower case only: a word, not a random key
+        "sk-Ab12",  # 4 characters after the prefix, fewer than 8
+        "task-ABCD1234",  # "sk-" inside a run, not its start
+        "hf_overrides", "AKIA1234",  # too short for their shapes
+        "Qwen/Qwen2.5-0.5B-Instruct", "gpt-4o-mini", "hello world",
+    ],
+)  # fmt: skip
+def test_values_that_only_resemble_key_shapes_are_kept(value: str) -> None:
+    assert not looks_like_credential(value)
+
+
+@pytest.mark.parametrize(
+    "name", ["X-Pass", "X-Access", "X-Pw", "X-Passcode", "X-HF", "X-Sk", "X-Cookie-Jar"]
+)
+def test_credential_words_and_key_prefixes_name_header_credentials(name: str) -> None:
+    assert is_credential_header(name)
+
+
+@pytest.mark.parametrize("key", ["pass", "access", "sk", "hf", "user_pass", "accessCode", "ghp"])
+def test_credential_words_and_key_prefixes_name_body_credentials(key: str) -> None:
+    assert is_credential_key(key)
+
+
+@pytest.mark.parametrize(
+    "name", ["passthrough", "X-Passthrough", "accessible", "X-Compass", "skip", "X-Desk"]
+)
+def test_credential_words_count_only_as_whole_words(name: str) -> None:
+    assert not is_credential_key(name)
+    assert not is_credential_header(name)
+
+
+def test_a_key_prefix_names_a_body_credential_only_as_the_whole_key() -> None:
+    assert is_credential_key("hf")
+    assert not is_credential_key("hf_overrides")  # a vLLM option, not a token
+
+
+def test_no_field_the_plan_or_its_refusals_name_is_a_credential() -> None:
+    """The body fields the plan sets and those ``--extra-body`` is refused are never
+    hidden: their values say what was sent."""
+    from scenarios.request_extras import EARLY_STOP_FIELDS, PLAN_BODY_FIELDS, SHAPE_FIELDS
+
+    fields = PLAN_BODY_FIELDS | SHAPE_FIELDS | EARLY_STOP_FIELDS
+    assert [f for f in sorted(fields) if is_credential_key(f)] == []
+
+
+def test_key_shapes_are_found_in_linear_time() -> None:
+    """A long value of near-misses (a prefix with a short tail, over and over) is scanned in
+    one pass: 200,000 runs of ``sk-Ab1 `` (7 characters each) read in well under a second."""
+    import time
+
+    value = "sk-Ab1 " * 200_000
+    start = time.perf_counter()
+    assert not looks_like_credential(value)
+    assert time.perf_counter() - start < 2.0
