@@ -19,10 +19,11 @@ inconclusive.
 A broken run (``analysis.integrity``: what ``loadgen validate`` calls invalid, except a missing
 manifest) is never compared: :class:`CompareError` names its first problem. Only complete runs
 are compared: a run whose ``run.json`` status is not ``ok``, that has no
-``manifest.json`` (killed before it was sealed), a case whose status is not ``ok`` or a phase
-that is incomplete (``PhaseSummary.incomplete``) is refused, naming the run and why, unless
-``allow_incomplete``; then every metric and verdict comparison is marked ``incomplete`` and its
-note names the incomplete runs.
+``manifest.json`` (killed before it was sealed) or was sealed by ``loadgen report`` without
+one (its raw files not verifiable: ``loadgen.runformat.manifest.unverified_seal``), a case
+whose status is not ``ok`` or a phase that is incomplete (``PhaseSummary.incomplete``) is
+refused, naming the run and why, unless ``allow_incomplete``; then every metric and verdict
+comparison is marked ``incomplete`` and its note names the incomplete runs.
 
 Exit codes (:func:`exit_code`, decided by ``analysis.gate_decision`` from the *key* metrics the
 gate file names per scenario and every verdict): 0 no key metric or verdict regressed and every

@@ -16,8 +16,16 @@ from analysis.integrity import IntegrityError, check_run
 from analysis.load import load_run
 from analysis.models import CaseSummary
 from analysis.report import summarize_run
-from loadgen.runformat import ReadRecord, RunFileError, RunInfo, UnreadableRun, open_run
+from loadgen.runformat import (
+    ReadRecord,
+    Reseal,
+    RunFileError,
+    RunInfo,
+    UnreadableRun,
+    open_run,
+)
 from loadgen.runformat.layout import MANIFEST_FILE, PLAN_FILE, RUN_FILE
+from loadgen.runformat.manifest import UNVERIFIED_SEAL_REASON
 from scenarios.plan import Plan
 
 
@@ -80,13 +88,22 @@ def run_dirs(path: Path) -> list[Path]:
     return found
 
 
-def incompleteness(run_dir: Path, run: RunInfo, cases: Mapping[str, CaseSummary]) -> list[str]:
-    """Why a run did not complete (module docstring); empty when it did."""
+def incompleteness(
+    run_dir: Path,
+    run: RunInfo,
+    cases: Mapping[str, CaseSummary],
+    reseals: Sequence[Reseal] = (),
+) -> list[str]:
+    """Why a run did not complete (module docstring); empty when it did. ``reseals``: the
+    run's re-seals; one made because it had no manifest (``UNVERIFIED_SEAL_REASON``) leaves
+    its raw files unverifiable, so it counts as incomplete as a missing manifest does."""
     out = []
     if run.status != "ok":
         out.append(f"run status {run.status or 'unknown'}")
     if not (run_dir / MANIFEST_FILE).exists():
         out.append(f"no {MANIFEST_FILE} (the run was not sealed)")
+    out += [f"{UNVERIFIED_SEAL_REASON} (at {r.at})" for r in reseals
+            if r.reason == UNVERIFIED_SEAL_REASON]  # fmt: skip
     for name, case in cases.items():
         if case.status != "ok":
             out.append(f"case {name} status {case.status}")
@@ -116,7 +133,7 @@ def load_view(run_dir: Path) -> RunView:
         cases=report.summary.cases,
         records={c.name: c.records for c in data.cases},
         verdicts={(v.case, v.check): v.passed for v in report.summary.verdicts},
-        incomplete=incompleteness(run_dir, data.run, report.summary.cases),
+        incomplete=incompleteness(run_dir, data.run, report.summary.cases, integrity.reseals),
     )
 
 

@@ -40,7 +40,8 @@ Warnings (figures that need care; the report shows the same findings): the case 
 data quality (``analysis.summaries.data_quality``) and a version-0 scrape index.
 
 A missing manifest is no problem here (a killed run has none, and ``report`` seals it when its
-data is intact); ``validate`` calls it one, ``compare`` calls the run incomplete.
+data is intact, recording a re-seal that says so: ``loadgen.runformat.manifest.unverified_seal``);
+``validate`` calls it one, ``compare`` calls the run incomplete.
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ def report(run_dir: Path, reason: str | None, open_page: bool) -> None:
     from loadgen.progress import make_console
     from loadgen.runformat import Reseal, RunInfo, RunWriteError
     from loadgen.runformat.layout import MANIFEST_FILE, REPORT_HTML, REPORT_MD, RUN_FILE
-    from loadgen.runformat.manifest import utc_now, write_manifest
+    from loadgen.runformat.manifest import unverified_seal, utc_now, write_manifest
     from loadgen.runformat.reading import read_json_file
 
     open_or_exit(run_dir, "report")
@@ -75,11 +75,15 @@ def report(run_dir: Path, reason: str | None, open_page: bool) -> None:
     # The report's outputs are the run's own: only checked to be writable, before any work.
     probe_dir(run_dir, f"run directory {run_dir}")
     changed = manifest_changes(run_dir, rebuilding=True)
+    info = read_json_file(run_dir / RUN_FILE, RunInfo).data
+    sealed = (run_dir / MANIFEST_FILE).exists()
     reseal = None
     if reason is not None:
-        sealed = (run_dir / MANIFEST_FILE).exists()
         what = changed if sealed else [f"{MANIFEST_FILE} was missing"]
         reseal = Reseal(at=utc_now(), reason=reason.strip(), changed=what)
+    elif not sealed:
+        # Nothing can check these files against what the run wrote: the seal says so.
+        reseal = unverified_seal(info.status)
     elif changed:
         more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
         raise click.ClickException(
@@ -87,7 +91,6 @@ def report(run_dir: Path, reason: str | None, open_page: bool) -> None:
             "rebuilt report would not be re-derivable from what the run wrote; "
             "`loadgen report --reseal REASON` re-seals on purpose"
         )
-    info = read_json_file(run_dir / RUN_FILE, RunInfo).data
     console = make_console()
     try:
         result = build_report(run_dir, reseal)

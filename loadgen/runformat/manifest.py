@@ -2,7 +2,10 @@
 
 A run directory without a manifest is incomplete. ``verify_manifest`` re-hashes the files.
 An explicit re-seal (``loadgen report --reseal REASON``) is recorded in the manifest's
-``resealed`` list, which every later sealing keeps (``read_reseals``).
+``resealed`` list, which every later sealing keeps (``read_reseals``); so is a run that
+``loadgen report`` seals although it had no manifest (``unverified_seal``): nothing could
+check its raw files against what the run wrote, and deleting a manifest must not launder
+hand-edited records into a clean run.
 """
 
 from __future__ import annotations
@@ -96,6 +99,26 @@ def read_reseals(run_dir: Path) -> list[Reseal]:
         return msgspec.convert(raw.get("resealed") or [], list[Reseal], strict=True)
     except (OSError, AttributeError, msgspec.DecodeError, msgspec.ValidationError):
         return []
+
+
+#: The reason recorded when ``loadgen report`` seals a run that had no manifest.
+UNVERIFIED_SEAL_REASON = "sealed without a manifest: raw files not verifiable"
+#: Run statuses ``loadgen run`` writes at its end, just before it writes the manifest.
+ENDED_STATUSES = ("ok", "failed", "interrupted")
+
+
+def unverified_seal(status: str | None) -> Reseal:
+    """The re-seal recorded when ``loadgen report`` seals a run without a manifest (and
+    without ``--reseal``): :data:`UNVERIFIED_SEAL_REASON`, with what was missing and what
+    ``run.json``'s ``status`` says: a run that ended (:data:`ENDED_STATUSES`) was sealed by
+    ``loadgen run`` and lost its manifest since; one still ``running`` was killed before it."""
+    if status in ENDED_STATUSES:
+        why = (f"{MANIFEST_FILE} was missing although run.json says the run ended "
+               f"(status {status}) and `loadgen run` seals the runs it ends")  # fmt: skip
+    else:
+        why = (f"{MANIFEST_FILE} was missing: run.json says the run never ended "
+               f"(status {status or 'unknown'})")  # fmt: skip
+    return Reseal(at=utc_now(), reason=UNVERIFIED_SEAL_REASON, changed=[why])
 
 
 def write_manifest(

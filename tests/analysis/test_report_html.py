@@ -22,6 +22,7 @@ from analysis.models import Verdict
 from analysis.report import build_report
 from loadgen.cli import main
 from loadgen.runformat.layout import REPORT_HTML
+from loadgen.runformat.manifest import write_manifest
 from tests.support.synthetic_run import CONTROL_CASE, TEST_CASE, Options, build_run
 
 #: Anything that would make the page fetch or link out: a URL in src/href, a stylesheet or
@@ -38,6 +39,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = tmp_path_factory.mktemp("run")
     build_run(run_dir)
     build_report(run_dir)
+    # Sealed as `loadgen run` seals it: a rebuild then finds nothing new to record.
+    write_manifest(run_dir, "ok", ["loadgen", "run", "prefix-eviction"])
     return run_dir
 
 
