@@ -94,8 +94,9 @@ class CompareExit(ExitCode):
     CANNOT_COMPARE = (
         2,
         "usage error, runs whose workloads differ or that did not complete (status not ok, a "
-        "case not ok, no manifest, an incomplete phase; `--allow-incomplete` compares them "
-        "anyway), or runs that cannot be compared at all (one line says why)",
+        "case not ok, no manifest or sealed without one, an incomplete phase; "
+        "`--allow-incomplete` compares them anyway), or runs that cannot be compared at all "
+        "(one line says why)",
     )
     UNDECIDED = (
         3,
