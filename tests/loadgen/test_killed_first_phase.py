@@ -77,10 +77,14 @@ def test_a_run_killed_in_its_first_phase_is_reported_with_the_phase_rebuilt(
     validate = _cli("validate", "--json", str(run_dir))
     out = json.loads(validate.stdout)
     assert (validate.returncode, out["exit_code"], out["problems"]) == (4, 4, [])
-    assert [a.split(": the run ended")[0] for a in out["attention"]] == [
+    # report sealed a run that had no manifest (kill -9 leaves none): that seal is said first
+    stamp = out["attention"][0].split(": sealed without a manifest")[0]
+    assert out["attention"][0] == f"{stamp}: sealed without a manifest: raw files not verifiable"
+    assert stamp.startswith("resealed at ")
+    assert [a.split(": the run ended")[0] for a in out["attention"][1:]] == [
         "run status running", "attached: case status running", "attached/c2: phase incomplete",
     ]  # fmt: skip
-    assert "was rebuilt from its records" in out["attention"][2]
+    assert "was rebuilt from its records" in out["attention"][3]
 
 
 def test_only_a_case_that_ended_ok_must_have_its_phases_file(tmp_path: Path) -> None:
