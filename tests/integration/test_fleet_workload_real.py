@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.fleet_checks import check_funnels, check_replicas_started_once
 from tests.support.vllm_fixtures import loadgen, read_report, run_scenario
 
 pytestmark = pytest.mark.vllm
@@ -33,17 +34,7 @@ def fleet_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_each_policys_fleet_hit_rate_agrees_with_its_prediction(fleet_run: Path) -> None:
     report = read_report(fleet_run)
-    verdicts = [v for v in report["verdicts"] if "hit rate within" in v["check"]]
-    assert [v["case"] for v in verdicts] == list(POLICIES)
-    assert all(v["passed"] is True for v in verdicts), json.dumps(verdicts, indent=2)
-    cases = report["details"]["cases"]
-    for name in POLICIES:
-        phase = cases[name]["phases"][PHASE]
-        funnel = phase["fleet"]
-        assert funnel["replicas"] == 2 and phase["sent"] == SENT
-        # The counters of both replicas and the requests' own cached tokens agree.
-        assert phase["hit_rate_requests"] == pytest.approx(phase["hit_rate_counters"], abs=0.01)
-        assert sum(funnel["requests_per_replica"]) == SENT
+    check_funnels(report, POLICIES, PHASE, SENT)
 
 
 def test_prefix_hash_beats_round_robin_by_its_verdicts(fleet_run: Path) -> None:
@@ -59,16 +50,7 @@ def test_prefix_hash_beats_round_robin_by_its_verdicts(fleet_run: Path) -> None:
 
 
 def test_the_replicas_started_once_and_every_policy_started_cold(fleet_run: Path) -> None:
-    cases = fleet_run / "cases"
-    started = sorted(p.parent.name for p in cases.glob("*/server-replica-1"))
-    assert started == ["round-robin"]  # the first policy's case started them; the rest reused
-    for name in POLICIES:
-        fleet = json.loads((cases / name / "fleet.json").read_text())
-        assert len(fleet["replica_urls"]) == 2
-        assert (cases / name / "replicas/1/metrics/samples.jsonl").stat().st_size > 0
-    decisions = (cases / "prefix-hash/routing_decisions.jsonl").read_text().splitlines()
-    assert len(decisions) == SENT
-    assert {json.loads(d)["policy"] for d in decisions} == {"prefix-hash"}
+    check_replicas_started_once(fleet_run, POLICIES, SENT)
 
 
 def test_the_report_answers_the_fleet_capacity_question(fleet_run: Path) -> None:
