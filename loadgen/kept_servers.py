@@ -34,7 +34,7 @@ def kept_case(case: CaseSpec) -> CaseSpec:
 
 def kept_plan(plan: Plan) -> Plan:
     """Every case of ``plan`` through :func:`kept_case`."""
-    return plan.model_copy(update={"cases": [kept_case(c) for c in plan.cases]})
+    return plan.model_copy(update={"cases": tuple(kept_case(c) for c in plan.cases)})
 
 
 def _key(case: CaseSpec) -> str:
