@@ -11,11 +11,22 @@ project), so each block starts from the cold cache the scenario's sequence needs
 stops them (:meth:`KeptServers.stop_all`). A kept server's files (its log, command, facts) live
 under the owner's directory, never in a run: a run is sealed by its manifest when it ends,
 and a log that goes on growing in it would break the seal.
+
+Kept servers add up: a gate on a scenario with two cases keeps four servers, and on a small
+machine the kernel's OOM killer then takes one mid-run. Before starting a server, the sides'
+shared :class:`ServerMemory` stops the least recently used kept servers (of either side) until
+the machine's available memory covers the new server's estimate
+(:func:`server_bytes`) and :data:`HEADROOM_BYTES`; a stopped one is started again when its
+case comes round.
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
 from pathlib import Path
+
+import psutil
 
 from loadgen.case.hooks import RunHooks
 from loadgen.case.starts import open_server
@@ -37,6 +48,58 @@ def kept_plan(plan: Plan) -> Plan:
     return plan.model_copy(update={"cases": tuple(kept_case(c) for c in plan.cases)})
 
 
+#: What a CPU vLLM server takes beyond its KV cache (bytes): the API server, the engine core and
+#: the worker's weights and buffers. Seen with the embedded model: worker RSS − KV cache about
+#: 0.5 GB, engine core 0.4 GB, API server 0.43 GB; 1.5 GiB leaves a margin.
+SERVER_OVERHEAD_BYTES = 3 * 2**29
+#: Available memory kept free for the load generator and the analysis (bytes).
+HEADROOM_BYTES = 2**30
+
+
+def server_bytes(case: CaseSpec) -> int:
+    """Memory a server of ``case`` is estimated to take (bytes): its KV cache plus
+    :data:`SERVER_OVERHEAD_BYTES`; 0 for a case that attaches to a URL."""
+    return 0 if case.server is None else case.server.kv_cache_bytes + SERVER_OVERHEAD_BYTES
+
+
+def available_bytes() -> int:
+    """The machine's available memory (bytes; the kernel's ``MemAvailable``)."""
+    return int(psutil.virtual_memory().available)
+
+
+class ServerMemory:
+    """Makes room for a new server among every side's kept servers (module docstring)."""
+
+    def __init__(self, available: Callable[[], int] = available_bytes) -> None:
+        """``available``: the machine's available memory (bytes), asked before each stop."""
+        self._available = available
+        self._owners: list[KeptServers] = []
+        self._tick = itertools.count()
+
+    def join(self, owner: KeptServers) -> None:
+        """Let ``owner``'s servers be stopped to make room (and use its clock)."""
+        self._owners.append(owner)
+
+    def now(self) -> int:
+        """A use counter shared by the owners: later uses get larger numbers."""
+        return next(self._tick)
+
+    def make_room(self, need: int, hooks: RunHooks) -> None:
+        """Stop kept servers, least recently used first, until ``need`` + :data:`HEADROOM_BYTES`
+        bytes are available or none is left (then the start goes ahead; vLLM says if it
+        cannot allocate)."""
+        while (free := self._available()) < need + HEADROOM_BYTES:
+            owned = [(o.last_use(k), o, k) for o in self._owners for k in o.kept_keys()]
+            if not owned:
+                return
+            _, owner, key = min(owned, key=lambda t: t[0])
+            url = owner.stop_one(key)
+            hooks.message(
+                f"stopped kept server {url}: {free / 2**30:.1f} GiB available, the next server "
+                f"needs about {need / 2**30:.1f} GiB + {HEADROOM_BYTES / 2**30:.0f} GiB headroom"
+            )
+
+
 def _key(case: CaseSpec) -> str:
     return case.model_dump_json(include={"server", "url"})
 
@@ -44,11 +107,30 @@ def _key(case: CaseSpec) -> str:
 class KeptServers:
     """Running servers by case config (module docstring); one instance per gate side."""
 
-    def __init__(self, root: Path) -> None:
-        """``root``: where each kept server's files go (``root/server-N``)."""
+    def __init__(self, root: Path, memory: ServerMemory | None = None) -> None:
+        """``root``: where each kept server's files go (``root/server-N``); ``memory``: shared
+        with the other sides (a fresh one when ``None``)."""
         self._root = root
         self._servers: dict[str, RunningServer] = {}
+        self._used: dict[str, int] = {}
         self._started = 0
+        self._memory = memory or ServerMemory()
+        self._memory.join(self)
+
+    def kept_keys(self) -> list[str]:
+        """The configs (keys) of the servers kept now."""
+        return list(self._servers)
+
+    def last_use(self, key: str) -> int:
+        """When the server of ``key`` was last taken (the shared use counter)."""
+        return self._used[key]
+
+    def stop_one(self, key: str) -> str:
+        """Stop the kept server of ``key`` and forget it; returns its URL."""
+        server = self._servers.pop(key)
+        del self._used[key]
+        server.stop()
+        return server.url
 
     def owns(self, server: RunningServer) -> bool:
         """Whether ``server`` is one of these (its run must not stop it)."""
@@ -64,15 +146,20 @@ class KeptServers:
         key = _key(case)
         server = self._servers.get(key)
         if server is not None and server.exit_code() is None:
+            self._used[key] = self._memory.now()
             hooks.message(f"case {case.name}: kept server {server.url} (prefix cache reset)")
             return server
+        if server is not None:
+            self.stop_one(key)  # exited: reap its group before starting another
+        self._memory.make_room(server_bytes(case), hooks)
         self._started += 1
         server = await open_server(case, self._root / f"server-{self._started}", hooks)
         self._servers[key] = server
+        self._used[key] = self._memory.now()
         return server
 
     def stop_all(self) -> None:
         """Stop every kept server (each its process group)."""
-        servers, self._servers = list(self._servers.values()), {}
+        servers, self._servers, self._used = list(self._servers.values()), {}, {}
         for server in servers:
             server.stop()

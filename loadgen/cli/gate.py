@@ -148,10 +148,13 @@ def _gate_command(scenario: Scenario, values: dict[str, Any]) -> None:
     console = make_console()
     sequence = gate_order(gate.repeats, gate.order)
     console.print(f"gate {out}: {' '.join('A' if s == 'baseline' else 'B' for s in sequence)}")
-    from loadgen.kept_servers import KeptServers
+    from loadgen.kept_servers import KeptServers, ServerMemory
 
     seen = {"baseline": 0, "candidate": 0}
-    kept = {} if gate.restart_servers else {s: KeptServers(out / "servers" / s) for s in seen}
+    memory = ServerMemory()  # one for both sides: either side's idle servers make room
+    kept = (
+        {} if gate.restart_servers else {s: KeptServers(out / "servers" / s, memory) for s in seen}
+    )
     try:
         _run_gate(scenario, gate, sides, out, seen, kept, console)
     finally:

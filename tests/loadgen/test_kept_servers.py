@@ -14,7 +14,8 @@ import pytest
 import loadgen.kept_servers
 from loadgen.case.hooks import RunHooks
 from loadgen.execute import _stop_unless_kept
-from loadgen.kept_servers import KeptServers, kept_case, kept_plan
+from loadgen.kept_servers import KeptServers, ServerMemory, kept_case, kept_plan, server_bytes
+from scenarios.plan import CaseSpec
 from scenarios.prefix_eviction import PrefixEviction, PrefixEvictionParams
 from server.capacity import KVCapacity
 
@@ -61,7 +62,7 @@ def test_a_kept_server_is_taken_again_restarted_when_it_exited_and_stopped_by_it
         return started[-1]
 
     monkeypatch.setattr(loadgen.kept_servers, "open_server", start)
-    kept = KeptServers(tmp_path)
+    kept = KeptServers(tmp_path, ServerMemory(available=lambda: 2**40))
     tested, control = kept_plan(_plan()).cases[:2]
     first = asyncio.run(kept.open(tested, RunHooks()))
     assert asyncio.run(kept.open(tested, RunHooks())) is first  # same config
@@ -78,3 +79,49 @@ def test_a_kept_server_is_taken_again_restarted_when_it_exited_and_stopped_by_it
     kept.stop_all()
     assert (again.stopped, other.stopped) == (1, 1)
     assert not kept.owns(again)  # type: ignore[arg-type]
+
+
+def test_kept_servers_of_either_side_are_stopped_least_recently_used_first_to_make_room(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A 10 GiB machine; a server takes its KV cache + 1.5 GiB; 1 GiB stays free. Tested case:
+    # 1 GiB cache (2.5 GiB a server), control: 4 GiB (5.5 GiB). By hand: A.t, A.c start (2.0
+    # GiB left); B.t needs 3.5: A.t (least recent) stops; B.c needs 6.5: A.c stops; B.t is
+    # taken again; A.t needs 3.5 with 2.0 left: B.c (used before B.t's retake) stops.
+    gib = 2**30
+    running: list[tuple[_Server, int]] = []
+
+    async def start(case: CaseSpec, workdir: Path, hooks: RunHooks) -> _Server:
+        running.append((_Server(f"http://127.0.0.1:{8000 + len(running)}"), server_bytes(case)))
+        return running[-1][0]
+
+    def available() -> int:
+        return 10 * gib - sum(b for s, b in running if not s.stopped)
+
+    monkeypatch.setattr(loadgen.kept_servers, "open_server", start)
+    memory = ServerMemory(available)
+    sides = {s: KeptServers(tmp_path / s, memory) for s in "AB"}
+    tested, control = kept_plan(_plan()).cases[:2]
+    assert tested.server and control.server
+    tested = tested.model_copy(
+        update={"server": tested.server.model_copy(update={"kv_cache_bytes": gib})}
+    )
+    control = control.model_copy(
+        update={"server": control.server.model_copy(update={"kv_cache_bytes": 4 * gib})}
+    )
+    said: list[str] = []
+    hooks = RunHooks(on_message=said.append)
+    for side, case in (
+        ("A", tested),
+        ("A", control),
+        ("B", tested),
+        ("B", control),
+        ("B", tested),
+        ("A", tested),
+    ):
+        asyncio.run(sides[side].open(case, hooks))
+    stopped = [s.url for s, _ in running if s.stopped]
+    assert stopped == ["http://127.0.0.1:8000", "http://127.0.0.1:8001", "http://127.0.0.1:8003"]
+    assert len(running) == 5 and available() == 5 * gib  # B.t and A.t up: 10 - 2 × 2.5
+    assert sum("stopped kept server" in m for m in said) == 3
+    assert "2.0 GiB available, the next server needs about 2.5 GiB" in said[0]
