@@ -1,23 +1,34 @@
-"""vllm-router's ``cache_aware`` policy, approximated for the fleet model's bracket.
+"""vllm-router's ``cache_aware`` policy as 0.1.17 places completions, for the fleet model.
 
 The router (``src/policies/cache_aware.rs``, ``CacheAwarePolicy``, defaults of 0.1.17's
-command line) keeps an approximate radix tree of the routing texts it sent to each worker
-(never told what the engines evicted; trimmed to ``--max-tree-size`` characters every
-``--eviction-interval-secs``). Per request:
+command line) keeps an approximate radix tree of the prompts it sent to each worker (never
+told what the engines evicted; trimmed to ``--max-tree-size`` every
+``--eviction-interval-secs``, 120 s, which a tree of a few thousand prompts never reaches).
+Per request:
 
 1. if the load is imbalanced, max − min requests in flight > ``--balance-abs-threshold``
    (64) and max > ``--balance-rel-threshold`` (1.5) × min: the least-loaded worker;
-2. else, the worker whose tree shares the longest prefix with the request's routing text;
-   if that prefix is more than ``--cache-threshold`` (0.3) of the text: that worker;
-3. else the worker whose tree holds the fewest characters.
+2. else, the worker whose tree shares the longest prefix with the request's key; if that
+   prefix is more than ``--cache-threshold`` (0.3) of the key: that worker;
+3. else the least-loaded worker (fewest requests in flight).
 
-The chosen worker's tree learns the text. What this model does not know is how the router
-breaks ties (several workers with the same match or tree size: its tree answers with one
-tenant of the deepest matching node), so it replays the rule twice, ties to the lower and to
-the higher index, and the bracket spans both. Characters are counted as the router counts
-them: a routing text's bytes (a token-ID prompt's text is ``token_ids:{count}``, so on
-token-ID traffic every request after the first matches at least ``token_ids:`` and sticks to
-the worker that took the first request of the nearest length).
+The chosen worker's tree learns the key. What a completion is keyed by (0.1.17 keys its
+tree by ``extract_cache_routing_key``, not by the ``token_ids:{count}`` text its
+``consistent_hash`` hashes; read from the installed router's behaviour, pinned by
+``tests/scenarios/test_vllm_router_placement.py``):
+
+- a **token-ID prompt**: its token IDs; a match counts whole tokens and its share is matched
+  tokens ÷ prompt tokens, so 31 shared tokens of 100 stick (0.31 > 0.3) and 30 do not,
+  whatever the tokens' digits;
+- a **text prompt**: no prefix was ever found to match (an identical text went to the least
+  loaded worker, not to the one that had served it), so every text prompt is placed by load.
+
+What this model does not know is the order of the router's workers, which decides ties
+(equal loads, or several workers matching alike): the least-loaded worker of a tie is the
+router's first, and the router lists its workers in an order of its own (not the order of
+``--worker-urls``). So it replays the rule twice, ties to the lower and to the higher index,
+and the bracket spans both. The replicas are alike, so when every tie is one of load the two
+replays mirror each other and give one hit rate.
 """
 
 from __future__ import annotations
@@ -42,29 +53,27 @@ def _common_prefix(a: str, b: str) -> int:
     return i
 
 
-class TextTree:
-    """One worker's share of the router's tree: the texts routed to it, sorted."""
+class KeyTree:
+    """One worker's share of the router's tree: the keys routed to it, sorted. A key is a
+    string with one character per unit the router matches (a token)."""
 
     def __init__(self) -> None:
-        self.texts: list[str] = []
-        self.chars = 0
+        self.keys: list[str] = []
 
-    def match(self, text: str) -> int:
-        """Characters of ``text``'s longest prefix that some routed text shares (the longest
-        common prefix is with a sorted neighbour)."""
-        at = bisect.bisect_left(self.texts, text)
+    def match(self, key: str) -> int:
+        """Units of ``key``'s longest prefix that some routed key shares (the longest common
+        prefix is with a sorted neighbour)."""
+        at = bisect.bisect_left(self.keys, key)
         return max(
-            (_common_prefix(text, self.texts[j]) for j in (at - 1, at) if 0 <= j < len(self.texts)),
+            (_common_prefix(key, self.keys[j]) for j in (at - 1, at) if 0 <= j < len(self.keys)),
             default=0,
         )
 
-    def insert(self, text: str) -> None:
-        """Learn ``text``; the tree grows by the characters it does not share."""
-        at = bisect.bisect_left(self.texts, text)
-        if at < len(self.texts) and self.texts[at] == text:
-            return
-        self.chars += len(text) - self.match(text)
-        self.texts.insert(at, text)
+    def insert(self, key: str) -> None:
+        """Learn ``key``."""
+        at = bisect.bisect_left(self.keys, key)
+        if at == len(self.keys) or self.keys[at] != key:
+            self.keys.insert(at, key)
 
 
 def _first(values: list[int], best: int, high_first: bool) -> int:
@@ -78,26 +87,25 @@ def cache_aware_rule(
     balance_abs: int = BALANCE_ABS_THRESHOLD,
     balance_rel: float = BALANCE_REL_THRESHOLD,
 ) -> Rule:
-    """The rule of the module doc, ties to the higher index when ``high_first`` (else the
-    lower)."""
-    trees: list[TextTree] = []
+    """The rule of the module doc on each request's :attr:`FleetRequest.cache_key` (empty:
+    placed by load), ties to the higher index when ``high_first`` (else the lower)."""
+    trees: list[KeyTree] = []
 
     def rule(index: int, request: FleetRequest, state: FleetState) -> tuple[int, Decision | None]:
         while len(trees) < state.replicas:
-            trees.append(TextTree())
+            trees.append(KeyTree())
         loads = state.in_flight
-        text = request.router_text
+        key = request.cache_key
+        least_loaded = _first(loads, min(loads), high_first)
         if max(loads) - min(loads) > balance_abs and max(loads) > balance_rel * min(loads):
-            chosen = _first(loads, min(loads), high_first)
+            chosen = least_loaded
         else:
-            matches = [t.match(text) for t in trees]
+            matches = [t.match(key) for t in trees]
             best = max(matches)
-            if text and best / len(text) > threshold:
-                chosen = _first(matches, best, high_first)
-            else:
-                sizes = [t.chars for t in trees]
-                chosen = _first(sizes, min(sizes), high_first)
-        trees[chosen].insert(text)
+            matched = bool(key) and best / len(key) > threshold
+            chosen = _first(matches, best, high_first) if matched else least_loaded
+        if key:
+            trees[chosen].insert(key)
         return chosen, None
 
     return rule

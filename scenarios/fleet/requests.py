@@ -2,8 +2,9 @@
 
 A :class:`FleetRequest` is the single-server model's :class:`CacheRequest` plus what the
 routers read: the gateway's routing key (:class:`gateway.routing.PrefixKeys`, the very
-function the gateway keys requests with) and vllm-router's routing text
-(:func:`scenarios.fleet.vllm_router_hash.routing_text`).
+function the gateway keys requests with), vllm-router's routing text
+(:func:`scenarios.fleet.vllm_router_hash.routing_text`) and the key its ``cache_aware``
+matches (:func:`scenarios.fleet.vllm_router_hash.cache_key_of_tokens`).
 """
 
 from __future__ import annotations
@@ -11,10 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from gateway.routing import PrefixKeys
-from scenarios.fleet.vllm_router_hash import routing_text
+from scenarios.fleet.vllm_router_hash import cache_key_of_tokens, routing_text
 from scenarios.prefix_cache_model import (
     CacheRequest,
     content_block_keys,
@@ -37,12 +36,16 @@ class FleetRequest:
         router_text: the text vllm-router routes it by.
         headers: the HTTP headers it is sent with (name, value), as vllm-router reads them:
             the load generator's ``X-Request-Id`` keys ``consistent_hash``.
+        cache_key: what vllm-router's ``cache_aware`` matches it by: a token-ID prompt's
+            tokens, one character each; empty for a text prompt, which it places by load
+            (:mod:`scenarios.fleet.cache_aware`).
     """
 
     cache: CacheRequest
     prefix_key: int | None
     router_text: str
     headers: tuple[tuple[str, str], ...] = ()
+    cache_key: str = ""
 
     @property
     def request_id(self) -> str:
@@ -59,11 +62,13 @@ def token_fleet_request(
 ) -> FleetRequest:
     """A request whose prompt is known token by token (a run's planned requests): block
     keys by content (:func:`scenarios.prefix_cache_model.content_block_keys`), the gateway's
-    key of the same tokens, vllm-router's text of a token-ID prompt, and the headers it is
-    sent with (default: the load generator's ``X-Request-Id: request_id``).
+    key of the same tokens, vllm-router's text and ``cache_aware`` key of a token-ID prompt,
+    and the headers it is sent with (default: the load generator's ``X-Request-Id:
+    request_id``).
 
     Raises:
-        ValueError: a token ID outside [0, 2^32).
+        ValueError: a token ID outside [0, 2^32), or one above 0x10FFFF
+            (:func:`scenarios.fleet.vllm_router_hash.cache_key_of_tokens`).
     """
     return FleetRequest(
         cache=CacheRequest(
@@ -75,6 +80,7 @@ def token_fleet_request(
         prefix_key=(keys or PrefixKeys()).of_tokens(token_ids),
         router_text=routing_text(token_ids),
         headers=(("X-Request-Id", request_id),) if headers is None else headers,
+        cache_key=cache_key_of_tokens(token_ids),
     )
 
 
@@ -89,39 +95,52 @@ class TraceTokens:
     space: TokenSpace = field(default_factory=TokenSpace)
 
 
-def _head_tokens(
-    request: TraceRequest, trace_block: int, tokens: int, seed: int, space: TokenSpace
-) -> list[int]:
-    """The first ``tokens`` prompt tokens of a trace request, as the replay builds them."""
-    need = min(tokens, request.input_length)
-    blocks = [
-        block_token_ids(seed, h, trace_block, space)
-        for h in request.hash_ids[: -(-need // trace_block)]
-    ]
-    head = np.concatenate(blocks)[:need] if blocks else np.zeros(0, dtype=np.int64)
-    return [int(t) for t in head]
+class _PromptTokens:
+    """A trace replay's prompts token by token (``scenarios.traces.prompt_token_ids``' rule:
+    the request's blocks in order, cut to its length), each block drawn once and held as
+    ``cache_aware``'s key of its tokens (one character per token: compact, and what the
+    router's match counts)."""
+
+    def __init__(self, trace_block: int, tokens: TraceTokens) -> None:
+        self.trace_block = trace_block
+        self.space = tokens.space
+        self.seed = trace_block_seed(tokens.seed, tokens.salt)
+        self._blocks: dict[int, str] = {}
+
+    def _block(self, hash_id: int) -> str:
+        found = self._blocks.get(hash_id)
+        if found is None:
+            ids = block_token_ids(self.seed, hash_id, self.trace_block, self.space).tolist()
+            found = self._blocks[hash_id] = cache_key_of_tokens(ids)
+        return found
+
+    def key(self, request: TraceRequest) -> str:
+        """The whole prompt of ``request``, one character per token."""
+        need = request.input_length
+        used = request.hash_ids[: -(-need // self.trace_block)]
+        return "".join(self._block(h) for h in used)[:need]
 
 
 def _replayed(
     request: TraceRequest,
     request_id: str,
-    trace_block: int,
     server_block_tokens: int,
     keys: PrefixKeys,
-    tokens: TraceTokens,
+    prompts: _PromptTokens,
+    salt: str,
 ) -> FleetRequest:
     """One trace request as a replay sends it (see :func:`trace_fleet_requests`)."""
-    seed = trace_block_seed(tokens.seed, tokens.salt)
-    head = _head_tokens(request, trace_block, keys.prefix_tokens, seed, tokens.space)
     cache = CacheRequest(
         request_id=request_id,
-        block_keys=server_block_keys(request, trace_block, server_block_tokens),
+        block_keys=server_block_keys(request, prompts.trace_block, server_block_tokens),
         prompt_tokens=request.input_length,
         output_tokens=request.output_length,
     )
-    header = ("X-Request-Id", trace_request_id(tokens.salt, request.line))
+    header = ("X-Request-Id", trace_request_id(salt, request.line))
     text = routing_text(range(request.input_length))
-    return FleetRequest(cache, keys.of_tokens(head), text, (header,))
+    key = prompts.key(request)
+    head = [ord(c) for c in key[: keys.prefix_tokens]]
+    return FleetRequest(cache, keys.of_tokens(head), text, (header,), key)
 
 
 def trace_fleet_requests(
@@ -142,8 +161,9 @@ def trace_fleet_requests(
     """
     check_model_blocks(trace, server_block_tokens)
     keys, tokens = keys or PrefixKeys(), tokens or TraceTokens()
+    prompts = _PromptTokens(trace.block_tokens, tokens)
     return [
-        _replayed(r, f"line-{r.line}", trace.block_tokens, server_block_tokens, keys, tokens)
+        _replayed(r, f"line-{r.line}", server_block_tokens, keys, prompts, tokens.salt)
         for r in trace.requests
     ]
 
@@ -178,6 +198,7 @@ def workload_fleet_requests(
     (ids ``L{line}``), as :func:`trace_fleet_requests` builds them, with the run's ``seed``
     and the phase's salt (the workload's)."""
     tokens = TraceTokens(seed, workload.salt, space or TokenSpace())
+    prompts = _PromptTokens(workload.block_tokens, tokens)
     out: list[FleetRequest] = []
     for i in indices:
         item = workload.items[i]
@@ -186,7 +207,7 @@ def workload_fleet_requests(
             output_length=item.output_tokens, hash_ids=item.hash_ids,
         )  # fmt: skip
         out.append(
-            _replayed(request, f"L{item.line}", workload.block_tokens, server_block_tokens,
-                      keys or PrefixKeys(), tokens)
+            _replayed(request, f"L{item.line}", server_block_tokens, keys or PrefixKeys(),
+                      prompts, workload.salt)
         )  # fmt: skip
     return out

@@ -130,13 +130,33 @@ def fbi_hash(key: str) -> int:
 
 
 def routing_text(token_ids: Sequence[int] | None = None, text: str | None = None) -> str:
-    """The text vllm-router 0.1.17 routes a completion by: a text prompt as it is; a
-    token-ID prompt as ``token_ids:{count}``: its length only, not its tokens (read from the
-    router's own log, which prints the key it hashed), so every token-ID prompt of one length
-    lands on one worker whatever its content."""
+    """The text vllm-router 0.1.17's ``consistent_hash`` keys a completion by (without a
+    session header): a text prompt as it is; a token-ID prompt as ``token_ids:{count}``: its
+    length only, not its tokens (read from the router's own log, which prints the key it
+    hashed), so every token-ID prompt of one length lands on one worker whatever its
+    content. (``cache_aware`` keys its tree otherwise: :func:`cache_key_of_tokens`.)"""
     if text is not None:
         return text
     return f"token_ids:{len(token_ids or ())}"
+
+
+#: One past the largest token ID :func:`cache_key_of_tokens` can write (Unicode's range).
+_MAX_KEY_TOKEN = 0x110000
+
+
+def cache_key_of_tokens(token_ids: Sequence[int]) -> str:
+    """The key vllm-router 0.1.17's ``cache_aware`` matches a token-ID prompt by, as the
+    fleet model holds it: one character per token (``chr`` of its ID), so a common prefix
+    counts whole tokens, as the router's does (``scenarios.fleet.cache_aware``).
+
+    Raises:
+        ValueError: a token ID outside [0, 0x110000) (no vocabulary comes near).
+    """
+    try:
+        return "".join(map(chr, token_ids))
+    except (ValueError, OverflowError):
+        bad = next(t for t in token_ids if not 0 <= t < _MAX_KEY_TOKEN)
+        raise ValueError(f"token ID {bad} outside [0, {_MAX_KEY_TOKEN})") from None
 
 
 #: Headers that key a request, first found wins (``hash_key.rs``, ``SESSION_HEADER_NAMES``).

@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.routing import HashRing
+from scenarios.fleet.cache_aware import cache_aware_rule
 from scenarios.fleet.model import (
     FLEET_POLICIES,
     FleetOptions,
@@ -137,13 +138,58 @@ def test_kv_aware_bracket_on_abab() -> None:
     assert p.high.hit_rate == pytest.approx(16 / 36)
 
 
-def test_cache_aware_sticks_to_the_first_worker_on_similar_texts() -> None:
-    """Routing texts "text A" and "text B" share "text " (5 of 6 characters, > 0.3): after
-    A-1 (trees empty: smallest tree, ties either way) every request follows the best match,
-    the first worker: all four on one replica, which forgets each group: 0 hits either way."""
+def test_cache_aware_places_text_prompts_by_load() -> None:
+    """vllm-router 0.1.17 matches no text prompt to a worker (test_vllm_router_placement), so
+    the model gives text prompts no key and places them by load: one at a time, every load
+    ties at 0 and goes to the first worker (replica 0 with ties low, 1 with ties high), all
+    four on one replica, which forgets each group: 0 hits either way."""
     p = predict_fleet(abab(), 2, 3, 4, ["vllm-router:cache_aware"]).policies[0]
-    assert set(p.low.placement) == {0} or set(p.low.placement) == {1}
+    assert (p.low.placement, p.high.placement) in (((0,) * 4, (1,) * 4), ((1,) * 4, (0,) * 4))
     assert (p.low.hit_rate, p.high.hit_rate) == (0.0, 0.0)
+
+
+def _tokens(name: str, key: str) -> FleetRequest:
+    """A token-ID request with ``cache_aware`` key ``key`` (its cache blocks do not matter
+    here: one per 16 tokens, so none)."""
+    return FleetRequest(CacheRequest(name, (), len(key), 1), None, "", (), key)
+
+
+def test_cache_aware_matches_whole_tokens_above_three_tenths() -> None:
+    """Keys of 10 tokens (one character each). x starts alone: no tree, loads [0, 0]: the
+    least-loaded tie goes to replica 0. y starts while x runs: no match, loads [1, 0]: replica
+    1. Both end. Then one at a time: y4 shares 4 of y's 10 tokens (0.4 > 0.3): y's replica 1,
+    though the loads tie; y3 shares 3 of 10 (0.3, not above): by load, the tie: replica 0;
+    a 9-token prompt sharing y's first 3 (0.33 > 0.3) now matches 3 on both replicas (y3
+    took them to replica 0): a tie of matches, to replica 0. With ties to the higher index
+    every choice mirrors: (1, 0, 0, 1, 1)."""
+    y = "yyyyyyyyyy"
+    requests = [
+        _tokens("x", "xxxxxxxxxx"),
+        _tokens("y", y),
+        _tokens("y4", y[:4] + "abcdef"),
+        _tokens("y3", y[:3] + "ghijklm"),
+        _tokens("y3of9", y[:3] + "nopqrs"),
+    ]
+    events = [("start", 0), ("start", 1), ("end", 0), ("end", 1)]
+    for i in (2, 3, 4):
+        events += [("start", i), ("end", i)]
+    low = simulate(requests, 2, None, 16, cache_aware_rule(False), events)
+    high = simulate(requests, 2, None, 16, cache_aware_rule(True), events)
+    assert low.placement == (0, 1, 1, 0, 0)
+    assert high.placement == (1, 0, 0, 1, 1)
+
+
+def test_cache_aware_goes_by_load_when_imbalanced() -> None:
+    """With the balance thresholds at 0 and 1.5: x starts on replica 0 (loads [0, 0], the
+    tie), y on replica 1 (loads [1, 0]: imbalanced, 1 − 0 > 0 and 1 > 1.5 × 0, so the least
+    loaded); a second y while both run goes to y's replica 1 (loads [1, 1] are balanced and
+    it matches); a third y finds loads [1, 2]: 2 − 1 > 0 and 2 > 1.5 × 1, so the least-loaded
+    replica 0 takes it although replica 1 matches it whole."""
+    requests = [_tokens(n, k) for n, k in (("x", "xxxx"), ("y", "yyyy"), ("y2", "yyyy"),
+                                           ("y3", "yyyy"))]  # fmt: skip
+    events = [("start", i) for i in range(4)] + [("end", i) for i in range(4)]
+    rule = cache_aware_rule(False, balance_abs=0, balance_rel=1.5)
+    assert simulate(requests, 2, None, 16, rule, events).placement == (0, 1, 1, 0)
 
 
 def test_the_gateway_rule_is_the_gateways_router() -> None:
@@ -164,7 +210,13 @@ def test_token_requests_key_blocks_by_content() -> None:
     assert len(a.cache.block_keys) == 2
     assert content_block_keys(range(8), 4) == a.cache.block_keys
     assert a.router_text == "token_ids:10"
+    assert a.cache_key == "".join(map(chr, range(10)))  # one character per token
     assert a.headers == (("X-Request-Id", "a"),)  # what the load generator sends
+
+
+def test_a_token_id_beyond_unicode_is_named() -> None:
+    with pytest.raises(ValueError, match="token ID 1114112 outside"):
+        token_fleet_request("a", [1, 0x110000], 1, 4)
 
 
 def test_bad_policies_are_named() -> None:

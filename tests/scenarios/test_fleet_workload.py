@@ -10,7 +10,14 @@ requests one after another, derived by hand:
   here, 130 blocks + the running request's own block ≤ 145), so every request after its
   group's first (70 of 105) hits the group's 5 blocks: 70 × 640 ÷ (105 × 704) = 0.60606;
 - one cache of 290 blocks (pooled) holds everything: the same 0.60606; one replica alone
-  (single) sees every group cyclically: 0.
+  (single) sees every group cyclically: 0;
+- vllm-router's ``cache_aware`` keys a request by its tokens; its group's 640 of 704 (0.91)
+  match the worker that served the group, a new group matches nothing (0.3 or less) and goes
+  to the least-loaded worker. One at a time every load ties at 0, so every group goes to the
+  router's first worker, which cannot hold them: 0. Two at a time (a closed loop of 2),
+  request k ≥ 2 of the first round starts while k − 1 runs: the other replica, k mod 2;
+  later rounds follow their group. Even groups (18, 90 blocks) on one replica, odd ones (17,
+  85 blocks) on the other: both fit, and every repeat hits: 0.60606 again, 54 / 51 requests.
 """
 
 from __future__ import annotations
@@ -74,3 +81,18 @@ def test_round_robin_thrashes_and_prefix_hash_keeps_every_group_warm() -> None:
     assert rr.requests_per_replica() == [53, 52]
     ph = next(p for p in model.policies if p.policy == "prefix-hash").low
     assert max(ph.requests_per_replica()) <= 26 * 3  # no replica holds more than 26 groups
+
+
+def test_cache_aware_keeps_groups_apart_only_when_requests_overlap() -> None:
+    capacity = capacity_blocks_for_tokens(ONE_GIB_TOKENS, 128)
+    requests = trace_fleet_requests(workload.fleet_workload_trace(), 128)
+    policy = ["vllm-router:cache_aware"]
+    alone = predict_fleet(requests, 2, capacity, 128, policy, closed_loop_events(105, 1))
+    ca = alone.policies[0]
+    assert (ca.low.hit_rate, ca.high.hit_rate) == (0.0, 0.0)
+    assert sorted(ca.low.requests_per_replica()) == [0, 105]
+    pairs = predict_fleet(requests, 2, capacity, 128, policy, closed_loop_events(105, 2))
+    ca = pairs.policies[0]
+    assert ca.low.hit_rate == ca.high.hit_rate == pytest.approx(70 * 640 / (105 * 704))
+    assert ca.low.requests_per_replica() == [54, 51]
+    assert ca.high.requests_per_replica() == [51, 54]  # ties the other way: the mirror

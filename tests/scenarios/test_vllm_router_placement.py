@@ -1,14 +1,15 @@
 """vllm-router's placement as the fleet model ports it, checked against the installed router
 itself (``make proxies``): requests sent through a real ``vllm-router`` to two recording fake
-upstreams land where :mod:`scenarios.fleet.vllm_router_hash` and
-:func:`scenarios.fleet.rules.vllm_round_robin_rule` say. Skipped, saying so, when the router
-is not installed.
+upstreams land where :mod:`scenarios.fleet.vllm_router_hash`,
+:func:`scenarios.fleet.rules.vllm_round_robin_rule` and :mod:`scenarios.fleet.cache_aware`
+say. Skipped, saying so, when the router is not installed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import random
 import subprocess
@@ -106,3 +107,58 @@ async def test_round_robin_alternates(tmp_path: Path) -> None:
     ):
         got = [await landed(url, [a, b], body, {}) for _ in range(6)]
     assert got in ([0, 1, 0, 1, 0, 1], [1, 0, 1, 0, 1, 0])
+
+
+async def test_cache_aware_matches_whole_tokens_of_token_prompts(tmp_path: Path) -> None:
+    """``--policy cache_aware`` on token-ID prompts, as :mod:`scenarios.fleet.cache_aware`
+    models it. Each probe first puts a fresh 100-token prompt x on the router's second
+    worker: a filler request held 0.5 s on the first (idle workers tie, and the tie goes to
+    the first), then x, which matches nothing, goes to the least loaded. Then, idle, a probe
+    sharing a prefix with x goes to x's worker exactly when the shared whole tokens are more
+    than 0.3 of the probe's: 31 of 100 yes, 30 no, whether the tokens have 1 or 5 digits (so
+    tokens, not characters, are counted), and a 32nd token that extends x's by a digit adds
+    nothing. An identical text prompt never follows its twin: text is placed by load."""
+    rng = random.Random(11)
+    marks = itertools.count()
+
+    def big(n: int) -> list[int]:  # 5-digit token IDs
+        return [rng.randrange(10_000, 30_000) for _ in range(n)]
+
+    def small(n: int) -> list[int]:  # 1-digit token IDs
+        return [rng.randrange(0, 10) for _ in range(n)]
+
+    async with fake_upstream().serve() as a, fake_upstream().serve() as b:
+        fakes = [a, b]
+
+        async def send(url: str, prompt: object, hold_s: float = 0.0) -> int:
+            mark = next(marks)
+            body = {"model": "m", "prompt": prompt, "max_tokens": 1, "stream": False,
+                    "fake_delay_s": hold_s, "probe_mark": mark}  # fmt: skip
+            async with (
+                aiohttp.ClientSession() as session,
+                session.post(url + "/v1/completions", json=body) as r,
+            ):
+                assert r.status == 200, await r.text()
+                await r.read()
+            got = [i for i, f in enumerate(fakes)
+                   if any((s.body or {}).get("probe_mark") == mark for s in f.seen)]  # fmt: skip
+            assert len(got) == 1, got
+            return got[0]
+
+        async def follows(url: str, x: object, probe: object) -> bool:
+            filler = asyncio.create_task(send(url, big(20), hold_s=0.5))
+            await asyncio.sleep(0.2)
+            second = await send(url, x)
+            assert second != await filler
+            return await send(url, probe) == second
+
+        async with router("cache_aware", [a.url, b.url], tmp_path / "router.log") as url:
+            for tokens in (small, big):
+                x = tokens(31) + big(69)
+                assert await follows(url, x, x[:31] + tokens(69))
+                x = tokens(30) + big(70)
+                assert not await follows(url, x, x[:30] + tokens(70))
+            x = big(100)
+            assert not await follows(url, x, [*x[:30], x[30] * 10 + 7, *big(69)])
+            text = "".join(rng.choice("abcdefgh") for _ in range(200))
+            assert not await follows(url, text, text)
