@@ -38,17 +38,25 @@ VLLM_ROUTER_POLICIES = (
 )
 #: Every policy the model predicts, as ``--routing`` names them.
 FLEET_POLICIES = GATEWAY_POLICIES + tuple(f"vllm-router:{p}" for p in VLLM_ROUTER_POLICIES)
-#: Seeded draws of vllm-router's random policies.
-DRAWS = 16
+#: Seeded draws of vllm-router's random policies. The router's own run is one more draw of
+#: the same rule; if its choices are uniform and independent, as the model's are, it falls
+#: outside the range of n others (below their lowest or above their highest) with
+#: probability 2 / (n + 1) (its rank among n + 1 exchangeable draws is uniform): 1 % here.
+DRAWS = 199
+#: The chance that the router's run falls inside the range of :data:`DRAWS` draws.
+DRAW_COVERAGE = (DRAWS - 1) / (DRAWS + 1)
+
+_DRAWN = (
+    f"lowest and highest of {DRAWS} seeded draws (the router draws unseeded; one more draw "
+    f"falls inside their range with probability {DRAW_COVERAGE:.0%})"
+)
 
 #: Why each bracketed policy's low and high replays bound it.
 BRACKETS = {
-    "vllm-router:random": f"lowest and highest of {DRAWS} seeded draws of its uniform choice "
-    "(the router draws unseeded)",
-    "vllm-router:power_of_two": f"lowest and highest of {DRAWS} seeded draws of its two "
-    "candidates (the router draws unseeded)",
-    "vllm-router:cache_aware": "its approximate-tree rule replayed with ties to the lower and "
-    "to the higher index (the router's tie order is unknown)",
+    "vllm-router:random": f"its uniform choice: {_DRAWN}",
+    "vllm-router:power_of_two": f"its two random candidates: {_DRAWN}",
+    "vllm-router:cache_aware": "its prefix-tree rule replayed with ties to the lower and to the "
+    "higher index (which worker the router lists first is not known)",
     "vllm-router:kv_aware": "low: least-loaded (its load term deciding every request); high: "
     "an oracle sending each request where most of its prefix is cached now (its KV events "
     "telling it exactly, without lag)",

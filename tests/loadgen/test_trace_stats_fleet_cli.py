@@ -68,7 +68,8 @@ def test_fleet_text_names_bounds_and_brackets(abab: Path) -> None:
     code, out = run(str(abab), *ARGS, "--replicas", "2", "--routing", "vllm-router:random")
     assert code == 0, out
     assert "bound: pooled (one N × C cache)" in out and "44.44%" in out
-    assert "vllm-router:random: lowest and highest of 16 seeded draws" in out
+    assert "vllm-router:random: its uniform choice: lowest and highest of 199 seeded" in out
+    assert "with probability 99%" in out  # 198 / 200: one more draw inside the range
 
 
 @pytest.mark.parametrize(
