@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from loadgen.placement import NO_FREE_CORE
 from loadgen.runformat import PhaseRow, RequestRecord
 
 #: Loop lag p99 above which a phase's client timings are flagged (ms).
@@ -91,3 +92,21 @@ def warnings(
                 "up to an inter-token gap, so the ITL tail is its lateness"
             )
     return out
+
+
+def no_core_for_the_client(client: Sequence[dict[str, object] | None]) -> str | None:
+    """Why the load generator had no core of its own, from a case's recorded placements
+    (``CaseSummary.client``, ``loadgen.placement.AppliedPlacement`` as dicts), else ``None``.
+
+    It had none when a sending thread ran at normal priority because the case's servers
+    compute on every core it may use (:data:`loadgen.placement.NO_FREE_CORE`: a fleet of as
+    many replicas as the machine has cores, each computing on its own). Its timers then wait
+    their turn behind the engines' busy cores, so its sends go out late however it is written:
+    a limit of the machine, not a fault of the client."""
+    for placement in client:
+        if placement is None or str(placement.get("policy", "")).startswith("SCHED_FIFO"):
+            continue
+        reason = str(placement.get("reason") or "")
+        if NO_FREE_CORE in reason:
+            return reason
+    return None

@@ -33,6 +33,9 @@ from scenarios.plan import ClientPriority
 from server.cpus import ServerHost
 from server.process import thread_ids
 
+#: The reason :func:`choose_placement` gives when the servers of this host compute on every
+#: core the load generator may use (the analysis recognises it: a machine limit).
+NO_FREE_CORE = "the server computes on every core this process may use"
 #: The lowest real-time priority: above every normal task, below the kernel's own.
 REALTIME_PRIORITY = 1
 #: The interpreter's GIL switch interval while the sending thread is real-time (s; Python's
@@ -117,7 +120,7 @@ def choose_placement(
                 f"real-time on core(s) {_cores(free)}; the server computes on "
                 f"core(s) {_cores(server_cpus)}",
             )
-        why = f"the server computes on every core this process may use ({_cores(available)})"
+        why = f"{NO_FREE_CORE} ({_cores(available)})"
     else:
         why = (
             "the server runs here, but no thread of it is bound to fewer cores than its "
