@@ -34,7 +34,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
 from analysis.fleet import FleetData, FleetFunnel, fleet_funnel, load_fleet
-from analysis.fleet_capacity import FleetCapacity, fit_service_cost, fleet_capacity
+from analysis.fleet_capacity import FleetCapacity
 from analysis.fleet_faults import KillFigures, kill_figures
 from analysis.fleet_kv import ReplicaKv, fleet_kv_comparison
 from analysis.fleet_latency import RouterLatency, case_router_latency
@@ -50,10 +50,9 @@ from analysis.goodput import (
 from analysis.latency import request_frame
 from analysis.load import CaseData, RunData
 from analysis.models import CaseSummary, PhaseSummary, Stats
-from loadgen.case.fleet import routing_name
+from analysis.reports.trace_replay.capacity import Brackets, run_fleet_capacity
 from loadgen.measure import Window
 from scenarios.arrivals import TraceArrival
-from scenarios.fleet.model import GATEWAY_POLICIES
 from scenarios.fleet.requests import workload_fleet_requests
 from scenarios.plan import PhaseSpec, Plan
 from scenarios.prefix_cache_model import (
@@ -509,40 +508,16 @@ def _kill(cdir: Path, case: CaseData, phases: tuple[PhaseSpec, ...]) -> KillFigu
     return kill_figures(cdir, planned, [r for r in case.records if r.phase == spec.name])
 
 
-#: Most requests in a slice for which the report works out the fleet capacity answer (it
-#: replays the fleet model per policy for every N up to ``MAX_FLEET``).
-CAPACITY_MAX_REQUESTS = 2000
-
-
-def _fleet_capacity(run: RunData, figures: dict[str, CaseFigures]) -> FleetCapacity | None:
-    """The fleet capacity answer (``analysis.fleet_capacity``) for the run's policies (the
-    gateway's three for a run without a router), fitted on every case's requests; ``None``
-    without capacity numbers, a cost fit or a trace phase, or above
-    :data:`CAPACITY_MAX_REQUESTS`."""
-    plan = run.plan
-    phase = next((p for p in plan.phases if isinstance(p.workload, TracePrompts)), None)
+def _sizing(figures: dict[str, CaseFigures]) -> tuple[int, int] | None:
+    """(usable blocks, block tokens) of the first case that knows them."""
     sized = next((c for c in figures.values() if c.capacity_blocks and c.block_size), None)
-    if phase is None or sized is None or not isinstance(phase.arrival, TraceArrival):
-        return None
-    workload = phase.workload
-    assert isinstance(workload, TracePrompts) and sized.capacity_blocks and sized.block_size
-    offsets = [o for o, f in zip(phase.arrival.offsets_ms, phase.arrival.follows, strict=True)
-               if f is None and o is not None]  # fmt: skip
-    if len(workload.items) > CAPACITY_MAX_REQUESTS or len(offsets) < 2:
-        return None
-    frames = [request_frame(c.records) for c in run.cases]
-    cost = fit_service_cost(pd.concat([f for f in frames if not f.empty] or [pd.DataFrame()]))
-    if cost is None:
-        return None
-    requests = workload_fleet_requests(workload, range(len(workload.items)), plan.seed,
-                                       sized.block_size, space=plan.tokens)  # fmt: skip
-    routed = [routing_name(c) for c in plan.cases]
-    policies = [r for r in routed if r is not None] or list(GATEWAY_POLICIES)
-    target = plan.params.get("target_speedup")
-    return fleet_capacity(
-        requests, policies, sized.capacity_blocks, sized.block_size, cost,
-        (max(offsets) - min(offsets)) / 1e3, None if target is None else float(target),  # type: ignore[arg-type]
-    )  # fmt: skip
+    return None if sized is None else (sized.capacity_blocks or 0, sized.block_size or 0)
+
+
+def _brackets(figures: dict[str, CaseFigures]) -> Brackets:
+    """Per case, its measured bracket of the sustainable speedup and the interpolation."""
+    return {name: (c.answer.lower_speedup, c.answer.upper_speedup, c.answer.sustainable_speedup)
+            for name, c in figures.items()}  # fmt: skip
 
 
 def trace_details(run: RunData, cases: dict[str, CaseSummary]) -> TraceReplayDetails:
@@ -564,5 +539,5 @@ def trace_details(run: RunData, cases: dict[str, CaseSummary]) -> TraceReplayDet
         slo_ms=slo.given(),
         hit_rate_tolerance=float(plan.params["hit_rate_tolerance"]),  # type: ignore[arg-type]
         cases=figures,
-        fleet_capacity=_fleet_capacity(run, figures),
+        fleet_capacity=run_fleet_capacity(run, _sizing(figures), _brackets(figures), slo),
     )

@@ -3,6 +3,7 @@ latency, goodput and server state, and the capacity answer."""
 
 from __future__ import annotations
 
+from analysis.fleet_capacity import FleetCapacity
 from analysis.fleet_latency import latency_lines
 from analysis.markdown import f, pct, table
 from analysis.reports.trace_replay.details import CaseFigures, TraceReplayDetails
@@ -168,32 +169,87 @@ def case_lines(c: CaseFigures) -> list[str]:
 
 
 def fleet_capacity_lines(d: TraceReplayDetails) -> list[str]:
-    """The fleet capacity answer (``analysis.fleet_capacity``): the cost fitted, then per
-    policy the predicted hit rate and sustainable speedup at each N."""
+    """The fleet capacity answer (``analysis.fleet_capacity``): the cost fitted, per policy
+    the predicted hit rate and sustainable speedup at each N, then the prediction beside each
+    case's measurement."""
     fc = d.fleet_capacity
     if fc is None:
         return []
     c = fc.cost
     ns = [p.replicas for p in fc.policies[0].points] if fc.policies else []
     rows = [
-        [a.policy, *(f"{f(p.hit_rate, 3)} / {f(p.sustainable_speedup, 2)}×" for p in a.points),
-         f(a.replicas_needed)]
+        [a.policy, *(f"{f(p.hit_rate, 3)} / "
+                     f"{_range(p.sustainable_speedup, p.sustainable_speedup_batched, 2)}"
+                     for p in a.points),
+         f"{f(a.replicas_needed)} ({f(a.replicas_needed_batched)})"]
         for a in fc.policies
     ]  # fmt: skip
+    slo = ", ".join(f"{k} ≤ {v:g} ms" for k, v in fc.slo_ms.items()) or "none"
     return [
         "## Fleet capacity (predicted)",
         "",
-        f"A request costs its replica {c.overhead_s:.4f} s + {c.prefill_s_per_token * 1e3:.4f} "
-        f"ms per uncached prompt token + {c.decode_s_per_token * 1e3:.2f} ms per output token "
-        f"after the first (TTFT fitted on uncached tokens and the median TPOT, over "
-        f"{c.requests} successful requests of the run); busy time of the busiest replica per "
-        f"pass of the slice ({fc.span_s:.1f} s at speedup 1) from the fleet model's placement "
-        "and hits, requests one after another; sustainable speedup = span ÷ that busy time "
-        "(docs/fleet.md). Each cell: predicted fleet hit rate / sustainable speedup.",
+        f"A request costs its replica, unqueued, {c.overhead_s:.4f} s + "
+        f"{c.prefill_s_per_token * 1e3:.4f} ms per uncached prompt token to its first token, "
+        f"then {c.decode_s_per_token * 1e3:.2f} ms per output token (fitted on the "
+        f"{c.requests} successful requests of the run sent while their replica had no other "
+        "request in flight); it keeps its replica busy that long (serial), or only "
+        f"{c.prefill_s_per_token * 1e3:.4f} ms per uncached prompt and output token when its "
+        "overhead and decode steps are shared with requests batched beside it (batched). The "
+        "fleet model places the slice's requests and gives their hits "
+        "(one after another, file order); each replica then serves its requests first come "
+        f"first served at the trace's arrivals sped up X times (span {fc.span_s:.1f} s at "
+        f"speedup 1), and the sustainable speedup is the highest X whose predicted attainment "
+        f"≥ {fc.attainment:g} (SLOs: {slo}), at most the X at which the busiest replica is "
+        "never idle (utilisation 1) (docs/fleet.md). Each cell: predicted fleet hit "
+        "rate / sustainable speedup serial–batched; replicas for the target serial (batched). "
+        "A larger N can sustain less when its hit rate is lower: "
+        "the answer is the smallest N that meets the target.",
         "",
         table(["policy", *(f"N={n}" for n in ns), "replicas for target"], rows),
         "",
         f"Fleet capacity answer: {fc.text}.",
+        "",
+        *capacity_check_lines(fc),
+    ]
+
+
+def _range(low: float, high: float, digits: int) -> str:
+    """``low–high×`` (one figure when they agree at ``digits``)."""
+    a, b = f(low, digits), f(high, digits)
+    return f"{a}×" if a == b else f"{a}–{b}×"
+
+
+CHECK_HEADERS = ["case", "policy", "N", "hit (model)", "predicted", "utilisation (serial)",
+                 "measured bracket", "interpolated", "pred ÷ interp", "within"]  # fmt: skip
+
+
+def capacity_check_lines(fc: FleetCapacity) -> list[str]:
+    """The prediction at each case's N and policy beside its measured sustainable speedup."""
+    if not fc.checks:
+        return []
+    rows = []
+    for k in fc.checks:
+        m = k.measured
+        bracket = f"[{f(m.lower_speedup, 3) if m.lower_speedup is not None else '0'}, " + (
+            f"{f(m.upper_speedup, 3)})" if m.upper_speedup is not None else "∞)"
+        )
+        rows.append([
+            m.case, m.policy or "one server", str(m.replicas), f(k.hit_rate, 3),
+            _range(k.predicted, k.predicted_batched, 3), f(k.utilisation, 2), bracket,
+            f(m.interpolated, 3), f(k.ratio, 2), "yes" if k.within else "no",
+        ])  # fmt: skip
+    inside = sum(k.within for k in fc.checks)
+    return [
+        "Predicted against measured: within when the predicted range (serial–batched) meets "
+        "the measured bracket [highest speedup that met the target, next speedup measured, "
+        "which did not): the tolerance is the measurement's own resolution. The interpolation "
+        "between the two assumes attainment falls linearly, so predicted (serial) ÷ "
+        "interpolated is shown, not judged. Utilisation: the busiest replica's serial busy "
+        "time ÷ the slice's span at the serial speedup.",
+        "",
+        table(CHECK_HEADERS, rows),
+        "",
+        f"{inside} of {len(fc.checks)} case(s) predicted within their measured bracket.",
         "",
     ]
 
