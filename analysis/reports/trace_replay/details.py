@@ -10,9 +10,11 @@ Definitions (the report prints them):
   requests (their prompts' server blocks, ``server_block_keys``), with the case's real
   capacity (``num_gpu_blocks − 1`` usable blocks, ``usable_blocks``) and block size, in the
   order of the records' events: ``start`` at a request's ``sent_ns``, ``end`` at its
-  ``end_ns`` (an end before a start at the same ns). **Maximum hit rate**: the same with an
-  unbounded cache (nothing evicted). **Sequential**: the real capacity, each request ending
-  before the next starts (no concurrency), shown to tell what concurrency cost.
+  ``end_ns`` (an end before a start at the same ns); when that order over-commits the pool,
+  ``start`` at its first token instead (vLLM kept requests waiting; :func:`phase_predictions`).
+  **Maximum hit rate**: the same with an unbounded cache (nothing evicted). **Sequential**:
+  the real capacity, each request ending before the next starts (no concurrency), shown to
+  tell what concurrency cost.
 - **Scheduled rate** = (n − 1) ÷ ((last − first offset) ÷ speedup) over the timed requests (a
   session's later turns have no fixed time); **achieved rate** = (sent − 1) ÷ (last − first
   send) over the same requests; rate error = achieved ÷ scheduled − 1.
@@ -27,6 +29,7 @@ Definitions (the report prints them):
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -208,11 +211,16 @@ def cache_requests(workload: TracePrompts, indices: list[int], block: int) -> li
     return out
 
 
-def measured_events(sent: pd.DataFrame) -> list[tuple[str, int]]:
-    """(kind, position) events of the sent rows, in time order: ``start`` at ``sent_ns``,
-    ``end`` at ``end_ns`` (``sent_ns`` when missing); at the same ns an end comes first."""
+def measured_events(sent: pd.DataFrame, at_first_token: bool = False) -> list[tuple[str, int]]:
+    """(kind, position) events of the sent rows, in time order: ``start`` at ``sent_ns`` (or,
+    ``at_first_token``, at the first token's arrival where there is one), ``end`` at
+    ``end_ns`` (the start when missing); at the same ns an end comes first."""
+    starts = list(sent["sent_ns"])
+    if at_first_token:
+        starts = [c[0] if isinstance(c, list) and c else s
+                  for c, s in zip(sent["chunk_ns"], starts, strict=True)]  # fmt: skip
     stamped: list[tuple[int, int, str, int]] = []
-    for k, (s, e) in enumerate(zip(sent["sent_ns"], sent["end_ns"], strict=True)):
+    for k, (s, e) in enumerate(zip(starts, sent["end_ns"], strict=True)):
         start = int(s)
         end = start if e is None or (isinstance(e, float) and math.isnan(e)) else int(e)
         stamped.append((start, 1, "start", k))
@@ -221,11 +229,18 @@ def measured_events(sent: pd.DataFrame) -> list[tuple[str, int]]:
     return [(kind, k) for _, _, kind, k in stamped]
 
 
-def _predictions(
-    spec: PhaseSpec, rows: pd.DataFrame, capacity_blocks: int | None, block: int | None
+def phase_predictions(
+    workload: object, rows: pd.DataFrame, capacity_blocks: int | None, block: int | None
 ) -> tuple[Prediction, Prediction, Prediction, pd.DataFrame] | None:
-    """(predicted, maximum, sequential, sent rows in order) or ``None`` without the numbers."""
-    workload = spec.workload
+    """(predicted, maximum, sequential, sent rows in order) for a phase's ``workload`` (a
+    :class:`TracePrompts`; anything else has no prediction) and its request ``rows``, or
+    ``None`` without the numbers.
+
+    Predicted and maximum replay the records' order with each request admitted when sent,
+    unless that over-commits the pool (a request would start with blocks the pool could not
+    give): then vLLM must have kept requests waiting, and admitted each no later than its
+    first token, so every request is admitted at its first token instead (the short count
+    stays the send order's, to say why)."""
     if not isinstance(workload, TracePrompts) or block is None or capacity_blocks is None:
         return None
     sent = rows[rows["sent_ns"].notna()].sort_values("index")
@@ -233,8 +248,13 @@ def _predictions(
         return None
     requests = cache_requests(workload, [int(i) for i in sent["index"]], block)
     events = measured_events(sent)
+    predicted = predict_hits(requests, capacity_blocks, block, events)
+    if predicted.short_requests and "chunk_ns" in sent:
+        events = measured_events(sent, at_first_token=True)
+        admitted = predict_hits(requests, capacity_blocks, block, events)
+        predicted = replace(admitted, lent_blocks=predicted.lent_blocks)
     return (
-        predict_hits(requests, capacity_blocks, block, events),
+        predicted,
         predict_hits(requests, None, block, events),
         predict_hits(requests, capacity_blocks, block, None),
         sent,
@@ -344,7 +364,9 @@ def _phase(
     measured = _ratio(hits, queries)
     predicted = maximum = sequential = None
     matching = None
-    predictions = _predictions(spec, rows, capacity_blocks, block) if not rows.empty else None
+    predictions = (
+        phase_predictions(spec.workload, rows, capacity_blocks, block) if not rows.empty else None
+    )
     if predictions is not None:
         predicted, maximum, sequential, sent = predictions
         cached = [_int(c) for c in sent["cached_tokens"]]

@@ -56,8 +56,9 @@ def hit_rate_verdict(
     )
     if p.predicted_short_requests:
         detail += (
-            f"; {p.predicted_short_requests} request(s) started when the modelled pool was full "
-            "(vLLM queues or preempts those)"
+            f"; {p.predicted_short_requests} request(s) would start when the modelled pool was "
+            "full if admitted when sent: vLLM kept them waiting, so the prediction admits "
+            "every request at its first token"
         )
     return Verdict(case=check.case, check=name, passed=abs(gap) <= check.tolerance, detail=detail)
 
