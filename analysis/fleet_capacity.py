@@ -39,8 +39,8 @@ Every number comes from the run's own files:
    that goes on at that rate.
    S_N(P) is worked out in both regimes: serial the low end, batched the high end.
 4. **The answer**: a target speedup X needs the smallest N ≤ :data:`MAX_FLEET` with
-   S_N(P) ≥ X, in each regime; the policy needing the fewest is named, one for both regimes
-   when one policy is fewest in both, else each regime's (ties: the first asked). S_N(P)
+   S_N(P) ≥ X, in each regime; the policies needing the fewest in both regimes are named (all
+   of them when tied), else each regime's first. S_N(P)
    need not grow with N: the hit rate a policy gets can fall as N grows (round-robin keeps
    each prefix group on one replica only when N divides the groups' rotation; a hash's
    imbalance changes with N), so a larger fleet can sustain less, and the answer is the
@@ -357,8 +357,8 @@ def _count(n: int | None) -> str:
 
 
 def _sentence(answers: Sequence[PolicyCapacity], target: float | None) -> str:
-    """The answer in words: the policy needing the fewest replicas in both regimes, or each
-    regime's when they differ (ties: the first asked)."""
+    """The answer in words: the policies needing the fewest replicas in both regimes (all of
+    them when tied), or each regime's first when no policy is fewest in both."""
     if target is None:
         return "no --target-speedup: the sustainable speedup per N is given, no replica count"
     counts = ", ".join(
@@ -375,8 +375,9 @@ def _sentence(answers: Sequence[PolicyCapacity], target: float | None) -> str:
             and a.replicas_needed_batched == batched]  # fmt: skip
     first_b = next(a for a in answers if a.replicas_needed_batched == batched)
     if both:
-        lead = f"the fewest replicas under {both[0].policy} ({_count(both[0].replicas_needed)}"
-        lead += f" served one at a time, {batched} batched)"
+        names = " and ".join(a.policy for a in both)
+        lead = f"the fewest replicas under {names} ({_count(both[0].replicas_needed)} served "
+        lead += f"one at a time, {batched} batched)"
     elif serial == inf:
         lead = (f"more than {MAX_FLEET} replicas under every policy served one at a time; "
                 f"batched, the fewest under {first_b.policy} ({batched})")  # fmt: skip

@@ -124,6 +124,10 @@ def test_without_slos_a_replica_sustains_until_it_is_never_idle() -> None:
         answer.text
     )
     assert "round-robin 3 (1)" in answer.text
+    # 4.4× (busy ≤ 0.68 s): one replica either way under both, so both are named.
+    tied = fleet_capacity(abba(), ["round-robin", "prefix-hash"], (3, 4), COST, EVERY_SECOND,
+                          (SLOLimits(), 0.9), 4.4)  # fmt: skip
+    assert "under round-robin and prefix-hash (1 served one at a time, 1 batched)" in tied.text
 
 
 def test_the_slo_can_bind_before_the_replica_is_full() -> None:
