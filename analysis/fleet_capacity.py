@@ -375,7 +375,8 @@ def _sentence(answers: Sequence[PolicyCapacity], target: float | None) -> str:
             and a.replicas_needed_batched == batched]  # fmt: skip
     first_b = next(a for a in answers if a.replicas_needed_batched == batched)
     if both:
-        names = " and ".join(a.policy for a in both)
+        tied = [a.policy for a in both]
+        names = tied[0] if len(tied) == 1 else f"{', '.join(tied[:-1])} and {tied[-1]}"
         lead = f"the fewest replicas under {names} ({_count(both[0].replicas_needed)} served "
         lead += f"one at a time, {batched} batched)"
     elif serial == inf:
