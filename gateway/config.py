@@ -124,6 +124,11 @@ class GatewayConfig(BaseModel):
     ``health_check_timeout_s`` bounds the live check of each upstream's ``/health`` that the
     gateway's own ``/health`` makes. ``events_file``, when set, receives one JSON line per
     breaker transition, ``decisions_file`` one per routing decision (:mod:`gateway.events`).
+    ``slowdown`` f ≥ 0 is a delay injector (``gateway.proxy.pace``): with t0 the moment the
+    request went upstream and t_i the arrival of upstream chunk i, chunk i reaches the client
+    at max(previous release, t0 + (1 + f)(t_i − t0)), so TTFT and every inter-token gap are
+    (1 + f)× the upstream's; a non-streamed answer is held f × its upstream time.
+    ``holds_file`` receives one line per slowed request (planned and actual holds).
     ``routing`` is the routing policy (docs/fleet.md): ``least-loaded`` (default),
     ``round-robin`` or ``prefix-hash`` with its load slack ``routing_epsilon`` and the prompt
     prefix its key covers (``routing_prefix_blocks`` blocks of token IDs, or
@@ -162,6 +167,19 @@ class GatewayConfig(BaseModel):
     )
     decisions_file: Path | None = Field(
         default=None, description="File receiving one JSON line per routing decision."
+    )
+    slowdown: float = Field(
+        default=0.0,
+        ge=0,
+        le=10,
+        description="Delay injector (0: off): every answer reaches the client (1 + slowdown) "
+        "times as late as the upstream sent it, counted from the request's send (0.15: TTFT "
+        "and every inter-token gap 1.15 times the upstream's).",
+    )
+    holds_file: Path | None = Field(
+        default=None,
+        description="With --slowdown: file receiving one JSON line per request with its "
+        "planned and actual hold.",
     )
     routing: Literal["least-loaded", "round-robin", "prefix-hash"] = Field(
         default="least-loaded",

@@ -29,7 +29,17 @@ directory), one line per upstream choice, retries included, written as the choic
 ``X-Request-Id`` header (``null`` without one), so the analysis can join a decision to the
 load generator's record of the same request.
 
-The row types, :class:`GatewayEvent` and :class:`RoutingDecisionRow`, are defined here
+A gateway with a delay injector (``--slowdown``, ``gateway.proxy.pace``) writes one line per
+slowed request to its holds file (``gateway_holds.jsonl`` in a run directory) when the
+request's answer has been passed on::
+
+    {"t_ns": 81234567890123, "request_id": "bench-17", "upstream": "http://127.0.0.1:8001",
+     "streamed": true, "slowdown": 0.15, "chunks": 17, "upstream_s": 0.812,
+     "first_planned_s": 0.031, "first_actual_s": 0.032, "last_planned_s": 0.122,
+     "last_actual_s": 0.123}
+
+The row types, :class:`GatewayEvent`, :class:`RoutingDecisionRow` and :class:`HoldRow`, are
+defined here
 because ``gateway`` imports no other project package; ``loadgen.runformat`` re-exports them
 for the readers.
 """
@@ -121,18 +131,49 @@ def decision_row(
     )  # fmt: skip
 
 
+class HoldRow(msgspec.Struct, kw_only=True):
+    """One line of ``gateway_holds.jsonl``: how long the delay injector held one request's
+    answer (``gateway.proxy.pace``; all durations in seconds, on the gateway's monotonic
+    clock).
+
+    Attributes:
+        t_ns: when the answer's last chunk was released (monotonic ns).
+        request_id: the client's ``X-Request-Id`` header, ``None`` without one.
+        upstream: the upstream's URL.
+        streamed: an event stream (held chunk by chunk) or a buffered answer (held once).
+        slowdown: the factor f: a chunk is due at t0 + (1 + f)(t_i − t0).
+        chunks: body chunks released (a buffered answer: 1).
+        upstream_s: from sending the request upstream to its last chunk's arrival.
+        first_planned_s, first_actual_s: the first chunk's hold, planned (due − arrival) and
+            actual (release − arrival).
+        last_planned_s, last_actual_s: the same for the last chunk.
+    """
+
+    t_ns: int
+    request_id: str | None = None
+    upstream: str
+    streamed: bool
+    slowdown: float
+    chunks: int
+    upstream_s: float
+    first_planned_s: float
+    first_actual_s: float
+    last_planned_s: float
+    last_actual_s: float
+
+
 class EventsFile:
     """Appends events to ``path`` (created, empty, at once: an empty file = no transitions)."""
 
     def __init__(self, path: Path) -> None:
         """Raises ``OSError`` when ``path`` cannot be created (reported at start, not later).
         The same class appends the decisions file (:meth:`append` a
-        :class:`RoutingDecisionRow`)."""
+        :class:`RoutingDecisionRow`) and the holds file (a :class:`HoldRow`)."""
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
 
-    def append(self, event: GatewayEvent | RoutingDecisionRow) -> None:
+    def append(self, event: GatewayEvent | RoutingDecisionRow | HoldRow) -> None:
         """Write one line and flush it (``server.net.jsonl.append_lines``); its
         :class:`RunWriteError` is logged (``cannot write PATH: …``), never raised into a
         request: the gateway goes on serving."""

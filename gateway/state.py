@@ -38,6 +38,8 @@ class GatewayState:
     admission: AdmissionController
     events: EventsFile | None = None
     decisions: EventsFile | None = None
+    #: The delay injector's holds file (only with a slowdown, ``gateway.proxy.pace``).
+    holds: EventsFile | None = None
     session: aiohttp.ClientSession | None = None
     #: The client of the live ``/health`` checks of the upstreams (``server.net.health``).
     health_client: httpx.AsyncClient | None = None
@@ -78,7 +80,10 @@ class GatewayState:
         )
         router = Router(pool, PolicyRouting(policy))
         decisions = EventsFile(config.decisions_file) if config.decisions_file else None
-        return cls(config, metrics, pool, router, admission, events, decisions)
+        holds = None
+        if config.holds_file is not None and config.slowdown > 0:
+            holds = EventsFile(config.holds_file)
+        return cls(config, metrics, pool, router, admission, events, decisions, holds=holds)
 
     def client_session(self) -> aiohttp.ClientSession:
         """The upstream client session; only valid while the app runs."""

@@ -1,12 +1,15 @@
 """Relaying an answer that is not an event stream: read it whole, judge it, pass it on.
 
 A buffered answer is judged when its body has arrived whole (idle, total and size limits
-apply while it is read); the rules are :mod:`gateway.outcomes`'s.
+apply while it is read); the rules are :mod:`gateway.outcomes`'s. A gateway with a delay
+injector holds the whole answer f × its upstream time once it has arrived
+(``gateway.proxy.pace``).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 import aiohttp
 from aiohttp import web
@@ -14,6 +17,7 @@ from aiohttp import web
 from gateway.outcomes import Verdict, is_admission_rejection, is_error_body, status_verdict
 from gateway.proxy.client import relayed_headers
 from gateway.proxy.exchange import Exchange
+from gateway.proxy.pace import pacer_for, record_holds
 from gateway.proxy.timeouts import PhaseTimeout
 
 logger = logging.getLogger(__name__)
@@ -39,6 +43,7 @@ async def relay(ex: Exchange) -> web.StreamResponse:
         msg = "the upstream response broke off"
         return ex.fail_before_response("broken_stream", 502, msg, None, abort=False)
     ex.finish_upstream()
+    arrived_s = time.monotonic()
     body = b"".join(chunks)
     headers = relayed_headers(resp, ex.upstream)
     verdict = status_verdict(resp.status)
@@ -53,6 +58,10 @@ async def relay(ex: Exchange) -> web.StreamResponse:
         ex.verdict.no_verdict()
     else:
         ex.verdict.succeed()
+    pacer = pacer_for(ex)
+    if pacer is not None:  # judged on the upstream's answer, then held
+        await pacer.hold(arrived_s)
+        record_holds(ex, pacer, streamed=False)
     return web.Response(
         status=resp.status,
         reason=resp.reason,

@@ -5,7 +5,9 @@ chunk reaches the client a failure is still a plain JSON error; after it, an SSE
 ends the stream (and the upstream connection is closed). The verdict comes when the stream is
 complete at ``data: [DONE]`` or fails (an error event inside it, a break, an end before
 ``[DONE]``), never at the first chunk; the first token is reported on arrival for the
-slow-first-token rule and half-open probes.
+slow-first-token rule and half-open probes. A gateway with a delay injector holds each
+chunk before passing it on (``gateway.proxy.pace``); its verdicts and limits stay the
+upstream's.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from aiohttp import web
 from gateway.outcomes import is_admission_rejection
 from gateway.proxy.client import RelayedStream, relayed_headers
 from gateway.proxy.exchange import Exchange
+from gateway.proxy.pace import Pacer, ReadAhead, pacer_for, record_holds
 from gateway.proxy.timeouts import PhaseTimeout
 from gateway.proxy.verdicts import AttemptVerdict
 from gateway.sse import is_done, is_error_event
@@ -94,11 +97,32 @@ async def relay(ex: Exchange) -> web.StreamResponse:
         status=resp.status, reason=resp.reason, headers=relayed_headers(resp, ex.upstream)
     )
     ex.outcome.status = resp.status
-    await ex.client.prepare(client_resp)
-    return await _pump(ex, watch, first)
+    pacer = pacer_for(ex)
+    ahead = ReadAhead(ex) if pacer is not None else None
+    try:
+        if pacer is not None:
+            await pacer.hold(now_s)
+        await ex.client.prepare(client_resp)
+        return await _pump(ex, watch, first, pacer, ahead)
+    finally:
+        if ahead is not None:
+            ahead.close()
+            record_holds(ex, pacer, streamed=True)
 
 
-async def _pump(ex: Exchange, watch: StreamWatch, first: bytes) -> web.StreamResponse:
+async def _next_chunk(ex: Exchange, pacer: Pacer | None, ahead: ReadAhead | None) -> bytes:
+    """The upstream's next chunk; with a delay injector, once it is due (``b""`` at once)."""
+    if pacer is None or ahead is None:
+        return await ex.read(ex.timeouts.idle_s, "idle")
+    arrived_s, chunk = await ahead.next()
+    if chunk:
+        await pacer.hold(arrived_s)
+    return chunk
+
+
+async def _pump(
+    ex: Exchange, watch: StreamWatch, first: bytes, pacer: Pacer | None, ahead: ReadAhead | None
+) -> web.StreamResponse:
     """Pass chunks on from ``first`` to the stream's end; end it with an SSE error event when
     the upstream times out, breaks off, sends too large an event or ends before ``[DONE]``."""
     client = ex.client
@@ -106,7 +130,7 @@ async def _pump(ex: Exchange, watch: StreamWatch, first: bytes) -> web.StreamRes
     try:
         while chunk:
             await client.write(chunk)
-            chunk = await ex.read(ex.timeouts.idle_s, "idle")
+            chunk = await _next_chunk(ex, pacer, ahead)
             watch.feed(chunk)
             watch.judge()
     except PhaseTimeout as exc:

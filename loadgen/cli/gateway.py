@@ -3,9 +3,9 @@
 The command stays in the ``gateway`` package so the gateway runs alone
 (``python -m gateway.cli``, as ``loadgen.proxies.gateway`` starts it for a case, writing its
 files into the case directory) without the load generator. Mounted here, its output files
-(``--events-file``, ``--decisions-file``, or the same fields of ``--config``) go through the
-check every command's output paths do first (``loadgen.cli.output_paths``): never inside a
-run directory, a place that takes files.
+(``--events-file``, ``--decisions-file``, ``--holds-file``, or the same fields of
+``--config``) go through the check every command's output paths do first
+(``loadgen.cli.output_paths``): never inside a run directory, a place that takes files.
 """
 
 from __future__ import annotations
@@ -20,7 +20,11 @@ from gateway.cli import gateway_command as _gateway_command
 from loadgen.cli.output_paths import check_output_file
 
 #: The gateway's output files: config field → its flag.
-OUTPUT_FIELDS = {"events_file": "--events-file", "decisions_file": "--decisions-file"}
+OUTPUT_FIELDS = {
+    "events_file": "--events-file",
+    "decisions_file": "--decisions-file",
+    "holds_file": "--holds-file",
+}
 
 
 def _checked_serve(**values: Any) -> None:

@@ -1,7 +1,8 @@
 """The project's gateway as a relay: ``python -m gateway.cli`` in its own process.
 
 A separate process, so the proxy's work never runs on the event loop that timestamps tokens;
-its log and its events file (breaker transitions) go to the case directory. It counts as
+its log, its events file (breaker transitions), its routing decisions and, with a delay
+injector (``--slowdown``), its holds go to the case directory. It counts as
 ready when its ``/health`` says 200, which it only does once an upstream really answers its
 own ``/health``.
 """
@@ -16,7 +17,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from loadgen.proxies.relay import Relay, RelayCommand, RelayKind, running_relay
-from loadgen.runformat.layout import GATEWAY_EVENTS_FILE, GATEWAY_LOG, ROUTING_DECISIONS_FILE
+from loadgen.runformat.layout import (
+    GATEWAY_EVENTS_FILE,
+    GATEWAY_HOLDS_FILE,
+    GATEWAY_LOG,
+    ROUTING_DECISIONS_FILE,
+)
 from server.process import free_loopback_port
 
 
@@ -28,12 +34,15 @@ def gateway_command(
     events_path: Path | None = None,
     routing: str | None = None,
     decisions_path: Path | None = None,
+    holds_path: Path | None = None,
     extra_args: Sequence[str] = (),
 ) -> RelayCommand:
     """The gateway on a free loopback port in front of ``upstreams``; ``events_path``
     receives its breaker transitions (``--events-file``), ``routing`` is its policy
     (``--routing``; ``None``: its default), ``decisions_path`` receives its routing decisions
-    (``--decisions-file``), ``extra_args`` go to ``loadgen gateway`` as they are."""
+    (``--decisions-file``), ``holds_path`` the delay injector's holds (``--holds-file``,
+    written only with a ``--slowdown`` among ``extra_args``), ``extra_args`` go to
+    ``loadgen gateway`` as they are."""
     port = free_loopback_port()
     argv = [sys.executable, "-m", "gateway.cli", "--port", str(port)]
     for upstream in upstreams:
@@ -46,6 +55,8 @@ def gateway_command(
         argv += ["--routing", routing]
     if decisions_path is not None:
         argv += ["--decisions-file", str(decisions_path)]
+    if holds_path is not None:
+        argv += ["--holds-file", str(holds_path)]
     argv += list(extra_args)
     # Unbuffered, so the log shows transitions as they happen.
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -71,6 +82,7 @@ class GatewayKind(RelayKind):
             events_path=workdir / GATEWAY_EVENTS_FILE,
             routing=spec.routing,
             decisions_path=workdir / ROUTING_DECISIONS_FILE,
+            holds_path=workdir / GATEWAY_HOLDS_FILE,
             extra_args=spec.extra_args,
         )
 

@@ -26,7 +26,7 @@ here, never from the load generator's internals:
 Field lists with units: ``docs/run-format.md``.
 """
 
-from gateway.events import GatewayEvent, RoutingDecisionRow
+from gateway.events import GatewayEvent, HoldRow, RoutingDecisionRow
 from loadgen.runformat import migrate_v0
 from loadgen.runformat.atomic import RunWriteError
 from loadgen.runformat.errors import UnreadableRun
@@ -63,6 +63,7 @@ __all__ = [
     "FaultRow",
     "FormatVersionError",
     "GatewayEvent",
+    "HoldRow",
     "KvEventRow",
     "Manifest",
     "ManifestFile",

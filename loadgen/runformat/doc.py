@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from gateway.events import GatewayEvent
+from gateway.events import GatewayEvent, HoldRow
 from loadgen.runformat import migrate_v0, rows
 from loadgen.runformat.layout import (
     CASE_FILE,
@@ -24,6 +24,7 @@ from loadgen.runformat.layout import (
     COMPARE_JSON,
     FAULTS_FILE,
     GATEWAY_EVENTS_FILE,
+    GATEWAY_HOLDS_FILE,
     KV_EVENTS_FILE,
     LOOKS_FILE,
     MANIFEST_FILE,
@@ -51,6 +52,7 @@ KINDS: list[tuple[str, type[msgspec.Struct]]] = [
     (f"cases/NAME/{CLOCK_OFFSETS_FILE}", rows.ClockOffsetRow),
     (f"cases/NAME/{FAULTS_FILE}", rows.FaultRow),
     (f"cases/NAME/{GATEWAY_EVENTS_FILE}", GatewayEvent),
+    (f"cases/NAME/{GATEWAY_HOLDS_FILE}", HoldRow),
     (f"cases/NAME/{KV_EVENTS_FILE} (and replicas/K/{KV_EVENTS_FILE})", rows.KvEventRow),
     (f"cases/NAME/{SAMPLES_FILE}", SampleRow),
     (f"cases/NAME/{SCRAPES_FILE}", ScrapeTick),

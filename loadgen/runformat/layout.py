@@ -12,6 +12,7 @@ Every JSON file and JSON line is one row type of :mod:`loadgen.runformat` (named
         gateway.log            the gateway's log (cases sent through the gateway)
         gateway_events.jsonl   the gateway's breaker transitions (GatewayEvent)
         routing_decisions.jsonl  the gateway's routing decisions (RoutingDecisionRow)
+        gateway_holds.jsonl    a gateway delay injector's hold per request (HoldRow)
         faults.jsonl           injected faults: replica killed / restarted (FaultRow)
         requests.jsonl         one record per request (RequestRecord); with several
                                load-generator workers, one file per worker instead:
@@ -96,6 +97,8 @@ SERVER_DIR = "server"
 GATEWAY_LOG = "gateway.log"
 GATEWAY_EVENTS_FILE = "gateway_events.jsonl"
 ROUTING_DECISIONS_FILE = "routing_decisions.jsonl"
+#: The gateway's delay injector's holds, one line per slowed request (``--slowdown`` only).
+GATEWAY_HOLDS_FILE = "gateway_holds.jsonl"
 #: A third-party proxy's config and logs (``loadgen.proxies``): nginx's config, its error log
 #: and its output; vllm-router's output (nginx adds its pid file and temporary directories).
 PROXY_DIR = "proxy"

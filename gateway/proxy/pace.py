@@ -1,0 +1,123 @@
+"""The delay injector (``GatewayConfig.slowdown``): an answer made exactly (1 + f)× slower on
+the client's clock, a known regression to check that a gate catches it.
+
+With t0 the moment the request was sent upstream (``Exchange.started_s``) and t_i the arrival
+of upstream chunk i, chunk i is released to the client at
+
+    r_i = max(r_{i−1}, t0 + (1 + f)(t_i − t0)),
+
+so the first chunk's wait (TTFT) and every gap between chunks are (1 + f)× the upstream's, up
+to the gateway's own overhead (the max only keeps the order when the event loop is late). The
+upstream is read ahead of the client by :class:`ReadAhead`, so a held chunk never delays
+reading, and timestamping, the next one: the arrival times are the upstream's, not the hold's.
+A buffered (non-streamed) answer is one chunk: held f × (t_end − t0) after its body arrived.
+
+Each slowed request's planned and actual holds go to the holds file (``gateway.events.HoldRow``)
+when one is configured. All times are ``time.monotonic()`` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+from gateway.events import HoldRow
+
+if TYPE_CHECKING:
+    from gateway.proxy.exchange import Exchange
+
+
+class Pacer:
+    """Release times of one slowed answer (module docstring) and what its holds were."""
+
+    def __init__(self, slowdown: float, sent_s: float) -> None:
+        """``slowdown``: f ≥ 0; ``sent_s``: t0, when the request went upstream (monotonic s)."""
+        self.slowdown = slowdown
+        self.sent_s = sent_s
+        self.released_s = sent_s
+        self.chunks = 0
+        self.last_arrived_s = sent_s
+        self.first: tuple[float, float] | None = None  # (planned, actual) hold, seconds
+        self.last: tuple[float, float] = (0.0, 0.0)
+
+    def due_s(self, arrived_s: float) -> float:
+        """r_i for a chunk that arrived at ``arrived_s`` (never before the previous release)."""
+        return max(self.released_s, self.sent_s + (1 + self.slowdown) * (arrived_s - self.sent_s))
+
+    async def hold(self, arrived_s: float) -> None:
+        """Sleep until the chunk that arrived at ``arrived_s`` is due, and note its hold."""
+        due_s = self.due_s(arrived_s)
+        self.released_s = due_s
+        wait_s = due_s - time.monotonic()
+        if wait_s > 0:
+            await asyncio.sleep(wait_s)
+        hold = (due_s - arrived_s, time.monotonic() - arrived_s)
+        self.chunks += 1
+        self.last_arrived_s = arrived_s
+        self.first = self.first or hold
+        self.last = hold
+
+    def row(self, upstream: str, request_id: str | None, streamed: bool) -> HoldRow | None:
+        """The holds-file line of this answer (``None`` when no chunk was released)."""
+        if self.first is None:
+            return None
+        return HoldRow(
+            t_ns=time.monotonic_ns(), request_id=request_id, upstream=upstream,
+            streamed=streamed, slowdown=self.slowdown, chunks=self.chunks,
+            upstream_s=round(self.last_arrived_s - self.sent_s, 6),
+            first_planned_s=round(self.first[0], 6), first_actual_s=round(self.first[1], 6),
+            last_planned_s=round(self.last[0], 6), last_actual_s=round(self.last[1], 6),
+        )  # fmt: skip
+
+
+def pacer_for(ex: Exchange) -> Pacer | None:
+    """The pacer of ``ex``'s answer, ``None`` when the gateway injects no delay."""
+    slowdown = ex.state.config.slowdown
+    return Pacer(slowdown, ex.started_s) if slowdown > 0 else None
+
+
+def record_holds(ex: Exchange, pacer: Pacer | None, streamed: bool) -> None:
+    """Append ``pacer``'s hold line to the gateway's holds file, when both exist."""
+    holds = ex.state.holds
+    row = pacer.row(ex.url, ex.request.headers.get("X-Request-Id"), streamed) if pacer else None
+    if holds is not None and row is not None:
+        holds.append(row)
+
+
+class ReadAhead:
+    """Reads ``ex``'s upstream body into a queue as it arrives, each chunk with its arrival
+    time, while the client side holds earlier chunks. A read error or timeout is queued in
+    its place and raised by :meth:`next` after the chunks before it."""
+
+    def __init__(self, ex: Exchange) -> None:
+        self._ex = ex
+        self._queue: asyncio.Queue[tuple[float, bytes] | Exception] = asyncio.Queue()
+        self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        ex = self._ex
+        while True:
+            try:
+                chunk = await ex.read(ex.timeouts.idle_s, "idle")
+            except Exception as exc:  # PhaseTimeout, aiohttp.ClientError: the pump's to judge
+                self._queue.put_nowait(exc)
+                return
+            self._queue.put_nowait((time.monotonic(), chunk))
+            if not chunk:
+                return
+
+    async def next(self) -> tuple[float, bytes]:
+        """(arrival time, chunk) of the next upstream chunk, ``b""`` at the body's end.
+
+        Raises:
+            PhaseTimeout, aiohttp.ClientError: what reading the upstream raised.
+        """
+        item = await self._queue.get()
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    def close(self) -> None:
+        """Stop reading (the exchange ended or the client went away)."""
+        self._task.cancel()

@@ -1,0 +1,122 @@
+"""The delay injector (``--slowdown F``): a streamed answer's TTFT and every inter-token gap
+reach the client (1 + F)× the upstream's, a buffered one is held F × its upstream time, and each
+slowed request's planned and actual hold is written to the holds file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from gateway.app import running_gateway
+from gateway.cli import build_config
+from gateway.proxy.pace import Pacer
+from tests.support.gateway_fakes import fake_upstream, gateway_config
+
+pytestmark = pytest.mark.timeout(30)
+
+STREAM = {"model": "m", "prompt": [1, 2], "max_tokens": 3, "stream": True}
+PLAIN = {"model": "m", "prompt": [1, 2], "max_tokens": 3}
+#: Timing slack (s): the gateway's and the client's own work on a loaded 2-core machine.
+SLACK_S = 0.04
+
+
+def test_release_times_scale_every_arrival_from_the_send() -> None:
+    # t0 = 10 s, f = 0.5: a chunk that arrived 0.2 s after the send is due 0.3 s after it,
+    # one 0.25 s after at 0.375 s: the gap 0.05 s becomes 0.075 s.
+    pacer = Pacer(0.5, 10.0)
+    assert pacer.due_s(10.2) == pytest.approx(10.3)
+    assert pacer.due_s(10.25) == pytest.approx(10.375)
+    assert Pacer(0.0, 10.0).due_s(10.2) == pytest.approx(10.2)
+
+
+def test_slowdown_is_a_flag_from_zero_to_ten() -> None:
+    assert build_config(None, {"upstreams": ["http://127.0.0.1:1"]}).slowdown == 0.0
+    config = build_config(None, {"upstreams": ["http://127.0.0.1:1"], "slowdown": 0.15})
+    assert config.slowdown == 0.15
+    with pytest.raises(Exception, match="slowdown"):
+        build_config(None, {"upstreams": ["http://127.0.0.1:1"], "slowdown": -0.1})
+
+
+async def _token_times(url: str, payload: dict) -> list[float]:
+    """Seconds from the send to each token event the client receives."""
+    started = time.monotonic()
+    times: list[float] = []
+    buffer = b""
+    async with (
+        aiohttp.ClientSession() as client,
+        client.post(url + "/v1/completions", json=payload) as resp,
+    ):
+        async for data in resp.content.iter_any():
+            buffer += data
+            while b"\n\n" in buffer:
+                event, buffer = buffer.split(b"\n\n", 1)
+                if b'"text": "tok' in event or b'"text":"tok' in event:
+                    times.append(time.monotonic() - started)
+    return times
+
+
+@pytest.mark.asyncio
+async def test_a_stream_reaches_the_client_one_and_a_half_times_as_late(tmp_path: Path) -> None:
+    # Upstream: first token 0.3 s after the request, then one every 0.1 s (0.3, 0.4, 0.5 s).
+    # f = 0.5: the client sees them at 1.5 × those, 0.45, 0.6 and 0.75 s: TTFT 0.45 s, gaps
+    # 0.15 s, where the same gateway without a slowdown gives 0.3 s and 0.1 s.
+    holds = tmp_path / "holds.jsonl"
+    fake = fake_upstream(ttft_s=0.3, itl_s=0.1)
+    async with fake.serve():
+        plain = gateway_config(fake.url)
+        async with running_gateway(plain) as url:
+            direct = await _token_times(url, STREAM)
+        slowed = gateway_config(fake.url, slowdown=0.5, holds_file=str(holds))
+        async with running_gateway(slowed) as url:
+            held = await _token_times(url, STREAM)
+    for seen, want in zip(direct, (0.3, 0.4, 0.5), strict=True):
+        assert seen == pytest.approx(want, abs=SLACK_S)
+    for seen, want in zip(held, (0.45, 0.6, 0.75), strict=True):
+        assert seen == pytest.approx(want, abs=SLACK_S)
+    [row] = [json.loads(line) for line in holds.read_text().splitlines()]
+    assert row["streamed"] is True and row["slowdown"] == 0.5
+    # The first chunk arrived ~0.3 s after the send: held 0.15 s; the last data chunk (the
+    # usage trailer and [DONE], right after the third token at ~0.5 s) ~0.25 s.
+    assert row["first_planned_s"] == pytest.approx(0.15, abs=SLACK_S)
+    assert row["last_planned_s"] == pytest.approx(0.25, abs=SLACK_S)
+    assert row["first_actual_s"] - row["first_planned_s"] == pytest.approx(0, abs=0.02)
+    assert row["last_actual_s"] - row["last_planned_s"] == pytest.approx(0, abs=0.02)
+    assert row["last_planned_s"] == pytest.approx(0.5 * row["upstream_s"], abs=1e-3)
+
+
+@pytest.mark.asyncio
+async def test_a_buffered_answer_is_held_once_by_the_fraction_of_its_upstream_time(
+    tmp_path: Path,
+) -> None:
+    # The whole answer after 0.4 s upstream; f = 0.25 holds it 0.1 s more: 0.5 s at the client.
+    holds = tmp_path / "holds.jsonl"
+    fake = fake_upstream(ttft_s=0.4)
+    async with fake.serve():
+        config = gateway_config(fake.url, slowdown=0.25, holds_file=str(holds))
+        async with running_gateway(config) as url, aiohttp.ClientSession() as client:
+            started = time.monotonic()
+            async with client.post(url + "/v1/completions", json=PLAIN) as resp:
+                await resp.read()
+            elapsed_s = time.monotonic() - started
+    assert resp.status == 200
+    assert elapsed_s == pytest.approx(0.5, abs=SLACK_S)
+    [row] = [json.loads(line) for line in holds.read_text().splitlines()]
+    assert (row["streamed"], row["chunks"]) == (False, 1)
+    assert row["first_planned_s"] == pytest.approx(0.1, abs=SLACK_S)
+
+
+@pytest.mark.asyncio
+async def test_without_a_slowdown_no_holds_file_is_written(tmp_path: Path) -> None:
+    holds = tmp_path / "holds.jsonl"
+    fake = fake_upstream()
+    async with fake.serve():
+        config = gateway_config(fake.url, holds_file=str(holds))
+        async with running_gateway(config) as url:
+            assert await _token_times(url, STREAM)
+    await asyncio.sleep(0)
+    assert not holds.exists()
