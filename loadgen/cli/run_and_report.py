@@ -20,6 +20,8 @@ from server.net.errors import describe_exception
 from server.net.exit_codes import RunExit
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from rich.console import Console
 
     from analysis.report import Report
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from loadgen.runformat import RunWriteError
     from loadgen.workers.process import WorkersConfig
     from scenarios.base import Scenario
+    from scenarios.plan import Plan
 
 DEFAULT_RUNS_ROOT = Path("runs")
 
@@ -57,6 +60,7 @@ def run_and_report(
     workers: WorkersConfig | None = None,
     failed_exit: int = RunExit.FAILED,
     kept: KeptServers | None = None,
+    transform: Callable[[Plan], Plan] | None = None,
 ) -> tuple[str, Report | None]:
     """Run, build the report, write the manifest, print the summary: (status, report).
 
@@ -65,7 +69,8 @@ def run_and_report(
     and its manifest; and with that code and one line on stderr naming the file and the OS
     error when a file of the run could not be written (``run.json`` says ``failed`` with that
     reason if it could still be written; no temporary file is left). ``kept``: the run's
-    servers are kept across runs (``loadgen.kept_servers``, a gate's).
+    servers are kept across runs (``loadgen.kept_servers``, a gate's); ``transform`` changes
+    the run's plan once it is made (``loadgen.run.run_scenario``).
     """
     from loadgen.progress import RichProgress
     from loadgen.redact import redact_command
@@ -84,7 +89,14 @@ def run_and_report(
             result = run_event_loop(
                 cancel_on_sigterm(
                     run_scenario(
-                        scenario, params, run_dir, command, progress.hooks(), workers, kept
+                        scenario,
+                        params,
+                        run_dir,
+                        command,
+                        progress.hooks(),
+                        workers,
+                        kept,
+                        transform,
                     )
                 )
             )

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 if TYPE_CHECKING:
     from scenarios.base import Scenario
     from scenarios.plan import CaseSpec, Plan
+    from server.capacity import KVCapacity
 
 
 def scenarios() -> dict[str, Scenario]:
@@ -76,6 +77,21 @@ def _check_cache_sizes(cases: list[CaseSpec], max_model_len: int) -> None:
             )
 
 
+def nominal_capacity(sizing: CaseSpec) -> KVCapacity:
+    """The KV capacity a plan is checked against before anything starts: the sizing case's
+    cache size in tokens of the embedded model's geometry (a model of unknown geometry is
+    sized as if it were the embedded one), or, for a server attached by URL, a nominal
+    2^20 tokens (the real one is read before the real plan is made)."""
+    from server.capacity import KVCapacity
+    from server.model_variant import KV_BYTES_PER_TOKEN
+
+    if sizing.server is None:
+        return KVCapacity(2**20, 16, 2**16, 0, "nominal")
+    per_token = sizing.server.kv_bytes_per_token() or KV_BYTES_PER_TOKEN
+    tokens = sizing.server.kv_cache_bytes // per_token
+    return KVCapacity(tokens, 16, tokens // 16, sizing.server.kv_cache_bytes, "nominal")
+
+
 def nominal_check(scenario: Scenario, params: BaseModel, allow_long_schedule: bool = False) -> None:
     """Build the plan against the capacity the cache size implies, before anything starts.
 
@@ -88,29 +104,21 @@ def nominal_check(scenario: Scenario, params: BaseModel, allow_long_schedule: bo
             small for vLLM to start, or the engine's vLLM release cannot take a server's
             configuration.
     """
-    from server.capacity import KVCapacity
-    from server.model_variant import KV_BYTES_PER_TOKEN
-
     sizing = scenario.sizing_case(params)
     if sizing.server is None:
         # Attached: the real capacity is read before the plan is made; the proxies a plan
         # names and its schedule do not depend on it, so a plan against a nominal one already
         # shows them (and the run checks again once it has the real plan).
-        attached = KVCapacity(2**20, 16, 2**16, 0, "nominal")
         try:
-            plan = scenario.plan(params, attached)
+            plan = scenario.plan(params, nominal_capacity(sizing))
         except ValueError:
             return
         _check_schedule(plan, allow_long_schedule)
         _check_proxies(list(plan.cases))
         return
     _check_cache_sizes([sizing], sizing.server.max_model_len)
-    # A model of unknown geometry is sized as if it were the embedded one (nominal only).
-    per_token = sizing.server.kv_bytes_per_token() or KV_BYTES_PER_TOKEN
-    tokens = sizing.server.kv_cache_bytes // per_token
-    nominal = KVCapacity(tokens, 16, tokens // 16, sizing.server.kv_cache_bytes, "nominal")
     try:
-        plan = scenario.plan(params, nominal)
+        plan = scenario.plan(params, nominal_capacity(sizing))
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     _check_schedule(plan, allow_long_schedule)

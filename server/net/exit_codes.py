@@ -114,6 +114,12 @@ class GateExit(ExitCode):
     CANNOT_COMPARE = CompareExit.CANNOT_COMPARE, CompareExit.CANNOT_COMPARE.meaning
     UNDECIDED = CompareExit.UNDECIDED, CompareExit.UNDECIDED.meaning
     RUN_NOT_OK = 4, "a run of either side did not end ok (failed or interrupted): the gate stops"
+    SELF_TEST_WRONG = (
+        5,
+        "--self-test: a gate was not decided as expected (the A/A gate not NO REGRESSION, or "
+        "the planted slowdown not a REGRESSION naming TTFT or TPOT; self_test.md says which); "
+        "with --self-test, 0 means both were",
+    )
 
 
 class ExportExit(ExitCode):

@@ -161,3 +161,27 @@ def test_each_look_records_its_minutes_and_the_smallest_change_it_can_see(
     assert final.headline == "no regression" and [r["pairs"] for r in rows] == [2, 3]
     assert [r["mde"]["c paired ttft_ms p50"] for r in rows] == [0.2, 0.1]
     assert all(90 <= r["elapsed_s"] < 600 for r in rows)
+
+
+def test_a_time_bound_stops_before_the_pair_that_would_pass_it(tmp_path: Path) -> None:
+    # A fake clock: every pair takes 100 s and a look nothing. The first look (2 pairs) ends at
+    # 200 s, so a pair is estimated at 200/2 = 100 s: 200 + 100 = 300 s fits --max-minutes 5
+    # and pair 3 runs; the second look (300 s) estimates 300 − 200 = 100 s, and 400 s would
+    # pass 300 s: the gate stops at 3 pairs, before --max-repeats 6, still undecided.
+    now = [200.0]
+    undecided = Decision(headline="inconclusive", exit_code=3, line="x", key_metrics=1,
+                         verdicts=0, runs=2)  # fmt: skip
+
+    def add_pair(k: int) -> None:
+        now[0] += 100
+
+    looks = tmp_path / "looks.jsonl"
+    final = run_until_decided(2, 6, 0.95, add_pair, lambda level: undecided, looks,
+                              started_s=0.0, max_minutes=5, clock=lambda: now[0])  # fmt: skip
+    rows = [json.loads(x) for x in looks.read_text().splitlines()]
+    assert final.exit_code == 3
+    assert [(r["pairs"], r["elapsed_s"], r["next_pair_s"], r["stop"]) for r in rows] == [
+        (2, 200.0, 100.0, False), (3, 300.0, 100.0, True)]  # fmt: skip
+    assert "past --max-minutes 5" in rows[-1]["why"]
+    # Both looks keep the level planned for 5 looks (2 to 6 pairs): 1 − 0.05/5 = 0.99.
+    assert all(r["confidence"] == pytest.approx(0.99) for r in rows)

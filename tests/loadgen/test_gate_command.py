@@ -48,20 +48,47 @@ def test_an_engine_that_is_not_installed_fails_before_any_start(monkeypatch, tmp
     assert not (tmp_path / "gate").exists()
 
 
-def test_until_decided_needs_max_repeats_at_least_repeats_before_any_start(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_sequential_gate_flags_are_checked_before_any_start(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # An engine that is not installed: flags that pass their checks reach the engine check
+    # (exit 2 naming `make engine`), so nothing ever starts.
+    monkeypatch.setenv("SERVING_TESTBED_ENGINES", str(tmp_path))
     runner = CliRunner()
-    base = ["gate", "prefix-eviction", "--baseline-vllm", "0.1.0", "--candidate-vllm", "0.1.0",
-            "--out", str(tmp_path / "gate")]  # fmt: skip
+    base = ["gate", "prefix-eviction", "--baseline-vllm", "0.1.0", "--out", str(tmp_path / "g")]
+    cand = ["--candidate-vllm", "0.1.0"]
     for extra, why in (
-        (["--max-repeats", "4"], "--max-repeats needs --until-decided"),
-        (["--until-decided"], "--until-decided needs --max-repeats"),
-        (["--until-decided", "--repeats", "3", "--max-repeats", "2"], "≥ --repeats (3)"),
-        (["--until-decided", "--repeats", "1", "--max-repeats", "2"], "--repeats ≥ 2"),
+        ([*cand, "--max-repeats", "4"], "--max-repeats needs --until-decided"),
+        ([*cand, "--max-minutes", "20"], "--max-minutes needs --until-decided"),
+        ([*cand, "--until-decided", "--repeats", "3", "--max-repeats", "2"], "≥ --repeats (3)"),
+        ([*cand, "--until-decided", "--repeats", "1", "--max-repeats", "2"], "--repeats ≥ 2"),
+        ([*cand, "--until-decided", "--max-minutes", "0"], "max-minutes"),
+        ([], "--candidate-vllm is required (or --self-test F)"),
+        (["--self-test", "0%"], "slowdown of 0%: it must be above 0 and below 200%"),
+        (["--self-test", "2"], "slowdown of 200%: it must be above 0"),
+        (["--self-test", "15"], "slowdown of 1500%"),
+        (["--self-test", "nan"], "must be above 0"),
+        (["--self-test", "fast"], "give a percent (15%) or a fraction (0.15)"),
+        (["--self-test", "15%", "--candidate-vllm", "0.2.0"], "drop --candidate-vllm 0.2.0"),
+        (["--self-test", "15%", "--candidate-vllm-args", "-x"], "drop --candidate-vllm-args"),
+        # Accepted: --until-decided alone (at most 10 pairs), a time bound, a self-test.
+        ([*cand, "--until-decided"], "make engine VLLM=0.1.0"),
+        ([*cand, "--until-decided", "--max-minutes", "30"], "make engine VLLM=0.1.0"),
+        (["--self-test", "15%"], "make engine VLLM=0.1.0"),
+        (["--self-test", "0.15", *cand], "make engine VLLM=0.1.0"),
     ):
         result = runner.invoke(main, [*base, *extra])
-        assert result.exit_code == 2, result.output
-        assert why in result.output
-    assert not (tmp_path / "gate").exists()
+        assert result.exit_code == 2, (extra, result.output)
+        assert why in result.output, (extra, result.output)
+    assert not (tmp_path / "g").exists()
+
+
+def test_a_sequential_gate_without_max_repeats_plans_ten_pairs() -> None:
+    from loadgen.cli.gate import DEFAULT_MAX_REPEATS, GateParams
+
+    gate = GateParams(baseline_vllm="a", candidate_vllm="b", until_decided=True)
+    assert (gate.most_pairs, gate.time_bound_min) == (DEFAULT_MAX_REPEATS, None) == (10, None)
+    test = GateParams(baseline_vllm="a", self_test="15%")
+    assert (test.sequential, test.most_pairs, test.time_bound_min) == (True, 10, 20.0)
+    assert GateParams(baseline_vllm="a", self_test="0.1", max_minutes=5).time_bound_min == 5
 
 
 def test_added_pairs_continue_the_gate_order() -> None:
