@@ -68,9 +68,8 @@ def run_and_report(
     the run was interrupted (Ctrl-C or SIGTERM), after writing what was recorded, its report
     and its manifest; and with that code and one line on stderr naming the file and the OS
     error when a file of the run could not be written (``run.json`` says ``failed`` with that
-    reason if it could still be written; no temporary file is left). ``kept``: the run's
-    servers are kept across runs (``loadgen.kept_servers``, a gate's); ``transform`` changes
-    the run's plan once it is made (``loadgen.run.run_scenario``).
+    reason if it could still be written; no temporary file is left). ``kept``, ``transform``:
+    servers kept across runs and a change to the plan (``loadgen.run.run_scenario``).
     """
     from loadgen.progress import RichProgress
     from loadgen.redact import redact_command

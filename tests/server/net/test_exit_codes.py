@@ -44,7 +44,7 @@ def test_0_1_2_mean_the_same_everywhere_and_3_4_per_command() -> None:
     # 0 success, 1 failure, 2 usage wherever a command has them (trace stats has no 1).
     meanings = {c: {int(code) for code in codes} for c, codes in COMMANDS.items()}
     assert meanings["run"] == {0, 1, 2, 3} and meanings["validate"] == {0, 1, 2, 4}
-    assert meanings["compare"] == {0, 1, 2, 3} and meanings["gate"] == {0, 1, 2, 3, 4}
+    assert meanings["compare"] == {0, 1, 2, 3} and meanings["gate"] == {0, 1, 2, 3, 4, 5}
     assert [(c.name, int(c)) for c in GateExit][:4] == [(c.name, int(c)) for c in CompareExit]
     assert ValidateExit.ATTENTION == GateExit.RUN_NOT_OK == 4  # same number, two meanings
 
