@@ -27,7 +27,9 @@ def test_a_run_whose_report_failed_exits_1_and_says_so(
 ) -> None:
     run_dir = tmp_path / "run"
 
-    async def recorded(scenario, params, run_dir, command, hooks, workers, kept) -> RunResult:  # type: ignore[no-untyped-def]
+    async def recorded(
+        scenario, params, run_dir, command, hooks, workers, kept, transform
+    ) -> RunResult:  # type: ignore[no-untyped-def]
         run_dir.mkdir(parents=True, exist_ok=True)  # --out was made when it was checked
         (run_dir / "plan.json").write_text("{}")  # planned and recorded: a report is due
         return RunResult(run_dir, "ok")
