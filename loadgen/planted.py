@@ -55,7 +55,7 @@ def behind_gateway(plan: Plan, slowdown: float) -> Plan:
     Raises:
         SelfTestPlanError: a case cannot be put behind the gateway (its message names it).
     """
-    cases = [case_behind_gateway(c, slowdown) for c in plan.cases]
+    cases = tuple(case_behind_gateway(c, slowdown) for c in plan.cases)
     return plan.model_copy(update={"cases": cases})
 
 
