@@ -1,14 +1,17 @@
-"""A fleet case's KV-cache events beside the model, replica by replica.
+"""A fleet case's KV-cache events beside the model, replica by replica (trace-replay's and
+bench's fleet cases alike).
 
 Each replica of a fleet case records the KV-cache events its vLLM published during the case
 (``kv_events.jsonl`` of the case directory for replica 0, of ``replicas/K/`` for replica K;
 ``loadgen.kvevents.hub``). The case starts with every prefix cache emptied, so each file
 begins with the reset's cleared event and then holds exactly what the case's requests did to
-that replica's cache. :func:`fleet_kv_comparison` gives each replica the requests it served,
+that replica's cache. :func:`case_kv_comparison` gives each replica the requests it served,
 in the order of their measured starts and ends over every phase of the case, with their
-prompts keyed by token content (the trace-replay prompts rebuilt from the run's seed), and
-compares the engine's stored and evicted blocks with the model's
-(:func:`analysis.kv_compare.compare_blocks`).
+prompts rebuilt token by token from the plan and the run's seed
+(``scenarios.workloads.materialize``: the very requests the run sent) and keyed by content,
+and compares the engine's stored and evicted blocks with the model's
+(:func:`analysis.kv_compare.compare_blocks`). A text or chat prompt (bench's dataset rows) is
+tokenized by the server, so its tokens are not in the run: such a case is not compared.
 
 Which replica served a request: the gateway says so in each response
 (``X-Gateway-Upstream``, the record's ``upstream``); behind vllm-router, which says nothing,
@@ -19,7 +22,8 @@ unknown and the events are not compared.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -28,13 +32,20 @@ from pydantic import BaseModel, ConfigDict
 from analysis.fleet import FleetData
 from analysis.kv_compare import BlockComparison, compare_blocks
 from analysis.kv_events import read_kv_events
+from analysis.markdown import table
+from analysis.models import Verdict
 from loadgen.runformat.layout import KV_EVENTS_FILE, replica_dir
 from scenarios.fleet.model import FleetOptions, predict_fleet
-from scenarios.fleet.requests import FleetRequest, workload_fleet_requests
-from scenarios.prefix_cache_model import CacheRequest, content_block_keys
-from scenarios.tokens import TokenSpace
-from scenarios.traces import block_token_ids
-from scenarios.workloads import TracePrompts
+from scenarios.fleet.requests import FleetRequest, token_fleet_request
+from scenarios.plan import Plan
+from scenarios.requests import PlannedRequest
+from scenarios.workloads import materialize
+
+#: What a replica's row says when the case's prompts were text or chat.
+TEXT_PROMPTS = (
+    "text or chat prompts: the server tokenized them and their tokens are not in the run, so "
+    "the model cannot key their blocks: not compared"
+)
 
 
 class ReplicaKv(BaseModel):
@@ -82,17 +93,24 @@ class ReplicaKv(BaseModel):
         return text + (f"; first divergence: {self.divergence}" if self.divergence else "")
 
 
-def prompt_tokens(workload: TracePrompts, index: int, seed: int, space: TokenSpace) -> list[int]:
-    """The token IDs trace-replay sent as request ``index`` of ``workload`` (its blocks drawn
-    from the run's ``seed`` and the workload's salt, ``scenarios.traces.block_token_ids``)."""
-    item = workload.items[index]
-    block_seed = workload.block_seed(seed)
-    tokens: list[int] = []
-    for h in item.hash_ids:
-        if len(tokens) >= item.input_tokens:
-            break
-        tokens += [int(t) for t in block_token_ids(block_seed, h, workload.block_tokens, space)]
-    return tokens[: item.input_tokens]
+def measured_events(sent: pd.DataFrame, at_first_token: bool = False) -> list[tuple[str, int]]:
+    """(kind, position) events of the sent rows (``sent_ns``/``end_ns`` columns, ns; and
+    ``chunk_ns`` with ``at_first_token``), in time order: ``start`` at ``sent_ns`` (or,
+    ``at_first_token``, at the first token's arrival where there is one), ``end`` at
+    ``end_ns`` (the start when missing); at the same ns an end comes first; position k is
+    the k-th row."""
+    starts = list(sent["sent_ns"])
+    if at_first_token:
+        starts = [c[0] if isinstance(c, list) and c else s
+                  for c, s in zip(sent["chunk_ns"], starts, strict=True)]  # fmt: skip
+    stamped: list[tuple[int, int, str, int]] = []
+    for k, (s, e) in enumerate(zip(starts, sent["end_ns"], strict=True)):
+        start = int(s)
+        end = start if e is None or (isinstance(e, float) and math.isnan(e)) else int(e)
+        stamped.append((start, 1, "start", k))
+        stamped.append((max(end, start), 0, "end", k))
+    stamped.sort()
+    return [(kind, k) for _, _, kind, k in stamped]
 
 
 def _describe(c: BlockComparison) -> str | None:
@@ -142,53 +160,128 @@ def placements(
 def fleet_kv_comparison(
     cdir: Path,
     fleet: FleetData,
-    sent: Sequence[tuple[TracePrompts, pd.DataFrame]],
-    seed: int,
-    space: TokenSpace,
+    sent: Sequence[tuple[Sequence[PlannedRequest], pd.DataFrame]],
     capacity: tuple[int, int],
-    events_of: Callable[[pd.DataFrame], list[tuple[str, int]]],
 ) -> list[ReplicaKv]:
-    """Each replica's comparison for a fleet case whose phases sent ``sent`` (per phase its
-    workload and its sent rows, ``index``/``sent_ns``/``end_ns``/``upstream`` columns), on
-    replicas of ``capacity`` = (usable blocks, block tokens); ``events_of`` turns rows in
-    time order into (kind, position) events (``measured_events`` of the report).
+    """Each replica's comparison for a fleet case whose phases sent ``sent``: per phase the
+    requests the run sent (``PlannedRequest``, prompts as token IDs) and their rows
+    (``sent_ns``/``end_ns`` in ns and ``upstream``, one row per request, in the same order),
+    on replicas of ``capacity`` = (usable blocks, block tokens).
     """
     capacity_blocks, block = capacity
-    frames, fleet_requests, caches = [], [], []
-    for workload, rows in sent:
-        indices = [int(i) for i in rows["index"]]
-        fleet_requests += workload_fleet_requests(workload, indices, seed, block, space=space)
-        for i in indices:
-            tokens = prompt_tokens(workload, i, seed, space)
-            item = workload.items[i]
-            caches.append(CacheRequest(request_id=f"{workload.salt}/L{item.line}",
-                                       block_keys=content_block_keys(tokens, block),
-                                       prompt_tokens=len(tokens),
-                                       output_tokens=item.output_tokens))  # fmt: skip
-        frames.append(rows)
-    if not caches:
+    planned = [p for requests, _ in sent for p in requests]
+    if not planned:
         return []
-    rows = pd.concat(frames, ignore_index=True)
-    events = events_of(rows)
+    if any(not p.prompt_token_ids for p in planned):
+        return [_uncompared(cdir, k, TEXT_PROMPTS) for k in range(fleet.replicas)]
+    fleet_requests = [
+        token_fleet_request(p.request_id, p.prompt_token_ids, p.max_tokens, block) for p in planned
+    ]
+    rows = pd.concat([r for _, r in sent], ignore_index=True)
+    events = measured_events(rows)
     upstreams = list(rows["upstream"]) if "upstream" in rows else [None] * len(rows)
     placed = placements(fleet, upstreams, fleet_requests, events, capacity_blocks, block)
     out = []
     for k in range(fleet.replicas):
         path = replica_dir(cdir, k) / KV_EVENTS_FILE
-        if not path.exists():
-            out.append(ReplicaKv(replica=k, requests=0, recorded=False, note="no events file"))
-            continue
-        if placed is None:
-            out.append(ReplicaKv(replica=k, requests=0, recorded=True,
-                                 note=f"which replica served each request is unknown under "
-                                 f"{fleet.routing}: not compared"))  # fmt: skip
+        if placed is None or not path.exists():
+            unknown = (f"which replica served each request is unknown under {fleet.routing}: "
+                       "not compared")  # fmt: skip
+            out.append(_uncompared(cdir, k, unknown))
             continue
         mine = [i for i, p in enumerate(placed) if p == k]
         renumber = {i: j for j, i in enumerate(mine)}
         own = [(kind, renumber[i]) for kind, i in events if i in renumber]
-        comparison = compare_blocks(read_kv_events(path), [caches[i] for i in mine],
+        comparison = compare_blocks(read_kv_events(path), [fleet_requests[i].cache for i in mine],
                                     capacity_blocks, block, own)  # fmt: skip
         out.append(ReplicaKv(replica=k, requests=len(mine), recorded=True,
                              comparison=_as_dict(comparison), divergence=_describe(comparison),
                              notes=list(comparison.notes)))  # fmt: skip
     return out
+
+
+def _uncompared(cdir: Path, replica: int, why: str) -> ReplicaKv:
+    """A replica whose events were not compared: ``no events file`` when it recorded none,
+    else ``why``."""
+    if not (replica_dir(cdir, replica) / KV_EVENTS_FILE).exists():
+        return ReplicaKv(replica=replica, requests=0, recorded=False, note="no events file")
+    return ReplicaKv(replica=replica, requests=0, recorded=True, note=why)
+
+
+def case_kv_comparison(
+    cdir: Path, case: str, plan: Plan, frame: pd.DataFrame, fleet: FleetData,
+    capacity: tuple[int, int],
+) -> list[ReplicaKv]:  # fmt: skip
+    """:func:`fleet_kv_comparison` over every phase of case ``case`` of ``plan`` (its
+    directory ``cdir``), its sent requests read from ``frame`` (``analysis.latency``'s
+    request frame: ``phase``, ``index``, ``sent_ns``, ``end_ns``, ``upstream``) and rebuilt
+    from the plan (``scenarios.workloads.materialize`` with the run's seed and token space).
+
+    Raises:
+        ValueError: what :func:`scenarios.prefix_cache_model.predict_hits` refuses.
+    """
+    spec = next(c for c in plan.cases if c.name == case)
+    sent: list[tuple[Sequence[PlannedRequest], pd.DataFrame]] = []
+    for ph in plan.phases_of(spec):
+        if frame.empty:
+            break
+        rows = frame[(frame["phase"] == ph.name) & frame["sent_ns"].notna()].sort_values("index")
+        if rows.empty:
+            continue
+        requests = materialize(ph.workload, ph.name, plan.seed, plan.tokens)
+        sent.append(([requests[int(i)] for i in rows["index"]], rows))
+    return fleet_kv_comparison(cdir, fleet, sent, capacity)
+
+
+KV_HEADERS = ["replica", "requests", "stored", "evicted", "complete", "first divergence"]
+
+
+def kv_lines(replicas: Sequence[ReplicaKv] | None) -> list[str]:
+    """The report's table of a fleet case's KV-cache events beside the model, per replica
+    (blocks matched / predicted / recorded); nothing without a comparison."""
+    if not replicas:
+        return []
+    rows = []
+    for r in replicas:
+        k = r.comparison
+        if k is None:
+            rows.append([str(r.replica), "–", "–", "–", "–", r.note or ""])
+            continue
+        rows.append(
+            [str(r.replica), str(r.requests),
+             f"{k['stored_matched']} / {k['stored_predicted']} / {k['stored_recorded']}",
+             f"{k['removed_matched']} / {k['removed_predicted']} / {k['removed_recorded']}",
+             "yes" if k["complete"] else "no: " + "; ".join(r.notes),
+             r.divergence or "none"]
+        )  # fmt: skip
+    return [
+        "KV-cache events beside the model (blocks matched / predicted / recorded; evictions "
+        "compared in order; docs/fleet.md):",
+        "",
+        table(KV_HEADERS, rows),
+        "",
+    ]
+
+
+def kv_verdict(case: str, replicas: Sequence[ReplicaKv] | None) -> Verdict:
+    """The check ``FleetKvEventsMatch`` of ``case``: PASS when every replica recorded its
+    events without a loss and stored exactly the blocks the model predicts for the requests
+    it served (evictions are reported, not judged: under concurrency vLLM may evict in
+    another order, ``analysis.kv_compare``); FAIL when a replica recorded no events or stored
+    other blocks; undecided when a replica's requests are unknown (behind a router that does
+    not say where it sent them), its prompts were text, or nothing was compared."""
+    name = "KV events recorded for every replica, the stored blocks the model's"
+    if not replicas:
+        why = "no KV-event comparison (no capacity numbers or nothing sent)"
+        return Verdict(case=case, check=name, passed=None, detail=why)
+    parts: list[str] = []
+    results: list[bool | None] = []
+    for r in replicas:
+        if r.comparison is None:
+            parts.append(f"replica {r.replica}: {r.note}")
+            results.append(False if not r.recorded else None)
+            continue
+        results.append(r.stored_match)
+        parts.append(f"replica {r.replica}: {r.summary()}")
+    passed = False if False in results else None if None in results else True
+    return Verdict(case=case, check=name, passed=passed, detail="; ".join(parts))

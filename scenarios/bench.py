@@ -40,7 +40,7 @@ from scenarios.common import (
     RunParams,
     SizeText,
 )
-from scenarios.fleet_cases import FleetParams, fleet_cases
+from scenarios.fleet_cases import FleetParams, fleet_cases, fleet_checks
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
 from scenarios.request_extras import (
     owned_field_problem,
@@ -410,7 +410,8 @@ def _checks(
     p: BenchParams, cases: tuple[CaseSpec, ...], loads: list[tuple[str, ClosedLoop | OpenLoop]]
 ) -> list[Check]:
     """Per case and load point: every request sent, a closed loop's concurrency held, outputs
-    of the asked length, no failures."""
+    of the asked length, no failures; per fleet case its KV-cache events beside the model
+    (``scenarios.fleet_cases.fleet_checks``)."""
     checks: list[Check] = []
     for case, (name, load) in ((c, nl) for c in cases for nl in loads):
         checks.append(RequestsSent(case=case.name, phase=name, requests=p.requests))
@@ -424,4 +425,4 @@ def _checks(
             )
         checks.append(OutputsExact(case=case.name, phase=name))
         checks.append(NoFailures(case=case.name, phase=name))
-    return checks
+    return [*checks, *fleet_checks(cases)]

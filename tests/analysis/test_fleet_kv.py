@@ -10,14 +10,15 @@ import msgspec
 import pandas as pd
 
 from analysis.fleet import FleetData
-from analysis.fleet_kv import ReplicaKv, fleet_kv_comparison, placements, prompt_tokens
+from analysis.fleet_kv import ReplicaKv, fleet_kv_comparison, placements
 from analysis.models import CaseSummary
-from analysis.reports.trace_replay.details import CaseFigures, TraceReplayDetails, measured_events
+from analysis.reports.trace_replay.details import CaseFigures, TraceReplayDetails
 from analysis.reports.trace_replay.verdicts import kv_events_verdict
 from loadgen.runformat import KvEventRow
 from scenarios.fleet_cases import FleetKvEventsMatch
+from scenarios.requests import PlannedRequest
 from scenarios.tokens import TokenSpace
-from scenarios.workloads import TraceItem, TracePrompts
+from scenarios.workloads import TraceItem, TracePrompts, materialize
 
 SUMMARY = CaseSummary.model_construct()
 URLS = ("http://127.0.0.1:8000", "http://127.0.0.1:8001")
@@ -29,6 +30,10 @@ WORKLOAD = TracePrompts(
     items=tuple(TraceItem(line=n, input_tokens=8, output_tokens=1, hash_ids=(1, h))
                 for n, h in ((1, 2), (2, 3), (3, 4))),
 )  # fmt: skip
+
+
+#: The three requests as trace-replay's phase ``speedup-1x`` sent them (seed 0).
+REQUESTS: list[PlannedRequest] = materialize(WORKLOAD, "speedup-1x", 0, SPACE)[0:3]
 
 
 def sent(upstreams: list[str | None]) -> pd.DataFrame:
@@ -58,7 +63,7 @@ def test_the_gateways_answers_say_which_replica_served_each_request() -> None:
 
 
 def test_each_replicas_recorded_blocks_are_compared_with_its_own_requests(tmp_path: Path) -> None:
-    t = [prompt_tokens(WORKLOAD, i, 0, SPACE) for i in range(3)]
+    t = [list(r.prompt_token_ids) for r in REQUESTS]
     assert t[0][:4] == t[1][:4] == t[2][:4] and t[0][4:] != t[2][4:]
     # Replica 0 served L1 (stores both its blocks) and L3 (hits the first, stores its second
     # under it); replica 1 served L2 alone (stores both: its cache never saw block 1).
@@ -67,8 +72,7 @@ def test_each_replicas_recorded_blocks_are_compared_with_its_own_requests(tmp_pa
         cleared, stored(1, [11, 12], None, t[0]), stored(2, [14], 11, t[2][4:])])  # fmt: skip
     write(tmp_path / "replicas/1/kv_events.jsonl", [cleared, stored(1, [21, 22], None, t[1])])
     upstreams: list[str | None] = [URLS[0], URLS[1], URLS[0]]
-    result = fleet_kv_comparison(tmp_path, fleet(), [(WORKLOAD, sent(upstreams))], 0, SPACE,
-                                 (64, 4), measured_events)  # fmt: skip
+    result = fleet_kv_comparison(tmp_path, fleet(), [(REQUESTS, sent(upstreams))], (64, 4))
     assert [(r.replica, r.requests, r.stored_match) for r in result] == [(0, 2, True), (1, 1, True)]
     counts = result[0].comparison
     assert counts is not None
@@ -80,12 +84,12 @@ def test_each_replicas_recorded_blocks_are_compared_with_its_own_requests(tmp_pa
     # holds, so to its comparison it is a block of no prompt): the divergence names it.
     wrong = [*t[1][:4], *t[0][4:]]
     write(tmp_path / "replicas/1/kv_events.jsonl", [cleared, stored(1, [21, 22], None, wrong)])
-    result = fleet_kv_comparison(tmp_path, fleet(), [(WORKLOAD, sent(upstreams))], 0, SPACE,
-                                 (64, 4), measured_events)  # fmt: skip
+    result = fleet_kv_comparison(tmp_path, fleet(), [(REQUESTS, sent(upstreams))], (64, 4))
     assert result[1].stored_match is False
     assert result[1].divergence == (
-        "stored block #1 of speedup-1x/L2, block 1 of its prompt: the model expected prompt "
-        "block 1 of speedup-1x/L2, the engine reported a block of no prompt (generated tokens)"
+        "stored block #1 of speedup-1x-L00002, block 1 of its prompt: the model expected prompt "
+        "block 1 of speedup-1x-L00002, the engine reported a block of no prompt (generated "
+        "tokens)"
     )
     verdict = kv_events_verdict(FleetKvEventsMatch(case="c"), SUMMARY, _details(result))
     assert verdict.passed is False
@@ -95,8 +99,7 @@ def test_without_the_replica_of_each_request_nothing_is_compared(tmp_path: Path)
     write(tmp_path / "kv_events.jsonl", [])
     write(tmp_path / "replicas/1/kv_events.jsonl", [])
     cache_aware = FleetData("vllm-router:cache_aware", URLS, ([], []))
-    result = fleet_kv_comparison(tmp_path, cache_aware, [(WORKLOAD, sent([None] * 3))], 0,
-                                 SPACE, (64, 4), measured_events)  # fmt: skip
+    result = fleet_kv_comparison(tmp_path, cache_aware, [(REQUESTS, sent([None] * 3))], (64, 4))
     assert [r.stored_match for r in result] == [None, None]
     verdict = kv_events_verdict(FleetKvEventsMatch(case="c"), SUMMARY, _details(result))
     assert verdict.passed is None

@@ -1,6 +1,8 @@
 """bench's report: per phase the latency table, throughputs, goodput, failures by kind and
 in-flight figures (``figures``), the throughput–latency curve for sweeps (``plots``), and
-the verdicts of its four checks. The server's counter deltas and histograms beside the
+the verdicts of its four checks; per fleet case what its router adds to TTFT and its
+replicas' KV-cache events beside the model (``analysis.fleet_kv``, the comparison
+trace-replay's fleet cases get). The server's counter deltas and histograms beside the
 client's figures come from the generic report."""
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict
 
 from analysis.fleet import FleetData, fleet_in_flight_at_scrapes, load_fleet
+from analysis.fleet_kv import ReplicaKv, case_kv_comparison, kv_lines, kv_verdict
 from analysis.fleet_latency import RouterLatency, case_router_latency, latency_lines
 from analysis.goodput import SLOLimits
-from analysis.load import RunData
+from analysis.latency import request_frame
+from analysis.load import CaseData, RunData
 from analysis.markdown import f, table
 from analysis.models import CaseSummary, Verdict
 from analysis.reports import Evaluator, ScenarioReport
@@ -30,6 +34,8 @@ from scenarios.bench import (
     OutputsExact,
     RequestsSent,
 )
+from scenarios.fleet_cases import FleetKvEventsMatch
+from scenarios.prefix_cache_model import usable_blocks
 from scenarios.values import parse_slo
 
 
@@ -39,6 +45,8 @@ class BenchCase(BaseModel):
     phases: list[BenchPhase]
     #: A fleet case: what its router adds to TTFT per phase (``analysis.fleet_latency``).
     router_latency: dict[str, RouterLatency] = {}
+    #: A fleet case: its replicas' KV-cache events beside the model (``analysis.fleet_kv``).
+    kv_events: list[ReplicaKv] | None = None
 
 
 class BenchDetails(BaseModel):
@@ -141,6 +149,33 @@ def _no_failures(check: NoFailures, case: CaseSummary, details: BenchDetails | N
     )  # fmt: skip
 
 
+def _kv_events(check: FleetKvEventsMatch, _: CaseSummary, details: BenchDetails | None) -> Verdict:
+    """The case's KV events beside the model (:func:`analysis.fleet_kv.kv_verdict`)."""
+    case = next((c for c in details.cases if c.case == check.case), None) if details else None
+    return kv_verdict(check.case, case.kv_events if case is not None else None)
+
+
+def _kv_comparison(
+    run: RunData, data: CaseData, summary: CaseSummary, fleet: FleetData | None
+) -> list[ReplicaKv] | None:
+    """A fleet case's KV events beside the model (``None``: not a fleet case recording them,
+    or no capacity numbers: the server's ``num_blocks`` and ``block_size``)."""
+    spec = next(c for c in run.plan.cases if c.name == data.name)
+    cap = summary.server.get("capacity") or {}
+    if fleet is None or not spec.record_kv_events:
+        return None
+    try:
+        num_blocks, block = int(cap["num_blocks"]), int(cap["block_size"])
+    except (KeyError, TypeError, ValueError, OverflowError):
+        return None
+    if num_blocks < 2 or block < 1:
+        return None
+    cdir = run.run_dir / "cases" / data.name
+    frame = request_frame(data.records)
+    capacity = (usable_blocks(num_blocks), block)
+    return case_kv_comparison(cdir, data.name, run.plan, frame, fleet, capacity)
+
+
 def _fleet_peaks(phase: BenchPhase, fleet: FleetData, window: tuple[int, int]) -> BenchPhase:
     """``phase`` with the server's in-flight and running peaks of the whole fleet (every
     replica's gauges summed: :func:`analysis.fleet.fleet_gauge_peak`), not replica 0's."""
@@ -161,6 +196,7 @@ class BenchReport(ScenarioReport[BenchDetails]):
         ExactConcurrency: _concurrency,
         OutputsExact: _exact,
         NoFailures: _no_failures,
+        FleetKvEventsMatch: _kv_events,
     }
 
     def details(self, run: RunData, cases: dict[str, CaseSummary]) -> BenchDetails:
@@ -188,7 +224,10 @@ class BenchReport(ScenarioReport[BenchDetails]):
                     phase = _fleet_peaks(phase, fleet, windows[planned.name])
                 phases.append(phase)
             latency = case_router_latency(run.run_dir, data)
-            out.append(BenchCase(case=data.name, phases=phases, router_latency=latency))
+            kv = _kv_comparison(run, data, summary, fleet)
+            out.append(
+                BenchCase(case=data.name, phases=phases, router_latency=latency, kv_events=kv)
+            )
         return BenchDetails(slo=slo.given() if slo else {}, cases=out)
 
     def case_markdown(self, details: BenchDetails | None, case: str) -> list[str]:
@@ -242,9 +281,10 @@ class BenchReport(ScenarioReport[BenchDetails]):
             if p.prompt_lengths_differing
         ]
         out += [f"- {n}" for n in notes] + ([""] if notes else [])
-        cases = details.cases if details is not None else []
-        latency = next((c.router_latency for c in cases if c.case == case), {})
-        return out + latency_lines(latency)
+        found = next((c for c in details.cases if c.case == case), None) if details else None
+        if found is None:
+            return out
+        return out + latency_lines(found.router_latency) + kv_lines(found.kv_events)
 
     def markdown(self, details: BenchDetails | None) -> list[str]:
         if details is None:

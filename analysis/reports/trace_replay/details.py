@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict
 from analysis.fleet import FleetData, FleetFunnel, fleet_funnel, load_fleet
 from analysis.fleet_capacity import FleetCapacity
 from analysis.fleet_faults import KillFigures, kill_figures
-from analysis.fleet_kv import ReplicaKv, fleet_kv_comparison
+from analysis.fleet_kv import ReplicaKv, case_kv_comparison, measured_events
 from analysis.fleet_latency import RouterLatency, case_router_latency
 from analysis.goodput import (
     RatePoint,
@@ -209,24 +209,6 @@ def cache_requests(workload: TracePrompts, indices: list[int], block: int) -> li
             )
         )
     return out
-
-
-def measured_events(sent: pd.DataFrame, at_first_token: bool = False) -> list[tuple[str, int]]:
-    """(kind, position) events of the sent rows, in time order: ``start`` at ``sent_ns`` (or,
-    ``at_first_token``, at the first token's arrival where there is one), ``end`` at
-    ``end_ns`` (the start when missing); at the same ns an end comes first."""
-    starts = list(sent["sent_ns"])
-    if at_first_token:
-        starts = [c[0] if isinstance(c, list) and c else s
-                  for c, s in zip(sent["chunk_ns"], starts, strict=True)]  # fmt: skip
-    stamped: list[tuple[int, int, str, int]] = []
-    for k, (s, e) in enumerate(zip(starts, sent["end_ns"], strict=True)):
-        start = int(s)
-        end = start if e is None or (isinstance(e, float) and math.isnan(e)) else int(e)
-        stamped.append((start, 1, "start", k))
-        stamped.append((max(end, start), 0, "end", k))
-    stamped.sort()
-    return [(kind, k) for _, _, kind, k in stamped]
 
 
 def phase_predictions(
@@ -488,7 +470,6 @@ def _case(
     frame = request_frame(case.records)
     fleet = load_fleet(run_dir, case)
     phases = {}
-    fleet_sent: list[tuple[TracePrompts, pd.DataFrame]] = []
     for ph in plan.phases_of(spec):
         if not isinstance(ph.arrival, TraceArrival):
             continue
@@ -497,16 +478,11 @@ def _case(
             rows = frame[(frame["phase"] == ph.name) & frame["sent_ns"].notna()]
             sent = rows.sort_values("index")
             funnel = _fleet_funnel(ph, case, plan, fleet, sent, (capacity_blocks, block))
-            if isinstance(ph.workload, TracePrompts) and not sent.empty:
-                fleet_sent.append((ph.workload, sent))
         phases[ph.name] = _phase(ph, frame, summary, capacity_blocks, block, slo, funnel)
+    cdir = run_dir / "cases" / case.name
     kv = None
     if fleet is not None and spec.record_kv_events and capacity_blocks and block:
-        kv = fleet_kv_comparison(
-            run_dir / "cases" / case.name, fleet, fleet_sent, plan.seed, plan.tokens,
-            (capacity_blocks, block), measured_events,
-        )  # fmt: skip
-    cdir = run_dir / "cases" / case.name
+        kv = case_kv_comparison(cdir, case.name, plan, frame, fleet, (capacity_blocks, block))
     kill = _kill(cdir, case, plan.phases_of(spec)) if fleet else None
     latency = case_router_latency(run_dir, case) if fleet else {}
     target_speedup = plan.params.get("target_speedup")

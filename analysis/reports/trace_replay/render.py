@@ -4,6 +4,7 @@ latency, goodput and server state, and the capacity answer."""
 from __future__ import annotations
 
 from analysis.fleet_capacity import FleetCapacity
+from analysis.fleet_kv import kv_lines
 from analysis.fleet_latency import latency_lines
 from analysis.markdown import f, pct, table
 from analysis.reports.trace_replay.details import CaseFigures, TraceReplayDetails
@@ -49,37 +50,10 @@ FUNNEL_HEADERS = ["phase", "policy", "pooled bound", "spread bound", "one replic
                   "predicted", "measured (counters)", "measured (requests)",
                   "requests/replica", "prefill tokens/replica", "req max/mean",
                   "prefill max/mean"]  # fmt: skip
-KV_HEADERS = ["replica", "requests", "stored", "evicted", "complete", "first divergence"]
 
 
 def _per_replica(values: list[float | None]) -> str:
     return " / ".join(f(v, 0) for v in values)
-
-
-def kv_lines(c: CaseFigures) -> list[str]:
-    """A fleet case's KV-cache events beside the model, per replica (``analysis.fleet_kv``)."""
-    if not c.kv_events:
-        return []
-    rows = []
-    for r in c.kv_events:
-        k = r.comparison
-        if k is None:
-            rows.append([str(r.replica), "–", "–", "–", "–", r.note or ""])
-            continue
-        rows.append(
-            [str(r.replica), str(r.requests),
-             f"{k['stored_matched']} / {k['stored_predicted']} / {k['stored_recorded']}",
-             f"{k['removed_matched']} / {k['removed_predicted']} / {k['removed_recorded']}",
-             "yes" if k["complete"] else "no: " + "; ".join(r.notes),
-             r.divergence or "none"]
-        )  # fmt: skip
-    return [
-        "KV-cache events beside the model (blocks matched / predicted / recorded; evictions "
-        "compared in order; docs/fleet.md):",
-        "",
-        table(KV_HEADERS, rows),
-        "",
-    ]
 
 
 def kill_lines(c: CaseFigures) -> list[str]:
@@ -158,7 +132,7 @@ def case_lines(c: CaseFigures) -> list[str]:
         table(HIT_HEADERS, hit_rows),
         "",
         *funnel_lines(c),
-        *kv_lines(c),
+        *kv_lines(c.kv_events),
         *kill_lines(c),
         *latency_lines(c.router_latency),
         table(RATE_HEADERS, rate_rows),

@@ -9,6 +9,7 @@ its verdict undecided and says which figure is missing, never a FAIL or a PASS.
 from __future__ import annotations
 
 from analysis.checks import fmt
+from analysis.fleet_kv import kv_verdict
 from analysis.models import CaseSummary, Verdict
 from analysis.reports.trace_replay.details import PhaseFigures, TraceReplayDetails
 from analysis.timing_trust import no_core_for_the_client
@@ -143,28 +144,9 @@ def _summed(p: PhaseFigures) -> str:
 def kv_events_verdict(
     check: FleetKvEventsMatch, _: CaseSummary, details: TraceReplayDetails | None
 ) -> Verdict:
-    """PASS when every replica recorded its events without a loss and stored exactly the
-    blocks the model predicts for the requests it served (evictions are reported, not judged:
-    under concurrency vLLM may evict in another order, ``analysis.kv_compare``); undecided
-    when a replica's requests are unknown (behind a router that does not say where it sent
-    them) or nothing was compared."""
-    name = "KV events recorded for every replica, the stored blocks the model's"
+    """The case's KV events beside the model (:func:`analysis.fleet_kv.kv_verdict`)."""
     figures = details.cases.get(check.case) if details is not None else None
-    replicas = figures.kv_events if figures is not None else None
-    if not replicas:
-        why = "no KV-event comparison (no capacity numbers or nothing sent)"
-        return Verdict(case=check.case, check=name, passed=None, detail=why)
-    parts: list[str] = []
-    results: list[bool | None] = []
-    for r in replicas:
-        if r.comparison is None:
-            parts.append(f"replica {r.replica}: {r.note}")
-            results.append(False if not r.recorded else None)
-            continue
-        results.append(r.stored_match)
-        parts.append(f"replica {r.replica}: {r.summary()}")
-    passed = False if False in results else None if None in results else True
-    return Verdict(case=check.case, check=name, passed=passed, detail="; ".join(parts))
+    return kv_verdict(check.case, figures.kv_events if figures is not None else None)
 
 
 def kill_verdict(

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from analysis.fleet_kv import measured_events
 from analysis.models import Stats
 from analysis.reports.trace_replay.details import (
     PhaseFigures,
     capacity_answer,
-    measured_events,
     phase_predictions,
 )
 from scenarios.workloads import TraceItem, TracePrompts
