@@ -24,7 +24,7 @@ from analysis.gate_decision import Decision, decide, is_key, key_selectors
 from analysis.html.compare_page import compare_page
 from analysis.markdown import f, table
 from analysis.plots import save
-from loadgen.runformat.atomic import write_text
+from loadgen.runformat.atomic import current_file, staged_writes, write_text
 from loadgen.runformat.layout import COMPARE_HTML, COMPARE_JSON, COMPARE_MD, PLOTS_DIR
 from loadgen.runformat.reading import read_json_object
 from server.net.json_text import dumps
@@ -352,13 +352,19 @@ def write_comparison(c: Comparison, out_dir: Path, strict: bool = False) -> Path
     Raises:
         RunWriteError: a file (or a directory) could not be written.
     """
+    with staged_writes():  # the comparison's files as one set: all new, or all as they were
+        return _write_comparison(c, out_dir, strict)
+
+
+def _write_comparison(c: Comparison, out_dir: Path, strict: bool) -> Path:
+    """:func:`write_comparison`'s files, each written whole."""
     plots = out_dir / PLOTS_DIR
     with writing(plots):
         plots.mkdir(parents=True, exist_ok=True)
     svgs = {}
     for case in c.pairs:
         png = ratio_plot(c, case, plots / f"compare_{case}.png")
-        svgs[case] = png.with_suffix(".svg").read_text()
+        svgs[case] = current_file(png.with_suffix(".svg")).read_text()
     decision = decide(c, strict)
     typed = CompareFile(**dict(c), exit_code=decision.exit_code, decision=decision, strict=strict)
     data = typed.model_dump(mode="json")

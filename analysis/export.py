@@ -24,6 +24,7 @@ computed from the records alone, by vLLM's own rules where they differ from ours
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import time
@@ -39,7 +40,7 @@ from analysis.integrity import load_intact_run
 from analysis.latency import itl_per_token_ms, request_frame
 from analysis.load import RunData
 from loadgen.runformat import ReadRecord
-from loadgen.runformat.atomic import write_text, write_with
+from loadgen.runformat.atomic import staged_writes, write_bytes, write_text, write_with
 from scenarios.plan import PhaseSpec
 from server.net.json_text import dumps, finite_or_none
 from server.net.jsonl import writing
@@ -80,7 +81,8 @@ def write_requests(run_dir: Path, out: Path, fmt: str) -> Path:
     ``parquet``: lists kept) to ``out``; return ``out``.
 
     The file is written whole or not at all (``loadgen.runformat.atomic.write_with``; a
-    device such as ``/dev/stdout`` in place).
+    device or pipe such as ``/dev/stdout`` in place: Parquet is built in memory first, as
+    it seeks in what it writes).
 
     Raises:
         ValueError: an unknown format.
@@ -97,7 +99,11 @@ def write_requests(run_dir: Path, out: Path, fmt: str) -> Path:
                 table[column] = table[column].map(json.dumps)
         write_with(out, lambda tmp: table.to_csv(tmp, index=False))
     else:
-        write_with(out, lambda tmp: table.to_parquet(tmp, index=False))
+        # Parquet seeks back to write its footer: it is made in memory, then written in one
+        # go, so a pipe or a terminal (/dev/stdout) takes it as well as a file.
+        buffer = io.BytesIO()
+        table.to_parquet(buffer, index=False)
+        write_bytes(out, buffer.getvalue())
     return out
 
 
@@ -264,14 +270,15 @@ def write_vllm_bench(
     with writing(out_dir):
         out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for spec in run.plan.cases:
-        data = next(c for c in run.cases if c.name == spec.name)
-        ran = {r.phase for r in data.records}
-        for phase in run.plan.phases_of(spec):
-            if phase.name not in ran:
-                continue
-            result = vllm_bench_result(run, spec.name, phase.name, percentiles)
-            path = out_dir / f"{spec.name}-{phase.name}.json"
-            write_text(path, dumps(finite_or_none(result), path.name) + "\n")
-            written.append(path)
+    with staged_writes():  # the phases' files as one set: all new, or all as they were
+        for spec in run.plan.cases:
+            data = next(c for c in run.cases if c.name == spec.name)
+            ran = {r.phase for r in data.records}
+            for phase in run.plan.phases_of(spec):
+                if phase.name not in ran:
+                    continue
+                result = vllm_bench_result(run, spec.name, phase.name, percentiles)
+                path = out_dir / f"{spec.name}-{phase.name}.json"
+                write_text(path, dumps(finite_or_none(result), path.name) + "\n")
+                written.append(path)
     return written

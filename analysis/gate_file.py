@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from analysis.compare_metrics import REQUEST_METRICS, RUN_METRICS
 from analysis.compare_stats import Statistic
 from analysis.gate_paired import PAIRED_METRICS
+from server.net.input_files import read_bounded
 
 DEFAULTS_FILE = Path(__file__).with_name("gate_defaults.toml")
 
@@ -83,10 +84,18 @@ class GateConfig(BaseModel):
         return self.metrics.get(metric)
 
 
+#: Largest gate file read (bytes): 1 MiB, hundreds of times the defaults' size; a bigger
+#: file, or a device such as /dev/zero, is refused instead of read without end.
+GATE_FILE_MAX_BYTES = 2**20
+
+
 def _read(path: Path) -> dict[str, Any]:
     try:
-        return tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+        text = read_bounded(path, GATE_FILE_MAX_BYTES, "a gate file").decode("utf-8")
+        return tomllib.loads(text)
+    except OSError as exc:  # its strerror says what a path that is no file is
+        raise GateFileError(f"{path}: {exc.strerror or exc}") from None
+    except (ValueError, tomllib.TOMLDecodeError) as exc:  # too large, not UTF-8, not TOML
         raise GateFileError(f"{path}: {exc}") from None
 
 

@@ -27,7 +27,7 @@ from analysis.models import ResealFact, RunFacts, RunSummary
 from analysis.reports import ScenarioReport, report_for
 from analysis.summaries import case_summary
 from loadgen.runformat import Reseal
-from loadgen.runformat.atomic import write_text
+from loadgen.runformat.atomic import current_file, staged_writes, write_text
 from loadgen.runformat.layout import (
     LATENCY_PLOT,
     PLOTS_DIR,
@@ -145,6 +145,18 @@ def build_report(run_dir: Path, reseal: Reseal | None = None) -> Report:
         raise IntegrityError(run_dir, problems, integrity.implausible)
     data = load_run(run_dir)
     built = summarize_run(data, integrity.reseals + ([reseal] if reseal else []))
+    with staged_writes():  # the report's files as one set: all new, or all as they were
+        built = _write_report(run_dir, data, built)
+    return built
+
+
+def _write_report(run_dir: Path, data: RunData, built: Report) -> Report:
+    """Write the plots, ``report.json``, ``report.md`` and ``report.html`` of ``built``;
+    return it with the plots' paths.
+
+    Raises:
+        RunWriteError: a file could not be written.
+    """
     summary = built.summary
     plot_dir = run_dir / PLOTS_DIR
     with writing(plot_dir):
@@ -167,6 +179,7 @@ def build_report(run_dir: Path, reseal: Reseal | None = None) -> Report:
     sections = report_sections(summary, built.parts, built.details)
     write_text(run_dir / REPORT_MD, "\n".join(sections.lines()))
     svg_files = {p: (run_dir / p).with_suffix(".svg") for p in summary.plots}
-    svgs = {p: svg.read_text() for p, svg in svg_files.items() if svg.exists()}
+    svgs = {p: current_file(svg).read_text() for p, svg in svg_files.items()
+            if current_file(svg).exists()}  # fmt: skip
     write_text(run_dir / REPORT_HTML, report_page(summary, sections, svgs))
     return built

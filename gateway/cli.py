@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-from pathlib import Path
 from typing import Any
 
 import click
@@ -22,6 +21,7 @@ from gateway.config import GatewayConfig
 from server.cli_options import ModelOptions
 from server.net.errors import describe_exception
 from server.net.exit_codes import GatewayExit
+from server.net.input_files import read_bounded
 from server.net.json_text import loads_strict
 from server.net.loop import run_event_loop
 from server.net.urls import redact_urls_in
@@ -37,9 +37,12 @@ def build_config(config_file: str | None, values: dict[str, Any]) -> GatewayConf
     base: dict[str, Any] = {}
     if config_file is not None:
         try:
-            base = loads_strict(Path(config_file).read_text())
+            text = read_bounded(config_file, CONFIG_MAX_BYTES, "a gateway config file")
+            base = loads_strict(text.decode("utf-8"))
         except (OSError, ValueError, RecursionError) as exc:
-            why = describe_exception(exc)
+            # A file that is no regular file says what it is (/dev/zero: a character device)
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else None
+            why = why or describe_exception(exc)
             raise click.UsageError(f"cannot read gateway config {config_file}: {why}") from exc
         if not isinstance(base, dict):
             raise click.UsageError(f"gateway config {config_file}: not a JSON object")
@@ -68,6 +71,9 @@ async def _serve_forever(config: Any) -> None:
 
 
 #: Fields of ``GatewayConfig`` that no flag sets (the JSON config file still can).
+#: Largest gateway config file read (bytes): 1 MiB, a thousand times a config's size; a
+#: bigger file, or a device such as /dev/zero, is refused instead of read without end.
+CONFIG_MAX_BYTES = 2**20
 _NO_FLAG = {"shutdown_timeout_s", "admission.retry_after_s"}
 #: Fields whose flag is not the one their name gives (see :func:`_flag`).
 _FLAG_NAMES = {

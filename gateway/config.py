@@ -20,6 +20,15 @@ from gateway.routing import DEFAULT_EPSILON, DEFAULT_PREFIX_BLOCKS, DEFAULT_PREF
 #: ``allow_inf_nan=False``: a JSON config file may hold ``NaN`` or ``Infinity`` (Python's
 #: reader accepts them), and no setting means anything at such a value.
 _FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+#: Ceiling of every time setting (s): one day; a typo of a few zeros more would hold a
+#: request, a breaker or a shutdown for years.
+MAX_SECONDS = 86400.0
+#: Ceiling of every count setting (requests in flight or queued, failures, probes): a
+#: million, past the sockets one gateway process can hold open.
+MAX_COUNT = 1_000_000
+#: Ceiling of the byte limits (a request body, a buffered response, one stream event):
+#: 1 GiB (2^30 bytes); above it the limit no longer bounds the gateway's memory.
+MAX_BYTES = 2**30
 
 
 class TimeoutConfig(BaseModel):
@@ -34,17 +43,23 @@ class TimeoutConfig(BaseModel):
 
     model_config = _FROZEN
 
-    connect_s: float = Field(default=5.0, gt=0, description="Upstream connect timeout, seconds.")
+    connect_s: float = Field(
+        default=5.0, gt=0, le=MAX_SECONDS, description="Upstream connect timeout, seconds."
+    )
     first_token_s: float = Field(
         default=120.0,
         gt=0,
+        le=MAX_SECONDS,
         description="Streaming: seconds from sending to the first body chunk.",
     )
     idle_s: float = Field(
-        default=60.0, gt=0, description="Seconds allowed between two body chunks."
+        default=60.0, gt=0, le=MAX_SECONDS, description="Seconds allowed between two body chunks."
     )
     total_s: float = Field(
-        default=1800.0, gt=0, description="Deadline for the whole exchange, seconds."
+        default=1800.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="Deadline for the whole exchange, seconds.",
     )
 
 
@@ -61,7 +76,7 @@ class BreakerConfig(BaseModel):
     model_config = _FROZEN
 
     consecutive_failures: int = Field(
-        default=5, ge=1, description="Consecutive failures that open a breaker."
+        default=5, ge=1, le=MAX_COUNT, description="Consecutive failures that open a breaker."
     )
     error_rate: float = Field(
         default=0.5,
@@ -69,24 +84,29 @@ class BreakerConfig(BaseModel):
         le=1,
         description="Failure fraction (0-1) over the window that opens a breaker.",
     )
-    window_s: float = Field(default=30.0, gt=0, description="Error-rate window, seconds.")
+    window_s: float = Field(
+        default=30.0, gt=0, le=MAX_SECONDS, description="Error-rate window, seconds."
+    )
     min_requests: int = Field(
         default=10,
         ge=1,
+        le=MAX_COUNT,
         description="Results needed in the window before the error rate counts.",
     )
     slow_first_token_s: float | None = Field(
         default=None,
         gt=0,
+        le=MAX_SECONDS,
         description="First-token latency (s) above which a streaming request counts as failed.",
     )
     cooldown_s: float = Field(
         default=10.0,
         ge=0,
+        le=MAX_SECONDS,
         description="Seconds a breaker stays open before half-open probes.",
     )
     half_open_probes: int = Field(
-        default=1, ge=1, description="Concurrent probes admitted while half-open."
+        default=1, ge=1, le=MAX_COUNT, description="Concurrent probes admitted while half-open."
     )
 
 
@@ -100,16 +120,21 @@ class AdmissionConfig(BaseModel):
 
     model_config = _FROZEN
 
-    max_in_flight: int = Field(default=256, ge=1, description="Requests forwarded at once.")
+    max_in_flight: int = Field(
+        default=256, ge=1, le=MAX_COUNT, description="Requests forwarded at once."
+    )
     max_queue: int = Field(
-        default=256, ge=0, description="Requests waiting for a slot; beyond it 429."
+        default=256, ge=0, le=MAX_COUNT, description="Requests waiting for a slot; beyond it 429."
     )
     queue_timeout_s: float = Field(
         default=30.0,
         gt=0,
+        le=MAX_SECONDS,
         description="Seconds a request may wait for a slot before 429.",
     )
-    retry_after_s: int = Field(default=1, ge=0)
+    retry_after_s: int = Field(
+        default=1, ge=0, le=MAX_SECONDS, description="Retry-After of a 429 (whole seconds)."
+    )
 
 
 class GatewayConfig(BaseModel):
@@ -148,17 +173,22 @@ class GatewayConfig(BaseModel):
         "--no-propagate-cancellation emulates a broken proxy (drain and discard).",
     )
     max_body_bytes: int = Field(
-        default=8 * 2**20, ge=1, description="Request body limit in bytes (413 above it)."
+        default=8 * 2**20,
+        ge=1,
+        le=MAX_BYTES,
+        description="Request body limit in bytes (413 above it).",
     )
     max_response_bytes: int = Field(
         default=64 * 2**20,
         ge=1,
+        le=MAX_BYTES,
         description="Limit in bytes on a buffered upstream body and on one event of a stream "
         "(502 above).",
     )
     health_check_timeout_s: float = Field(
         default=1.0,
         gt=0,
+        le=MAX_SECONDS,
         description="Seconds each upstream's /health may take when the gateway's /health is asked.",
     )
     events_file: Path | None = Field(
@@ -181,6 +211,15 @@ class GatewayConfig(BaseModel):
         description="With --slowdown: file receiving one JSON line per request with its "
         "planned and actual hold.",
     )
+
+    @field_validator("events_file", "decisions_file", "holds_file", mode="before")
+    @classmethod
+    def _a_file(cls, value: object) -> object:
+        # Read as typed: Path("events.jsonl/") drops the slash and would write a file there.
+        if isinstance(value, str) and value.rstrip().endswith(("/", "/.", "/..")):
+            raise ValueError(f"{value} names a directory (it ends in /); give a file path")
+        return value
+
     routing: Literal["least-loaded", "round-robin", "prefix-hash"] = Field(
         default="least-loaded",
         description="Routing policy: least-loaded (default), round-robin or prefix-hash.",
@@ -203,12 +242,13 @@ class GatewayConfig(BaseModel):
         le=2**24,
         description="prefix-hash: characters of a text or chat prompt the key covers.",
     )
-    shutdown_timeout_s: float = Field(default=5.0, ge=0)
+    shutdown_timeout_s: float = Field(default=5.0, ge=0, le=MAX_SECONDS)
     #: Retries on another upstream when the connection is refused (the request never reached
     #: the upstream, so a retry cannot duplicate work). 0 turns retries off.
     connect_retries: int = Field(
         default=1,
         ge=0,
+        le=MAX_COUNT,
         description="Retries on another upstream after a refused connection.",
     )
     timeouts: TimeoutConfig = TimeoutConfig()

@@ -33,8 +33,12 @@ from scenarios.bench_dataset import (
 from scenarios.bench_workload import BenchItem, BenchRequests, Endpoint
 from scenarios.checks import Check, CheckSpec
 from scenarios.common import (
+    MAX_BURSTINESS,
     MAX_CONCURRENCY,
     MAX_REQUESTS,
+    MAX_SEED,
+    MAX_TEMPERATURE,
+    MAX_TOKENS,
     MIN_BURSTINESS,
     HttpUrlText,
     RunParams,
@@ -60,6 +64,7 @@ from scenarios.values import (
     parse_rates,
 )
 from server.capacity import KVCapacity
+from server.net.input_files import file_problem
 from server.sizes import format_size, parse_size
 
 WARMUP_PHASE = "warmup"
@@ -123,7 +128,10 @@ class BenchParams(RunParams, FleetParams):
         description="Open loop: gamma gaps (Poisson at burstiness 1) or constant.",
     )
     burstiness: float = Field(
-        default=1.0, ge=MIN_BURSTINESS, description="Gamma shape: 1 = Poisson, < 1 burstier."
+        default=1.0,
+        ge=MIN_BURSTINESS,
+        le=MAX_BURSTINESS,
+        description="Gamma shape: 1 = Poisson, < 1 burstier.",
     )
     ramp_up: DurationText | None = Field(
         default=None, description="Open loop: rate rises linearly from 0 over this (e.g. 10s)."
@@ -131,9 +139,14 @@ class BenchParams(RunParams, FleetParams):
     warmup_requests: int = Field(
         default=0, ge=0, le=MAX_REQUESTS, description="Requests of a warm-up phase first."
     )
-    input_len: int = Field(default=256, gt=0, description="Synthetic prompt length (tokens).")
+    input_len: int = Field(
+        default=256, gt=0, le=MAX_TOKENS, description="Synthetic prompt length (tokens)."
+    )
     output_len: int = Field(
-        default=64, gt=0, description="Output length (tokens); a dataset row's own wins."
+        default=64,
+        gt=0,
+        le=MAX_TOKENS,
+        description="Output length (tokens); a dataset row's own wins.",
     )
     input_len_spread: float = Field(
         default=0.0, ge=0, lt=1, description="Synthetic prompt lengths in L·(1 ± spread)."
@@ -147,7 +160,9 @@ class BenchParams(RunParams, FleetParams):
     sharegpt_turns: SharegptTurns = Field(
         default="first", description="ShareGPT: first user turn, or every turn with history."
     )
-    dataset_seed: int = Field(default=0, ge=0, description="Seed of --shuffle (numpy's: ≥ 0).")
+    dataset_seed: int = Field(
+        default=0, ge=0, le=MAX_SEED, description="Seed of --shuffle (numpy's: ≥ 0)."
+    )
     shuffle: bool = Field(default=False, description="Take dataset rows in a seeded order.")
     dataset_output_len: bool = Field(
         default=True, description="Use a row's own output length where it has one."
@@ -165,7 +180,9 @@ class BenchParams(RunParams, FleetParams):
         default=(), description="NAME:VALUE header (repeatable); secrets are redacted in files."
     )
     ignore_eos: bool = Field(default=True, description="Ask for exact output lengths.")
-    temperature: float = Field(default=0.0, ge=0, description="Sampling temperature.")
+    temperature: float = Field(
+        default=0.0, ge=0, le=MAX_TEMPERATURE, description="Sampling temperature."
+    )
     slo: SLOText | None = Field(
         default=None, description="Goodput SLOs, e.g. ttft=200ms,tpot=50ms[,e2el=5s]."
     )
@@ -192,8 +209,9 @@ class BenchParams(RunParams, FleetParams):
     @field_validator("dataset")
     @classmethod
     def _dataset(cls, value: str | None) -> str | None:
-        if value is not None and not Path(value).is_file():
-            raise ValueError(f"{value}: no such file")
+        why = None if value is None else file_problem(value)
+        if why is not None:  # /dev/zero exists: it is a device, not a dataset
+            raise ValueError(f"{value}: {why}")
         return value
 
     @model_validator(mode="after")

@@ -18,7 +18,15 @@ from pydantic import Field, model_validator
 from scenarios.arrivals import OpenLoop
 from scenarios.base import Scenario
 from scenarios.checks import CheckSpec
-from scenarios.common import MAX_RATE_RPS, MAX_REQUESTS, MAX_RUN_S, MAX_WAIT_S, RunParams, SizeText
+from scenarios.common import (
+    MAX_RATE_RPS,
+    MAX_REQUESTS,
+    MAX_RUN_S,
+    MAX_TOKENS,
+    MAX_WAIT_S,
+    RunParams,
+    SizeText,
+)
 from scenarios.plan import CaseSpec, GatewaySpec, KillReplica, PhaseSpec, Plan
 from scenarios.workloads import UniquePrompts
 from server.capacity import KVCapacity
@@ -48,11 +56,19 @@ class BreakerParams(RunParams):
     duration_s: float = Field(
         default=120.0, gt=0, le=MAX_RUN_S, description="Length of the episode (s)."
     )
-    kill_at_s: float = Field(default=10.0, gt=0, description="When replica 1 is stopped (s).")
+    kill_at_s: float = Field(
+        default=10.0, gt=0, le=MAX_RUN_S, description="When replica 1 is stopped (s)."
+    )
     restart: bool = Field(default=True, description="Restart replica 1 right after stopping it.")
-    prompt_tokens: int = Field(default=128, gt=0, description="Prompt length (tokens).")
-    output_tokens: int = Field(default=16, gt=0, description="Output length (tokens).")
-    breaker_failures: int = Field(default=3, ge=1, description="Consecutive failures to open.")
+    prompt_tokens: int = Field(
+        default=128, gt=0, le=MAX_TOKENS, description="Prompt length (tokens)."
+    )
+    output_tokens: int = Field(
+        default=16, gt=0, le=MAX_TOKENS, description="Output length (tokens)."
+    )
+    breaker_failures: int = Field(
+        default=3, ge=1, le=MAX_REQUESTS, description="Consecutive failures to open."
+    )
     breaker_cooldown_s: float = Field(
         default=3.0, gt=0, le=MAX_WAIT_S, description="Open → half-open (s)."
     )

@@ -112,6 +112,30 @@ MAX_RATE_FRACTION = 10.0
 #: gaps at 0.01, 48 % at 0.001) until, at 1e-6, the mean gap is 1e-10 of 1/λ: the schedule
 #: no longer has the rate asked for.
 MIN_BURSTINESS = 0.01
+#: Ceiling of a length in tokens (a prompt, an output, a prefix, a trace block): 2^20 =
+#: 1,048,576, above the longest context any served model takes here and 512× the embedded
+#: model's 2,048; a token-ID prompt that long is already ~7 MB of JSON per request.
+MAX_TOKENS = 2**20
+#: Ceiling of a cache size in tokens (``trace stats --cache-tokens``): 2^40 ≈ 1.1 × 10^12,
+#: a PiB (``server.sizes.MAX_SIZE_BYTES``) at 1 KiB of KV per token, less than the smallest
+#: model here needs.
+MAX_CACHE_TOKENS = 2**40
+#: Ceiling of KV bytes per token: 16 MiB, 30× the largest open model's (a 405B model with
+#: 126 layers and 8 KV heads of 128 in bf16 takes 516 KiB).
+MAX_KV_BYTES_PER_TOKEN = 2**24
+#: Ceiling of a seed: 2^64 − 1, numpy's 64-bit seed words; every seed worth typing fits, and
+#: a 30-digit typo is refused rather than hashed silently into another seed.
+MAX_SEED = 2**64 - 1
+#: Ceiling of the sampling temperature: 5× the OpenAI API's maximum of 2 (vLLM takes any
+#: value ≥ 0); at 10 the logits of a model's typical few-unit spread differ by a factor
+#: e^(spread/10) ≈ 1, so sampling is near uniform and higher values change nothing.
+MAX_TEMPERATURE = 10.0
+#: Ceiling of the gamma shape of arrival gaps (``--burstiness``): at 1000 the gaps vary by
+#: 1/√1000 ≈ 3 %, already all but constant (``--arrival-pattern constant`` is exactly so).
+MAX_BURSTINESS = 1000.0
+#: Ceiling of a ratio or relative tolerance of a check (a TTFT ratio, a relative error):
+#: 1000×, or 100,000 %, is past anything a check can still tell apart.
+MAX_RATIO = 1000.0
 #: Smallest /metrics size limit accepted: a vLLM page is ~50 KB, so a limit below 64 KiB
 #: would fail every scrape of a real server.
 MIN_METRICS_MAX_BYTES = 64 * 2**10
@@ -278,7 +302,10 @@ class RunParams(ServerParams):
         "also the wait for the first byte, so above the longest queueing wait).",
     )
     seed: int = Field(
-        default=0, ge=0, description="Seed of all prompt tokens (and arrivals; numpy's are ≥ 0)."
+        default=0,
+        ge=0,
+        le=MAX_SEED,
+        description="Seed of all prompt tokens (and arrivals; numpy's are ≥ 0).",
     )
     token_id_high: int = Field(
         default=4000,

@@ -20,7 +20,14 @@ from pydantic import Field, field_validator, model_validator
 from scenarios.arrivals import AllAtOnce
 from scenarios.base import Scenario
 from scenarios.checks import Check, CheckSpec
-from scenarios.common import MAX_CONCURRENCY, MAX_WAIT_S, HttpUrlText, RunParams, SizeText
+from scenarios.common import (
+    MAX_CONCURRENCY,
+    MAX_TOKENS,
+    MAX_WAIT_S,
+    HttpUrlText,
+    RunParams,
+    SizeText,
+)
 from scenarios.plan import CaseSpec, GatewaySpec, PhaseSpec, Plan, ProxySpec
 from scenarios.values import list_items
 from scenarios.workloads import UniquePrompts
@@ -125,10 +132,17 @@ class DisconnectAbortParams(RunParams):
         le=MAX_CONCURRENCY,
         description="Streaming requests, all sent at once.",
     )
-    prompt_tokens: int = Field(default=256, gt=0, description="Prompt length (tokens), unique.")
-    output_tokens: int = Field(default=512, gt=1, description="Requested output tokens.")
+    prompt_tokens: int = Field(
+        default=256, gt=0, le=MAX_TOKENS, description="Prompt length (tokens), unique."
+    )
+    output_tokens: int = Field(
+        default=512, gt=1, le=MAX_TOKENS, description="Requested output tokens."
+    )
     disconnect_after_tokens: int = Field(
-        default=32, gt=0, description="Client disconnects after receiving this many tokens."
+        default=32,
+        gt=0,
+        le=MAX_TOKENS,
+        description="Client disconnects after receiving this many tokens.",
     )
     disconnect_fraction: float = Field(
         default=1.0, gt=0, le=1, description="Fraction of requests that disconnect."

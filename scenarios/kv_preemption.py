@@ -18,7 +18,7 @@ from pydantic import Field, field_validator, model_validator
 from scenarios.arrivals import AllAtOnce
 from scenarios.base import Scenario
 from scenarios.checks import Check, CheckSpec
-from scenarios.common import HttpUrlText, RunParams
+from scenarios.common import MAX_TOKENS, HttpUrlText, RunParams
 from scenarios.plan import CaseSpec, PhaseSpec, Plan
 from scenarios.values import (
     CONCURRENCY,
@@ -74,8 +74,8 @@ class PreemptionAsPredicted(CheckSpec):
     families: ClassVar[tuple[str, ...]] = ("num_preemptions",)
     phase: str
     concurrency: int = Field(gt=0)
-    prompt_tokens: int = Field(gt=0)
-    output_tokens: int = Field(gt=0)
+    prompt_tokens: int = Field(gt=0, le=MAX_TOKENS)
+    output_tokens: int = Field(gt=0, le=MAX_TOKENS)
 
 
 class KVPeakMatchesWorkingSet(CheckSpec):
@@ -107,8 +107,12 @@ class KVPreemptionParams(RunParams):
     url: HttpUrlText | None = Field(
         default=None, description="Attach to this running server (cache sizes are ignored)."
     )
-    prompt_tokens: int = Field(default=1024, gt=0, description="Prompt length (tokens), unique.")
-    output_tokens: int = Field(default=512, gt=0, description="Output length (tokens), exact.")
+    prompt_tokens: int = Field(
+        default=1024, gt=0, le=MAX_TOKENS, description="Prompt length (tokens), unique."
+    )
+    output_tokens: int = Field(
+        default=512, gt=0, le=MAX_TOKENS, description="Output length (tokens), exact."
+    )
     kv_peak_tolerance: float = Field(
         default=0.05, gt=0, le=1, description="KV peak vs predicted working set (fraction)."
     )

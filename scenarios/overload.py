@@ -38,6 +38,7 @@ from scenarios.common import (
     MAX_CONCURRENCY,
     MAX_RATE_RPS,
     MAX_REQUESTS,
+    MAX_TOKENS,
     HttpUrlText,
     RunParams,
     SizeText,
@@ -110,8 +111,12 @@ class OverloadParams(RunParams):
     )
     duration: DurationText = Field(default="10s", description="Sending time of each load.")
     warmup: DurationText = Field(default="2s", description="Start of each load not counted.")
-    prompt_tokens: int = Field(default=128, gt=0, description="Prompt length (tokens), unique.")
-    output_tokens: int = Field(default=32, gt=1, description="Output length (tokens), exact.")
+    prompt_tokens: int = Field(
+        default=128, gt=0, le=MAX_TOKENS, description="Prompt length (tokens), unique."
+    )
+    output_tokens: int = Field(
+        default=32, gt=1, le=MAX_TOKENS, description="Output length (tokens), exact."
+    )
     max_num_seqs: int = Field(
         default=16, gt=0, le=MAX_CONCURRENCY, description="Server batch limit."
     )

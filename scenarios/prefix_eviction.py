@@ -19,7 +19,9 @@ from scenarios.base import Scenario
 from scenarios.checks import CapacityAtLeast, Check, CheckSpec, LatencyRatio
 from scenarios.common import (
     MAX_CONCURRENCY,
+    MAX_RATIO,
     MAX_REQUESTS,
+    MAX_TOKENS,
     HttpUrlText,
     RunParams,
     SizeText,
@@ -87,10 +89,17 @@ class PrefixEvictionParams(RunParams):
         default=None, description="Running server for the control case."
     )
     anchors: int = Field(
-        default=4, gt=0, description="Distinct anchor prefixes (at most --requests)."
+        default=4,
+        gt=0,
+        le=MAX_REQUESTS,
+        description="Distinct anchor prefixes (at most --requests).",
     )
-    prefix_tokens: int = Field(default=1024, gt=0, description="Anchor prefix length (tokens).")
-    suffix_tokens: int = Field(default=32, ge=1, description="Unique suffix per request (tokens).")
+    prefix_tokens: int = Field(
+        default=1024, gt=0, le=MAX_TOKENS, description="Anchor prefix length (tokens)."
+    )
+    suffix_tokens: int = Field(
+        default=32, ge=1, le=MAX_TOKENS, description="Unique suffix per request (tokens)."
+    )
     requests: int = Field(
         default=48, gt=0, le=MAX_REQUESTS, description="Requests per anchor phase."
     )
@@ -109,9 +118,14 @@ class PrefixEvictionParams(RunParams):
     concurrency: int = Field(
         default=4, gt=0, le=MAX_CONCURRENCY, description="Closed-loop concurrency."
     )
-    output_tokens: int = Field(default=16, ge=2, description="Output tokens per request (exact).")
+    output_tokens: int = Field(
+        default=16, ge=2, le=MAX_TOKENS, description="Output tokens per request (exact)."
+    )
     ttft_p95_min_ratio: float = Field(
-        default=1.2, gt=0, description="Revisit/warm TTFT p95 needed to call eviction visible."
+        default=1.2,
+        gt=0,
+        le=MAX_RATIO,
+        description="Revisit/warm TTFT p95 needed to call eviction visible.",
     )
     hit_rate_tolerance: float = Field(
         default=0.02, ge=0, le=1, description="'Close' for hit-rate comparisons (0-1)."

@@ -38,9 +38,11 @@ from scenarios.arrivals import ClosedLoop, OpenLoop
 from scenarios.base import Scenario
 from scenarios.checks import CheckSpec
 from scenarios.common import (
+    MAX_BURSTINESS,
     MAX_CONCURRENCY,
     MAX_RATE_RPS,
     MAX_REQUESTS,
+    MAX_TOKENS,
     MIN_BURSTINESS,
     HttpUrlText,
     RunParams,
@@ -119,6 +121,7 @@ class SLOGoodputParams(RunParams):
     burstiness: float = Field(
         default=1.0,
         ge=MIN_BURSTINESS,
+        le=MAX_BURSTINESS,
         description="Gamma shape of the gaps: 1 = Poisson, < 1 burstier.",
     )
     duration: DurationText = Field(
@@ -142,8 +145,12 @@ class SLOGoodputParams(RunParams):
         le=MAX_CONCURRENCY,
         description="Client cap on requests in flight (as vLLM bench).",
     )
-    prompt_tokens: int = Field(default=128, gt=0, description="Prompt length (tokens), unique.")
-    output_tokens: int = Field(default=32, gt=0, description="Output length (tokens), exact.")
+    prompt_tokens: int = Field(
+        default=128, gt=0, le=MAX_TOKENS, description="Prompt length (tokens), unique."
+    )
+    output_tokens: int = Field(
+        default=32, gt=0, le=MAX_TOKENS, description="Output length (tokens), exact."
+    )
     length_spread: float = Field(
         default=0.0, ge=0, lt=1, description="Draw lengths in L·(1 ± spread); 0 = fixed."
     )

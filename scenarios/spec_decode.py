@@ -39,7 +39,9 @@ from scenarios.arrivals import ClosedLoop
 from scenarios.base import Scenario
 from scenarios.checks import CapacityAtLeast, Check, CheckSpec
 from scenarios.common import (
+    MAX_RATIO,
     MAX_REQUESTS,
+    MAX_TOKENS,
     HttpUrlText,
     RunParams,
     SizeText,
@@ -120,12 +122,18 @@ class SpecDecodeParams(RunParams):
         description=f"Cases, from: {', '.join(CASE_KINDS)}.",
     )
     draft_layers: int = Field(default=2, ge=1, le=27, description="Layers of every draft model.")
-    prompt_lookup_max: int = Field(default=4, ge=1, description="n-gram: longest match (tokens).")
+    prompt_lookup_max: int = Field(
+        default=4, ge=1, le=MAX_TOKENS, description="n-gram: longest match (tokens)."
+    )
     requests: int = Field(
         default=16, gt=0, le=MAX_REQUESTS, description="Requests per phase (same in each)."
     )
-    prompt_tokens: int = Field(default=256, gt=0, description="Prompt length (tokens).")
-    output_tokens: int = Field(default=128, gt=1, description="Output length (tokens), exact.")
+    prompt_tokens: int = Field(
+        default=256, gt=0, le=MAX_TOKENS, description="Prompt length (tokens)."
+    )
+    output_tokens: int = Field(
+        default=128, gt=1, le=MAX_TOKENS, description="Output length (tokens), exact."
+    )
     url: HttpUrlText | None = Field(
         default=None, description="Attach to this running server (speculation configured)."
     )
@@ -142,7 +150,7 @@ class SpecDecodeParams(RunParams):
         description="Per-position rates may rise by this much (fraction).",
     )
     chunk_tolerance: float = Field(
-        default=0.10, gt=0, description="Client tokens per chunk vs τ (relative)."
+        default=0.10, gt=0, le=MAX_RATIO, description="Client tokens per chunk vs τ (relative)."
     )
 
     @field_validator("cases")

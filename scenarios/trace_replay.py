@@ -49,7 +49,15 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from scenarios.arrivals import TraceArrival
 from scenarios.base import Scenario
 from scenarios.checks import Check, CheckSpec
-from scenarios.common import MAX_REQUESTS, MAX_SPEEDUP, HttpUrlText, RunParams
+from scenarios.common import (
+    MAX_RATIO,
+    MAX_REQUESTS,
+    MAX_SPEEDUP,
+    MAX_TOKENS,
+    MAX_WAIT_S,
+    HttpUrlText,
+    RunParams,
+)
 from scenarios.fleet import workload
 from scenarios.fleet_cases import (
     FleetKillParams,
@@ -167,7 +175,7 @@ class TraceRateKept(CheckSpec):
 
     kind: Literal["trace_rate_kept"] = "trace_rate_kept"
     phase: str
-    max_rate_error: float = Field(default=0.01, ge=0)
+    max_rate_error: float = Field(default=0.01, ge=0, le=MAX_RATIO)
 
 
 class TraceSendLateness(CheckSpec):
@@ -186,7 +194,10 @@ class TraceReplayParams(RunParams, FleetParams, FleetKillParams):
 
     # Before ``trace``: the trace's validation needs it.
     trace_block_tokens: int = Field(
-        default=MOONCAKE_BLOCK_TOKENS, gt=0, description="Tokens per hash id in the trace file."
+        default=MOONCAKE_BLOCK_TOKENS,
+        gt=0,
+        le=MAX_TOKENS,
+        description="Tokens per hash id in the trace file.",
     )
     trace: str | None = Field(
         default=None,
@@ -245,10 +256,13 @@ class TraceReplayParams(RunParams, FleetParams, FleetKillParams):
         description="Allowed |measured − predicted| prefix-cache hit rate (absolute).",
     )
     max_rate_error: float = Field(
-        default=0.01, ge=0, description="Allowed relative error of the achieved request rate."
+        default=0.01,
+        ge=0,
+        le=MAX_RATIO,
+        description="Allowed relative error of the achieved request rate.",
     )
     max_lateness_p99_ms: float = Field(
-        default=5.0, gt=0, description="Allowed send lateness p99 (ms)."
+        default=5.0, gt=0, le=MAX_WAIT_S * 1000, description="Allowed send lateness p99 (ms)."
     )
 
     @model_validator(mode="before")

@@ -69,11 +69,19 @@ class Range:
         if self.lo is not None and (value < self.lo or (self.lo_open and value == self.lo)):
             op = ">" if self.lo_open else "≥"
             why = f" ({self.why_lo})" if self.why_lo else ""
-            raise ValueError(f"{shown} must be {op} {self.lo:g}{unit}{why}")
+            raise ValueError(f"{shown} must be {op} {_bound(self.lo)}{unit}{why}")
         if self.hi is not None and (value > self.hi or (self.hi_open and value == self.hi)):
             op = "<" if self.hi_open else "≤"
             why = f" ({self.why_hi})" if self.why_hi else ""
-            raise ValueError(f"{shown} must be {op} {self.hi:g}{unit}{why}")
+            raise ValueError(f"{shown} must be {op} {_bound(self.hi)}{unit}{why}")
+
+
+def _bound(value: float) -> str:
+    """A bound as a message shows it: a whole number with every digit (``1099511627776``,
+    not ``1.09951e+12``), else the shortest float text."""
+    if float(value).is_integer() and abs(value) < 2**63:
+        return str(int(value))
+    return f"{value:g}"
 
 
 #: Rates and speedups have no floor but zero: how long a schedule they make is checked on the
@@ -176,13 +184,18 @@ def parse_duration(
     that time in ``unit`` (``"s"`` or ``"ms"``).
 
     Raises:
-        ValueError: not a number with one of the units ms, s, m (min); zero unless
-            ``zero_ok``; not finite; longer than ``max_s`` seconds.
+        ValueError: not a number with one of the units ms, s, m (min); not finite; negative;
+            zero unless ``zero_ok``; longer than ``max_s`` seconds. Each message says which.
     """
     m = _DURATION.fullmatch(text.strip())
     typed = (m.group(2) or bare or unit) if m else unit
     value = float(m.group(1)) * _SCALE[unit][typed] if m else math.nan
-    if not m or not math.isfinite(value) or (value == 0 and not zero_ok):
+    floor = "≥ 0" if zero_ok else "> 0"
+    if not m and text.strip().startswith("-") and _DURATION.fullmatch(text.strip()[1:].lstrip()):
+        raise ValueError(f"{text!r} is negative: a {what} must be {floor}")  # a time, but < 0
+    if m and value == 0 and not zero_ok:
+        raise ValueError(f"{text!r} is zero: a {what} must be > 0")
+    if not m or not math.isfinite(value):
         raise ValueError(f"{text!r} is not a {what}; e.g. {example}")
     if max_s is not None and value * _SCALE["s"][unit] > max_s:
         raise ValueError(f"{text!r} is longer than {max_s:g} s ({_span(max_s)})")
@@ -253,7 +266,10 @@ def parse_slo(text: str) -> dict[str, float]:
             )
         if key in out:
             raise ValueError(f"SLO {key} given twice")
-        out[key] = parse_duration(value) * 1e3
+        try:
+            out[key] = parse_duration(value, what="limit") * 1e3
+        except ValueError as exc:
+            raise ValueError(f"SLO {key}: {exc}") from None
     if not out:
         raise ValueError("no SLO given; e.g. ttft=200ms,tpot=50ms")
     return out

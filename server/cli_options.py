@@ -130,9 +130,30 @@ def click_type(annotation: Any) -> click.ParamType:
         return FINITE_FLOAT
     if base is dict or typing.get_origin(base) is dict:
         return JsonObject()
-    if base is Path:
-        return click.Path(path_type=Path)
+    if base is Path:  # kept as typed for the model: "dir/" keeps the slash that names a dir
+        return click.Path(path_type=str)
     return click.STRING
+
+
+def _number(value: float) -> str:
+    """A bound as help shows it: an integer with every digit, else the shortest float text."""
+    if isinstance(value, int) or (float(value).is_integer() and abs(value) < 2**53):
+        return str(int(value))
+    return f"{value:g}"
+
+
+def _range_text(field: FieldInfo) -> str:
+    """A number field's bounds as its help shows them (``0 < x ≤ 10``), from the field's
+    ``gt``/``ge``/``lt``/``le``; empty without any."""
+    lo = hi = ""
+    for m in field.metadata:
+        for attr, op in (("gt", "<"), ("ge", "≤")):
+            if getattr(m, attr, None) is not None:
+                lo = f"{_number(getattr(m, attr))} {op} "
+        for attr, op in (("lt", "<"), ("le", "≤")):
+            if getattr(m, attr, None) is not None:
+                hi = f" {op} {_number(getattr(m, attr))}"
+    return f"{lo}x{hi}" if lo or hi else ""
 
 
 def _default_text(field: FieldInfo) -> str:
@@ -215,8 +236,9 @@ class ModelOptions(Generic[M]):
         if typing.get_origin(base) in (tuple, list):  # a repeatable flag: --header A --header B
             return click.Option([f"--{flag}", name], multiple=True, default=None,
                                 help=f"{help_text} (repeatable)".strip())  # fmt: skip
+        shown = "; ".join(t for t in (_default_text(field), _range_text(field)) if t)
         return click.Option([f"--{flag}", name], type=click_type(field.annotation), default=None,
-                            help=f"{help_text} [{_default_text(field)}]".strip())  # fmt: skip
+                            help=f"{help_text} [{shown}]".strip())  # fmt: skip
 
     @staticmethod
     def _alias_name(d: Deprecated) -> str:

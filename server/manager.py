@@ -184,11 +184,32 @@ def likely_cause(log_text: str) -> str:
 
 
 async def _get_json(client: httpx.AsyncClient, url: str) -> object | None:
+    """The JSON answer of ``GET url``; ``None`` when there is none (:func:`_json_or_why`)."""
+    return (await _json_or_why(client, url))[0]
+
+
+def _timeout_s(client: httpx.AsyncClient) -> float | None:
+    """The read timeout (s) of ``client``'s requests."""
+    return client.timeout.read
+
+
+async def _json_or_why(client: httpx.AsyncClient, url: str) -> tuple[object | None, str | None]:
+    """(the JSON answer of ``GET url``, ``None``), or (``None``, why there is none in words:
+    ``did not answer within 10 s``, ``answered HTTP 404``, ``answered with no JSON``, a
+    failed connection described)."""
     try:
         response = await get_bounded(client, url, CONTROL_MAX_BYTES)
-    except httpx.HTTPError:
-        return None
-    return response.json() if response.status_code == 200 else None
+    except httpx.TimeoutException:
+        return None, f"did not answer within {_timeout_s(client):g} s"
+    except (httpx.HTTPError, ValueError) as exc:  # ValueError: an answer over the bound
+        return None, f"failed: {describe_exception(exc)}"
+    if response.status_code != 200:
+        return None, f"answered HTTP {response.status_code}"
+    try:
+        return response.json(), None
+    except ValueError:  # a server that answers garbage
+        head = " ".join(response.text[:60].split())
+        return None, f"answered with no JSON ({len(response.content)} bytes: {head!r})"
 
 
 class CapacityUnknownError(RuntimeError):
@@ -224,6 +245,10 @@ async def read_capacity(client: httpx.AsyncClient, url: str, log_path: Path | No
     """
     try:
         response = await get_bounded(client, f"{url}/metrics", METRICS_MAX_BYTES)
+    except httpx.TimeoutException:
+        why = (
+            f"the server's /metrics ({url}/metrics) did not answer within {_timeout_s(client):g} s"
+        )
     except httpx.HTTPError as exc:
         why = f"GET {url}/metrics failed: {describe_exception(exc)}"
     else:
@@ -404,6 +429,15 @@ def _write_whole(path: Path, text: str) -> None:
         raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
 
+def _model_name(models: object) -> str | None:
+    """The first model's id in a ``/v1/models`` answer (``{"data": [{"id": …}, …]}``);
+    ``None`` when it lists none or is not of that shape."""
+    data = models.get("data") if isinstance(models, dict) else None
+    first = data[0] if isinstance(data, list) and data else None
+    name = first.get("id") if isinstance(first, dict) else None
+    return str(name) if isinstance(name, str | int) and str(name) else None
+
+
 async def attach(url: str) -> RunningServer:
     """Wrap an already running server at ``url`` (not owned: never stopped by us).
 
@@ -414,13 +448,19 @@ async def attach(url: str) -> RunningServer:
     async with httpx.AsyncClient(timeout=10.0) as client:
         health = await check_health(client, url, 10.0)
         if health.status is None:
-            raise ServerStartError(f"cannot reach {url}/health: {health.cause}")
+            # a timeout in words ("no answer within 10 s"), else the failed connection
+            timed_out = (health.problem or "").startswith("no answer")
+            raise ServerStartError(
+                f"cannot reach {url}/health: {health.problem if timed_out else health.cause}"
+            )
         if not health.ok:
             raise ServerStartError(f"{url}/health answered {health.status}")
-        models = await _get_json(client, f"{url}/v1/models")
-        if not isinstance(models, dict) or not models.get("data"):
+        models, why = await _json_or_why(client, f"{url}/v1/models")
+        if why is not None:
+            raise ServerStartError(f"{url}/v1/models {why}")
+        name = _model_name(models)
+        if name is None:
             raise ServerStartError(f"{url}/v1/models lists no model")
-        name = str(models["data"][0]["id"])
         capacity, capacity_error = await _capacity_or_why(client, url, None)
         version = await _get_json(client, f"{url}/version")
     return RunningServer(

@@ -16,6 +16,10 @@ _UNITS: dict[str, int] = {
     "GB": 10**9,
     "TB": 10**12,
 }
+#: Largest size accepted: 1 PiB (2^50 bytes). Every size typed here is a KV cache, and 1 PiB
+#: is hundreds of times the memory of the largest single server; a typo of a few more zeros
+#: (``1e30TiB``) is refused before any server is asked for it.
+MAX_SIZE_BYTES = 2**50
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]+)\s*$", re.ASCII)
 
 
@@ -26,8 +30,9 @@ def parse_size(text: str) -> int:
     a bare ``B`` is bytes. Units are case-sensitive because ``Mb`` (megabits) is not ``MB``.
 
     Raises:
-        ValueError: empty text, no unit, an unknown unit, a non-positive size, or a size that
-            is not a whole number of bytes. The message names the accepted units.
+        ValueError: empty text, no unit, an unknown unit, a non-positive size, a size that
+            is not a whole number of bytes, or one above :data:`MAX_SIZE_BYTES`. The message
+            names the accepted units.
     """
     match = _SIZE_RE.match(text)
     accepted = ", ".join(_UNITS)
@@ -45,6 +50,8 @@ def parse_size(text: str) -> int:
         raise ValueError(f"invalid size {text!r}: must be positive")
     if value.denominator != 1:
         raise ValueError(f"invalid size {text!r}: not a whole number of bytes")
+    if value > MAX_SIZE_BYTES:
+        raise ValueError(f"invalid size {text!r}: larger than the limit of 1PiB (2^50 bytes)")
     return int(value)
 
 

@@ -10,8 +10,9 @@ path is refused with one line (``Error: OPTION PATH …``, exit 2: :class:`BadOu
    ``run.json``, ``plan.json`` or ``manifest.json``): a run's files are written only by the
    run's own writers. The one place a command may write into a run is the unsealed
    ``export/`` of the run it exports (``loadgen.runformat.manifest.UNSEALED_DIRS``);
-2. a file is wanted and it is an existing directory, or a directory is wanted and it is an
-   existing file;
+2. a file is wanted and it is an existing directory or a path written as one (ending in
+   ``/``, ``/.`` or ``/..``: ``--plot dir.png/`` once wrote a file named ``dir.png``), or a
+   directory is wanted and it is an existing file;
 3. a file is wanted with a suffix rule and its name does not end in the suffix (a plot is a
    PNG: ``--plot`` must end in ``.png``, so the file written is the file named, never a
    ``.png`` added to it);
@@ -89,15 +90,24 @@ def probe_dir(directory: Path, what: str) -> None:
         raise BadOutputPath(f"{what} cannot be created or written: {reason}") from None
 
 
+def names_a_directory(text: str) -> bool:
+    """Whether ``text``, a path as typed, names a directory by its spelling: it ends in a
+    separator, ``/.`` or ``/..``, or is ``.`` or ``..`` (``pathlib`` drops the trailing
+    ``/`` of ``dir.png/``, so the check reads the text)."""
+    name = text.rstrip("/")
+    return text.endswith("/") or name in ("", ".", "..") or name.endswith(("/.", "/.."))
+
+
 def check_output_file(
-    path: Path,
+    path: Path | str,
     option: str,
     *,
     suffix: str | None = None,
     create_dir: bool = False,
     own_run: Path | None = None,
 ) -> None:
-    """Check ``path``, a file the command will write (module docstring).
+    """Check ``path``, a file the command will write (module docstring); give it as typed
+    (a ``str``) so that a trailing ``/`` is seen.
 
     Args:
         option: how the command line named it (``--out``, ``--plot``).
@@ -108,6 +118,10 @@ def check_output_file(
     Raises:
         BadOutputPath: the path is refused.
     """
+    if isinstance(path, str) and names_a_directory(path):
+        slash = " (it ends in /)" if path.endswith("/") else ""
+        raise BadOutputPath(f"{option} {path} names a directory{slash}; give a file path")
+    path = Path(path)
     _refuse_inside_run(path, option, own_run)
     if path.is_dir():
         raise BadOutputPath(f"{option} {path} is a directory; give a file path")

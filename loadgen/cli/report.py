@@ -60,6 +60,7 @@ def report(run_dir: Path, reason: str | None, open_page: bool) -> None:
     from analysis.report import build_report
     from loadgen.progress import make_console
     from loadgen.runformat import Reseal, RunInfo, RunWriteError
+    from loadgen.runformat.atomic import staged_writes
     from loadgen.runformat.layout import MANIFEST_FILE, REPORT_HTML, REPORT_MD, RUN_FILE
     from loadgen.runformat.manifest import unverified_seal, utc_now, write_manifest
     from loadgen.runformat.reading import read_json_file
@@ -93,8 +94,11 @@ def report(run_dir: Path, reason: str | None, open_page: bool) -> None:
         )
     console = make_console()
     try:
-        result = build_report(run_dir, reseal)
-        write_manifest(run_dir, info.status or "unknown", list(info.command or []), reseal)
+        # The report and the manifest that hashes it as one set: a write that fails (a full
+        # disk) leaves the previous report and manifest, which still agree, not half of each.
+        with staged_writes():
+            result = build_report(run_dir, reseal)
+            write_manifest(run_dir, info.status or "unknown", list(info.command or []), reseal)
     except IntegrityError as exc:
         refuse(exc)
     except RunWriteError as exc:  # one line: the file and the OS error (exit 1)

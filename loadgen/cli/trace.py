@@ -23,6 +23,7 @@ from loadgen.cli.trace_fleet import (
     fleet_text,
 )
 from loadgen.runformat.atomic import RunWriteError, write_with
+from scenarios.common import MAX_CACHE_TOKENS, MAX_KV_BYTES_PER_TOKEN, MAX_TOKENS
 from server.cli_options import FiniteFloat
 from server.model_variant import CPU_BLOCK_SIZE, KV_BYTES_PER_TOKEN
 from server.net.exit_codes import TraceExit
@@ -35,6 +36,9 @@ if TYPE_CHECKING:
 #: Shortest peak-rate window (s): one millisecond, the unit of a trace's timestamps; a
 #: shorter one only divides a count by a tiny number (5e-324 s gives an infinite rate).
 MIN_PEAK_WINDOW_S = 0.001
+#: Longest window of the peak arrival rate (s): 365 days, the longest schedule a run takes
+#: (``scenarios.schedule``); any wider window is the trace's mean rate.
+MAX_PEAK_WINDOW_S = 365 * 86400.0
 #: Where the plot goes unless ``--plot`` says otherwise (``runs/`` is the results root).
 DEFAULT_PLOT_DIR = Path("runs") / "trace-stats"
 
@@ -85,9 +89,10 @@ def _cache_tokens(
         return sizes, labels
     if cache_tokens:
         try:
-            counts = parse_numbers(cache_tokens, "cache size", int, Range(lo=2 * block_tokens,
-                                   why_lo=f"2 blocks of {block_tokens} tokens, one is vLLM's "
-                                   "null block"), example="16384,65536")  # fmt: skip
+            sane = Range(lo=2 * block_tokens, hi=MAX_CACHE_TOKENS,
+                         why_lo=f"2 blocks of {block_tokens} tokens, one is vLLM's null block",
+                         why_hi="2^40 tokens, a PiB of KV at 1 KiB a token")  # fmt: skip
+            counts = parse_numbers(cache_tokens, "cache size", int, sane, example="16384,65536")
         except ValueError as exc:
             raise BadInput(f"--cache-tokens: {exc}") from None
         sizes = [n // block_tokens * block_tokens for n in counts]
@@ -242,15 +247,15 @@ def _plot(trace: Trace, curve: HitCurve, kv_bytes_per_token: int, out: Path) -> 
     return out
 
 
-def _plot_path(file: Path | None, block_tokens: int, token_scale: str, given: Path | None) -> Path:
+def _plot_path(file: Path | None, block_tokens: int, token_scale: str, given: str | None) -> Path:
     """Where the plot goes (``given``, else the default under ``DEFAULT_PLOT_DIR``), checked
     before any work (``loadgen.cli.output_paths``: a ``.png`` name, written as named)."""
     from loadgen.cli.output_paths import check_output_file
     from scenarios.trace_scale import parse_token_scale
 
     if given is not None:
-        check_output_file(given, "--plot", suffix=".png")
-        return given
+        check_output_file(given, "--plot", suffix=".png")  # as typed: "dir.png/" is refused
+        return Path(given)
     try:
         scale = parse_token_scale(token_scale)
     except ValueError as exc:
@@ -307,14 +312,14 @@ def _json(
 )
 @click.option(
     "--block-tokens",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_TOKENS),
     default=CPU_BLOCK_SIZE,
     show_default=True,
     help="The server's KV block size (vLLM CPU: 128).",
 )
 @click.option(
     "--trace-block-tokens",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_TOKENS),
     default=512,
     show_default=True,
     help="Prompt tokens per hash id in the file (Mooncake: 512).",
@@ -327,7 +332,7 @@ def _json(
 )
 @click.option(
     "--kv-bytes-per-token",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_KV_BYTES_PER_TOKEN),
     default=KV_BYTES_PER_TOKEN,
     show_default=True,
     help="KV bytes per token (default: the embedded model's).",
@@ -335,16 +340,16 @@ def _json(
 @click.option(
     "--peak-window",
     "peak_window_s",
-    type=FiniteFloat(MIN_PEAK_WINDOW_S),
+    type=FiniteFloat(MIN_PEAK_WINDOW_S, MAX_PEAK_WINDOW_S),
     default=10.0,
     show_default=True,
-    help=f"Window of the peak arrival rate (s, ≥ {MIN_PEAK_WINDOW_S:g}: a trace's clock is in "
-    "milliseconds).",
+    help=f"Window of the peak arrival rate (s, {MIN_PEAK_WINDOW_S:g} to {MAX_PEAK_WINDOW_S:g}: a "
+    "trace's clock is in milliseconds; a window of a year spans any trace).",
 )
 @click.option(
     "--plot",
     "plot_path",
-    type=click.Path(path_type=Path),
+    type=click.Path(path_type=str),
     default=None,
     help=f"PNG of the hit-rate curve, a path ending in .png, written as named (default: "
     f"{DEFAULT_PLOT_DIR}/<file>-block<B>[-scale<S>].png).",
@@ -361,7 +366,7 @@ def stats(
     token_scale: str,
     kv_bytes_per_token: int,
     peak_window_s: float,
-    plot_path: Path | None,
+    plot_path: str | None,
     no_plot: bool,
     as_json: bool,
     **fleet_flags: Any,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from gateway.routing import DEFAULT_EPSILON, DEFAULT_PREFIX_BLOCKS
+from scenarios.common import MAX_CONCURRENCY, MAX_SEED
 from server.cli_options import FiniteFloat
 
 if TYPE_CHECKING:
@@ -24,6 +25,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: Most replicas the fleet model predicts: its replay of the policies grows faster than the
 #: square of N (a two-request trace takes seconds at 64 and tens of seconds at 128).
 MAX_MODEL_REPLICAS = 64
+#: Most blocks a prefix-hash key covers: the gateway's own bound (``GatewayConfig``).
+MAX_PREFIX_BLOCKS = 2**16
 
 
 def fleet_options(command: F) -> F:
@@ -35,18 +38,19 @@ def fleet_options(command: F) -> F:
                      help="Routing policies, comma-separated: round-robin, least-loaded, "
                      "prefix-hash, vllm-router:<round_robin|consistent_hash|cache_aware|"
                      "power_of_two|random|kv_aware>. Default: all."),
-        click.option("--concurrency", type=click.IntRange(min=1), default=1, show_default=True,
+        click.option("--concurrency", type=click.IntRange(1, MAX_CONCURRENCY), default=1,
+                     show_default=True,
                      help="Clients in a closed loop (1: requests one after another)."),
         click.option("--routing-epsilon", type=FiniteFloat(0, 100), default=DEFAULT_EPSILON,
                      show_default=True, help="prefix-hash's load slack ε (0-100, as the "
                      "gateway's)."),
-        click.option("--routing-prefix-blocks", type=click.IntRange(min=1),
+        click.option("--routing-prefix-blocks", type=click.IntRange(1, MAX_PREFIX_BLOCKS),
                      default=DEFAULT_PREFIX_BLOCKS, show_default=True,
                      help="prefix-hash: 128-token blocks its key covers."),
         click.option("--worker-urls", default=None,
                      help="vllm-router consistent_hash: the N worker URLs its ring hashes, "
                      "comma-separated (default http://127.0.0.1:8000 upwards)."),
-        click.option("--seed", type=int, default=0, show_default=True,
+        click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True,
                      help="The replay's seed (prefix-hash keys are its prompts' tokens)."),
     ]  # fmt: skip
     for option in reversed(options):

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import msgspec
 
+from loadgen.runformat.atomic import current_file, staged_files
 from loadgen.runformat.layout import EXPORT_DIR, MANIFEST_FILE, write_json
 from loadgen.runformat.rows import Manifest, ManifestFile, Reseal
 
@@ -76,13 +77,18 @@ UNSEALED_DIRS = (f"{EXPORT_DIR}/",)
 
 def list_files(run_dir: Path) -> list[ManifestFile]:
     """Every file under ``run_dir`` except the manifest and ``UNSEALED_DIRS``, with size
-    (bytes) and sha256."""
+    (bytes) and sha256; inside ``loadgen.runformat.atomic.staged_writes`` the new content of
+    the files written so far."""
     files = []
-    for path in sorted(p for p in run_dir.rglob("*") if p.is_file()):
+    # Inside a staged set (loadgen.runformat.atomic) the files written so far count with
+    # their new content, which is still under their temporary names.
+    staged = [p for p in staged_files() if p.is_relative_to(run_dir)]
+    for path in sorted({*(p for p in run_dir.rglob("*") if p.is_file()), *staged}):
         rel = path.relative_to(run_dir).as_posix()
         if rel == MANIFEST_FILE or rel.endswith(".tmp") or rel.startswith(UNSEALED_DIRS):
             continue
-        files.append(ManifestFile(path=rel, bytes=path.stat().st_size, sha256=sha256_file(path)))
+        now = current_file(path)
+        files.append(ManifestFile(path=rel, bytes=now.stat().st_size, sha256=sha256_file(now)))
     return files
 
 

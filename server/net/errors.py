@@ -51,16 +51,20 @@ def _first_text(exc: BaseException) -> str:
 def describe_exception(exc: BaseException) -> str:
     """``"Type: message (ERRNO)"`` for ``exc``: never empty, one line, URL passwords masked.
 
-    An empty message falls back to the first cause with one, then to ``"timed out"`` for a
-    timeout (``TimeoutError`` and types named ``*Timeout*``), else to the type alone;
+    An empty message falls back to the first cause with one, else to the type alone; a
+    timeout (``TimeoutError`` and types named ``*Timeout*``) without a message of its own is
+    ``"timed out"``, whatever caused it;
     the symbolic errno (``ECONNREFUSED``, ``ENOSPC``, ``EAI_NONAME``) is added when the
     exception or a cause carries one the message does not already name.
     Examples: ``TimeoutError: timed out``; ``ConnectError: [Errno 111] Connection refused
     (ECONNREFUSED)``; ``OSError: [Errno 28] No space left on device (ENOSPC)``.
     """
     name = type(exc).__name__
-    text = _first_text(exc)
-    if not text and (isinstance(exc, TimeoutError) or "Timeout" in name):
+    timeout = isinstance(exc, TimeoutError) or "Timeout" in name
+    # A timeout's own words, not its cause's: httpx's ReadTimeout is caused by anyio's
+    # CancelledError, whose text is a cancel scope's id ("ReadTimeout: CancelledError: ").
+    text = str(exc).strip() if timeout else _first_text(exc)
+    if not text and timeout:
         text = "timed out"
     code = _code_name(exc)
     line = f"{name}: {text}" if text else name

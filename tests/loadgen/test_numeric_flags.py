@@ -6,6 +6,7 @@ start points are replaced by failures)."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -88,6 +89,31 @@ def test_no_float_option_of_any_command_accepts_nan() -> None:
     assert {k: v for k, v in loose.items() if v} == {}
 
 
+def _unbounded(option: click.Option) -> bool:
+    """A number option with no upper bound: neither its click type (``IntRange``,
+    ``FiniteFloat``) nor its model field (whose bound its help shows as ``x ≤ N``/``x < N``,
+    ``server.cli_options``) has one."""
+    t = option.type
+    if isinstance(t, click.IntRange | click.FloatRange) and t.max is not None:
+        return False
+    if isinstance(t, FiniteFloat) and t.hi is not None:
+        return False
+    if isinstance(t, click.types.IntParamType | click.types.FloatParamType | FiniteFloat):
+        return not re.search(r"x [≤<] \d", " ".join((option.help or "").split()))
+    return False
+
+
+def test_every_number_flag_of_every_command_has_an_upper_bound_shown_in_its_help() -> None:
+    # A finite but absurd value (--temperature 1e308, --cache-tokens 10^21, --seed 10^23)
+    # was taken as given: every number flag has a documented ceiling now.
+    loose = {
+        " ".join(path): [o.opts[0] for o in command.params
+                         if isinstance(o, click.Option) and not o.hidden and _unbounded(o)]
+        for path, command in COMMANDS.items()
+    }  # fmt: skip
+    assert {k: v for k, v in loose.items() if v} == {}
+
+
 FLOAT_FLAGS = [
     (path, flag) for path, command in COMMANDS.items() for flag in _numeric(command, FiniteFloat)
 ]
@@ -167,7 +193,16 @@ REFUSED: list[tuple[list[str], str]] = [
     (["run", "slo-goodput", "--duration", "nan"],
      "--duration: 'nan' is not a duration; e.g. 40s, 500ms, 2m"),
     (["run", "slo-goodput", "--slo", "ttft=0s"],
-     "--slo: '0s' is not a duration; e.g. 40s, 500ms, 2m"),
+     "--slo: SLO ttft: '0s' is zero: a limit must be > 0"),
+    (["run", "bench", "--slo", "ttft=100ms,tpot=0ms"],
+     "--slo: SLO tpot: '0ms' is zero: a limit must be > 0"),
+    (["run", "bench", "--slo", "e2el=-5s"],
+     "--slo: SLO e2el: '-5s' is negative: a limit must be > 0"),
+    (["run", "bench", "--slo", "ttft=fast"],
+     "--slo: SLO ttft: 'fast' is not a limit; e.g. 40s, 500ms, 2m"),
+    (["run", "bench", "--dataset", "/dev/zero"],
+     "--dataset: /dev/zero: is a character device, not a regular file"),
+    (["run", "bench", "--dataset", "RUN"], "is a directory, not a file"),
     (["run", "bench", "--concurrency", "1,1.0"], "--concurrency: concurrency '1.0' is not an "
      "integer"),
     (["run", "kv-preemption", "--cache", "1GiB,1024MiB"],
@@ -222,8 +257,11 @@ REFUSED: list[tuple[list[str], str]] = [
      "--disconnect-fraction 0.1 × --requests 8 = 0.8: no request disconnects, nothing to "
      "measure"),
     (["run", "spec-decode", "--prompt-lookup-max", "99999999999999999999"],
-     "--prompt-lookup-max (99999999999999999999) is longer than the context (--max-model-len "
-     "2048): no match can be that long"),
+     "--prompt-lookup-max: Input should be less than or equal to 1048576 (got "
+     "99999999999999999999)"),
+    (["run", "spec-decode", "--prompt-lookup-max", "4096"],
+     "--prompt-lookup-max (4096) is longer than the context (--max-model-len 2048): no match "
+     "can be that long"),
     (["run", "prefix-eviction", "--hit-rate-tolerance", "2"],
      "--hit-rate-tolerance: Input should be less than or equal to 1 (got 2.0)"),
     # 1000 TiB = 1,024,000 GiB: vLLM's CPU build would fail to allocate it after its start.
@@ -258,7 +296,23 @@ REFUSED: list[tuple[list[str], str]] = [
     (["server", "start", "--max-model-len", "0"],
      "--max-model-len: Input should be greater than 0 (got 0)"),
     (["server", "stop", "--port", "70000"], "70000 is not in the range 1<=x<=65535"),
-    (["trace", "stats", "T2", "--block-tokens", "0"], "0 is not in the range x>=1"),
+    (["trace", "stats", "T2", "--block-tokens", "0"], "0 is not in the range 1<=x<=1048576"),
+    # Finite but absurd: each number flag has a ceiling (the constants of scenarios.common).
+    (["run", "bench", "--temperature", "1e308"],
+     "--temperature: Input should be less than or equal to 10 (got 1e+308)"),
+    (["run", "bench", "--seed", str(2**64)],
+     f"--seed: Input should be less than or equal to {2**64 - 1} (got {2**64})"),
+    (["run", "bench", "--input-len", str(2**20 + 1)],
+     "--input-len: Input should be less than or equal to 1048576 (got 1048577)"),
+    (["run", "bench", "--cache", "1025TiB"],
+     "invalid size '1025TiB': larger than the limit of 1PiB (2^50 bytes)"),
+    (["trace", "stats", "T2", "--cache-tokens", "999999999999999999999"],
+     "--cache-tokens: cache size 999999999999999999999 must be ≤ 1099511627776 (2^40 tokens, "
+     "a PiB of KV at 1 KiB a token)"),
+    (["trace", "stats", "T2", "--seed", "-1"], "-1 is not in the range 0<=x<="),
+    (["trace", "stats", "T2", "--peak-window", "1e12"], "1e12 must be ≤ 3.1536e+07"),
+    (["gateway", "--upstream", "http://127.0.0.1:9", "--total-timeout", "1e12"],
+     "--total-timeout: Input should be less than or equal to 86400 (got 1000000000000.0)"),
     (["trace", "stats", "T2", "--cache-tokens", "1024", "--replicas", "65"],
      "65 is not in the range 1<=x<=64"),
     (["export", "RUN", "--percentiles", "nan"], "percentile 'nan' is not a finite number"),

@@ -187,6 +187,30 @@ def test_every_bad_output_path_is_refused_in_one_line_before_any_work(
     assert not (tmp_path / "missing").exists()  # the check creates nothing
 
 
+#: The file outputs, and how the refusal of a path spelled as a directory reads.
+FILE_OUTPUTS = [c for c in COMMANDS if COMMANDS[c][2] == "file"]
+
+
+@pytest.mark.parametrize("spelling", ["/", "/."])
+@pytest.mark.parametrize("command", FILE_OUTPUTS)
+def test_a_file_path_spelled_as_a_directory_is_refused(
+    command: str, spelling: str, run: Path, tmp_path: Path
+) -> None:
+    # "--plot dir.png/" once wrote a file named dir.png: pathlib drops the trailing slash.
+    args, option, _, ext = COMMANDS[command]
+    typed = f"{tmp_path}/new{ext}{spelling}"
+    argv = [a.format(run=run) for a in args] + [typed]
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 2, result.output
+    slash = " (it ends in /)" if spelling == "/" else ""
+    refusal = f"{option} {typed} names a directory{slash}; give a file path"
+    if command == "gateway":  # its flags are the fields of its config model
+        refusal = (f"invalid gateway configuration: {option}: {typed} names a directory (it "
+                   "ends in /); give a file path")  # fmt: skip
+    assert result.output.splitlines()[-1] == f"Error: {refusal}"  # the gateway adds usage
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_export_into_a_sealed_record_file_leaves_the_run_intact(run: Path) -> None:
     # The example of the kind: `--out RUN/cases/CASE/requests.jsonl` replaced the sealed
     # records with CSV and exited 0.

@@ -213,8 +213,20 @@ def test_a_file_over_the_limit_is_refused_without_being_read_whole(
     assert str(exc.value) == f"{path}: larger than 1,000 bytes, the limit of a dataset"
 
 
-def test_dev_zero_is_refused_at_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_file_of_zeros_is_refused_at_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 16 MiB + 1 of NUL bytes (sparse): one line that never ends, stopped by the file limit.
+    zeros = tmp_path / "zeros.jsonl"
+    with open(zeros, "wb") as fh:
+        fh.truncate(2**24 + 1)
     monkeypatch.setattr("scenarios.bench_dataset.DATASET_MAX_BYTES", 2**24)
     with pytest.raises(DatasetError) as exc:
+        read_rows(zeros, "first", WordTokenizer())
+    assert str(exc.value) == f"{zeros}: larger than 16,777,216 bytes, the limit of a dataset"
+
+
+def test_dev_zero_is_refused_as_a_device_before_a_byte_is_read() -> None:
+    # It exists (the message once said "no such file"), and it is no dataset: a device.
+    with pytest.raises(DatasetError, match=r"/dev/zero: .*is a character device, not a regular"):
         read_rows(Path("/dev/zero"), "first", WordTokenizer())
-    assert str(exc.value) == "/dev/zero: larger than 16,777,216 bytes, the limit of a dataset"

@@ -29,15 +29,32 @@ def _line(ts: float, inp: int, ids: list[int] | None = None) -> dict[str, object
     return out if ids is None else {**out, "hash_ids": ids}
 
 
-def test_dev_zero_is_refused_at_the_size_limit_without_a_memory_error(
-    monkeypatch: pytest.MonkeyPatch,
+def test_a_file_of_zeros_is_refused_at_the_size_limit_without_a_memory_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # /dev/zero is one endless line of NUL bytes: its first line never ends, so the file limit
-    # (here 16 MiB) is what stops the read, the line dropped a chunk at a time.
+    # 16 MiB + 1 NUL bytes (sparse) are one line that never ends, so the file limit (here
+    # 16 MiB) is what stops the read, the line dropped a chunk at a time.
+    zeros = tmp_path / "zeros.jsonl"
+    with open(zeros, "wb") as fh:
+        fh.truncate(2**24 + 1)
     monkeypatch.setattr(traces, "TRACE_MAX_BYTES", 2**24)
     with pytest.raises(TraceError) as err:
-        load_trace(Path("/dev/zero"))
-    assert str(err.value) == "/dev/zero: larger than 16,777,216 bytes, the limit of a trace file"
+        load_trace(zeros)
+    assert str(err.value) == f"{zeros}: larger than 16,777,216 bytes, the limit of a trace file"
+
+
+@pytest.mark.parametrize(
+    ("path", "what"),
+    [
+        ("/dev/zero", "is a character device, not a regular file"),
+        ("/", "is a directory, not a file"),
+    ],
+)
+def test_a_path_that_is_no_file_is_refused_before_it_is_read(path: str, what: str) -> None:
+    # /dev/zero was read to the 256 MiB limit and then called too large.
+    with pytest.raises(TraceError) as err:
+        load_trace(Path(path))
+    assert str(err.value) == f"{path}: cannot read the trace: {what}"
 
 
 def test_a_line_over_the_limit_is_named_and_the_others_still_read(

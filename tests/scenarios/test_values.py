@@ -30,10 +30,29 @@ def test_durations_take_ms_s_and_minutes_in_the_unit_asked() -> None:
     assert parse_duration("0", unit="ms", zero_ok=True) == 0.0
 
 
-@pytest.mark.parametrize("text", ["", "0s", "-1s", "5h", "s", "nan", "inf", "1e3s", "9" * 400])
+@pytest.mark.parametrize("text", ["", "5h", "s", "nan", "inf", "1e3s", "9" * 400, "--1s"])
 def test_a_bad_duration_is_refused(text: str) -> None:
     with pytest.raises(ValueError, match=r"is not a duration; e\.g\. 40s, 500ms, 2m$"):
         parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "zero_ok", "message"),
+    [
+        ("0s", False, "'0s' is zero: a duration must be > 0"),
+        ("0ms", False, "'0ms' is zero: a duration must be > 0"),
+        ("-1s", False, "'-1s' is negative: a duration must be > 0"),
+        ("- 5 ms", True, "'- 5 ms' is negative: a duration must be ≥ 0"),
+    ],
+)
+def test_a_duration_that_is_zero_or_negative_is_called_so(
+    text: str, zero_ok: bool, message: str
+) -> None:
+    # '0ms' is a duration: the message once said it was not one, which sent users hunting
+    # for a typo in the unit.
+    with pytest.raises(ValueError) as caught:
+        parse_duration(text, zero_ok=zero_ok)
+    assert str(caught.value) == message
 
 
 def test_a_duration_is_parsed_in_linear_time() -> None:
@@ -93,7 +112,7 @@ def test_slo_text_gives_limits_in_ms() -> None:
         parse_slo("itl=5ms")
     with pytest.raises(ValueError, match="given twice"):
         parse_slo("ttft=1s,ttft=2s")
-    with pytest.raises(ValueError, match="'nan' is not a duration"):
+    with pytest.raises(ValueError, match="SLO ttft: 'nan' is not a limit"):
         parse_slo("ttft=nan")
 
 
