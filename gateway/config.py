@@ -281,6 +281,12 @@ def _normalise_upstream(url: str) -> str:
     parts = urlsplit(url.strip())
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"upstream must be an http(s) URL with a host, got {url!r}")
+    try:  # urlsplit reads the port only when asked: http://h:99999 passed, and ran
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"upstream {url!r}: {exc} (a TCP port is 1-65535)") from None
+    if port == 0:
+        raise ValueError(f"upstream {url!r}: port 0 is not a server port (a TCP port is 1-65535)")
     if parts.query or parts.fragment:
         raise ValueError(f"upstream must not have a query or fragment, got {url!r}")
     path = parts.path.rstrip("/")

@@ -34,6 +34,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from scenarios.bench_workload import BenchItem, Endpoint
+from scenarios.common import MAX_TOKEN_ID
 from server.net.input_files import InputTooLarge, iter_lines, read_bounded
 
 SharegptTurns = Literal["first", "all"]
@@ -106,6 +107,10 @@ def _jsonl_row(obj: Any, where: str) -> DatasetRow:
         return DatasetRow(messages=tuple(pairs), output_tokens=out)
     if not isinstance(value, list) or not value or not all(type(x) is int for x in value):
         raise DatasetError(f"{where}: prompt_token_ids must be a non-empty list of integers")
+    bad = next(((i, x) for i, x in enumerate(value) if not 0 <= x < MAX_TOKEN_ID), None)
+    if bad is not None:  # 10^20 was taken and failed every request at the server
+        raise DatasetError(f"{where}: prompt_token_ids[{bad[0]}] = {bad[1]} is no token ID "
+                           f"(0 to {MAX_TOKEN_ID - 1})")  # fmt: skip
     return DatasetRow(token_ids=tuple(value), output_tokens=out)
 
 

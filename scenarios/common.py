@@ -66,6 +66,16 @@ def _http_url(value: str) -> str:
 HttpUrlText = Annotated[str, AfterValidator(_http_url)]
 
 
+def base_url(value: str) -> str:
+    """``value`` checked as a server's base URL and normalised (no trailing slash), the rule
+    of :data:`HttpUrlText` for URLs a command reads itself (``trace stats --worker-urls``).
+
+    Raises:
+        ValueError: one line saying what is wrong (scheme, host, port, /v1, whitespace).
+    """
+    return _http_url(value)
+
+
 def same_server(a: str, b: str) -> bool:
     """Whether two validated base URLs name the same server (scheme, host and port, the
     default port filled in; host names compared as text, so ``localhost`` ≠ ``127.0.0.1``)."""

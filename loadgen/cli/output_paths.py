@@ -19,7 +19,9 @@ path is refused with one line (``Error: OPTION PATH …``, exit 2: :class:`BadOu
 4. a file is wanted and its directory does not exist (a directory the user names is created
    with its parents when the command writes; so is the directory of a default path the
    command chooses);
-5. the place does not take a new file: a probe file is written and removed in the directory,
+5. it holds a control character (a newline, ESC: printed as the path written, a terminal
+   would run its escape sequences);
+6. the place does not take a new file: a probe file is written and removed in the directory,
    or in the nearest existing directory above it that it will be created in (under
    ``/proc``, on a read-only filesystem, without permission); nothing is created by the
    check, so a command refused later leaves nothing behind.
@@ -53,6 +55,15 @@ class BadOutputPath(click.ClickException):
     exit_code = OutputExit.BAD_PATH
 
 
+def _refuse_control_characters(path: Path | str, option: str) -> None:
+    """A path holding a control character (a newline, ESC) is refused, shown escaped: it
+    would be printed as the path written, and a terminal runs its escape sequences."""
+    text = str(path)
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        shown = text.encode("unicode_escape").decode("ascii")
+        raise BadOutputPath(f"{option} {shown} holds a control character; give a path without one")
+
+
 def _refuse_inside_run(path: Path, option: str, own_run: Path | None) -> None:
     from loadgen.runformat.layout import EXPORT_DIR, enclosing_run
 
@@ -61,9 +72,14 @@ def _refuse_inside_run(path: Path, option: str, own_run: Path | None) -> None:
         return
     if own_run is not None and path.resolve().is_relative_to(own_run.resolve() / EXPORT_DIR):
         return  # the run's unsealed export/ directory: never read, never sealed
+    where = (
+        "is a run directory already"  # --out naming a finished run: not "inside" it
+        if run.resolve() == path.resolve()
+        else f"is inside the run directory {run}"
+    )
     raise BadOutputPath(
-        f"{option} {path} is inside the run directory {run}: a run's files are written only "
-        "by the run itself (give a path outside it)"
+        f"{option} {path} {where}: a run's files are written only by the run itself (give a "
+        "path outside it)"
     )
 
 
@@ -118,6 +134,7 @@ def check_output_file(
     Raises:
         BadOutputPath: the path is refused.
     """
+    _refuse_control_characters(path, option)
     if isinstance(path, str) and names_a_directory(path):
         slash = " (it ends in /)" if path.endswith("/") else ""
         raise BadOutputPath(f"{option} {path} names a directory{slash}; give a file path")
@@ -147,6 +164,7 @@ def check_output_dir(
     Raises:
         BadOutputPath: the path is refused.
     """
+    _refuse_control_characters(path, option)
     _refuse_inside_run(path, option, own_run)
     if path.exists() and not path.is_dir():
         raise BadOutputPath(f"{option} {path} is a file, not a directory")

@@ -130,7 +130,9 @@ def nominal_check(scenario: Scenario, params: BaseModel, allow_long_schedule: bo
 
 def _check_token_space(plan: Plan) -> None:
     """Reject prompt token IDs the embedded model has no embedding for (every request would
-    fail at the server)."""
+    fail at the server): ``--token-id-high`` above its vocabulary, or a dataset row's own
+    token ID at or above it."""
+    from scenarios.bench_workload import BenchRequests
     from scenarios.common import EMBEDDED_VOCAB
 
     embedded = [c.name for c in plan.cases if c.server is not None and c.server.model is None]
@@ -139,6 +141,17 @@ def _check_token_space(plan: Plan) -> None:
             f"--token-id-high {plan.tokens.high}: the embedded model's vocabulary has "
             f"{EMBEDDED_VOCAB:,} tokens (IDs 0-{EMBEDDED_VOCAB - 1}); case {embedded[0]} "
             "would fail every request"
+        )
+    # A dataset's own token IDs meet the same vocabulary (bench --dataset with prompt_token_ids)
+    items = [i for ph in plan.phases if isinstance(ph.workload, BenchRequests)
+             for i in ph.workload.items if i.prompt_token_ids]  # fmt: skip
+    beyond = next((i for i in items if max(i.prompt_token_ids or (0,)) >= EMBEDDED_VOCAB), None)
+    if embedded and beyond is not None:
+        top = max(beyond.prompt_token_ids or (0,))
+        raise click.UsageError(
+            f"--dataset row {beyond.row} (from 0): token ID {top} is "
+            f"beyond the embedded model's vocabulary of {EMBEDDED_VOCAB:,} tokens (IDs "
+            f"0-{EMBEDDED_VOCAB - 1}); case {embedded[0]} would fail that request"
         )
 
 

@@ -81,7 +81,9 @@ def check_fleet_args(
     Raises:
         ValueError: one line saying what is wrong (the command turns it into exit 2).
     """
+    from scenarios.common import base_url
     from scenarios.fleet.model import FLEET_POLICIES, parse_fleet_policies
+    from scenarios.values import list_items
 
     if replicas is None:
         for name, value in (("--routing", routing), ("--worker-urls", worker_urls)):
@@ -94,9 +96,17 @@ def check_fleet_args(
     policies = parse_fleet_policies(routing) if routing is not None else list(FLEET_POLICIES)
     urls = None
     if worker_urls is not None:
-        urls = tuple(u.strip() for u in worker_urls.split(",") if u.strip())
+        # Each a server URL (a port past 65535 was taken), none twice: two replicas of one
+        # URL would hash to the same ring points, a fleet no router has.
+        try:
+            urls = tuple(base_url(u) for u in list_items(worker_urls, "worker URL"))
+        except ValueError as exc:
+            raise ValueError(f"--worker-urls: {exc}") from None
         if len(urls) != replicas:
             raise ValueError(f"--worker-urls: {len(urls)} URLs for {replicas} replicas")
+        twice = next((u for i, u in enumerate(urls) if u in urls[:i]), None)
+        if twice is not None:
+            raise ValueError(f"--worker-urls: {twice} is given twice; each replica has its own")
     return FleetArgs(replicas, policies, sizes[0], labels.get(sizes[0]), urls)
 
 

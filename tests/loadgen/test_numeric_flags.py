@@ -203,6 +203,12 @@ REFUSED: list[tuple[list[str], str]] = [
     (["run", "bench", "--dataset", "/dev/zero"],
      "--dataset: /dev/zero: is a character device, not a regular file"),
     (["run", "bench", "--dataset", "RUN"], "is a directory, not a file"),
+    # IDs 0-4095 exist in the embedded model; 4096 would fail its request at the server.
+    (["run", "bench", "--dataset", "D_VOCAB"],
+     "--dataset row 0 (from 0): token ID 4096 is beyond the embedded model's vocabulary of "
+     "4,096 tokens (IDs 0-4095); case 1GiB would fail that request"),
+    (["run", "bench", "--dataset", "D_HUGE"],
+     "line 1: prompt_token_ids[1] = 100000000000000000000 is no token ID (0 to 2147483647)"),
     (["run", "bench", "--concurrency", "1,1.0"], "--concurrency: concurrency '1.0' is not an "
      "integer"),
     (["run", "kv-preemption", "--cache", "1GiB,1024MiB"],
@@ -311,6 +317,15 @@ REFUSED: list[tuple[list[str], str]] = [
      "a PiB of KV at 1 KiB a token)"),
     (["trace", "stats", "T2", "--seed", "-1"], "-1 is not in the range 0<=x<="),
     (["trace", "stats", "T2", "--peak-window", "1e12"], "1e12 must be ≤ 3.1536e+07"),
+    (["gateway", "--upstream", "http://127.0.0.1:99999"],
+     "--upstream: upstream 'http://127.0.0.1:99999': Port out of range 0-65535 (a TCP port is "
+     "1-65535)"),
+    (["trace", "stats", "T2", "--replicas", "2", "--cache", "1GiB", "--worker-urls",
+      "http://127.0.0.1:8000,http://127.0.0.1:99999"],
+     "--worker-urls: 'http://127.0.0.1:99999' is not a valid URL (Port out of range 0-65535)"),
+    (["trace", "stats", "T2", "--replicas", "2", "--cache", "1GiB", "--worker-urls",
+      "http://127.0.0.1:8000,http://127.0.0.1:8000/"],
+     "--worker-urls: http://127.0.0.1:8000 is given twice; each replica has its own"),
     (["gateway", "--upstream", "http://127.0.0.1:9", "--total-timeout", "1e12"],
      "--total-timeout: Input should be less than or equal to 86400 (got 1000000000000.0)"),
     (["trace", "stats", "T2", "--cache-tokens", "1024", "--replicas", "65"],
@@ -319,6 +334,13 @@ REFUSED: list[tuple[list[str], str]] = [
     (["export", "RUN", "--percentiles", "100"], "percentile 100 must be < 100"),
     (["export", "RUN", "--percentiles", "99,99.0"], "percentile 99 is given twice"),
 ]  # fmt: skip
+
+
+def _dataset(tmp_path: Path, name: str, token_ids: list[int]) -> str:
+    """A one-row JSONL dataset of ``token_ids``."""
+    path = tmp_path / name
+    path.write_text(json.dumps({"prompt_token_ids": token_ids}) + "\n")
+    return str(path)
 
 
 @pytest.mark.parametrize(
@@ -336,6 +358,8 @@ def test_a_bad_number_is_refused_in_one_line_before_anything_starts(
         "G_RES": _gate_file(tmp_path, "resamples = 99999999999999"),
         "G_SEED": _gate_file(tmp_path, "seed = -1"),
         "G_CONF": _gate_file(tmp_path, "confidence = 0.9999999999999999"),
+        "D_VOCAB": _dataset(tmp_path, "vocab.jsonl", [1, 4095, 4096]),
+        "D_HUGE": _dataset(tmp_path, "huge.jsonl", [1, 10**20]),
     }
     (tmp_path / "plan.json").write_text("{}")  # export's "is it a run directory" check
     args = [files.get(a, a) for a in args]

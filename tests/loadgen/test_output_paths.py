@@ -211,6 +211,30 @@ def test_a_file_path_spelled_as_a_directory_is_refused(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_path_with_a_control_character_is_refused_shown_escaped(
+    command: str, run: Path, tmp_path: Path
+) -> None:
+    # An ESC in --out was printed raw as the path written: the terminal ran it.
+    args, option, _, ext = COMMANDS[command]
+    typed = f"{tmp_path}/x\x1b[31m{ext}"
+    result = CliRunner().invoke(main, [a.format(run=run) for a in args] + [typed])
+    assert result.exit_code == 2, result.output
+    shown = f"{tmp_path}/x\\x1b[31m{ext}"
+    assert result.output.splitlines()[-1] == (
+        f"Error: {option} {shown} holds a control character; give a path without one"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_out_that_is_a_finished_run_is_called_one(run: Path) -> None:
+    # It said "is inside the run directory RUN" of RUN itself.
+    argv = ["run", "bench", "--url", "http://127.0.0.1:9", "--out", str(run)]
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 2
+    assert result.output == f"Error: --out {run} is a run directory already: {INSIDE}\n"
+
+
 def test_export_into_a_sealed_record_file_leaves_the_run_intact(run: Path) -> None:
     # The example of the kind: `--out RUN/cases/CASE/requests.jsonl` replaced the sealed
     # records with CSV and exited 0.
