@@ -221,11 +221,25 @@ def test_a_peak_window_that_would_write_nan_or_infinity_is_refused(
         summarize(load_trace(hand_trace, block_tokens=8), float(window))
 
 
-def test_dev_zero_is_one_line_not_a_memory_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("scenarios.traces.TRACE_MAX_BYTES", 2**24)
+def test_dev_zero_is_one_line_saying_it_is_a_device() -> None:
+    # It was read to the 256 MiB limit and called too large; it is no file at all.
     code, out = run("/dev/zero", "--no-plot")
     assert code == 2, out
-    assert out == "Error: /dev/zero: larger than 16,777,216 bytes, the limit of a trace file\n"
+    assert out == (
+        "Error: /dev/zero: cannot read the trace: is a character device, not a regular file\n"
+    )
+
+
+def test_a_file_of_zeros_is_one_line_not_a_memory_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    zeros = tmp_path / "zeros.jsonl"  # 16 MiB + 1 NUL bytes, sparse: one endless line
+    with open(zeros, "wb") as fh:
+        fh.truncate(2**24 + 1)
+    monkeypatch.setattr("scenarios.traces.TRACE_MAX_BYTES", 2**24)
+    code, out = run(str(zeros), "--no-plot")
+    assert code == 2, out
+    assert out == f"Error: {zeros}: larger than 16,777,216 bytes, the limit of a trace file\n"
 
 
 def test_a_token_scale_past_the_length_limit_is_one_line(tmp_path: Path) -> None:

@@ -19,11 +19,24 @@ def test_a_whole_file_is_read_up_to_its_limit(tmp_path: Path) -> None:
         read_bounded(path, 9, "a test file")
 
 
-def test_dev_zero_ends_at_the_limit() -> None:
+def test_a_file_of_zeros_ends_at_the_limit(tmp_path: Path) -> None:
+    zeros = tmp_path / "zeros"  # 1 MiB + 1 NUL bytes, sparse: one line without an end
+    with open(zeros, "wb") as fh:
+        fh.truncate(2**20 + 1)
     with pytest.raises(InputTooLarge, match="larger than 1,048,576 bytes"):
-        read_bounded("/dev/zero", 2**20, "a test file")
+        read_bounded(zeros, 2**20, "a test file")
     with pytest.raises(InputTooLarge, match="larger than 1,048,576 bytes"):
-        list(iter_lines("/dev/zero", max_line_bytes=1000, max_bytes=2**20, what="a test file"))
+        list(iter_lines(zeros, max_line_bytes=1000, max_bytes=2**20, what="a test file"))
+
+
+def test_dev_zero_is_refused_as_a_device_before_a_byte_is_read() -> None:
+    for read in (lambda: read_bounded("/dev/zero", 2**20, "a test file"),
+                 lambda: list(iter_lines("/dev/zero", max_line_bytes=1000, max_bytes=2**20,
+                                         what="a test file"))):  # fmt: skip
+        with pytest.raises(OSError) as caught:
+            read()
+        assert caught.value.strerror == "is a character device, not a regular file"
+        assert caught.value.filename == "/dev/zero"
 
 
 def test_lines_are_numbered_and_a_long_one_is_skipped_by_number(tmp_path: Path) -> None:
