@@ -81,9 +81,15 @@ def _control_char(text: str) -> str | None:
 def header_problem(name: str, value: str) -> str | None:
     """Why ``name: value`` may not be sent as a user header, else ``None``. The reason names
     the header and the offending character, never the value (it may be a secret)."""
-    if not name or any(c not in _TOKEN_CHARS for c in name):
-        shown = "".join(c if c in _TOKEN_CHARS else "?" for c in name[:64])
-        return f"header name {shown!r} is not an HTTP token (letters, digits, !#$%&'*+-.^_`|~)"
+    if not name:
+        return "header name '' is empty (letters, digits, !#$%&'*+-.^_`|~)"
+    bad = next((c for c in name if c not in _TOKEN_CHARS), None)
+    if bad is not None:
+        # Shown escaped, never raw (a control character would reach the terminal), and named:
+        # "X-?" read as a typed question mark when the user typed X-Ü.
+        shown, what = (t.encode("unicode_escape").decode("ascii") for t in (name[:64], bad))
+        return (f"header name '{shown}' is not an HTTP token: '{what}' may not be in it "
+                "(letters, digits, !#$%&'*+-.^_`|~)")  # fmt: skip
     lower = name.lower()
     if is_hop_by_hop(lower):
         return f"header {name} is hop-by-hop (it describes one connection): it is not sent"

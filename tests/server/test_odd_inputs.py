@@ -25,6 +25,7 @@ from analysis.gate_file import GateFileError, load_gate
 from loadgen.cli import main
 from server.manager import CapacityUnknownError, ServerStartError, attach, read_capacity
 from server.net.errors import describe_exception
+from server.net.headers import header_problem
 from server.net.input_files import file_problem
 
 pytestmark = [pytest.mark.timeout(60)]
@@ -104,3 +105,17 @@ async def test_a_server_that_answers_garbage_for_its_models_is_said_so() -> None
         with pytest.raises(ServerStartError) as caught:
             await attach(url)
     assert str(caught.value) == f"{url}/v1/models answered with no JSON (9 bytes: '{{not json')"
+
+
+@pytest.mark.parametrize(
+    ("name", "shown", "char"),
+    [("X-Ü", "X-\\xdc", "\\xdc"), ("X\x1b[2J", "X\\x1b[2J", "\\x1b"), ("X Y", "X Y", " ")],
+)
+def test_a_header_name_that_is_no_token_names_the_character_escaped(
+    name: str, shown: str, char: str
+) -> None:
+    # It showed "X-?" for X-Ü: a question mark the user never typed.
+    assert header_problem(name, "1") == (
+        f"header name '{shown}' is not an HTTP token: '{char}' may not be in it (letters, "
+        "digits, !#$%&'*+-.^_`|~)"
+    )
