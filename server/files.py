@@ -16,14 +16,14 @@ def tmp_path(path: Path) -> Path:
     return path.with_name(path.name + TMP_SUFFIX)
 
 
-def replace_whole(path: Path, produce: Callable[[Path], None]) -> None:
-    """Have ``produce(tmp)`` write the whole file at :func:`tmp_path`, fsync it and rename it
-    over ``path`` (``os.replace``); creates the parent directories. The temporary file is
-    removed whatever fails, so a full disk leaves no ``*.tmp`` behind.
+def write_synced(path: Path, produce: Callable[[Path], None]) -> Path:
+    """Have ``produce(tmp)`` write ``path``'s new content whole at :func:`tmp_path` and fsync
+    it; creates the parent directories. Returns the temporary, for the caller to rename (the
+    temporary is removed if this fails).
 
     Raises:
-        OSError: creating the directory, writing, syncing or renaming failed; anything
-            ``produce`` raises passes through.
+        OSError: creating the directory, writing or syncing failed; anything ``produce``
+            raises passes through.
     """
     tmp = tmp_path(path)
     try:
@@ -34,6 +34,24 @@ def replace_whole(path: Path, produce: Callable[[Path], None]) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    return tmp
+
+
+def replace_whole(path: Path, produce: Callable[[Path], None]) -> None:
+    """Have ``produce(tmp)`` write the whole file at :func:`tmp_path`, fsync it and rename it
+    over ``path`` (``os.replace``); creates the parent directories. The temporary file is
+    removed whatever fails, so a full disk leaves no ``*.tmp`` behind.
+
+    Raises:
+        OSError: creating the directory, writing, syncing or renaming failed; anything
+            ``produce`` raises passes through.
+    """
+    tmp = write_synced(path, produce)
+    try:
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

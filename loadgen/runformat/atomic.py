@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from pathlib import Path
 
-from server.files import TMP_SUFFIX, replace_whole, tmp_path
+from server.files import TMP_SUFFIX, replace_whole, write_synced
 from server.net.jsonl import RunWriteError, on_write_error, write_error
 
 
@@ -115,19 +115,7 @@ def _stage(path: Path, produce: Callable[[Path], None], staged: dict[Path, Path]
     """Write ``path``'s new content whole and synced under its temporary name, and note it in
     ``staged`` to be renamed when the set is complete (the temporary is removed if this
     fails)."""
-    tmp = tmp_path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        produce(tmp)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except BaseException:
-        _remove(tmp)
-        raise
-    staged[path] = tmp
+    staged[path] = write_synced(path, produce)
 
 
 @contextlib.contextmanager
