@@ -13,11 +13,11 @@ and compares the engine's stored and evicted blocks with the model's
 (:func:`analysis.kv_compare.compare_blocks`). A text or chat prompt (bench's dataset rows) is
 tokenized by the server, so its tokens are not in the run: such a case is not compared.
 
-Which replica served a request: the gateway says so in each response
-(``X-Gateway-Upstream``, the record's ``upstream``); behind vllm-router, which says nothing,
-the model's placement is used when it is exact (``consistent_hash``; ``round_robin``'s
-partition is exact, but not which worker took the first request); otherwise the replica is
-unknown and the events are not compared.
+Which replica served a request (``analysis.replica_attribution``): the gateway says so in
+each response (``X-Gateway-Upstream``, the record's ``upstream``); behind vllm-router, which
+says nothing, each replica's own log of the request ids it received does; a run recorded
+without those logs falls back on the model's placement where it is exact
+(``consistent_hash``); otherwise the replica is unknown and the events are not compared.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from analysis.kv_compare import BlockComparison, compare_blocks
 from analysis.kv_events import read_kv_events
 from analysis.markdown import table
 from analysis.models import Verdict
+from analysis.replica_attribution import case_placement
 from loadgen.runformat.layout import KV_EVENTS_FILE, replica_dir
-from scenarios.fleet.model import FleetOptions, predict_fleet
-from scenarios.fleet.requests import FleetRequest, token_fleet_request
+from scenarios.fleet.requests import token_fleet_request
 from scenarios.plan import Plan
 from scenarios.requests import PlannedRequest
 from scenarios.workloads import materialize
@@ -64,6 +64,8 @@ class ReplicaKv(BaseModel):
     divergence: str | None = None
     notes: list[str] = []
     note: str | None = None
+    #: Where the replica of each request was read from (``analysis.replica_attribution``).
+    placed_by: str | None = None
 
     @property
     def stored_match(self) -> bool | None:
@@ -133,30 +135,6 @@ def _as_dict(c: BlockComparison) -> dict[str, int | bool]:
     }  # fmt: skip
 
 
-def placements(
-    fleet: FleetData,
-    upstreams: Sequence[str | None],
-    requests: Sequence[FleetRequest],
-    events: Sequence[tuple[str, int]],
-    capacity_blocks: int,
-    block_tokens: int,
-) -> list[int] | None:
-    """The replica of each request: from ``upstreams`` (the gateway's answer per request,
-    a replica URL) when every one has one, else the model's placement when it is exact (module
-    doc), else ``None``."""
-    index = {url.rstrip("/"): k for k, url in enumerate(fleet.replica_urls)}
-    named = [index.get(u.rstrip("/")) if isinstance(u, str) else None for u in upstreams]
-    if named and all(k is not None for k in named):
-        return [int(k or 0) for k in named]
-    options = FleetOptions(worker_urls=fleet.replica_urls)
-    model = predict_fleet(requests, fleet.replicas, capacity_blocks, block_tokens,
-                          [fleet.routing], events, options)  # fmt: skip
-    policy = model.policies[0]
-    # round_robin's partition is exact but not which worker came first (docs/fleet.md)
-    known = policy.exact and fleet.routing != "vllm-router:round_robin"
-    return list(policy.low.placement) if known else None
-
-
 def fleet_kv_comparison(
     cdir: Path,
     fleet: FleetData,
@@ -165,8 +143,8 @@ def fleet_kv_comparison(
 ) -> list[ReplicaKv]:
     """Each replica's comparison for a fleet case whose phases sent ``sent``: per phase the
     requests the run sent (``PlannedRequest``, prompts as token IDs) and their rows
-    (``sent_ns``/``end_ns`` in ns and ``upstream``, one row per request, in the same order),
-    on replicas of ``capacity`` = (usable blocks, block tokens).
+    (``sent_ns``/``end_ns`` in ns, ``upstream``, ``request_id`` and ``status``, one row per
+    request, in the same order), on replicas of ``capacity`` = (usable blocks, block tokens).
     """
     capacity_blocks, block = capacity
     planned = [p for requests, _ in sent for p in requests]
@@ -179,25 +157,37 @@ def fleet_kv_comparison(
     ]
     rows = pd.concat([r for _, r in sent], ignore_index=True)
     events = measured_events(rows)
-    upstreams = list(rows["upstream"]) if "upstream" in rows else [None] * len(rows)
-    placed = placements(fleet, upstreams, fleet_requests, events, capacity_blocks, block)
+    placed = case_placement(cdir, fleet, placement_rows(rows, planned), fleet_requests, events,
+                            capacity)  # fmt: skip
     out = []
     for k in range(fleet.replicas):
         path = replica_dir(cdir, k) / KV_EVENTS_FILE
-        if placed is None or not path.exists():
-            unknown = (f"which replica served each request is unknown under {fleet.routing}: "
-                       "not compared")  # fmt: skip
-            out.append(_uncompared(cdir, k, unknown))
+        if placed.replicas is None or not path.exists():
+            out.append(_uncompared(cdir, k, f"{placed.basis}: not compared"))
             continue
-        mine = [i for i, p in enumerate(placed) if p == k]
+        mine = [i for i, p in enumerate(placed.replicas) if p == k]
         renumber = {i: j for j, i in enumerate(mine)}
         own = [(kind, renumber[i]) for kind, i in events if i in renumber]
         comparison = compare_blocks(read_kv_events(path), [fleet_requests[i].cache for i in mine],
                                     capacity_blocks, block, own)  # fmt: skip
         out.append(ReplicaKv(replica=k, requests=len(mine), recorded=True,
                              comparison=_as_dict(comparison), divergence=_describe(comparison),
-                             notes=list(comparison.notes)))  # fmt: skip
+                             notes=list(comparison.notes), placed_by=placed.basis))  # fmt: skip
     return out
+
+
+def placement_rows(
+    rows: pd.DataFrame, planned: Sequence[PlannedRequest]
+) -> tuple[list[str | None], list[str], list[bool]]:
+    """Per sent request: its gateway upstream (``None`` without one), its request id (the
+    record's, else the planned one's) and whether it ended ``ok`` (so assumed without a
+    ``status`` column): what :func:`analysis.replica_attribution.case_placement` reads."""
+    n = len(rows)
+    upstreams = list(rows["upstream"]) if "upstream" in rows else [None] * n
+    ids = [str(i) for i in rows["request_id"]] if "request_id" in rows else [
+        p.request_id for p in planned]  # fmt: skip
+    answered = [s == "ok" for s in rows["status"]] if "status" in rows else [True] * n
+    return upstreams, ids, answered
 
 
 def _uncompared(cdir: Path, replica: int, why: str) -> ReplicaKv:
@@ -254,9 +244,11 @@ def kv_lines(replicas: Sequence[ReplicaKv] | None) -> list[str]:
              "yes" if k["complete"] else "no: " + "; ".join(r.notes),
              r.divergence or "none"]
         )  # fmt: skip
+    basis = next((r.placed_by for r in replicas if r.placed_by), None)
     return [
         "KV-cache events beside the model (blocks matched / predicted / recorded; evictions "
-        "compared in order; docs/fleet.md):",
+        "compared in order; docs/fleet.md)"
+        + (f"; the replica of each request from {basis}:" if basis else ":"),
         "",
         table(KV_HEADERS, rows),
         "",

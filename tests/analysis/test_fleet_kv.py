@@ -10,8 +10,9 @@ import msgspec
 import pandas as pd
 
 from analysis.fleet import FleetData
-from analysis.fleet_kv import ReplicaKv, fleet_kv_comparison, placements
+from analysis.fleet_kv import ReplicaKv, fleet_kv_comparison
 from analysis.models import CaseSummary
+from analysis.replica_attribution import case_placement
 from analysis.reports.trace_replay.details import CaseFigures, TraceReplayDetails
 from analysis.reports.trace_replay.verdicts import kv_events_verdict
 from loadgen.runformat import KvEventRow
@@ -58,8 +59,11 @@ def fleet() -> FleetData:
     return FleetData("prefix-hash", URLS, ([], []))
 
 
-def test_the_gateways_answers_say_which_replica_served_each_request() -> None:
-    assert placements(fleet(), [URLS[1], URLS[0] + "/", URLS[1]], [], [], 64, 4) == [1, 0, 1]
+def test_the_gateways_answers_say_which_replica_served_each_request(tmp_path: Path) -> None:
+    rows = ([URLS[1], URLS[0] + "/", URLS[1]], ["a", "b", "c"], [True] * 3)
+    placed = case_placement(tmp_path, fleet(), rows, [], [], (64, 4))
+    assert placed.replicas == [1, 0, 1]
+    assert placed.basis == "the gateway's answers (X-Gateway-Upstream)"
 
 
 def test_each_replicas_recorded_blocks_are_compared_with_its_own_requests(tmp_path: Path) -> None:
