@@ -16,6 +16,9 @@ their URLs and its routing in ``fleet.json``. Its figures:
   measured rate above, and per request from ``usage.prompt_tokens_details.cached_tokens``);
 - **load per replica**: requests (Δ``request_success``) and prefill tokens
   (Δ``prompt_tokens`` − Δ``prefix_cache_hits``) per replica, and their imbalance max ÷ mean;
+  and the requests each replica served counted request by request where the evidence names
+  the replica of each (``analysis.replica_attribution``: the gateway's answers, or behind
+  vllm-router the replicas' own logs);
 - **requests the fleet held at once** (:func:`fleet_gauge_peak`): the replicas' gauges summed
   at every scrape time, each replica's value there the lower of its scrapes just before and
   just after (the replicas' scrapers do not tick together).
@@ -200,6 +203,10 @@ class FleetFunnel(BaseModel):
     predicted_requests_per_replica: list[int]
     predicted_hit_tokens: int
     predicted_query_tokens: int
+    #: Requests each replica served, counted request by request (``None`` when which replica
+    #: served each is unknown); ``served_basis``: where that was read, or why it is unknown.
+    served_per_replica: list[int] | None = None
+    served_basis: str | None = None
 
 
 def _imbalance(values: Sequence[float | None]) -> float | None:

@@ -53,6 +53,7 @@ from analysis.goodput import (
 from analysis.latency import request_frame
 from analysis.load import CaseData, RunData
 from analysis.models import CaseSummary, PhaseSummary, Stats
+from analysis.replica_attribution import served_by, served_per_replica
 from analysis.reports.trace_replay.capacity import Brackets, run_fleet_capacity
 from loadgen.measure import Window
 from scenarios.arrivals import TraceArrival
@@ -282,6 +283,19 @@ def _fleet_funnel(
     return fleet_funnel(fleet, requests, events, capacity_blocks, block, (row.start_ns, row.end_ns))
 
 
+def _with_served(
+    funnel: FleetFunnel, served: tuple[dict[str, int | None] | None, str], sent: pd.DataFrame
+) -> FleetFunnel:
+    """``funnel`` with the requests each replica served, counted request by request from
+    ``served`` (``analysis.replica_attribution.served_by``) over the phase's ``sent`` rows."""
+    by_id, basis = served
+    per = None
+    if by_id is not None:
+        placed = [by_id.get(str(i)) for i in sent["request_id"]]
+        per = served_per_replica(placed, funnel.replicas)
+    return funnel.model_copy(update={"served_per_replica": per, "served_basis": basis})
+
+
 def _slo_rates(rows: pd.DataFrame, slo: SLOLimits) -> WindowRates | None:
     """Goodput and attainment over the phase's scheduling window (``None`` without one)."""
     if rows.empty or not rows["scheduled_ns"].notna().any():
@@ -469,17 +483,19 @@ def _case(
     capacity_blocks = None if num_blocks is None else usable_blocks(num_blocks)
     frame = request_frame(case.records)
     fleet = load_fleet(run_dir, case)
+    cdir = run_dir / "cases" / case.name
+    served = served_by(cdir, fleet, frame) if fleet is not None and not frame.empty else None
     phases = {}
     for ph in plan.phases_of(spec):
         if not isinstance(ph.arrival, TraceArrival):
             continue
         funnel = None
-        if fleet is not None and not frame.empty:
+        if fleet is not None and served is not None:
             rows = frame[(frame["phase"] == ph.name) & frame["sent_ns"].notna()]
             sent = rows.sort_values("index")
             funnel = _fleet_funnel(ph, case, plan, fleet, sent, (capacity_blocks, block))
+            funnel = funnel and _with_served(funnel, served, sent)
         phases[ph.name] = _phase(ph, frame, summary, capacity_blocks, block, slo, funnel)
-    cdir = run_dir / "cases" / case.name
     kv = None
     if fleet is not None and spec.record_kv_events and capacity_blocks and block:
         kv = case_kv_comparison(cdir, case.name, plan, frame, fleet, (capacity_blocks, block))

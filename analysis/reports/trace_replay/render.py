@@ -3,6 +3,7 @@ latency, goodput and server state, and the capacity answer."""
 
 from __future__ import annotations
 
+from analysis.fleet import FleetFunnel
 from analysis.fleet_capacity import FleetCapacity
 from analysis.fleet_kv import kv_lines
 from analysis.fleet_latency import latency_lines
@@ -48,7 +49,8 @@ RATE_HEADERS = ["phase", "sent", "failed", "sched. req/s", "achieved req/s", "ra
 
 FUNNEL_HEADERS = ["phase", "policy", "pooled bound", "spread bound", "one replica",
                   "predicted", "measured (counters)", "measured (requests)",
-                  "requests/replica", "prefill tokens/replica", "req max/mean",
+                  "requests/replica (counters)", "requests/replica (per request)",
+                  "prefill tokens/replica", "req max/mean",
                   "prefill max/mean"]  # fmt: skip
 
 
@@ -78,13 +80,21 @@ def kill_lines(c: CaseFigures) -> list[str]:
     return lines
 
 
+def _served(fl: FleetFunnel) -> str:
+    """The requests each replica served, counted request by request; ``–`` when unknown."""
+    per = fl.served_per_replica
+    return "–" if per is None else " / ".join(map(str, per))
+
+
 def funnel_lines(c: CaseFigures) -> list[str]:
     """A fleet case's cache funnel per phase (``analysis.fleet``); nothing for one server."""
     rows = []
+    basis = None
     for p in c.phases.values():
         if p.fleet is None:
             continue
         fl = p.fleet
+        basis = basis or fl.served_basis
         predicted = (
             f(fl.predicted, 4)
             if fl.predicted is not None
@@ -93,7 +103,8 @@ def funnel_lines(c: CaseFigures) -> list[str]:
         rows.append(
             [p.phase, fl.policy, f(fl.pooled, 4), f(fl.spread, 4), f(fl.single, 4), predicted,
              f(p.hit_rate_counters, 4), f(p.hit_rate_requests, 4),
-             _per_replica(fl.requests_per_replica), _per_replica(fl.prefill_tokens_per_replica),
+             _per_replica(fl.requests_per_replica), _served(fl),
+             _per_replica(fl.prefill_tokens_per_replica),
              f(fl.requests_imbalance, 2), f(fl.prefill_imbalance, 2)]
         )  # fmt: skip
     if not rows:
@@ -102,7 +113,8 @@ def funnel_lines(c: CaseFigures) -> list[str]:
         "Cache funnel (every replica's counters summed; docs/fleet.md): what one cache of "
         "N × C would reuse, what a router that spreads every group gets, one replica alone, "
         "the model's prediction for this policy (a bracket where the policy is not "
-        "deterministic), and what the engines delivered.",
+        "deterministic), and what the engines delivered. Requests per replica counted "
+        f"request by request: {basis or 'unknown'}.",
         "",
         table(FUNNEL_HEADERS, rows),
         "",
