@@ -11,10 +11,14 @@ role and phases (workload, arrival, settle, faults) — everything that decides 
 nothing about the server (vLLM version, cache size, flags), which is what a gate varies.
 Cases and phases are paired by name (``pairs`` maps differently named cases).
 
-Verdicts: a side's verdict of a check is PASS when every run passed it, FAIL when every run
-failed it, MIXED otherwise, UNDECIDED when a run could not decide. PASS → FAIL or MIXED is a
-regression whatever the tolerances, FAIL → PASS an improvement; UNDECIDED on either side is
-inconclusive.
+Verdicts: a side's verdict of a check is shown as PASS when every run passed it, FAIL when
+every run failed it, MIXED otherwise, UNDECIDED when a run could not decide. It is classified
+over the block pairs (run N of each side; side by side in order when the runs' names differ)
+by McNemar's exact test on the pairs that flipped (``analysis.gate_verdicts``): a regression
+only when the pass→fail pairs are too many for chance at the comparison's confidence (6 pairs
+all pass→fail at 95 %), an improvement likewise; fewer flips are inconclusive, a pair with a
+side undecided counts as neither, and a check whose pairs all agree (passing or failing on
+both sides) is no change.
 
 A broken run (``analysis.integrity``: what ``loadgen validate`` calls invalid, except a missing
 manifest) is never compared: :class:`CompareError` names its first problem. Only complete runs
@@ -52,9 +56,9 @@ from analysis.compare_models import (
     VerdictComparison,
 )
 from analysis.compare_runs import RunView, incomplete_runs, load_view, run_dirs, side_info
-from analysis.compare_stats import Classification
 from analysis.gate_file import GateConfig
-from analysis.gate_paired_keys import paired_key_metrics
+from analysis.gate_paired_keys import paired_key_metrics, paired_runs
+from analysis.gate_verdicts import verdict_test
 
 
 def _side_verdict(values: Sequence[bool | None]) -> str:
@@ -65,29 +69,40 @@ def _side_verdict(values: Sequence[bool | None]) -> str:
     return "FAIL" if not any(values) else "MIXED"
 
 
-def _verdict_class(base: str, cand: str) -> Classification:
-    if "UNDECIDED" in (base, cand):
-        return "inconclusive"
-    if base == "PASS" and cand in ("FAIL", "MIXED"):
-        return "regression"
-    if cand == "PASS" and base in ("FAIL", "MIXED"):
-        return "improvement"
-    return "no change" if base == cand else "inconclusive"
+def _block_pairs(base: Sequence[RunView], cand: Sequence[RunView]) -> list[tuple[RunView, RunView]]:
+    """The block pairs a verdict is tested over: runs of the same name (one gate's ``run-N``),
+    else the runs side by side in order, up to the fewer side's."""
+    names_b = [v.run_dir.name for v in base]
+    if sorted(names_b) == sorted(v.run_dir.name for v in cand) and len(set(names_b)) == len(
+        names_b
+    ):
+        return paired_runs(base, cand)
+    return list(zip(base, cand, strict=False))
 
 
 def compare_verdicts(
-    base: Sequence[RunView], cand: Sequence[RunView], pairs: Mapping[str, str]
+    base: Sequence[RunView], cand: Sequence[RunView], pairs: Mapping[str, str], confidence: float
 ) -> list[VerdictComparison]:
-    """One entry per check of a paired case seen on either side (module docstring)."""
+    """One entry per check of a paired case seen on either side (module docstring), tested
+    over the block pairs at ``confidence`` (``analysis.gate_verdicts``)."""
     out = []
+    blocks = _block_pairs(base, cand)
     for b_case, c_case in pairs.items():
         checks = [k[1] for k in base[0].verdicts if k[0] == b_case]
         checks += [k[1] for k in cand[0].verdicts if k[0] == c_case and k[1] not in checks]
         for check in checks:
             b = _side_verdict([v.verdicts.get((b_case, check)) for v in base])
             c = _side_verdict([v.verdicts.get((c_case, check)) for v in cand])
-            out.append(VerdictComparison(case=b_case, check=check, baseline=b, candidate=c,
-                                         classification=_verdict_class(b, c)))  # fmt: skip
+            test = verdict_test([(bv.verdicts.get((b_case, check)),
+                                  cv.verdicts.get((c_case, check))) for bv, cv in blocks],
+                                confidence)  # fmt: skip
+            out.append(VerdictComparison(
+                case=b_case, check=check, baseline=b, candidate=c,
+                classification=test.classification, blocks=test.blocks,
+                left_out=test.left_out, pass_fail=test.pass_fail, fail_pass=test.fail_pass,
+                p_regression=test.p_regression, p_improvement=test.p_improvement,
+                extra_pairs=test.extra_pairs, note=test.note,
+            ))  # fmt: skip
     return out
 
 
@@ -208,7 +223,9 @@ def _mark_incomplete(
     metrics = [m.model_copy(update={"incomplete": True,
                                     "note": f"{mark}; {m.note}" if m.note else mark})
                for m in metrics]  # fmt: skip
-    verdicts = [v.model_copy(update={"incomplete": True, "note": mark}) for v in verdicts]
+    verdicts = [v.model_copy(update={"incomplete": True,
+                                     "note": f"{mark}; {v.note}" if v.note else mark})
+                for v in verdicts]  # fmt: skip
     return metrics, verdicts, mark
 
 
@@ -239,7 +256,7 @@ def compare_sides(
         case_metrics, case_unpaired = _compare_case(baseline, candidate, (b_case, c_case), gate)
         unpaired += case_unpaired
         metrics += case_metrics
-    verdicts = compare_verdicts(baseline, candidate, paired_cases)
+    verdicts = compare_verdicts(baseline, candidate, paired_cases, gate.confidence)
     keys = paired_key_metrics(baseline, candidate, paired_cases, gate) if paired else None
     if partial:
         metrics, verdicts, mark = _mark_incomplete(metrics, verdicts, partial)

@@ -89,14 +89,26 @@ class PairedMetric(FrozenModel):
 
 
 class VerdictComparison(FrozenModel):
-    """A check's verdict on both sides (PASS, FAIL, MIXED, UNDECIDED) and its class;
-    ``incomplete`` (with ``note``) when a run it comes from did not complete."""
+    """A check's verdict on both sides (PASS, FAIL, MIXED, UNDECIDED over the side's runs) and
+    its class from McNemar's exact test over the block pairs (``analysis.gate_verdicts``):
+    ``blocks`` pairs with both sides decided, ``left_out`` with a side undecided, ``pass_fail``
+    and ``fail_pass`` the discordant ones, ``p_regression``/``p_improvement`` their one-sided
+    exact p-values, ``extra_pairs`` the pairs an inconclusive one needs if its flips continue
+    (``None``: none do). ``incomplete`` (with ``note``) when a run it comes from did not
+    complete; otherwise ``note`` says why it is classified so."""
 
     case: str
     check: str
     baseline: str
     candidate: str
     classification: Classification
+    blocks: int = 0
+    left_out: int = 0
+    pass_fail: int = 0
+    fail_pass: int = 0
+    p_regression: float | None = None
+    p_improvement: float | None = None
+    extra_pairs: int | None = None
     incomplete: bool = False
     note: str = ""
 

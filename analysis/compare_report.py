@@ -19,7 +19,13 @@ from pydantic import ValidationError
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from analysis.compare_models import CLASSES, Comparison, MetricComparison, PairedMetric
+from analysis.compare_models import (
+    CLASSES,
+    Comparison,
+    MetricComparison,
+    PairedMetric,
+    VerdictComparison,
+)
 from analysis.gate_decision import Decision, decide, is_key, key_selectors
 from analysis.html.compare_page import compare_page
 from analysis.markdown import f, table
@@ -263,6 +269,14 @@ def _overview(c: Comparison) -> list[str]:
     return out
 
 
+def _verdict_row(v: VerdictComparison) -> list[str]:
+    """A verdict's row: sides, flips of its tested pairs, the smaller one-sided p, class."""
+    ps = [p for p in (v.p_regression, v.p_improvement) if p is not None]
+    flips = f"{v.pass_fail} / {v.fail_pass} of {v.blocks}" if v.blocks else "–"
+    return [v.check, v.baseline, v.candidate, flips, f"{min(ps):.3g}" if ps else "–",
+            v.classification + (" (incomplete run)" if v.incomplete else ""), v.note]  # fmt: skip
+
+
 def compare_sections(c: Comparison, strict: bool = False) -> CompareSections:
     """The comparison's Markdown in parts (``CompareSections``)."""
     selectors = key_selectors(c)
@@ -279,12 +293,11 @@ def compare_sections(c: Comparison, strict: bool = False) -> CompareSections:
         verdicts = [v for v in c.verdicts if v.case == b_case]
         verdict_lines[b_case] = []
         if verdicts:
-            rows = [[v.check, v.baseline, v.candidate,
-                     v.classification + (" (incomplete run)" if v.incomplete else "")]
-                    for v in verdicts]  # fmt: skip
-            verdict_lines[b_case] = ["Verdicts:", "",
-                                     table(["check", "baseline", "candidate", "class"], rows),
-                                     ""]  # fmt: skip
+            rows = [_verdict_row(v) for v in verdicts]
+            heads = ["check", "baseline", "candidate", "pairs pass→fail / fail→pass",
+                     "exact p", "class", "note"]  # fmt: skip
+            verdict_lines[b_case] = ["Verdicts (McNemar's exact test over the block pairs):",
+                                     "", table(heads, rows), ""]  # fmt: skip
         metrics = [m for m in c.metrics if m.case == b_case]
         headers = ["phase", "metric", "baseline", "candidate", "change", "interval",
                    "tolerance", "class", "note"]  # fmt: skip

@@ -1,7 +1,8 @@
 """The one-line answer of a regression gate: which metrics decide it (key metrics), its
 headline and exit code, and for every undecided key metric what would decide it.
 
-**Key metrics**: every verdict, and the metrics the gate file's ``[key_metrics]`` names for the
+**Key metrics**: every verdict (classified over the block pairs by McNemar's exact test,
+``analysis.gate_verdicts``), and the metrics the gate file's ``[key_metrics]`` names for the
 scenario (``GateConfig.key_selectors``) whose rule gates (``gate = true``), in every paired case
 and phase that has them. The other metrics are information: they never fail the gate and never
 make it inconclusive. With ``strict`` every gated metric is key (the whole table decides).
@@ -29,6 +30,7 @@ from analysis.compare_models import (
 from analysis.compare_stats import Statistic
 from analysis.gate_sample_size import (
     PairsEstimate,
+    Toward,
     per_run_pairs_needed,
     ratio_pairs_needed,
     too_few_pairs_needed,
@@ -88,7 +90,24 @@ def metric_label(m: MetricComparison) -> str:
 
 
 def verdict_label(v: VerdictComparison) -> str:
-    return f"{v.case}: verdict '{v.check}' {v.baseline}→{v.candidate}"
+    """``case: verdict 'check' B→C`` and, when tested over pairs, how many flipped each way."""
+    flips = f" ({v.pass_fail}↓ {v.fail_pass}↑ of {v.blocks} pairs)" if v.blocks else ""
+    return f"{v.case}: verdict '{v.check}' {v.baseline}→{v.candidate}{flips}"
+
+
+def verdict_estimate(v: VerdictComparison) -> PairsEstimate | None:
+    """What would decide an undecided verdict (``analysis.gate_verdicts``): the pairs if its
+    flips continue, ``extra_pairs`` ``None`` when flips go both ways equally; ``None`` when no
+    pair flipped or no pair had both sides decided (pairs are not what it lacks)."""
+    if not v.blocks or not (v.pass_fail or v.fail_pass):
+        return None
+    toward: Toward = "regression" if v.pass_fail > v.fail_pass else "improvement"
+    done = v.blocks + v.left_out
+    return PairsEstimate(
+        runs_needed=None if v.extra_pairs is None else done + v.extra_pairs,
+        extra_pairs=v.extra_pairs, toward=None if v.pass_fail == v.fail_pass else toward,
+        why=v.note,
+    )  # fmt: skip
 
 
 def is_key(m: MetricComparison, selectors: Sequence[str], strict: bool = False) -> bool:
@@ -204,6 +223,7 @@ def decide(c: Comparison, strict: bool = False) -> Decision:
             label=verdict_label(v),
             classification=v.classification,
             reason=v.note or "a side could not decide the check",
+            estimate=verdict_estimate(v),
         )
         for v in c.verdicts
         if v.classification in ("inconclusive", "missing")

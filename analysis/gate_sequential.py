@@ -15,8 +15,9 @@ a percentile does not give; they also bound one test of a null, while a gate dec
 equivalence (no change) and regression at once. Bonferroni needs neither and is the simplest
 rule decided before the run. Its price is width: at α = 0.05 and L = 5 each look is a 99 %
 interval (z 2.58 instead of 1.96, 1.31× wider). The level reaches every interval of a look
-through the gate settings' ``confidence``: the bootstrap's and, for per-run figures with 3+
-runs a side, Welch's t-interval (``compare_stats.per_run_difference``). The estimates of
+through the gate settings' ``confidence``: the bootstrap's, for per-run figures with 3+
+runs a side Welch's t-interval (``compare_stats.per_run_difference``), and the verdicts'
+exact test over the block pairs (``analysis.gate_verdicts``). The estimates of
 ``analysis.gate_sample_size`` are made at that same per-look confidence, so they predict this
 gate's later looks.
 

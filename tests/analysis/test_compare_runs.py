@@ -135,23 +135,54 @@ def test_a_slower_candidate_regresses_with_the_exact_ratio(
     assert exit_code(comparison) == 1
 
 
-def test_a_pass_that_became_fail_is_a_regression_whatever_the_tolerances(
-    pair: tuple[Path, Path],
-) -> None:
-    # The candidate's revisit probes hit (no eviction): "revisit probes miss" turns FAIL.
+def _probes_hit(run: Path) -> None:
+    """The candidate's revisit probes hit (no eviction): "revisit probes miss" turns FAIL."""
+
     def hit(r: dict) -> dict:
         if r["phase"] == "revisit" and r["index"] < 2:
             r["cached_tokens"] = 64
         return r
 
-    _rewrite_jsonl(pair[1] / "cases" / TEST_CASE / "requests.jsonl", hit)
-    _reseal(pair[1])
+    _rewrite_jsonl(run / "cases" / TEST_CASE / "requests.jsonl", hit)
+    _reseal(run)
+
+
+def test_one_pass_that_became_fail_is_undecided_not_a_regression(
+    pair: tuple[Path, Path],
+) -> None:
+    _probes_hit(pair[1])
     comparison = compare_paths(*pair, load_gate())
-    flipped = [v for v in comparison.verdicts if v.classification == "regression"]
-    assert [(v.check, v.baseline, v.candidate) for v in flipped] == [
-        ("revisit probes miss", "PASS", "FAIL")
+    flipped = [v for v in comparison.verdicts if v.pass_fail]
+    assert [(v.check, v.baseline, v.candidate, v.classification) for v in flipped] == [
+        ("revisit probes miss", "PASS", "FAIL", "inconclusive")
     ]
-    assert exit_code(comparison) == 1
+    # One pair, one flip: exact one-sided p = 1/2 > (1 − 0.95)/2. If every further pair
+    # flipped too, 6 pairs (p = 2^-6 = 0.0156 ≤ 0.025) would decide it: 5 more.
+    assert (flipped[0].blocks, flipped[0].p_regression, flipped[0].extra_pairs) == (1, 0.5, 5)
+    decision = decide(comparison)
+    assert decision.regressions == [] and exit_code(comparison) == 3
+    line = next(u for u in decision.undecided if "revisit probes miss" in u.label)
+    assert line.estimate and (line.estimate.extra_pairs, line.estimate.toward) == (
+        5,
+        "regression",
+    )
+
+
+@pytest.mark.parametrize(("pairs", "klass"), [(5, "inconclusive"), (6, "regression")])
+def test_a_check_that_fails_in_every_candidate_pair_regresses_from_6_pairs(
+    tmp_path: Path, pairs: int, klass: str
+) -> None:
+    # p = 2^-k: 2^-5 = 0.03125 > 0.025 ≥ 2^-6 = 0.0156 at the default 95 %.
+    for k in range(1, pairs + 1):
+        build_run(tmp_path / "base" / f"run-{k}")
+        build_run(tmp_path / "cand" / f"run-{k}")
+        _probes_hit(tmp_path / "cand" / f"run-{k}")
+    comparison = compare_paths(tmp_path / "base", tmp_path / "cand", load_gate())
+    probes = next(v for v in comparison.verdicts if v.check == "revisit probes miss")
+    assert (probes.pass_fail, probes.fail_pass, probes.blocks) == (pairs, 0, pairs)
+    assert probes.p_regression == 0.5**pairs and probes.classification == klass
+    named = [r for r in decide(comparison).regressions if "revisit probes miss" in r]
+    assert len(named) == (klass == "regression")
 
 
 def test_a_family_missing_in_the_candidate_is_missing_not_zero(pair: tuple[Path, Path]) -> None:

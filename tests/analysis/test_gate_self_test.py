@@ -57,6 +57,10 @@ def test_both_gates_decided_right_pass_with_their_pairs_minutes_and_mde(tmp_path
         (("no regression", []), ("regression", ["tested paired output_throughput_tok_s"]),
          "planted"),
         (("no regression", []), ("inconclusive", []), "planted"),
+        # A verdict that quotes TTFT in its check's name is not the planted latency either.
+        (("no regression", []),
+         ("regression", ["tested: verdict 'revisit/warm ttft_ms p95 ≥ 1.2×' PASS→FAIL "
+                         "(6↓ 0↑ of 6 pairs)"]), "planted"),
     ],
 )  # fmt: skip
 def test_a_gate_decided_wrong_fails_the_self_test(
