@@ -29,7 +29,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from loadgen.runformat import RequestRecord
+from loadgen.runformat import ReadRecord, RequestRecord
 
 PERCENTILES = (50, 90, 95, 99)
 STAT_KEYS = ("count", "mean", "std", "p50", "p90", "p95", "p99")
@@ -44,6 +44,10 @@ def token_timing(record: RequestRecord) -> str | None:
     if len(tokens) == 1 and tokens[0] >= 2:
         return "final_only"
     return record.token_timing or "usage"
+
+
+#: The columns :func:`request_frame` adds to the record's fields.
+DERIVED = ("record", "output_tokens", "ttft_ms", "e2el_ms", "tpot_ms", "timing", "send_lateness_ms")
 
 
 def request_frame(records: Iterable[RequestRecord]) -> pd.DataFrame:
@@ -83,9 +87,8 @@ def request_frame(records: Iterable[RequestRecord]) -> pd.DataFrame:
             }
         )
     frame = pd.DataFrame(rows)
-    if frame.empty:
-        columns = ["phase", "status", "output_tokens", "ttft_ms", "e2el_ms", "tpot_ms", "timing"]
-        frame = pd.DataFrame(columns=columns)
+    if frame.empty:  # no records (a case that failed before sending): selections find no row
+        frame = pd.DataFrame(columns=[*ReadRecord.__struct_fields__, *DERIVED])
     return frame
 
 

@@ -34,6 +34,16 @@ def rec(sent: int | None, chunks_ms: list[int], tokens: list[int], **kw: object)
     )
 
 
+def test_a_case_with_no_records_has_every_column_of_one_that_has_some() -> None:
+    # A case that failed before sending (its replicas did not start) has no records; every
+    # report selects on the record's columns (a trace-replay report of such a run failed
+    # with KeyError: 'index'), so the empty frame has them all and selections find no row.
+    empty = request_frame([])
+    full = request_frame([record()])
+    assert list(empty.columns) == list(full.columns)
+    assert empty[empty["index"].isin([0]) & empty["sent_ns"].notna()].empty
+
+
 def test_ttft_e2el_tpot_from_token_chunks() -> None:
     # Sent at 0; chunks at 100, 130, 170 ms carrying 1, 1, 2 tokens → 4 tokens.
     # TTFT = 100 ms, E2EL = 170 ms, TPOT = (170 − 100) / (4 − 1) = 23.333 ms.
