@@ -86,8 +86,17 @@ class Attribution:
         log) and its basis in words; or ``None`` and why it is undecided (module doc).
         ``answered[i]``: request i ended ``ok``."""
         if self.without_log:
-            which = ", ".join(map(str, self.without_log))
-            return None, f"replica {which} has no {REQUEST_LOG}: its requests are unknown"
+            k = self.without_log
+            if len(k) == 1:
+                return (
+                    None,
+                    f"replica {k[0]} has no {REQUEST_LOG}: which requests it served is unknown",
+                )
+            which = f"{', '.join(map(str, k[:-1]))} and {k[-1]}"
+            return (
+                None,
+                f"replicas {which} have no {REQUEST_LOG}: which requests they served is unknown",
+            )
         several = [i for i in request_ids if i in self.on_several]
         if several:
             where = " and ".join(map(str, self.on_several[several[0]]))

@@ -84,8 +84,8 @@ def test_a_replica_without_its_log_is_undecided(tmp_path: Path) -> None:
     (tmp_path / "vllm_requests.log").write_text(LOG0)
     found = read_attribution(tmp_path, 2, IDS)
     assert found.without_log == (1,)
-    assert found.placements(IDS, [True] * 4) == (
-        None, "replica 1 has no vllm_requests.log: its requests are unknown")  # fmt: skip
+    why = "replica 1 has no vllm_requests.log: which requests it served is unknown"
+    assert found.placements(IDS, [True] * 4) == (None, why)
 
 
 @pytest.mark.parametrize("routing", ["vllm-router:round_robin", "vllm-router:cache_aware"])
@@ -96,7 +96,9 @@ def test_behind_vllm_router_the_logs_decide_where_the_model_cannot(
     rows = ([None] * 4, IDS, [True] * 4)
     unknown = case_placement(tmp_path, fleet, rows, [], [], (64, 4))
     assert unknown.replicas is None
-    assert unknown.basis == "replica 0, 1 has no vllm_requests.log: its requests are unknown"
+    assert unknown.basis == (
+        "replicas 0 and 1 have no vllm_requests.log: which requests they served is unknown"
+    )
     (tmp_path / "vllm_requests.log").write_text(LOG0)
     (tmp_path / "replicas/1").mkdir(parents=True)
     (tmp_path / "replicas/1/vllm_requests.log").write_text(LOG1)

@@ -100,7 +100,7 @@ def test_a_replica_without_its_log_leaves_the_case_uncompared_saying_why(tmp_pat
     shutil.copytree(FIXTURE / "cases" / case, cdir)
     (cdir / "replicas/1/vllm_requests.log").unlink()
     result = _compare(cdir, case)
-    why = "replica 1 has no vllm_requests.log: its requests are unknown: not compared"
+    why = "replica 1 has no vllm_requests.log: which requests it served is unknown: not compared"
     assert [(r.comparison, r.note) for r in result] == [(None, why), (None, why)]
     verdict = kv_verdict(case, result)
     assert verdict.passed is None

@@ -89,12 +89,15 @@ def _served(fl: FleetFunnel) -> str:
 def funnel_lines(c: CaseFigures) -> list[str]:
     """A fleet case's cache funnel per phase (``analysis.fleet``); nothing for one server."""
     rows = []
-    basis = None
+    served = "Requests per replica are not counted request by request."
     for p in c.phases.values():
         if p.fleet is None:
             continue
         fl = p.fleet
-        basis = basis or fl.served_basis
+        if fl.served_basis and fl.served_per_replica is not None:
+            served = f"Requests per replica counted request by request from {fl.served_basis}."
+        elif fl.served_basis:
+            served = f"Requests per replica are not counted request by request: {fl.served_basis}."
         predicted = (
             f(fl.predicted, 4)
             if fl.predicted is not None
@@ -113,8 +116,7 @@ def funnel_lines(c: CaseFigures) -> list[str]:
         "Cache funnel (every replica's counters summed; docs/fleet.md): what one cache of "
         "N × C would reuse, what a router that spreads every group gets, one replica alone, "
         "the model's prediction for this policy (a bracket where the policy is not "
-        "deterministic), and what the engines delivered. Requests per replica counted "
-        f"request by request: {basis or 'unknown'}.",
+        f"deterministic), and what the engines delivered. {served}",
         "",
         table(FUNNEL_HEADERS, rows),
         "",

@@ -38,7 +38,7 @@ def test_each_replicas_requests_are_counted_one_by_one_where_known() -> None:
     assert served.served_per_replica == [3, 1]
     row = _row(served)
     assert row[8:10] == ["3 / 1", "3 / 1"]  # counters, then per request
-    assert "counted request by request: the replicas' request logs" in _lines(served)[0]
+    assert "counted request by request from the replicas' request logs" in _lines(served)[0]
 
 
 def test_unknown_replicas_show_a_dash_and_say_why() -> None:
@@ -46,3 +46,7 @@ def test_unknown_replicas_show_a_dash_and_say_why() -> None:
     assert (served.served_per_replica, served.served_basis) == (
         None, "replica 1 has no vllm_requests.log")  # fmt: skip
     assert _row(served)[9] == "–"
+    assert _lines(served)[0].endswith(
+        "Requests per replica are not counted request by request: replica 1 has no "
+        "vllm_requests.log."
+    )
