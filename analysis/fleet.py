@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
 from analysis import server_side
@@ -42,6 +44,7 @@ from metrics.rows import ScrapeTick
 from metrics.samples import Point, Sample, series
 from scenarios.fleet.model import FleetOptions, imbalance, predict_fleet
 from scenarios.fleet.requests import FleetRequest
+from scenarios.fleet.simulate import FIRST_TOKEN
 from scenarios.plan import CaseSpec
 
 #: The gauges a replica's requests in flight are read from.
@@ -213,6 +216,46 @@ def _imbalance(values: Sequence[float | None]) -> float | None:
     if any(v is None for v in values):
         return None
     return imbalance([int(v or 0) for v in values])
+
+
+def _ns(value: object) -> int | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return int(value)  # type: ignore[call-overload]
+
+
+def with_first_tokens(
+    events: Sequence[tuple[str, int]], sent: pd.DataFrame
+) -> list[tuple[str, int]]:
+    """``events``, the start and end of each sent row by position in time order
+    (``analysis.fleet_kv.measured_events``: a start at ``sent_ns``, an end at ``end_ns`` or
+    at the start when missing), with ``("first", k)`` inserted at row k's first token
+    (``chunk_ns[0]``, ns) where it came strictly after the start and before the end; the
+    others' end stands for it in the fleet model. vllm-router's ``kv_aware`` counts a
+    request's prompt as pending work until then, and learns its cached blocks then."""
+    starts = [_ns(v) for v in sent["sent_ns"]]
+    times = {}
+    for k, (s, e) in enumerate(zip(starts, sent["end_ns"], strict=True)):
+        start = s or 0
+        end = _ns(e)
+        times[("start", k)] = start
+        times[("end", k)] = start if end is None else max(end, start)
+    firsts = []
+    for k, chunks in enumerate(sent.get("chunk_ns", [])):
+        if isinstance(chunks, list) and chunks:
+            at = int(chunks[0])
+            if times[("start", k)] < at < times[("end", k)]:
+                firsts.append((at, k))
+    firsts.sort()
+    out: list[tuple[str, int]] = []
+    i = 0
+    for event in events:
+        while i < len(firsts) and firsts[i][0] <= times[event]:
+            out.append((FIRST_TOKEN, firsts[i][1]))
+            i += 1
+        out.append(event)
+    out.extend((FIRST_TOKEN, k) for _, k in firsts[i:])
+    return out
 
 
 def fleet_funnel(

@@ -7,11 +7,11 @@ imbalance, beside the two bounds every policy lies between.
 - **Spread** (worst): every prefix group spread over every replica in turn
   (:func:`scenarios.fleet.rules.spread_rule`): each replica must cache every group and sees
   only 1/N of its reuse, what a router blind to prefixes does at worst.
-- **Exact** policies (the gateway's three; vllm-router's ``round_robin`` and
-  ``consistent_hash``): one replay of their rule.
-- **Bracketed** policies (vllm-router's ``random``, ``power_of_two``, ``cache_aware``,
-  ``kv_aware``): the rule depends on draws or on state the model cannot know, so a low and a
-  high replay (:data:`BRACKETS` says which and why).
+- **Exact** policies (the gateway's three; vllm-router's ``round_robin``,
+  ``consistent_hash`` and ``kv_aware``): one replay of their rule.
+- **Bracketed** policies (vllm-router's ``random``, ``power_of_two``, ``cache_aware``):
+  the rule depends on draws or on state the model cannot know, so a low and a high replay
+  (:data:`BRACKETS` says which and why).
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from gateway.routing import DEFAULT_EPSILON, DEFAULT_VIRTUAL_NODES
 from scenarios.fleet import rules
 from scenarios.fleet.cache_aware import cache_aware_rule
+from scenarios.fleet.kv_aware import KvAwareRule
 from scenarios.fleet.requests import FleetRequest
-from scenarios.fleet.simulate import FleetOutcome, Rule, simulate
+from scenarios.fleet.simulate import FleetOutcome, Rule, simulate, split_first_tokens
 from scenarios.prefix_cache_model import predict_hits
 
 GATEWAY_POLICIES = ("round-robin", "least-loaded", "prefix-hash")
@@ -57,9 +58,6 @@ BRACKETS = {
     "vllm-router:power_of_two": f"its two random candidates: {_DRAWN}",
     "vllm-router:cache_aware": "its prefix-tree rule replayed with ties to the lower and to the "
     "higher index (which worker the router lists first is not known)",
-    "vllm-router:kv_aware": "low: least-loaded (its load term deciding every request); high: "
-    "an oracle sending each request where most of its prefix is cached now (its KV events "
-    "telling it exactly, without lag)",
 }
 
 
@@ -153,7 +151,7 @@ class FleetOptions:
 
 
 def _rule_factories(
-    policy: str, replicas: int, options: FleetOptions
+    policy: str, replicas: int, options: FleetOptions, block_tokens: int
 ) -> tuple[list[Callable[[], Rule]], str]:
     """The rules to replay for ``policy`` and the basis of its prediction."""
     if policy in GATEWAY_POLICIES:
@@ -171,17 +169,17 @@ def _rule_factories(
         return [lambda: rules.vllm_consistent_hash_rule(urls)], (
             "vllm-router's ConsistentHashPolicy, ported bit for bit, ring over " + ", ".join(urls)
         )
+    if policy == "vllm-router:kv_aware":
+        return [lambda: KvAwareRule(block_tokens)], (
+            "vllm-router's KvAwarePolicy, ported: cost (new prefill + pending prefill tokens) "
+            "× (in flight + 1), its index learning a request's blocks at its first token"
+        )
     basis = BRACKETS[policy]
     if policy == "vllm-router:random":
         return [functools.partial(rules.random_rule, s) for s in range(DRAWS)], basis
     if policy == "vllm-router:power_of_two":
         return [functools.partial(rules.power_of_two_rule, s) for s in range(DRAWS)], basis
-    if policy == "vllm-router:cache_aware":
-        return [lambda: cache_aware_rule(False), lambda: cache_aware_rule(True)], basis
-    return [
-        lambda: rules.gateway_rule("least-loaded", replicas),
-        rules.longest_cached_prefix_rule,
-    ], basis
+    return [lambda: cache_aware_rule(False), lambda: cache_aware_rule(True)], basis
 
 
 def predict_fleet(
@@ -195,20 +193,23 @@ def predict_fleet(
 ) -> FleetPrediction:
     """Predict each of ``policies`` for ``requests`` on ``replicas`` replicas of
     ``capacity_blocks`` usable blocks of ``block_tokens`` tokens, in ``events`` order
-    (``None``: one after another; see :func:`scenarios.fleet.requests.closed_loop_events`).
+    (``None``: one after another; see :func:`scenarios.fleet.requests.closed_loop_events`;
+    first-token events, ``("first", i)``, inform ``kv_aware`` and are ignored otherwise).
 
     Raises:
         ValueError: an unknown policy, fewer than 1 replica, worker URLs not one per
-            replica, or what :func:`scenarios.prefix_cache_model.predict_hits` refuses.
+            replica, a misplaced first-token event, or what
+            :func:`scenarios.prefix_cache_model.predict_hits` refuses.
     """
     options = options or FleetOptions()
     for policy in policies:
         parse_fleet_policies(policy)
     caches = [r.cache for r in requests]
+    core, _ = split_first_tokens(events, len(requests))
     pooled_capacity = None if capacity_blocks is None else replicas * capacity_blocks
     predictions = []
     for policy in policies:
-        factories, basis = _rule_factories(policy, replicas, options)
+        factories, basis = _rule_factories(policy, replicas, options, block_tokens)
         outcomes = [
             simulate(requests, replicas, capacity_blocks, block_tokens, make(), events)
             for make in factories
@@ -221,8 +222,8 @@ def predict_fleet(
         replicas=replicas,
         capacity_blocks=capacity_blocks,
         block_tokens=block_tokens,
-        pooled=predict_hits(caches, pooled_capacity, block_tokens, events).hit_rate,
+        pooled=predict_hits(caches, pooled_capacity, block_tokens, core).hit_rate,
         spread=simulate(requests, replicas, capacity_blocks, block_tokens, spread, events),
-        single=predict_hits(caches, capacity_blocks, block_tokens, events).hit_rate,
+        single=predict_hits(caches, capacity_blocks, block_tokens, core).hit_rate,
         policies=tuple(predictions),
     )

@@ -113,19 +113,3 @@ def spread_rule() -> Rule:
         return (first + count) % state.replicas, None
 
     return rule
-
-
-def longest_cached_prefix_rule() -> Rule:
-    """An oracle that reads the replicas' caches: the replica where most of the prompt's
-    leading blocks are cached now (ties: fewer in flight, then fewer placed so far, then the
-    lower index, so requests that hit nowhere are spread). The best a precise KV-aware router
-    does (``kv_aware``'s upper bound)."""
-
-    def rule(index: int, request: FleetRequest, state: FleetState) -> tuple[int, Decision | None]:
-        scores = [
-            (-cache.cached_prefix(request.cache), state.in_flight[r], state.placed[r], r)
-            for r, cache in enumerate(state.caches)
-        ]
-        return min(scores)[3], None
-
-    return rule

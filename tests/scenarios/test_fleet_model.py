@@ -128,16 +128,6 @@ def test_per_replica_requests_and_prefill_tokens() -> None:
     assert imbalance(outcome.prefill_tokens_per_replica()) == 1.0
 
 
-def test_kv_aware_bracket_on_abab() -> None:
-    """Low (least-loaded) = round-robin here: 16/36. High (the oracle): A-1 hits nowhere →
-    replica 0 (fewest placed, lower index); B-1 → replica 1 (fewest placed); A-2 finds A on
-    0, B-2 finds B on 1: 16/36 as well."""
-    p = predict_fleet(abab(), 2, 3, 4, ["vllm-router:kv_aware"]).policies[0]
-    assert not p.exact and p.hit_rate is None
-    assert p.low.hit_rate == pytest.approx(16 / 36)
-    assert p.high.hit_rate == pytest.approx(16 / 36)
-
-
 def test_cache_aware_places_text_prompts_by_load() -> None:
     """vllm-router 0.1.17 matches no text prompt to a worker (test_vllm_router_placement), so
     the model gives text prompts no key and places them by load: one at a time, every load

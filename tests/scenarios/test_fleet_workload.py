@@ -17,7 +17,15 @@ requests one after another, derived by hand:
   router's first worker, which cannot hold them: 0. Two at a time (a closed loop of 2),
   request k ≥ 2 of the first round starts while k − 1 runs: the other replica, k mod 2;
   later rounds follow their group. Even groups (18, 90 blocks) on one replica, odd ones (17,
-  85 blocks) on the other: both fit, and every repeat hits: 0.60606 again, 54 / 51 requests.
+  85 blocks) on the other: both fit, and every repeat hits: 0.60606 again, 54 / 51 requests;
+- vllm-router's ``kv_aware`` costs a replica (n + its pending prefill tokens) × (its requests
+  in flight + 1), n = 704 for a prompt found nowhere, 64 for one whose group's 640 tokens it
+  holds. One at a time every new group ties at 704 and goes to the first worker, which
+  cannot hold them all, so no repeat finds its group: 0, 105 / 0 requests. Two at a time (a
+  closed loop, no first tokens: a prompt is pending until its request ends), request k
+  starts while k − 1 runs on one replica, costing there at least (64 + 704) × 2 = 1536,
+  above the idle replica's 704 at most: request k goes to the other replica, k mod 2, as
+  round-robin: every group on both replicas in turn, 0.
 """
 
 from __future__ import annotations
@@ -96,3 +104,17 @@ def test_cache_aware_keeps_groups_apart_only_when_requests_overlap() -> None:
     assert ca.low.hit_rate == ca.high.hit_rate == pytest.approx(70 * 640 / (105 * 704))
     assert ca.low.requests_per_replica() == [54, 51]
     assert ca.high.requests_per_replica() == [51, 54]  # ties the other way: the mirror
+
+
+def test_kv_aware_thrashes_when_its_load_term_always_decides() -> None:
+    capacity = capacity_blocks_for_tokens(ONE_GIB_TOKENS, 128)
+    requests = trace_fleet_requests(workload.fleet_workload_trace(), 128)
+    policy = ["vllm-router:kv_aware"]
+    alone = predict_fleet(requests, 2, capacity, 128, policy, closed_loop_events(105, 1))
+    (kv,) = alone.policies
+    assert kv.exact and kv.hit_rate == 0.0
+    assert kv.low.requests_per_replica() == [105, 0]
+    pairs = predict_fleet(requests, 2, capacity, 128, policy, closed_loop_events(105, 2))
+    (kv,) = pairs.policies
+    assert kv.exact and kv.hit_rate == 0.0
+    assert kv.low.placement == tuple(k % 2 for k in range(105))

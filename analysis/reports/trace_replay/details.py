@@ -36,7 +36,7 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
-from analysis.fleet import FleetData, FleetFunnel, fleet_funnel, load_fleet
+from analysis.fleet import FleetData, FleetFunnel, fleet_funnel, load_fleet, with_first_tokens
 from analysis.fleet_capacity import FleetCapacity
 from analysis.fleet_faults import KillFigures, kill_figures
 from analysis.fleet_kv import ReplicaKv, case_kv_comparison, measured_events
@@ -279,7 +279,7 @@ def _fleet_funnel(
     assert isinstance(workload, TracePrompts)
     indices = [int(i) for i in sent["index"]]
     requests = workload_fleet_requests(workload, indices, plan.seed, block, space=plan.tokens)
-    events = measured_events(sent)
+    events = with_first_tokens(measured_events(sent), sent)
     return fleet_funnel(fleet, requests, events, capacity_blocks, block, (row.start_ns, row.end_ns))
 
 
