@@ -20,7 +20,8 @@ Three sources, in order (:func:`case_placement`):
    log) and ids of no request of the case are skipped, and counted.
 3. **The fleet model's placement** where it is exact and says which replica, i.e.
    vllm-router's ``consistent_hash`` (a run recorded before the replicas logged requests);
-   ``round_robin``'s partition is exact but not which worker took the first request.
+   ``round_robin`` and ``kv_aware`` are exact but not which worker is which
+   (``scenarios.fleet.model.UNNAMED_REPLICAS``).
 
 Otherwise which replica served each request is unknown, and the reason is named.
 """
@@ -201,8 +202,7 @@ def case_placement(
     model = predict_fleet(requests, fleet.replicas, capacity[0], capacity[1], [fleet.routing],
                           events, options)  # fmt: skip
     policy = model.policies[0]
-    # round_robin's partition is exact but not which worker came first (docs/fleet.md)
-    if policy.exact and fleet.routing != "vllm-router:round_robin":
+    if policy.names_replicas:
         return Placement(list(policy.low.placement), f"the model's exact placement ({found.basis})")
     return found
 

@@ -24,10 +24,10 @@ Per request, with the router's defaults (``--router-temperature 0``, no session 
 
 The router's view of a cache lags the cache: vLLM publishes a step's KV events once the step
 has run, so the blocks a request stores (and those its allocation evicts) reach the index
-with its first token (on this machine's recordings, a ``BlockStored`` arrived within 1 ms of
-its request's first token). The model applies each request's stores and evictions, and
-those of the requests that started before it on the same replica (vLLM serves them first),
-at its first token, or at its end when the event order has no first tokens (a closed loop).
+about when its first token comes back (docs/fleet.md gives the spread seen). The model
+applies each request's stores and evictions, and those of the requests that started before
+it on the same replica (vLLM serves them first), at its first token, or at its end when the
+event order has no first tokens (a closed loop).
 
 Ties: the router's first worker is the first of its registry (printed in its log as
 ``Router ready | workers: [...]``), not the first of ``--worker-urls``. The model breaks

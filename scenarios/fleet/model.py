@@ -39,6 +39,11 @@ VLLM_ROUTER_POLICIES = (
 )
 #: Every policy the model predicts, as ``--routing`` names them.
 FLEET_POLICIES = GATEWAY_POLICIES + tuple(f"vllm-router:{p}" for p in VLLM_ROUTER_POLICIES)
+#: Exact policies whose prediction does not say which physical replica served a request:
+#: vllm-router numbers its workers in an order of its own (``round_robin`` starts at its first
+#: worker, ``kv_aware`` breaks ties to it), and ``kv_aware``'s near ties follow the router's
+#: clock, which the records only approximate; their hit rates and loads do not depend on it.
+UNNAMED_REPLICAS = ("vllm-router:round_robin", "vllm-router:kv_aware")
 #: Seeded draws of vllm-router's random policies. The router's own run is one more draw of
 #: the same rule; if its choices are uniform and independent, as the model's are, it falls
 #: outside the range of n others (below their lowest or above their highest) with
@@ -115,6 +120,12 @@ class PolicyPrediction:
     def hit_rate(self) -> float | None:
         """The predicted fleet hit rate (exact policies; ``None`` for a bracket)."""
         return self.low.hit_rate if self.exact else None
+
+    @property
+    def names_replicas(self) -> bool:
+        """Whether the prediction says which replica served each request: exact, and not
+        one of :data:`UNNAMED_REPLICAS`."""
+        return self.exact and self.policy not in UNNAMED_REPLICAS
 
 
 @dataclass(frozen=True)

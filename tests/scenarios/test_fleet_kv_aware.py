@@ -133,3 +133,12 @@ def test_a_misplaced_first_token_event_is_refused() -> None:
     ):
         with pytest.raises(ValueError, match="first-token event of request 0"):
             predict_fleet(requests, 2, None, 4, [POLICY], events)
+
+
+def test_its_prediction_names_no_replica() -> None:
+    """Exact, but which physical worker the router lists first (and so takes a tie) is its
+    own: the KV-event comparison must not read the model's placement as the replicas'."""
+    requests = [req("A-1")]
+    (kv, ch) = predict_fleet(requests, 2, None, 4, [POLICY, "vllm-router:consistent_hash"]).policies
+    assert kv.exact and not kv.names_replicas
+    assert ch.exact and ch.names_replicas
