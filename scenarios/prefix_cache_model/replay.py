@@ -166,8 +166,8 @@ def predict_hits(
 class Replayer:
     """One pool replayed one event at a time: :meth:`start` and :meth:`end` are
     :func:`replay_events`' two steps, for callers that decide between events (the fleet
-    model peeks at :meth:`cached_prefix` to place a request). Requests are checked by the
-    caller (:func:`check_requests`).
+    model places each request before it starts). Requests are checked by the caller
+    (:func:`check_requests`).
     """
 
     def __init__(
@@ -181,11 +181,6 @@ class Replayer:
         self.observer = observer
         self.pool = BlockPool(capacity_blocks)
         self.held: dict[int, list[int]] = {}
-
-    def cached_prefix(self, request: CacheRequest) -> int:
-        """Blocks of ``request`` that would hit now (the lookup only; nothing changes)."""
-        limit = (request.prompt_tokens - 1) // self.block_tokens
-        return len(self.pool.lookup(request.block_keys, limit))
 
     def start(self, index: int, request: CacheRequest) -> tuple[int, int]:
         """Admit ``request`` (known as ``index`` to :meth:`end` and the observer): look up,
