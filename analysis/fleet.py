@@ -32,6 +32,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
@@ -218,10 +219,11 @@ def _imbalance(values: Sequence[float | None]) -> float | None:
     return imbalance([int(v or 0) for v in values])
 
 
-def _ns(value: object) -> int | None:
+def _ns(value: Any) -> int | None:
+    """A frame's ns stamp as an int; ``None`` when missing (``None`` or NaN)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
-    return int(value)  # type: ignore[call-overload]
+    return int(value)
 
 
 def with_first_tokens(
@@ -234,7 +236,7 @@ def with_first_tokens(
     others' end stands for it in the fleet model. vllm-router's ``kv_aware`` counts a
     request's prompt as pending work until then, and learns its cached blocks then."""
     starts = [_ns(v) for v in sent["sent_ns"]]
-    times = {}
+    times: dict[tuple[str, int], int] = {}
     for k, (s, e) in enumerate(zip(starts, sent["end_ns"], strict=True)):
         start = s or 0
         end = _ns(e)
