@@ -1,68 +1,53 @@
 """The capacity answer for a fleet: the replicas a target speedup of the trace needs under each
-routing policy, from what a request costs a replica unqueued, the hits the fleet model
-predicts for that N and policy, and the queue the trace's own arrivals build on each replica.
+routing policy, from what an engine step costs a replica, the hits the fleet model predicts
+for that N and policy, and the engine steps the trace's own arrivals make each replica run.
 
 Every number comes from the run's own files:
 
-1. **What a request costs one replica unqueued** (:func:`fit_service_cost`), fitted on the
-   run's successful requests that found their replica idle when they were sent
-   (:func:`unqueued`: no other request of their case in flight on the same replica), so no
-   queueing of an overloaded phase enters it: TTFT (s) = a + t_p × uncached prompt tokens
-   (least squares; uncached = prompt tokens − ``usage.prompt_tokens_details.cached_tokens``),
-   and t_d = Σ (E2EL − TTFT) ÷ Σ (output tokens − 1) (s per output token after the first).
-   Where least squares cannot give a ≥ 0 and t_p > 0 (one uncached length, or a negative
-   intercept), a = 0 and t_p = Σ TTFT ÷ Σ uncached. Sums, not medians: a replica's busy time
-   is a sum, and these estimators keep the fitted requests' total. A request of q prompt
-   tokens, h of them hit, generating o tokens then has TTFT a + t_p × (q − h) and keeps its
-   replica busy, in two regimes that bracket vLLM's continuous batching:
-
-   - **serial**: a + t_p × (q − h) + t_d × (o − 1) s, its decode steps its own, as measured
-     unqueued (the most a request occupies its replica);
-   - **batched**: t_p × (q − h + o − 1) s, every token costing what a prompt token costs and
-     the per-request overhead a and each decode step's fixed cost shared with requests in the
-     same engine steps: what chunked prefill approaches when requests queue (the least).
-
-   An overloaded phase's own throughput (requests ÷ its busy time) lies between them
-   (docs/fleet.md gives an example).
+1. **What an engine step costs** (:mod:`analysis.fleet_engine_fit`): c0 + c_p × prompt tokens
+   computed + c_d × decode sequences (s), fitted on the run's token gaps and on the first
+   tokens of requests that found their replica idle (:func:`unqueued`), with the time a
+   request spends outside the engine (a) and how much replicas sharing one machine's cores
+   slow each other's steps (κ).
 2. **Placement and hits** for N replicas under policy P: the fleet model
    (:func:`scenarios.fleet.model.predict_fleet`: requests one after another in file order,
    the run's per-replica capacity) places every request and gives its hits; a bracketed
-   policy is taken at the low end of its bracket (fewer hits, more work).
-3. **The sustainable speedup** S_N(P): each replica a first-come-first-served queue of its
-   requests at the trace's arrivals sped up X times (:mod:`analysis.fleet_queue`); S_N(P) is
-   the highest X whose predicted SLO attainment ≥ the run's target, the definition the
-   measured sweep uses, and at most span ÷ the busiest replica's busy time, the speedup at
-   which that replica is never idle (utilisation 1; the only bound without SLOs). Past it a
-   queue grows without end (the stability condition of any single-server queue): a finite
-   slice lets an overloaded replica still meet a TTFT limit for the few seconds the slice
-   lasts sped up (20× the 62 s built-in slice lasts 3 s), which says nothing about traffic
-   that goes on at that rate.
-   S_N(P) is worked out in both regimes: serial the low end, batched the high end.
+   policy is taken at the low end of its bracket (fewer hits, more work). A request's
+   uncached tokens are its prompt less its hits (at least 1).
+3. **The sustainable speedup** S_N(P): the replicas' engine steps simulated as vLLM's
+   scheduler batches them (:mod:`analysis.fleet_engine`: continuous batching, chunked
+   prefill, a token budget per step) at the trace's arrivals sped up X times; S_N(P) is the
+   highest X whose predicted SLO attainment ≥ the run's target, the definition the measured
+   sweep uses, and whose busiest replica spends at most the sped-up span in steps
+   (utilisation 1: past it a backlog grows without end on traffic that goes on at that rate,
+   whatever a finite slice's attainment says). Worked out twice: with each replica on cores
+   of its own (κ = 0: the deployment the answer is for) and sharing one machine's cores as
+   the run's replicas did (κ fitted: what this run measured).
 4. **The answer**: a target speedup X needs the smallest N ≤ :data:`MAX_FLEET` with
-   S_N(P) ≥ X, in each regime; the policies needing the fewest in both regimes are named (all
-   of them when tied), else each regime's first. S_N(P)
-   need not grow with N: the hit rate a policy gets can fall as N grows (round-robin keeps
-   each prefix group on one replica only when N divides the groups' rotation; a hash's
-   imbalance changes with N), so a larger fleet can sustain less, and the answer is the
-   smallest N that meets the target, not a promise for every larger N.
+   S_N(P) ≥ X on cores of their own (and, beside it, sharing cores); the policies needing
+   the fewest are named (all of them when tied). S_N(P) need not grow with N: the hit rate a
+   policy gets can fall as N grows (round-robin keeps each prefix group on one replica only
+   when N divides the groups' rotation; a hash's imbalance changes with N), so a larger
+   fleet can sustain less, and the answer is the smallest N that meets the target, not a
+   promise for every larger N.
 
-The cost is the one measured on the run's own N: where replicas share cores (this testbed
-puts N replicas, the router and the client on one machine) a request costs more at N = 2 than
-at N = 1, so answers for other N read as replicas with the measured run's per-request cost.
-:func:`compare_measured` sets S at the run's N beside each case's measured sustainable
-speedup.
+The step costs are the ones measured on the run's own N and machine: answers for other N
+read as replicas whose steps cost what the run's did. :func:`compare_measured` sets each
+measured case beside the prediction for its N and policy, with the step costs fitted on that
+case's own records (:func:`case_point`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
-from analysis.fleet_queue import QueuedRequest, sustainable_speedup
+from analysis.fleet_engine import EngineRequest, replay, sustainable_speedup
+from analysis.fleet_engine_fit import StepCost
 from analysis.goodput import SLOLimits
 from scenarios.fleet.model import predict_fleet
 from scenarios.fleet.requests import FleetRequest
@@ -74,33 +59,6 @@ MAX_FLEET = 8
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class ServiceCost(_Frozen):
-    """What a request costs one replica unqueued (module docstring, step 1); seconds.
-
-    Attributes:
-        overhead_s: a, per request.
-        prefill_s_per_token: t_p, per uncached prompt token.
-        decode_s_per_token: t_d, per output token after the first.
-        requests: the unqueued successful requests fitted on.
-    """
-
-    overhead_s: float
-    prefill_s_per_token: float
-    decode_s_per_token: float
-    requests: int
-
-    def ttft(self, prompt: int, hit: int) -> float:
-        """TTFT (s) unqueued of a request of ``prompt`` tokens, ``hit`` of them cached."""
-        return self.overhead_s + self.prefill_s_per_token * (prompt - hit)
-
-    def of(self, prompt: int, hit: int, output: int, batched: bool = False) -> float:
-        """Seconds of a replica's time one request of ``prompt`` tokens (``hit`` of them
-        cached) generating ``output`` tokens takes, serial or batched (module docstring)."""
-        if batched:
-            return self.prefill_s_per_token * (prompt - hit + max(output - 1, 0))
-        return self.ttft(prompt, hit) + self.decode_s_per_token * max(output - 1, 0)
 
 
 def unqueued(frame: pd.DataFrame) -> pd.DataFrame:
@@ -127,35 +85,6 @@ def unqueued(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.loc[keep]
 
 
-def fit_service_cost(frame: pd.DataFrame) -> ServiceCost | None:
-    """Fit :class:`ServiceCost` (module docstring, step 1) on the successful :func:`unqueued`
-    requests of ``frame`` that reported their cached tokens, had a TTFT and computed at least
-    one prompt token. ``None`` when there is none."""
-    if frame.empty or "cached_tokens" not in frame:
-        return None
-    idle = unqueued(frame)
-    ok = idle[(idle["status"] == "ok") & idle["ttft_ms"].notna() & idle["cached_tokens"].notna()]
-    uncached = (ok["prompt_tokens_sent"] - ok["cached_tokens"]).astype(float)
-    ok, uncached = ok[uncached > 0], uncached[uncached > 0]
-    if ok.empty:
-        return None
-    ttft_s = ok["ttft_ms"].astype(float) / 1e3
-    slope, intercept = 0.0, -1.0
-    if uncached.nunique() >= 2:
-        slope, intercept = (float(v) for v in np.polyfit(uncached, ttft_s, 1))
-    if slope <= 0 or intercept < 0:
-        slope, intercept = float(ttft_s.sum() / uncached.sum()), 0.0
-    decoded = ok[ok["output_tokens"] >= 2]
-    decode_s = ((decoded["e2el_ms"] - decoded["ttft_ms"]).astype(float) / 1e3).sum()
-    after_first = float((decoded["output_tokens"] - 1).sum())
-    return ServiceCost(
-        overhead_s=intercept,
-        prefill_s_per_token=slope,
-        decode_s_per_token=float(decode_s) / after_first if after_first else 0.0,
-        requests=len(ok),
-    )
-
-
 class Arrivals(_Frozen):
     """The slice's arrivals at speedup 1, one per request in file order (s from its first
     request; ``None`` offsets for session turns, with the turn they follow and their delay),
@@ -175,26 +104,27 @@ class Arrivals(_Frozen):
 
 class FleetPoint(_Frozen):
     """One policy on N replicas: the predicted fleet hit rate (the low end of a bracket), the
-    busiest replica's serial busy time for one pass (s), the sustainable speedup serial and
-    batched, and the busiest replica's utilisation at the serial one (busy ÷ (span ÷
-    speedup); ``None`` for an unbounded speedup)."""
+    sustainable speedup with each replica on cores of its own (κ = 0) and sharing one
+    machine's cores as the run's replicas did (κ fitted), and the busiest replica's
+    utilisation at the first (its time in engine steps ÷ the sped-up span; ``None`` for an
+    unbounded speedup)."""
 
     replicas: int
     hit_rate: float
-    busiest_s: float
     sustainable_speedup: float
-    sustainable_speedup_batched: float
+    sustainable_speedup_shared: float
     utilisation: float | None
 
 
 class PolicyCapacity(_Frozen):
     """A policy's answer: a point per N = 1 … :data:`MAX_FLEET`, and the replicas the target
-    speedup needs, serial and batched (``None``: no target, or more than :data:`MAX_FLEET`)."""
+    speedup needs, each on cores of its own and sharing one machine's cores as the run's did
+    (``None``: no target, or more than :data:`MAX_FLEET`)."""
 
     policy: str
     points: list[FleetPoint]
     replicas_needed: int | None
-    replicas_needed_batched: int | None = None
+    replicas_needed_shared: int | None = None
 
 
 class MeasuredCapacity(_Frozen):
@@ -214,17 +144,24 @@ class MeasuredCapacity(_Frozen):
 class CapacityCheck(_Frozen):
     """The prediction at a case's N and policy beside its measurement.
 
-    ``within``: the predicted range [serial, batched] meets the measured bracket [lower,
-    upper] (0 and ∞ for a missing end), the only statement the sweep supports: the
+    ``predicted``: the sustainable speedup with the replicas sharing cores as the run's did
+    (the conditions measured; the same as on cores of their own at N = 1), with the step
+    costs fitted on the case's own records where ``own_fit`` (each case ran under its own
+    load on the machine), else the answer's; ``predicted_own``: the same on cores of their
+    own; ``answer_predicted``: the answer's table at the case's N and policy (step costs
+    fitted on every case). ``within``: lower ≤ predicted < upper, the
+    measured bracket (0 and ∞ for a missing end), the only statement the sweep supports: the
     attainment was measured at those speedups alone, and the interpolation assumes it falls
-    linearly between them, where a queue's attainment falls off a cliff near full
-    utilisation. ``ratio``: predicted ÷
-    interpolated (``None`` without an interpolation), shown, not judged.
+    linearly between them, where attainment falls off a cliff near full utilisation.
+    ``ratio``: predicted ÷ interpolated (``None`` without an interpolation), shown, not
+    judged.
     """
 
     measured: MeasuredCapacity
     predicted: float
-    predicted_batched: float
+    predicted_own: float
+    answer_predicted: float
+    own_fit: bool
     hit_rate: float
     utilisation: float | None
     within: bool
@@ -235,7 +172,7 @@ class FleetCapacity(_Frozen):
     """The fleet capacity answer (module docstring); ``attainment`` the target, ``slo_ms``
     the SLOs (metric → ms) the queue judges by."""
 
-    cost: ServiceCost
+    cost: StepCost
     span_s: float
     attainment: float
     slo_ms: dict[str, float]
@@ -246,36 +183,21 @@ class FleetCapacity(_Frozen):
     checks: list[CapacityCheck] = []
 
 
-def busy_seconds(
-    outcome: FleetOutcome, requests: Sequence[FleetRequest], cost: ServiceCost, batched: bool
-) -> list[float]:
-    """Per replica, Σ cost (serial or batched) of the requests the outcome placed there (s)."""
-    busy = [0.0] * outcome.replicas
-    for replica, request, hit in zip(outcome.placement, requests, outcome.hit_tokens, strict=True):
-        c = request.cache
-        busy[replica] += cost.of(c.prompt_tokens, hit, c.output_tokens, batched)
-    return busy
-
-
-def queued_requests(
-    outcome: FleetOutcome,
-    requests: Sequence[FleetRequest],
-    cost: ServiceCost,
-    at: Arrivals,
-    batched: bool,
-) -> list[QueuedRequest]:
-    """The queue's view (:class:`analysis.fleet_queue.QueuedRequest`) of the outcome's
-    requests: TTFT unqueued a + t_p × uncached, busy time serial or batched."""
+def engine_requests(
+    outcome: FleetOutcome, requests: Sequence[FleetRequest], at: Arrivals
+) -> list[EngineRequest]:
+    """The engine's view (:class:`analysis.fleet_engine.EngineRequest`) of the outcome's
+    requests: replica, arrival, uncached prompt tokens (≥ 1: vLLM computes a prompt's last
+    token even on a full hit) and output tokens (≥ 1)."""
     out = []
     for i, (replica, request, hit) in enumerate(
         zip(outcome.placement, requests, outcome.hit_tokens, strict=True)
     ):
         c = request.cache
-        out.append(QueuedRequest(
+        out.append(EngineRequest(
             replica=replica, offset_s=at.offsets_s[i], follows=at.follows[i],
-            delay_s=at.delays_s[i], prefill_s=cost.ttft(c.prompt_tokens, hit),
-            service_s=cost.of(c.prompt_tokens, hit, c.output_tokens, batched),
-            decode_s_per_token=cost.decode_s_per_token if c.output_tokens >= 2 else None,
+            delay_s=at.delays_s[i], uncached=max(c.prompt_tokens - hit, 1),
+            output=max(c.output_tokens, 1),
         ))  # fmt: skip
     return out
 
@@ -283,34 +205,32 @@ def queued_requests(
 def fleet_point(
     outcome: FleetOutcome,
     requests: Sequence[FleetRequest],
-    cost: ServiceCost,
+    cost: StepCost,
     at: Arrivals,
-    slo: SLOLimits,
-    attainment: float,
+    judged: tuple[SLOLimits, float],
 ) -> FleetPoint:
     """One N's :class:`FleetPoint` from the fleet model's ``outcome`` (module docstring)."""
-    speedups = []
-    for batched in (False, True):
-        busiest = max(busy_seconds(outcome, requests, cost, batched))
-        speedup = at.span_s / busiest if busiest > 0 else math.inf
-        if slo.given():
-            queued = queued_requests(outcome, requests, cost, at, batched)
-            found = sustainable_speedup(queued, slo, attainment, at.compress_delays)
-            speedup = min(speedup, found)
-        speedups.append(speedup)
-    busiest = max(busy_seconds(outcome, requests, cost, False))
-    used = busiest * speedups[0] / at.span_s if math.isfinite(speedups[0]) else None
-    return FleetPoint(replicas=outcome.replicas, hit_rate=outcome.hit_rate, busiest_s=busiest,
-                      sustainable_speedup=speedups[0], sustainable_speedup_batched=speedups[1],
+    engine = engine_requests(outcome, requests, at)
+    own = sustainable_speedup(engine, cost, judged, at.span_s, at.compress_delays)
+    shared = own
+    if (cost.contention > 0 or cost.contention_decode > 0) and outcome.replicas > 1:
+        shared = sustainable_speedup(engine, cost, judged, at.span_s, at.compress_delays,
+                                     shared=True)  # fmt: skip
+    used = None
+    if math.isfinite(own) and own > 0:
+        result = replay(engine, own, cost, at.compress_delays)
+        used = max(result.busy_s, default=0.0) * own / at.span_s
+    return FleetPoint(replicas=outcome.replicas, hit_rate=outcome.hit_rate,
+                      sustainable_speedup=own, sustainable_speedup_shared=shared,
                       utilisation=used)  # fmt: skip
 
 
-def _needed(points: Sequence[FleetPoint], target: float | None, batched: bool) -> int | None:
-    """The smallest N whose sustainable speedup (serial or batched) ≥ ``target``."""
+def _needed(points: Sequence[FleetPoint], target: float | None, shared: bool) -> int | None:
+    """The smallest N whose sustainable speedup (own or shared cores) ≥ ``target``."""
     if target is None:
         return None
     return next((p.replicas for p in points
-                 if (p.sustainable_speedup_batched if batched else p.sustainable_speedup)
+                 if (p.sustainable_speedup_shared if shared else p.sustainable_speedup)
                  >= target), None)  # fmt: skip
 
 
@@ -318,7 +238,7 @@ def fleet_capacity(
     requests: Sequence[FleetRequest],
     policies: Sequence[str],
     sizing: tuple[int, int],
-    cost: ServiceCost,
+    cost: StepCost,
     at: Arrivals,
     judged: tuple[SLOLimits, float],
     target_speedup: float | None,
@@ -342,14 +262,33 @@ def fleet_capacity(
         for n in range(1, MAX_FLEET + 1):
             prediction = predict_fleet(requests, n, capacity_blocks, block_tokens, [policy])
             low = prediction.policies[0].low
-            points.append(fleet_point(low, requests, cost, at, slo, attainment))
+            points.append(fleet_point(low, requests, cost, at, judged))
         answers.append(PolicyCapacity(
             policy=policy, points=points, replicas_needed=_needed(points, target_speedup, False),
-            replicas_needed_batched=_needed(points, target_speedup, True),
+            replicas_needed_shared=_needed(points, target_speedup, True),
         ))  # fmt: skip
     return FleetCapacity(cost=cost, span_s=at.span_s, attainment=attainment,
                          slo_ms=slo.given(), target_speedup=target_speedup, policies=answers,
                          text=_sentence(answers, target_speedup))  # fmt: skip
+
+
+def case_point(
+    requests: Sequence[FleetRequest],
+    policy: str,
+    replicas: int,
+    sizing: tuple[int, int],
+    cost: StepCost,
+    at: Arrivals,
+    judged: tuple[SLOLimits, float],
+) -> FleetPoint:
+    """The :class:`FleetPoint` of ``policy`` on ``replicas`` with ``cost`` (a measured case's
+    own fit, for :func:`compare_measured`).
+
+    Raises:
+        ValueError: what :func:`scenarios.fleet.model.predict_fleet` refuses.
+    """
+    prediction = predict_fleet(requests, replicas, sizing[0], sizing[1], [policy])
+    return fleet_point(prediction.policies[0].low, requests, cost, at, judged)
 
 
 def _count(n: int | None) -> str:
@@ -357,44 +296,36 @@ def _count(n: int | None) -> str:
 
 
 def _sentence(answers: Sequence[PolicyCapacity], target: float | None) -> str:
-    """The answer in words: the policies needing the fewest replicas in both regimes (all of
-    them when tied), or each regime's first when no policy is fewest in both."""
+    """The answer in words: the policies needing the fewest replicas on cores of their own
+    (all of them when tied), then each policy's count, own cores (shared cores)."""
     if target is None:
         return "no --target-speedup: the sustainable speedup per N is given, no replica count"
     counts = ", ".join(
-        f"{a.policy} {_count(a.replicas_needed)} ({_count(a.replicas_needed_batched)})"
+        f"{a.policy} {_count(a.replicas_needed)} ({_count(a.replicas_needed_shared)})"
         for a in answers
     )
     inf = MAX_FLEET + 1
-    serial = min((a.replicas_needed or inf for a in answers), default=inf)
-    batched = min((a.replicas_needed_batched or inf for a in answers), default=inf)
-    if batched == inf:
-        return f"{target:g}× needs more than {MAX_FLEET} replicas under every policy"
-    both = [a for a in answers
-            if (a.replicas_needed or inf) == serial
-            and a.replicas_needed_batched == batched]  # fmt: skip
-    first_b = next(a for a in answers if a.replicas_needed_batched == batched)
-    if both:
-        tied = [a.policy for a in both]
-        names = tied[0] if len(tied) == 1 else f"{', '.join(tied[:-1])} and {tied[-1]}"
-        lead = f"the fewest replicas under {names} ({_count(both[0].replicas_needed)} served "
-        lead += f"one at a time, {batched} batched)"
-    elif serial == inf:
-        lead = (f"more than {MAX_FLEET} replicas under every policy served one at a time; "
-                f"batched, the fewest under {first_b.policy} ({batched})")  # fmt: skip
-    else:
-        first_s = next(a for a in answers if a.replicas_needed == serial)
-        lead = (f"the fewest replicas under {first_s.policy} served one at a time ({serial}) "
-                f"and under {first_b.policy} batched ({batched})")  # fmt: skip
-    return f"{target:g}× the trace's traffic needs {lead}; per policy, serial (batched): {counts}"
+    fewest = min((a.replicas_needed or inf for a in answers), default=inf)
+    if fewest == inf:
+        return (f"{target:g}× needs more than {MAX_FLEET} replicas under every policy; "
+                f"per policy, own cores (shared cores): {counts}")  # fmt: skip
+    tied = [a.policy for a in answers if a.replicas_needed == fewest]
+    names = tied[0] if len(tied) == 1 else f"{', '.join(tied[:-1])} and {tied[-1]}"
+    return (f"{target:g}× the trace's traffic needs the fewest replicas under {names} "
+            f"({fewest}, each on cores of its own); per policy, own cores (sharing one "
+            f"machine's cores as the run's replicas did): {counts}")  # fmt: skip
 
 
 def compare_measured(
-    answer: FleetCapacity, measured: Sequence[MeasuredCapacity]
+    answer: FleetCapacity,
+    measured: Sequence[MeasuredCapacity],
+    case_points: Mapping[str, FleetPoint] | None = None,
 ) -> list[CapacityCheck]:
-    """Each measured case beside the answer's point for its N and policy (a case without a
-    router: N = 1's, the same for every policy). Cases whose N is above :data:`MAX_FLEET`, or
-    whose policy the answer lacks, are left out."""
+    """Each measured case beside its prediction: the case's own point in ``case_points`` (its
+    N and policy with the step costs fitted on its own records, :func:`case_point`) where
+    given, else the answer's point for its N and policy (a case without a router: N = 1's,
+    the same for every policy). Cases whose N is above :data:`MAX_FLEET`, or whose policy the
+    answer lacks, are left out."""
     by_policy = {a.policy: a.points for a in answer.policies}
     out = []
     for m in measured:
@@ -403,14 +334,16 @@ def compare_measured(
             points = answer.policies[0].points
         if points is None or not 1 <= m.replicas <= len(points):
             continue
-        p = points[m.replicas - 1]
+        p = (case_points or {}).get(m.case, points[m.replicas - 1])
         low = m.lower_speedup if m.lower_speedup is not None else 0.0
         high = m.upper_speedup if m.upper_speedup is not None else math.inf
-        ratio = (p.sustainable_speedup / m.interpolated
-                 if m.interpolated and math.isfinite(p.sustainable_speedup) else None)  # fmt: skip
-        within = p.sustainable_speedup <= high and p.sustainable_speedup_batched >= low
-        out.append(CapacityCheck(measured=m, predicted=p.sustainable_speedup,
-                                 predicted_batched=p.sustainable_speedup_batched,
-                                 hit_rate=p.hit_rate, utilisation=p.utilisation,
-                                 within=within, ratio=ratio))  # fmt: skip
+        shared = p.sustainable_speedup_shared
+        ratio = (shared / m.interpolated
+                 if m.interpolated and math.isfinite(shared) else None)  # fmt: skip
+        out.append(CapacityCheck(
+            measured=m, predicted=shared, predicted_own=p.sustainable_speedup,
+            answer_predicted=points[m.replicas - 1].sustainable_speedup_shared,
+            own_fit=m.case in (case_points or {}), within=low <= shared < high,
+            hit_rate=p.hit_rate, utilisation=p.utilisation, ratio=ratio,
+        ))  # fmt: skip
     return out

@@ -58,13 +58,12 @@ def test_the_report_answers_the_fleet_capacity_question(fleet_run: Path) -> None
     policies = [p["policy"] for p in capacity["policies"]]
     assert policies == ["round-robin", "prefix-hash"]
     by_policy = {p["policy"]: p["points"] for p in capacity["policies"]}
-    # More hits, fewer tokens per replica: batched (where a replica's time is its tokens)
-    # prefix-hash sustains more than round-robin at N = 2. Served one at a time the hash's
-    # bursts and imbalance can cost it as much as its hits save, so that end is not ordered.
+    # More hits, fewer prompt tokens to compute per replica: on cores of their own prefix-hash
+    # sustains at least round-robin's speedup at N = 2.
     ph, rr = by_policy["prefix-hash"][1], by_policy["round-robin"][1]
     assert ph["replicas"] == rr["replicas"] == 2
     assert ph["hit_rate"] > rr["hit_rate"]
-    assert ph["sustainable_speedup_batched"] > rr["sustainable_speedup_batched"]
+    assert ph["sustainable_speedup"] >= rr["sustainable_speedup"]
     # Each case's measurement is set beside the prediction for N = 2 and its policy.
     checked = {(c["measured"]["case"], c["measured"]["replicas"]) for c in capacity["checks"]}
     assert checked == {("round-robin", 2), ("prefix-hash", 2)}

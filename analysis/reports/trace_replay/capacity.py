@@ -5,18 +5,20 @@ policy."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
 from analysis.fleet_capacity import (
+    MAX_FLEET,
     Arrivals,
     FleetCapacity,
     MeasuredCapacity,
+    case_point,
     compare_measured,
-    fit_service_cost,
     fleet_capacity,
 )
+from analysis.fleet_engine_fit import CPU_BUDGET_TOKENS, CPU_MAX_SEQS, fit_step_cost
 from analysis.goodput import SLOLimits
 from analysis.latency import request_frame
 from analysis.load import RunData
@@ -61,6 +63,33 @@ def measured_cases(run: RunData, brackets: Brackets) -> list[MeasuredCapacity]:
     return out
 
 
+def _flag(args: Sequence[str], name: str) -> int | None:
+    """The integer value of ``--name N`` or ``--name=N`` in ``args`` (the last one given)."""
+    found = None
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            found = args[i + 1]
+        elif arg.startswith(name + "="):
+            found = arg.split("=", 1)[1]
+    try:
+        return None if found is None else int(found)
+    except ValueError:
+        return None  # vLLM itself refuses such a flag: the run has no engine to model
+
+
+def batch_limits(run: RunData) -> tuple[int, int]:
+    """The engine's token budget per step and sequence cap: the first case's
+    ``--max-num-batched-tokens`` and ``--max-num-seqs`` (its extra server arguments, or its
+    ``max_num_seqs``), else vLLM's CPU defaults (``analysis.fleet_engine_fit``)."""
+    budget, seqs = CPU_BUDGET_TOKENS, CPU_MAX_SEQS
+    server = run.plan.cases[0].server if run.plan.cases else None
+    if server is not None:
+        args = list(server.extra_args)
+        budget = _flag(args, "--max-num-batched-tokens") or budget
+        seqs = _flag(args, "--max-num-seqs") or server.max_num_seqs or seqs
+    return budget, seqs
+
+
 def run_fleet_capacity(
     run: RunData, sizing: tuple[int, int] | None, brackets: Brackets, slo: SLOLimits
 ) -> FleetCapacity | None:
@@ -80,8 +109,11 @@ def run_fleet_capacity(
     if (len(workload.items) > CAPACITY_MAX_REQUESTS or at.span_s <= 0
             or len(at.offsets_s) != len(workload.items)):  # fmt: skip
         return None
-    frames = [f for f in (request_frame(c.records) for c in run.cases) if not f.empty]
-    cost = fit_service_cost(pd.concat(frames) if frames else pd.DataFrame())
+    frames = {c.name: f for c in run.cases
+              if not (f := request_frame(c.records)).empty}  # fmt: skip
+    budget, seqs = batch_limits(run)
+    pooled = pd.concat(frames.values()) if frames else pd.DataFrame()
+    cost = fit_step_cost(pooled, budget, seqs)
     if cost is None:
         return None
     requests = workload_fleet_requests(workload, range(len(workload.items)), plan.seed,
@@ -89,11 +121,17 @@ def run_fleet_capacity(
     routed = [routing_name(c) for c in plan.cases]
     policies = list(dict.fromkeys(r for r in routed if r is not None)) or list(GATEWAY_POLICIES)
     target = plan.params.get("target_speedup")
+    judged = (slo, float(plan.params["attainment"]))  # type: ignore[arg-type]
     answer = fleet_capacity(
-        requests, policies, (capacity_blocks, block_tokens), cost, at,
-        (slo, float(plan.params["attainment"])),  # type: ignore[arg-type]
+        requests, policies, (capacity_blocks, block_tokens), cost, at, judged,
         None if target is None else float(target),  # type: ignore[arg-type]
     )  # fmt: skip
-    return answer.model_copy(
-        update={"checks": compare_measured(answer, measured_cases(run, brackets))}
-    )
+    measured = [m for m in measured_cases(run, brackets) if m.replicas <= MAX_FLEET]
+    own = {}
+    for m in measured:
+        case_cost = fit_step_cost(frames[m.case], budget, seqs) if m.case in frames else None
+        if case_cost is not None:
+            sizing_ = (capacity_blocks, block_tokens)
+            own[m.case] = case_point(requests, m.policy or policies[0], m.replicas, sizing_,
+                                     case_cost, at, judged)  # fmt: skip
+    return answer.model_copy(update={"checks": compare_measured(answer, measured, own)})

@@ -157,9 +157,9 @@ def case_lines(c: CaseFigures) -> list[str]:
 
 
 def fleet_capacity_lines(d: TraceReplayDetails) -> list[str]:
-    """The fleet capacity answer (``analysis.fleet_capacity``): the cost fitted, per policy
-    the predicted hit rate and sustainable speedup at each N, then the prediction beside each
-    case's measurement."""
+    """The fleet capacity answer (``analysis.fleet_capacity``): the step costs fitted, per
+    policy the predicted hit rate and sustainable speedup at each N, then the prediction
+    beside each case's measurement."""
     fc = d.fleet_capacity
     if fc is None:
         return []
@@ -167,31 +167,34 @@ def fleet_capacity_lines(d: TraceReplayDetails) -> list[str]:
     ns = [p.replicas for p in fc.policies[0].points] if fc.policies else []
     rows = [
         [a.policy, *(f"{f(p.hit_rate, 3)} / "
-                     f"{_range(p.sustainable_speedup, p.sustainable_speedup_batched, 2)}"
+                     f"{_range(p.sustainable_speedup, p.sustainable_speedup_shared, 2)}"
                      for p in a.points),
-         f"{f(a.replicas_needed)} ({f(a.replicas_needed_batched)})"]
+         f"{f(a.replicas_needed)} ({f(a.replicas_needed_shared)})"]
         for a in fc.policies
     ]  # fmt: skip
     slo = ", ".join(f"{k} ≤ {v:g} ms" for k, v in fc.slo_ms.items()) or "none"
     return [
         "## Fleet capacity (predicted)",
         "",
-        f"A request costs its replica, unqueued, {c.overhead_s:.4f} s + "
-        f"{c.prefill_s_per_token * 1e3:.4f} ms per uncached prompt token to its first token, "
-        f"then {c.decode_s_per_token * 1e3:.2f} ms per output token (fitted on the "
-        f"{c.requests} successful requests of the run sent while their replica had no other "
-        "request in flight); it keeps its replica busy that long (serial), or only "
-        f"{c.prefill_s_per_token * 1e3:.4f} ms per uncached prompt and output token when its "
-        "overhead and decode steps are shared with requests batched beside it (batched). The "
-        "fleet model places the slice's requests and gives their hits "
-        "(one after another, file order); each replica then serves its requests first come "
-        f"first served at the trace's arrivals sped up X times (span {fc.span_s:.1f} s at "
+        f"Each replica is simulated engine step by engine step as vLLM's scheduler batches "
+        f"(running requests' decode tokens and prompt chunks, up to {c.budget_tokens} tokens "
+        f"and {c.max_seqs} sequences a step). A step takes {c.step_s * 1e3:.2f} ms + "
+        f"{c.prefill_s_per_token * 1e3:.4f} ms per prompt token computed + "
+        f"{c.decode_s_per_seq * 1e3:.2f} ms per decode sequence (fitted on {c.gaps} gaps "
+        f"between tokens and the first tokens of {c.requests} requests sent to an idle "
+        f"replica); a request reaches its engine {c.overhead_s * 1e3:.1f} ms after it is sent; "
+        f"replicas sharing one machine's cores slow each other's steps by "
+        f"{c.contention:.2f} (a step computing prompt tokens) and {c.contention_decode:.2f} "
+        "(a decode-only step) × the other replicas in a step. The fleet model places the "
+        "slice's requests and gives their hits (one after another, file order); the replicas "
+        f"then serve them at the trace's arrivals sped up X times (span {fc.span_s:.1f} s at "
         f"speedup 1), and the sustainable speedup is the highest X whose predicted attainment "
-        f"≥ {fc.attainment:g} (SLOs: {slo}), at most the X at which the busiest replica is "
-        "never idle (utilisation 1) (docs/fleet.md). Each cell: predicted fleet hit "
-        "rate / sustainable speedup serial–batched; replicas for the target serial (batched). "
-        "A larger N can sustain less when its hit rate is lower: "
-        "the answer is the smallest N that meets the target.",
+        f"≥ {fc.attainment:g} (SLOs: {slo}) and whose busiest replica is not in steps longer "
+        "than the sped-up span (utilisation 1) (docs/fleet.md). Each cell: predicted fleet hit "
+        "rate / sustainable speedup with each replica on cores of its own – sharing one "
+        "machine's cores as the run's replicas did; replicas for the target likewise. A "
+        "larger N can sustain less when its hit rate is lower: the answer is the smallest N "
+        "that meets the target.",
         "",
         table(["policy", *(f"N={n}" for n in ns), "replicas for target"], rows),
         "",
@@ -207,8 +210,9 @@ def _range(low: float, high: float, digits: int) -> str:
     return f"{a}×" if a == b else f"{a}–{b}×"
 
 
-CHECK_HEADERS = ["case", "policy", "N", "hit (model)", "predicted", "utilisation (serial)",
-                 "measured bracket", "interpolated", "pred ÷ interp", "within"]  # fmt: skip
+CHECK_HEADERS = ["case", "policy", "N", "hit (model)", "predicted (case's fit)",
+                 "on own cores", "all cases' fit", "measured bracket", "interpolated",
+                 "pred ÷ interp", "within"]  # fmt: skip
 
 
 def capacity_check_lines(fc: FleetCapacity) -> list[str]:
@@ -223,17 +227,19 @@ def capacity_check_lines(fc: FleetCapacity) -> list[str]:
         )
         rows.append([
             m.case, m.policy or "one server", str(m.replicas), f(k.hit_rate, 3),
-            _range(k.predicted, k.predicted_batched, 3), f(k.utilisation, 2), bracket,
+            f"{f(k.predicted, 3)}×" + ("" if k.own_fit else " (all cases' fit)"),
+            f"{f(k.predicted_own, 3)}×", f"{f(k.answer_predicted, 3)}×", bracket,
             f(m.interpolated, 3), f(k.ratio, 2), "yes" if k.within else "no",
         ])  # fmt: skip
     inside = sum(k.within for k in fc.checks)
     return [
-        "Predicted against measured: within when the predicted range (serial–batched) meets "
-        "the measured bracket [highest speedup that met the target, next speedup measured, "
-        "which did not): the tolerance is the measurement's own resolution. The interpolation "
-        "between the two assumes attainment falls linearly, so predicted (serial) ÷ "
-        "interpolated is shown, not judged. Utilisation: the busiest replica's serial busy "
-        "time ÷ the slice's span at the serial speedup.",
+        "Predicted against measured: each case predicted with the step costs fitted on its "
+        "own records (it ran under its own load on the machine) and its replicas sharing "
+        "cores as the run's did; beside it the same on cores of their own, and the table's "
+        "value (all cases' fit). Within when the prediction lies in the measured bracket "
+        "[highest speedup that met the target, next speedup measured, which did not): the "
+        "tolerance is the measurement's own resolution. The interpolation between the two "
+        "assumes attainment falls linearly, so predicted ÷ interpolated is shown, not judged.",
         "",
         table(CHECK_HEADERS, rows),
         "",

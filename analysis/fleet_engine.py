@@ -1,0 +1,310 @@
+"""The engine steps a fleet's replicas run when a trace is replayed sped up: a discrete-event
+simulation of vLLM's continuous batching per replica, each request's predicted TTFT, TPOT and
+E2EL, the SLO attainment they give and the highest speedup that keeps it at the target.
+
+**One engine step** (vLLM v1's scheduler, ``vllm/v1/core/sched/scheduler.py``,
+``Scheduler.schedule``, vLLM 0.32.0): the running requests first, in the order they were
+admitted, each taking its next tokens (the rest of its prompt, up to the budget, or its one
+decode token), then waiting requests first come first served while the token budget
+(``max_num_batched_tokens``) is left and fewer than ``max_num_seqs`` run; a prompt longer than
+what is left of the budget is cut into chunks (chunked prefill) and goes on in the next step.
+A request's first token comes at the end of the step that computes the last of its prompt,
+each later token at the end of one more step. The step takes
+
+    t = c0 + c_p × (prompt tokens computed in the step) + c_d × (decode sequences in the step)
+
+seconds (:class:`analysis.fleet_engine_fit.StepCost`), a linear model of a CPU forward pass
+whose cost grows with the tokens it computes.
+
+**Outside the engine**: a request reaches its replica's engine ``a`` s after it is sent (the
+HTTP path, the router, tokenizing); TTFT = first token − sent, E2EL = last token − sent,
+TPOT = (E2EL − TTFT) ÷ (output − 1) (``analysis.latency``'s definitions).
+
+**Replicas sharing cores**: where the fleet's replicas run on one machine (this testbed), a
+step runs at 1 ÷ (1 + κ × (m − 1)) of its own speed while m replicas are in a step at once
+(processor sharing), κ = κ_p for a step that computes prompt tokens and κ_d for one that only
+decodes (a decode step's small matrix products suffer less from a neighbour's work than a
+prompt's large ones: the fit measures each); on cores of their own, no slowdown.
+
+Sped up X times, the trace's timed arrivals come at offset ÷ X; a session turn is sent its
+delay (÷ X when the replay compresses delays) after the turn it follows ends, as the replay
+does. A request is good when every given SLO holds with ≤ (``analysis.goodput.judge``'s rule;
+TPOT only for outputs of 2 tokens or more).
+
+What it leaves out: preemption and a full KV cache (the requests' blocks are assumed to fit;
+the fleet model's hits already account for eviction), async scheduling's overlap of one step's
+CPU work with the next, and per-token streaming delays on the way back to the client.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from analysis.fleet_engine_fit import StepCost
+from analysis.goodput import SLOLimits
+
+#: Bisection stops when the bracket of the sustainable speedup is this narrow (relative).
+RELATIVE_PRECISION = 1e-3
+#: Speedups searched: a trace whose target holds beyond this is reported as unbounded.
+MAX_SPEEDUP = 1e4
+#: Remaining work (s) below which a step counts as done (float round-off of the sharing).
+_EPS = 1e-12
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """One request as the engine sees it.
+
+    Attributes:
+        replica: the replica the placement sent it to (0-based).
+        offset_s: its send time at speedup 1, s from the slice's first request; ``None`` for
+            a session turn (then ``follows`` and ``delay_s``).
+        follows: the index (in the sequence) of the turn it follows, or ``None``.
+        delay_s: its delay after the followed turn ends, s at speedup 1.
+        uncached: prompt tokens its replica computes (prompt − cache hits; ≥ 1).
+        output: tokens it generates (≥ 1).
+    """
+
+    replica: int
+    offset_s: float | None
+    follows: int | None
+    delay_s: float
+    uncached: int
+    output: int
+
+
+@dataclass(frozen=True)
+class Served:
+    """One request's predicted latencies, s (``tpot_s`` ``None`` for a 1-token output)."""
+
+    ttft_s: float
+    e2el_s: float
+    tpot_s: float | None
+
+
+@dataclass
+class _Replica:
+    """A replica's scheduler state: waiting (FCFS) and running request indices, the step in
+    progress (its work left in s of its own speed, and what it computes)."""
+
+    waiting: deque[int] = field(default_factory=deque)
+    running: list[int] = field(default_factory=list)
+    work_s: float = 0.0
+    chunks: list[tuple[int, int]] = field(default_factory=list)  # (request, prompt tokens)
+    decodes: list[int] = field(default_factory=list)
+    stepping: bool = False
+    busy_s: float = 0.0
+
+
+@dataclass
+class Replay:
+    """The outcome of one simulated replay: per request its :class:`Served`, and per replica
+    the wall time it spent in steps (s)."""
+
+    served: list[Served]
+    busy_s: list[float]
+
+
+def _start_step(rep: _Replica, left: list[int], cost: StepCost) -> None:
+    """Schedule ``rep``'s next step as vLLM's scheduler does (module docstring) and set its
+    time by the step model."""
+    budget = cost.budget_tokens
+    rep.chunks, rep.decodes = [], []
+    for i in rep.running:
+        if budget <= 0:
+            break
+        if left[i] > 0:
+            n = min(left[i], budget)
+            rep.chunks.append((i, n))
+            budget -= n
+        else:
+            rep.decodes.append(i)
+            budget -= 1
+    while rep.waiting and budget > 0 and len(rep.running) < cost.max_seqs:
+        i = rep.waiting.popleft()
+        rep.running.append(i)
+        n = min(left[i], budget)
+        rep.chunks.append((i, n))
+        budget -= n
+    prefill = sum(n for _, n in rep.chunks)
+    rep.work_s = cost.step_s + cost.prefill_s_per_token * prefill
+    rep.work_s += cost.decode_s_per_seq * len(rep.decodes)
+    rep.stepping = bool(rep.chunks or rep.decodes)
+
+
+@dataclass
+class _Clock:
+    """Per request: sent (s), tokens still to compute and to generate, first and last token."""
+
+    sent: list[float]
+    left: list[int]
+    to_go: list[int]
+    first: list[float]
+    last: list[float]
+
+
+def _end_step(rep: _Replica, now: float, c: _Clock) -> list[int]:
+    """Apply ``rep``'s finished step at ``now``; returns the requests it completed."""
+    done = []
+    for i, n in rep.chunks:
+        c.left[i] -= n
+        if c.left[i] == 0:
+            c.first[i] = now
+            c.to_go[i] -= 1
+    for i in rep.decodes:
+        c.to_go[i] -= 1
+    for i, _ in rep.chunks + [(d, 0) for d in rep.decodes]:
+        if c.left[i] == 0 and c.to_go[i] == 0 and i in rep.running:
+            c.last[i] = now
+            rep.running.remove(i)
+            done.append(i)
+    rep.stepping = False
+    return done
+
+
+def replay(
+    requests: Sequence[EngineRequest],
+    speedup: float,
+    cost: StepCost,
+    compress: bool = True,
+    shared: bool = False,
+) -> Replay:
+    """Simulate the replicas' engine steps for ``requests`` sent ``speedup`` times faster
+    (module docstring); ``shared``: the replicas share cores (``cost.contention`` for a
+    step that computes prompt tokens, ``cost.contention_decode`` for one that only decodes).
+
+    Raises:
+        ValueError: a speedup ≤ 0, a turn that follows itself or a later request, or a
+            request with no prompt token to compute or no output.
+    """
+    if speedup <= 0:
+        raise ValueError(f"speedup must be positive, got {speedup}")
+    n = len(requests)
+    followers: dict[int, list[int]] = {}
+    pending: list[tuple[float, int]] = []
+    for i, r in enumerate(requests):
+        if r.uncached < 1 or r.output < 1:
+            raise ValueError(f"request {i}: needs ≥ 1 uncached prompt token and output token")
+        if r.offset_s is not None:
+            pending.append((r.offset_s / speedup + cost.overhead_s, i))
+        elif r.follows is None or not 0 <= r.follows < i:
+            raise ValueError(f"request {i}: a session turn must follow an earlier request")
+        else:
+            followers.setdefault(r.follows, []).append(i)
+    heapq.heapify(pending)
+    clock = _Clock(sent=[math.nan] * n, left=[r.uncached for r in requests],
+                   to_go=[r.output for r in requests], first=[math.nan] * n,
+                   last=[math.nan] * n)  # fmt: skip
+    for r_at, i in pending:
+        clock.sent[i] = r_at - cost.overhead_s
+    replicas: dict[int, _Replica] = {}
+    now = 0.0
+    while pending or any(rep.stepping for rep in replicas.values()):
+        stepping = [rep for rep in replicas.values() if rep.stepping]
+        others = len(stepping) - 1 if shared else 0
+        slow = [1.0 + others * (cost.contention if rep.chunks else cost.contention_decode)
+                for rep in stepping]  # fmt: skip
+        finish = min((rep.work_s * k for rep, k in zip(stepping, slow, strict=True)),
+                     default=math.inf)  # fmt: skip
+        arrive = pending[0][0] - now if pending else math.inf
+        dt = max(min(finish, arrive), 0.0)
+        now += dt
+        for rep, k in zip(stepping, slow, strict=True):
+            rep.work_s -= dt / k
+            rep.busy_s += dt
+        for rep in stepping:
+            if rep.work_s <= _EPS:
+                for i in _end_step(rep, now, clock):
+                    for j in followers.get(i, []):
+                        sent = now + requests[j].delay_s / (speedup if compress else 1)
+                        clock.sent[j] = sent
+                        heapq.heappush(pending, (sent + cost.overhead_s, j))
+        while pending and pending[0][0] <= now + _EPS:
+            _, i = heapq.heappop(pending)
+            replicas.setdefault(requests[i].replica, _Replica()).waiting.append(i)
+        for rep in replicas.values():
+            if not rep.stepping and (rep.waiting or rep.running):
+                _start_step(rep, clock.left, cost)
+    return _served(requests, clock, replicas)
+
+
+def _served(requests: Sequence[EngineRequest], c: _Clock, reps: dict[int, _Replica]) -> Replay:
+    """The :class:`Replay` of a finished simulation."""
+    served = []
+    for i, r in enumerate(requests):
+        ttft, e2el = c.first[i] - c.sent[i], c.last[i] - c.sent[i]
+        tpot = (e2el - ttft) / (r.output - 1) if r.output >= 2 else None
+        served.append(Served(ttft_s=ttft, e2el_s=e2el, tpot_s=tpot))
+    top = max((r.replica for r in requests), default=-1)
+    busy = [reps[k].busy_s if k in reps else 0.0 for k in range(top + 1)]
+    return Replay(served=served, busy_s=busy)
+
+
+def good(s: Served, slo: SLOLimits) -> bool:
+    """Whether ``s`` meets every given SLO (≤, ms limits; TPOT only where it exists)."""
+    if slo.ttft_ms is not None and s.ttft_s * 1e3 > slo.ttft_ms:
+        return False
+    if slo.e2el_ms is not None and s.e2el_s * 1e3 > slo.e2el_ms:
+        return False
+    return slo.tpot_ms is None or s.tpot_s is None or s.tpot_s * 1e3 <= slo.tpot_ms
+
+
+def attainment(result: Replay, slo: SLOLimits) -> float:
+    """Good requests ÷ all requests of a replay; 1.0 without requests."""
+    if not result.served:
+        return 1.0
+    return sum(good(s, slo) for s in result.served) / len(result.served)
+
+
+def highest_meeting(meets: Callable[[float], bool]) -> float:
+    """The highest speedup X with ``meets(X)``, by doubling then bisection to
+    :data:`RELATIVE_PRECISION`, assuming ``meets`` holds below some X and fails above it: 0.0
+    when it fails at 1 ÷ :data:`MAX_SPEEDUP`, ``math.inf`` when it holds at
+    :data:`MAX_SPEEDUP`."""
+    if not meets(1 / MAX_SPEEDUP):
+        return 0.0
+    low, high = 1.0, 1.0
+    if meets(1.0):
+        while meets(high):
+            low, high = high, high * 2
+            if high > MAX_SPEEDUP:
+                return math.inf
+    else:
+        while not meets(low):
+            high, low = low, low / 2
+    while high - low > RELATIVE_PRECISION * low:
+        mid = (low + high) / 2
+        low, high = (mid, high) if meets(mid) else (low, mid)
+    return low
+
+
+def sustainable_speedup(
+    requests: Sequence[EngineRequest],
+    cost: StepCost,
+    judged: tuple[SLOLimits, float],
+    span_s: float,
+    compress: bool = True,
+    shared: bool = False,
+) -> float:
+    """The highest speedup X whose replay's attainment ≥ the target (``judged`` = SLOs,
+    target in (0, 1]) and whose busiest replica spends at most the sped-up span (span_s ÷ X)
+    in steps: past that point (utilisation 1) a replica's backlog grows without end on
+    traffic that goes on at that rate, whatever a finite slice's attainment says.
+
+    Raises:
+        ValueError: a target outside (0, 1], or what :func:`replay` refuses.
+    """
+    slo, target = judged
+    if not 0 < target <= 1:
+        raise ValueError(f"the attainment target must be in (0, 1], got {target}")
+
+    def meets(x: float) -> bool:
+        result = replay(requests, x, cost, compress, shared)
+        busiest = max(result.busy_s, default=0.0)
+        return attainment(result, slo) >= target and busiest <= span_s / x
+
+    return highest_meeting(meets)

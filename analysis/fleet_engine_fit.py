@@ -1,0 +1,201 @@
+"""What an engine step of a replica costs, fitted on a run's own request records: the constants
+of :mod:`analysis.fleet_engine`'s step model
+
+    step time (s) = c0 + c_p × prompt tokens computed + c_d × decode sequences
+
+with the time a request spends outside the engine (a) and how much replicas sharing cores slow
+each other (κ). Every figure comes from the records' timestamps (``sent_ns``, the per-token
+``chunk_ns``/``chunk_tokens``, ``end_ns``), the replica that served each request
+(``upstream``; one server when no router names it) and the tokens the server reported cached.
+A request's token gaps are the engine's steps seen from outside: a gap of t tokens spans t
+steps (:func:`token_gaps`). Only gaps and requests during which no other replica had a
+request in flight enter steps 1–2, so sharing cores does not leak into the step costs; step 3
+uses the others.
+
+1. **c0 and c_d, decode steps**: a gap while every other request in flight on the replica was
+   decoding is t steps of k + 1 decode sequences (k the others): gap ÷ t = c0 + c_d × (k + 1).
+   Least squares over these gaps gives c_d (slope) and c0; where k does not vary, or the fit
+   gives c_d < 0 or c0 < 0, c_d = 0 and c0 = Σ gaps ÷ Σ t (a decode sequence taken to cost
+   nothing beyond the step).
+2. **a and c_p, first tokens**: requests sent while their replica had no other request in
+   flight (``analysis.fleet_capacity.unqueued``) have TTFT = a + c0 + c_p × u (u uncached
+   prompt tokens; one step while u ≤ the token budget). Least squares of TTFT on u gives c_p
+   (slope) and a = intercept − c0; where u does not vary, or the fit gives c_p ≤ 0 or a < 0,
+   a = 0 and c_p = Σ (TTFT − c0) ÷ Σ u (the whole first token taken as engine time).
+3. **κ_p and κ_d, replicas sharing cores**: the same idle requests while other replicas were
+   busy, with φ the time-average over [sent, first token] of how many other replicas had a
+   request in flight: TTFT = a + base × (1 + κ_p × φ), base = c0 + c_p × u, so
+   κ_p = Σ (TTFT − a − base) ÷ Σ (base × φ) (sums keep the fitted requests' total); and the
+   decode gaps of step 1 while other replicas were busy (φ over the gap):
+   gap = t × (c0 + c_d × (k + 1)) × (1 + κ_d × φ), so κ_d = Σ (gap − base) ÷ Σ (base × φ),
+   base = t × (c0 + c_d × (k + 1)). Each at least 0; 0 where no request or gap saw another
+   replica busy (one server).
+
+The token budget and sequence cap are the server's (``--max-num-batched-tokens``,
+``--max-num-seqs``), else vLLM's defaults for its OpenAI server on CPU: 2048 tokens and 128
+sequences (``vllm/engine/arg_utils.py``, ``EngineArgs.get_batch_defaults``, vLLM 0.32.0).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict
+
+#: vLLM's CPU defaults for its OpenAI server (module docstring).
+CPU_BUDGET_TOKENS = 2048
+CPU_MAX_SEQS = 128
+
+
+class StepCost(BaseModel):
+    """The step model's constants (module docstring); seconds unless named otherwise.
+
+    Attributes:
+        overhead_s: a, from a request's send to its arrival in the engine.
+        step_s: c0, per engine step.
+        prefill_s_per_token: c_p, per prompt token computed in a step.
+        decode_s_per_seq: c_d, per decode sequence in a step.
+        contention: κ_p, the slowdown of a step that computes prompt tokens per other
+            replica in a step at once (dimensionless).
+        contention_decode: κ_d, the same for a step that only decodes.
+        budget_tokens: tokens one step computes at most (``max_num_batched_tokens``).
+        max_seqs: requests running at once at most (``max_num_seqs``).
+        requests: idle requests steps 2–3 used; gaps: token gaps step 1 used.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    overhead_s: float
+    step_s: float
+    prefill_s_per_token: float
+    decode_s_per_seq: float
+    contention: float = 0.0
+    contention_decode: float = 0.0
+    budget_tokens: int = CPU_BUDGET_TOKENS
+    max_seqs: int = CPU_MAX_SEQS
+    requests: int = 0
+    gaps: int = 0
+
+
+def _prepared(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame``'s successful requests with a first token, reindexed, with ``_replica``
+    (``case|upstream``), ``first_ns`` and ``u`` (uncached prompt tokens; NaN unknown)."""
+    frame = frame.reset_index(drop=True)
+    upstream = frame["upstream"] if "upstream" in frame else pd.Series(None, index=frame.index)
+    frame = frame.assign(_replica=frame["case"].astype(str) + "|"
+                         + upstream.fillna("").astype(str))  # fmt: skip
+    ok = frame[(frame["status"] == "ok") & frame["sent_ns"].notna() & frame["end_ns"].notna()]
+    ok = ok[[bool(r.chunk_ns) for r in ok["record"]]]
+    return ok.assign(first_ns=[float(r.chunk_ns[0]) for r in ok["record"]],
+                     u=(ok["prompt_tokens_sent"] - ok["cached_tokens"]).astype(float))  # fmt: skip
+
+
+def busy_others(ok: pd.DataFrame, replica: str, start: float, end: float) -> float:
+    """Time-average over [start, end] (ns) of how many replicas of ``replica``'s case other
+    than it had a request in flight ([sent_ns, end_ns)); 0.0 for an empty interval."""
+    if end <= start:
+        return 0.0
+    case = replica.split("|", 1)[0]
+    others = ok[(ok["_replica"] != replica) & ok["_replica"].str.startswith(case + "|")]
+    covered = 0.0
+    for _, group in others.groupby("_replica"):
+        reach = start
+        for s, e in sorted(zip(group["sent_ns"], group["end_ns"], strict=True)):
+            s, e = max(s, reach), min(e, end)
+            if e > s:
+                covered, reach = covered + e - s, e
+    return covered / (end - start)
+
+
+def token_gaps(frame: pd.DataFrame) -> pd.DataFrame:
+    """Every gap between two token arrivals of a successful request of ``frame``
+    (``analysis.latency.request_frame`` rows) while every other request in flight on its
+    replica was decoding (module docstring, step 1): ``sequences`` (k + 1), ``seconds``,
+    ``tokens`` and ``others`` (φ, the other replicas in flight, time-averaged over it)."""
+    ok = _prepared(frame)
+    rows = []
+    for replica, mine in ok.groupby("_replica"):
+        sent, end = mine["sent_ns"].to_numpy(float), mine["end_ns"].to_numpy(float)
+        first = mine["first_ns"].to_numpy()
+        for i, rec in enumerate(mine["record"]):
+            stamps, tokens = rec.chunk_ns, rec.chunk_tokens
+            for a, b, t in zip(stamps[:-1], stamps[1:], tokens[1:], strict=True):
+                live = (sent < b) & (end > a)
+                live[i] = False
+                if (live & (first > a)).any():
+                    continue  # another request's prompt was computed during the gap
+                phi = busy_others(ok, str(replica), a, b)
+                rows.append({"sequences": int(live.sum()) + 1, "seconds": (b - a) / 1e9,
+                             "tokens": t, "others": phi})  # fmt: skip
+    return pd.DataFrame(rows, columns=["sequences", "seconds", "tokens", "others"])
+
+
+def fit_step(gaps: pd.DataFrame) -> tuple[float, float] | None:
+    """(c0, c_d) in s from :func:`token_gaps`' rows with no other replica busy (module
+    docstring, step 1); ``None`` without one."""
+    decode = gaps[gaps["others"] == 0]
+    if decode.empty:
+        return None
+    per_token = decode["seconds"] / decode["tokens"]
+    if decode["sequences"].nunique() >= 2:
+        slope, c0 = (float(v) for v in np.polyfit(decode["sequences"], per_token, 1))
+        if slope >= 0 and c0 >= 0:
+            return c0, slope
+    return float(decode["seconds"].sum() / decode["tokens"].sum()), 0.0
+
+
+def fit_decode_contention(gaps: pd.DataFrame, c0: float, c_d: float) -> float:
+    """κ_d from :func:`token_gaps`' rows with other replicas busy (module docstring, step 3);
+    0.0 without one."""
+    busy = gaps[gaps["others"] > 0]
+    base = busy["tokens"] * (c0 + c_d * busy["sequences"])
+    if busy.empty or float((base * busy["others"]).sum()) <= 0:
+        return 0.0
+    return max(float((busy["seconds"] - base).sum() / (base * busy["others"]).sum()), 0.0)
+
+
+def fit_prefill(ttft_s: np.ndarray, u: np.ndarray, c0: float) -> tuple[float, float]:
+    """(a in s, c_p in s per token) from idle requests' TTFTs (s) and uncached tokens (module
+    docstring, step 2); needs at least one request with u > 0."""
+    if len(np.unique(u)) >= 2:
+        slope, intercept = (float(v) for v in np.polyfit(u, ttft_s, 1))
+        if slope > 0 and intercept - c0 >= 0:
+            return intercept - c0, slope
+    return 0.0, float(max((ttft_s - c0).sum(), 0.0) / u.sum())
+
+
+def fit_step_cost(
+    frame: pd.DataFrame, budget_tokens: int = CPU_BUDGET_TOKENS, max_seqs: int = CPU_MAX_SEQS
+) -> StepCost | None:
+    """Fit :class:`StepCost` (module docstring) on ``frame`` (``request_frame`` rows of one or
+    more cases, with ``cached_tokens``); ``None`` without a decode gap or an idle request
+    that computed a prompt token."""
+    from analysis.fleet_capacity import unqueued  # the one definition of an idle replica
+
+    if frame.empty or "cached_tokens" not in frame or "sent_ns" not in frame:
+        return None
+    gaps = token_gaps(frame)
+    step = fit_step(gaps)
+    if step is None:
+        return None
+    c0, c_d = step
+    ok = _prepared(frame)
+    idle = _prepared(unqueued(frame))
+    idle = idle[idle["u"] > 0]
+    if idle.empty:
+        return None
+    spans = zip(idle["_replica"], idle["sent_ns"], idle["first_ns"], strict=True)
+    phi = np.array([busy_others(ok, str(r), s, f) for r, s, f in spans])
+    ttft, u = (idle["first_ns"] - idle["sent_ns"]).to_numpy(float) / 1e9, idle["u"].to_numpy()
+    alone = phi == 0 if (phi == 0).any() else np.ones(len(phi), dtype=bool)
+    a, c_p = fit_prefill(ttft[alone], u[alone], c0)
+    base = c0 + c_p * u
+    shared = phi > 0
+    kappa = 0.0
+    if shared.any() and (phi == 0).any():
+        kappa = max(float((ttft[shared] - a - base[shared]).sum()
+                          / (base[shared] * phi[shared]).sum()), 0.0)  # fmt: skip
+    return StepCost(overhead_s=a, step_s=c0, prefill_s_per_token=c_p, decode_s_per_seq=c_d,
+                    contention=kappa, contention_decode=fit_decode_contention(gaps, c0, c_d),
+                    budget_tokens=budget_tokens, max_seqs=max_seqs, requests=len(idle),
+                    gaps=int((gaps["others"] == 0).sum()))  # fmt: skip
