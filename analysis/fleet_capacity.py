@@ -6,7 +6,7 @@ Every number comes from the run's own files:
 
 1. **What an engine step costs** (:mod:`analysis.fleet_engine_fit`): c0 + c_p × prompt tokens
    computed + c_d × decode sequences (s), fitted on the run's token gaps and on the first
-   tokens of requests that found their replica idle (:func:`unqueued`), with the time a
+   tokens of requests that found their replica idle (``unqueued``), with the time a
    request spends outside the engine (a) and how much replicas sharing one machine's cores
    slow each other's steps (κ).
 2. **Placement and hits** for N replicas under policy P: the fleet model
@@ -42,8 +42,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-import numpy as np
-import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
 from analysis.fleet_engine import EngineRequest, replay, sustainable_speedup
@@ -59,30 +57,6 @@ MAX_FLEET = 8
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-def unqueued(frame: pd.DataFrame) -> pd.DataFrame:
-    """The rows of ``frame`` (``analysis.latency.request_frame``) that were sent while no other
-    request of their case was in flight on their replica: none sent at or before them and
-    ending after their send. The replica is the record's ``upstream`` (the gateway names it);
-    where it is unknown (one server, or a router that does not say) every request of the case
-    counts as on the same replica."""
-    if frame.empty or "sent_ns" not in frame:
-        return frame.iloc[0:0]
-    frame = frame.reset_index(drop=True)  # frames of several cases repeat index labels
-    keep = []
-    upstream = frame["upstream"] if "upstream" in frame else pd.Series(None, index=frame.index)
-    place = frame["case"].astype(str) + "|" + upstream.fillna("").astype(str)
-    for _, group in frame.assign(_place=place).groupby("_place", sort=False):
-        sent = group["sent_ns"].astype(float).to_numpy()
-        end = group["end_ns"].astype(float).fillna(np.inf).to_numpy()
-        for row, s in zip(group.index, sent, strict=True):
-            if math.isnan(s):
-                continue
-            others = (sent <= s) & (end > s)
-            if int(others.sum()) == 1:  # itself only
-                keep.append(row)
-    return frame.loc[keep]
 
 
 class Arrivals(_Frozen):

@@ -18,7 +18,7 @@ uses the others.
    gives c_d < 0 or c0 < 0, c_d = 0 and c0 = Σ gaps ÷ Σ t (a decode sequence taken to cost
    nothing beyond the step).
 2. **a and c_p, first tokens**: requests sent while their replica had no other request in
-   flight (``analysis.fleet_capacity.unqueued``) have TTFT = a + c0 + c_p × u (u uncached
+   flight (:func:`unqueued`) have TTFT = a + c0 + c_p × u (u uncached
    prompt tokens; one step while u ≤ the token budget). Least squares of TTFT on u gives c_p
    (slope) and a = intercept − c0; where u does not vary, or the fit gives c_p ≤ 0 or a < 0,
    a = 0 and c_p = Σ (TTFT − c0) ÷ Σ u (the whole first token taken as engine time).
@@ -37,6 +37,8 @@ sequences (``vllm/engine/arg_utils.py``, ``EngineArgs.get_batch_defaults``, vLLM
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pandas as pd
@@ -75,6 +77,30 @@ class StepCost(BaseModel):
     max_seqs: int = CPU_MAX_SEQS
     requests: int = 0
     gaps: int = 0
+
+
+def unqueued(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``frame`` (``analysis.latency.request_frame``) that were sent while no other
+    request of their case was in flight on their replica: none sent at or before them and
+    ending after their send. The replica is the record's ``upstream`` (the gateway names it);
+    where it is unknown (one server, or a router that does not say) every request of the case
+    counts as on the same replica."""
+    if frame.empty or "sent_ns" not in frame:
+        return frame.iloc[0:0]
+    frame = frame.reset_index(drop=True)  # frames of several cases repeat index labels
+    keep = []
+    upstream = frame["upstream"] if "upstream" in frame else pd.Series(None, index=frame.index)
+    place = frame["case"].astype(str) + "|" + upstream.fillna("").astype(str)
+    for _, group in frame.assign(_place=place).groupby("_place", sort=False):
+        sent = group["sent_ns"].astype(float).to_numpy()
+        end = group["end_ns"].astype(float).fillna(np.inf).to_numpy()
+        for row, s in zip(group.index, sent, strict=True):
+            if math.isnan(s):
+                continue
+            others = (sent <= s) & (end > s)
+            if int(others.sum()) == 1:  # itself only
+                keep.append(row)
+    return frame.loc[keep]
 
 
 def _prepared(frame: pd.DataFrame) -> pd.DataFrame:
@@ -170,8 +196,6 @@ def fit_step_cost(
     """Fit :class:`StepCost` (module docstring) on ``frame`` (``request_frame`` rows of one or
     more cases, with ``cached_tokens``); ``None`` without a decode gap or an idle request
     that computed a prompt token."""
-    from analysis.fleet_capacity import unqueued  # the one definition of an idle replica
-
     if frame.empty or "cached_tokens" not in frame or "sent_ns" not in frame:
         return None
     gaps = token_gaps(frame)

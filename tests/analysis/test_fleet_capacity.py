@@ -25,9 +25,8 @@ from analysis.fleet_capacity import (
     case_point,
     compare_measured,
     fleet_capacity,
-    unqueued,
 )
-from analysis.fleet_engine_fit import StepCost
+from analysis.fleet_engine_fit import StepCost, unqueued
 from analysis.goodput import SLOLimits
 from tests.scenarios.test_fleet_model import KEY_ON_0, KEY_ON_1, group
 
