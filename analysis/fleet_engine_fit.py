@@ -116,20 +116,36 @@ def _prepared(frame: pd.DataFrame) -> pd.DataFrame:
                      u=(ok["prompt_tokens_sent"] - ok["cached_tokens"]).astype(float))  # fmt: skip
 
 
-def busy_others(ok: pd.DataFrame, replica: str, start: float, end: float) -> float:
+#: Per case, per replica (``case|upstream``): the union of its requests' [sent_ns, end_ns)
+#: as disjoint intervals, starts and ends (ns).
+Flights = dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]
+
+
+def flights_of(ok: pd.DataFrame) -> Flights:
+    """The :data:`Flights` of ``ok`` (rows with ``case``, ``_replica``, ``sent_ns``,
+    ``end_ns``)."""
+    out: Flights = {}
+    for (case, replica), group in ok.groupby(["case", "_replica"]):
+        merged: list[list[float]] = []
+        for s, e in sorted(zip(group["sent_ns"], group["end_ns"], strict=True)):
+            if merged and s <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], e)
+            else:
+                merged.append([s, e])
+        spans = np.array(merged, dtype=float).reshape(-1, 2)
+        out.setdefault(str(case), {})[str(replica)] = (spans[:, 0], spans[:, 1])
+    return out
+
+
+def busy_others(flights: Flights, replica: str, start: float, end: float) -> float:
     """Time-average over [start, end] (ns) of how many replicas of ``replica``'s case other
-    than it had a request in flight ([sent_ns, end_ns)); 0.0 for an empty interval."""
+    than it had a request in flight; 0.0 for an empty interval."""
     if end <= start:
         return 0.0
-    case = replica.split("|", 1)[0]
-    others = ok[(ok["_replica"] != replica) & ok["_replica"].str.startswith(case + "|")]
     covered = 0.0
-    for _, group in others.groupby("_replica"):
-        reach = start
-        for s, e in sorted(zip(group["sent_ns"], group["end_ns"], strict=True)):
-            s, e = max(s, reach), min(e, end)
-            if e > s:
-                covered, reach = covered + e - s, e
+    for other, (s, e) in flights.get(replica.split("|", 1)[0], {}).items():
+        if other != replica:
+            covered += float(np.clip(np.minimum(e, end) - np.maximum(s, start), 0, None).sum())
     return covered / (end - start)
 
 
@@ -139,6 +155,7 @@ def token_gaps(frame: pd.DataFrame) -> pd.DataFrame:
     replica was decoding (module docstring, step 1): ``sequences`` (k + 1), ``seconds``,
     ``tokens`` and ``others`` (φ, the other replicas in flight, time-averaged over it)."""
     ok = _prepared(frame)
+    flights = flights_of(ok)
     rows = []
     for replica, mine in ok.groupby("_replica"):
         sent, end = mine["sent_ns"].to_numpy(float), mine["end_ns"].to_numpy(float)
@@ -150,7 +167,7 @@ def token_gaps(frame: pd.DataFrame) -> pd.DataFrame:
                 live[i] = False
                 if (live & (first > a)).any():
                     continue  # another request's prompt was computed during the gap
-                phi = busy_others(ok, str(replica), a, b)
+                phi = busy_others(flights, str(replica), a, b)
                 rows.append({"sequences": int(live.sum()) + 1, "seconds": (b - a) / 1e9,
                              "tokens": t, "others": phi})  # fmt: skip
     return pd.DataFrame(rows, columns=["sequences", "seconds", "tokens", "others"])
@@ -209,7 +226,8 @@ def fit_step_cost(
     if idle.empty:
         return None
     spans = zip(idle["_replica"], idle["sent_ns"], idle["first_ns"], strict=True)
-    phi = np.array([busy_others(ok, str(r), s, f) for r, s, f in spans])
+    flights = flights_of(ok)
+    phi = np.array([busy_others(flights, str(r), s, f) for r, s, f in spans])
     ttft, u = (idle["first_ns"] - idle["sent_ns"]).to_numpy(float) / 1e9, idle["u"].to_numpy()
     alone = phi == 0 if (phi == 0).any() else np.ones(len(phi), dtype=bool)
     a, c_p = fit_prefill(ttft[alone], u[alone], c0)

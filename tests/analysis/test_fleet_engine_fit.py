@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import pandas as pd
 import pytest
 
-from analysis.fleet_engine_fit import busy_others, fit_step_cost, token_gaps
+from analysis.fleet_engine_fit import busy_others, fit_step_cost, flights_of, token_gaps
 
 
 @dataclass
@@ -91,7 +91,11 @@ def test_one_decode_width_and_one_prompt_length_fall_back_to_sums() -> None:
 
 
 def test_busy_others_is_the_time_average_of_other_replicas_in_flight() -> None:
-    frame = pd.DataFrame(SHARED).assign(_replica=["shared|A", "shared|B"])
-    assert busy_others(frame, "shared|A", 5.0e9, 5.24e9) == pytest.approx(1.0)
-    assert busy_others(frame, "shared|A", 5.2e9, 5.28e9) == pytest.approx(0.5)
-    assert busy_others(frame, "other|A", 5.0e9, 5.24e9) == 0.0
+    # B is in flight over [5, 5.24] s; a third request on B, [5.1, 5.3], extends its union.
+    later = row("shared", "B", 5.1, [5.3], 100, 0)
+    frame = pd.DataFrame([*SHARED, later]).assign(_replica=["shared|A", "shared|B", "shared|B"])
+    flights = flights_of(frame)
+    assert busy_others(flights, "shared|A", 5.0e9, 5.24e9) == pytest.approx(1.0)
+    assert busy_others(flights, "shared|A", 5.2e9, 5.4e9) == pytest.approx(0.5)
+    assert busy_others(flights, "shared|B", 5.0e9, 5.48e9) == pytest.approx(0.5)
+    assert busy_others(flights, "other|A", 5.0e9, 5.24e9) == 0.0
