@@ -49,15 +49,16 @@ def test_the_replicas_started_once_and_every_policy_started_cold(fleet_run: Path
 
 
 def test_each_replicas_kv_events_are_the_models_blocks(fleet_run: Path) -> None:
-    # Behind the gateway each response names its replica, so each replica's recorded events
-    # are compared with the model's blocks for its own requests; vllm-router says nothing of
-    # where it sent a request, so its cases' comparisons are undecided.
+    # Behind the gateway each response names its replica; behind vllm-router each replica's
+    # own request log does. Either way each replica's recorded events are compared with the
+    # model's blocks for its own requests, and match them.
     verdicts = {
         v["case"]: v for v in read_report(fleet_run)["verdicts"] if "KV events" in v["check"]
     }
     assert set(verdicts) == set(POLICIES)
-    for name in ("round-robin", "prefix-hash"):
+    for name in POLICIES:
         assert verdicts[name]["passed"] is True, verdicts[name]
+    for name in ("round-robin", "prefix-hash"):
         for k in (0, 1):
             rows = (
                 (fleet_run / "cases" / name / ("replicas/1" if k else ""))
@@ -66,8 +67,6 @@ def test_each_replicas_kv_events_are_the_models_blocks(fleet_run: Path) -> None:
                 .splitlines()
             )
             assert json.loads(rows[0])["event"] == "cleared"  # the reset opens each file
-    assert verdicts["vllm-router-cache_aware"]["passed"] is None
-    assert verdicts["vllm-router-kv_aware"]["passed"] is None
     kv = read_report(fleet_run)["details"]["cases"]["prefix-hash"]["kv_events"]
     assert sum(r["requests"] for r in kv) == 38
 
