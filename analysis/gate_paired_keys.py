@@ -28,7 +28,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from analysis.compare_figures import run_samples
+from analysis.compare_figures import phase_value, run_samples
 from analysis.compare_metrics import RUN_METRICS, RunMetric
 from analysis.compare_models import CompareError, PairedMetric
 from analysis.compare_runs import RunView
@@ -104,10 +104,8 @@ def _figure_changes(
                 lacking = [f for f in metric.families if summary and f in summary.missing_families]
                 if lacking:
                     return [], 0, f"run {view.run_dir} lacks the server metric family {lacking[0]}"
-            b_phase = bv.cases[cases[0]].phases.get(phase) if cases[0] in bv.cases else None
-            c_phase = cv.cases[cases[1]].phases.get(phase) if cases[1] in cv.cases else None
-            values.append((metric.value(b_phase) if b_phase else None,
-                           metric.value(c_phase) if c_phase else None))  # fmt: skip
+            values.append((phase_value(metric, bv, cases[0], phase),
+                           phase_value(metric, cv, cases[1], phase)))  # fmt: skip
         if any(b is None or c is None for b, c in values):
             continue
         if kind.scale == "log" and any(b <= 0 or c <= 0 for b, c in values):  # type: ignore[operator]
@@ -121,20 +119,33 @@ def _figure_changes(
     return changes, used, None
 
 
-def _next_pairs(
+def paired_pairs_needed(
     est: PairedEstimate, tolerance: float, better: str, confidence: float
 ) -> tuple[int | None, str]:
-    """How many more pairs would decide an undecided estimate (``None``: none do), taking its
-    point as the truth and its SE as shrinking by √(k/k′), and the line that says so."""
+    """How many more pairs would decide an undecided estimate (``None``: none do), and the line
+    that says so. It takes the point as the truth and its SE as shrinking by √(k/k′): the
+    interval d̄ ± z·SE clears the nearer band edge (a point inside the band) or the edge it lies
+    beyond (toward a regression or an improvement) once z·SE·√(k/k′) is below that distance.
+
+    The band is ``classify``'s: a ratio within [1 − t, 1 + t] (log edges ln(1 − t), ln(1 + t)),
+    a difference within [−t, t]."""
     z = NormalDist().inv_cdf((1 + confidence) / 2)
-    centre = math.log(est.point) if est.scale == "log" else est.point
-    band = math.log1p(tolerance) if est.scale == "log" else tolerance
-    bad = centre if better == "lower" else -centre
-    margin = abs(band - bad) if bad > band else band - abs(centre)
+    if est.scale == "log":
+        centre = math.log(est.point)
+        upper = math.log1p(tolerance)
+        lower = math.log1p(-tolerance) if tolerance < 1 else -math.inf
+    else:
+        centre, upper, lower = est.point, tolerance, -tolerance
+    if centre > upper:
+        margin, toward = centre - upper, "regression" if better == "lower" else "improvement"
+    elif centre < lower:
+        margin, toward = lower - centre, "improvement" if better == "lower" else "regression"
+    else:
+        margin, toward = min(upper - centre, centre - lower), "no change"
     if est.se == 0 or margin <= 0:
         return None, "more pairs do not decide it (the change sits on the tolerance edge)"
     extra = max(math.ceil(est.pairs * (z * est.se / margin) ** 2) - est.pairs, 1)
-    return extra, f"~{extra} more pair(s) at the noise and change seen so far"
+    return extra, f"~{extra} more pair(s) toward {toward} at the noise and change seen so far"
 
 
 def _classified(
@@ -146,7 +157,7 @@ def _classified(
     seen = mde(est.se, confidence, est.scale)  # type: ignore[arg-type]
     note, extra = "", None
     if klass == "inconclusive":
-        extra, note = _next_pairs(est, tolerance, kind.better, confidence)
+        extra, note = paired_pairs_needed(est, tolerance, kind.better, confidence)
     if not tolerance_visible(tolerance, seen) and est.se > 0:
         note = (f"tolerance {tolerance:g} is below the smallest change this gate can see "
                 f"({seen:.3g}); " + note).rstrip("; ")  # fmt: skip
