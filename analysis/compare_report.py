@@ -228,6 +228,19 @@ class CompareSections:
         return out
 
 
+def _who_decides(c: Comparison) -> str:
+    """The method's last sentence: which figures decide the headline. In a paired comparison
+    the per-phase table is information only (its rows are never bold), whatever the gate
+    file's ``[key_metrics]`` names."""
+    if c.paired is not None:
+        return ("Paired comparison: the paired key metrics above and every verdict decide the "
+                "headline; the per-phase table below (each side's runs pooled, classified as "
+                "described here) and its counts are information.")  # fmt: skip
+    return (
+        "Key metrics (in bold) and every verdict decide the headline; the others are information."
+    )
+
+
 def _overview(c: Comparison) -> list[str]:
     b, k, s = c.baseline, c.candidate, c.settings
     out = [
@@ -256,8 +269,7 @@ def _overview(c: Comparison) -> list[str]:
         "side; no change: inside the tolerance; inconclusive: it straddles a tolerance edge, or "
         f"too few values (a statistic needs {s['min_samples']} values, a percentile "
         f"{s['min_tail_samples']} beyond it); missing: a server metric family is absent from a "
-        "run (never read as 0). Key metrics (in bold) and every verdict decide the headline; "
-        "the others are information.",
+        "run (never read as 0). " + _who_decides(c),
         "",
     ]
     for run_list, label in ((b.runs, "Baseline runs"), (k.runs, "Candidate runs")):
@@ -282,7 +294,7 @@ def compare_sections(c: Comparison, strict: bool = False) -> CompareSections:
     selectors = key_selectors(c)
 
     def keyed(m: MetricComparison) -> bool:
-        return is_key(m, selectors, strict)
+        return c.paired is None and is_key(m, selectors, strict)
 
     headings: dict[str, list[str]] = {}
     verdict_lines: dict[str, list[str]] = {}

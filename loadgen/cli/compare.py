@@ -108,7 +108,8 @@ def _compare_and_report(
     console = make_console()
     loud = ("regression", "improvement", "missing")
     shown = [m for m in comparison.metrics if m.classification in loud]
-    table = Table(title=f"{comparison.scenario}: regressions, improvements, missing metrics")
+    of = " (per phase, information)" if comparison.paired is not None else ""
+    table = Table(title=f"{comparison.scenario}: regressions, improvements, missing metrics{of}")
     for col in ("case", "phase", "metric", "baseline", "candidate", "change", "interval", "tol",
                 "class"):  # fmt: skip
         table.add_column(col, justify="right")
@@ -119,7 +120,9 @@ def _compare_and_report(
         console.print(table)
     inconclusive = [m for m in comparison.metrics if m.classification == "inconclusive"]
     if inconclusive:
-        console.print(f"{len(inconclusive)} metric(s) inconclusive: compare.md says why")
+        what = "metric(s)" if not of else "per-phase metric(s) (information: the paired key " \
+            "metrics decide)"  # fmt: skip
+        console.print(f"{len(inconclusive)} {what} inconclusive: compare.md says why")
     for v in comparison.verdicts:
         if v.classification != "no change":
             console.print(

@@ -138,7 +138,17 @@ def test_compare_paired_cli_exit_codes_and_table(
     args = ["compare", str(base), str(cand), "--paired", "--gate", str(small_gate)]
     same = runner.invoke(main, [*args, "--out", str(tmp_path / "o1")])
     assert same.exit_code == 0, same.output
-    assert "Paired key metrics" in (tmp_path / "o1" / "compare.md").read_text()
+    md = (tmp_path / "o1" / "compare.md").read_text()
+    assert "Paired key metrics" in md
+    # The per-phase table is information in a paired comparison: no row is bold as a key
+    # metric, and the method says what decides (it said "Key metrics (in bold)" and bolded
+    # the unpaired [key_metrics] rows, which decided nothing).
+    assert "| **" not in md and "Key metrics (in bold)" not in md
+    assert "the paired key metrics above and every verdict decide the headline" in md
+    unpaired = runner.invoke(main, ["compare", str(base), str(cand), "--gate", str(small_gate),
+                                    "--out", str(tmp_path / "o0")])  # fmt: skip
+    assert "Key metrics (in bold)" in (tmp_path / "o0" / "compare.md").read_text()
+    assert "| **ttft_ms p50** |" in (tmp_path / "o0" / "compare.md").read_text(), unpaired.output
     base, cand = gates["slow"]
     args = ["compare", str(base), str(cand), "--paired", "--gate", str(small_gate)]
     slow = runner.invoke(main, [*args, "--out", str(tmp_path / "o2")])
