@@ -49,8 +49,13 @@ def _phase_of(view: RunView, case: str, phase: str) -> PhaseSummary | None:
     return summary.phases.get(phase) if summary else None
 
 
-def _value(metric: RunMetric, phase: PhaseSummary | None) -> float | None:
-    return None if phase is None else metric.value(phase)
+def phase_value(metric: RunMetric, view: RunView, case: str, phase: str) -> float | None:
+    """One run's figure of ``metric`` in ``case``/``phase``: from the scenario's report for a
+    ``reported`` figure (goodput), else from the phase summary; ``None`` when it has none."""
+    if metric.reported:
+        return view.goodput.get((case, phase))
+    summary = _phase_of(view, case, phase)
+    return None if summary is None else metric.value(summary)
 
 
 def _too_few_samples(
@@ -103,8 +108,8 @@ def compare_run_metric(
     rule = gate.rule(metric.name)
     if rule is None:
         return None
-    b_vals = [_value(metric, _phase_of(v, cases[0], phase)) for v in base]
-    c_vals = [_value(metric, _phase_of(v, cases[1], phase)) for v in cand]
+    b_vals = [phase_value(metric, v, cases[0], phase) for v in base]
+    c_vals = [phase_value(metric, v, cases[1], phase) for v in cand]
     if metric.optional and all(v is None for v in b_vals + c_vals):
         return None
     common: dict[str, Any] = {

@@ -4,8 +4,9 @@
   run of a side (definitions: ``analysis.latency``): ``ttft_ms``, ``tpot_ms``, ``e2el_ms`` (one
   value per request) and ``itl_ms`` (one value per token; a request is resampled whole).
 - **Per-run figures**, one number per run and phase (from ``analysis.summaries``):
-  ``output_throughput_tok_s`` (relative, higher is better), ``goodput_req_s`` (where a phase
-  reports it), ``failed_requests`` (count), ``prefix_cache_hit_rate`` = Δ``prefix_cache_hits`` /
+  ``output_throughput_tok_s`` (relative, higher is better), ``goodput_req_s`` (req/s meeting the
+  run's SLOs, as the scenario's report computes it: bench with ``--slo``, slo-goodput,
+  trace-replay), ``failed_requests`` (count), ``prefix_cache_hit_rate`` = Δ``prefix_cache_hits`` /
   Δ``prefix_cache_queries`` (vLLM counters, tokens), ``cached_token_rate`` = Σ cached / Σ prompt
   tokens of the phase's successful requests that reported cached tokens (``None`` when none
   did: inconclusive, never a drop to 0), ``num_preemptions`` (Δ counter) and ``kv_cache_usage_peak``
@@ -68,6 +69,9 @@ class RunMetric:
             inconclusive unless a side has 2+ runs to show its spread.
         samples: for a sampled figure, how many scrapes of the phase it was taken from;
             below ``MIN_PEAK_SAMPLES`` in any run the figure is inconclusive.
+        reported: a figure of the scenario's own report section, not of the generic phase
+            summary (``value`` is unused): goodput, which needs the run's SLOs and the
+            scenario's window (``ScenarioReport.phase_goodput``, held in ``RunView.goodput``).
     """
 
     name: str
@@ -78,6 +82,7 @@ class RunMetric:
     optional: bool = False
     needs_repeats: bool = False
     samples: Callable[[PhaseSummary], int] | None = None
+    reported: bool = False
 
 
 #: Fewest in-phase scrapes a sampled peak is compared from (5 s at the 250 ms interval). Seen
@@ -89,13 +94,7 @@ MIN_PEAK_SAMPLES = 20
 
 RUN_METRICS: tuple[RunMetric, ...] = (
     RunMetric("output_throughput_tok_s", "ratio", "higher", lambda p: p.output_throughput_tok_s),
-    RunMetric(
-        "goodput_req_s",
-        "ratio",
-        "higher",
-        lambda p: getattr(p, "goodput_req_s", None),
-        optional=True,
-    ),
+    RunMetric("goodput_req_s", "ratio", "higher", lambda p: None, optional=True, reported=True),
     RunMetric("failed_requests", "difference", "lower", lambda p: float(p.failed)),
     RunMetric(
         "prefix_cache_hit_rate",

@@ -59,6 +59,9 @@ class RunView:
     records: dict[str, list[ReadRecord]]
     verdicts: dict[tuple[str, str], bool | None]
     incomplete: list[str] = field(default_factory=list)
+    #: Goodput (req/s) per (case, phase) as the scenario's report computes it (empty when
+    #: the scenario has no SLOs): ``ScenarioReport.phase_goodput``.
+    goodput: dict[tuple[str, str], float | None] = field(default_factory=dict)
 
 
 def _is_run(path: Path) -> bool:
@@ -134,6 +137,7 @@ def load_view(run_dir: Path) -> RunView:
         records={c.name: c.records for c in data.cases},
         verdicts={(v.case, v.check): v.passed for v in report.summary.verdicts},
         incomplete=incompleteness(run_dir, data.run, report.summary.cases, integrity.reseals),
+        goodput=report.parts.phase_goodput(report.details),
     )
 
 

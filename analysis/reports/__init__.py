@@ -15,6 +15,8 @@ A ``ScenarioReport`` declares:
   the cases; ``closing(details)``: lines the report ends with (after the verdicts and plots:
   the answer a reader came for);
 - ``plots(run, cases, details, out_dir)``: its PNG plots;
+- ``phase_goodput(details)``: the goodput (req/s) its section gives each case and phase, which
+  ``loadgen compare`` and ``loadgen gate`` compare as ``goodput_req_s``;
 - ``evaluators``: how each of its check kinds becomes a verdict.
 """
 
@@ -72,6 +74,11 @@ class ScenarioReport(Generic[D]):
         self, run: RunData, cases: dict[str, CaseSummary], details: D | None, out_dir: Path
     ) -> list[Path]:
         return []
+
+    def phase_goodput(self, details: D | None) -> dict[tuple[str, str], float | None]:
+        """Goodput in req/s per (case, phase) as the section computes it under the run's SLOs;
+        empty for a scenario without SLOs (its phases have no goodput to compare)."""
+        return {}
 
 
 def report_for(scenario: str) -> ScenarioReport[Any]:

@@ -317,5 +317,11 @@ class BenchReport(ScenarioReport[BenchDetails]):
                 )
         return written
 
+    def phase_goodput(self, details: BenchDetails | None) -> dict[tuple[str, str], float | None]:
+        """Each phase's goodput under ``--slo`` (none without SLOs: ``BenchPhase.good``)."""
+        return {(c.case, p.phase): p.goodput_req_s
+                for c in (details.cases if details else []) for p in c.phases
+                if p.good is not None}  # fmt: skip
+
 
 REPORT = BenchReport()

@@ -58,5 +58,13 @@ class SLOGoodputReport(ScenarioReport[SLOGoodputDetails]):
         case = next(c for c in run.cases if c.name == details.case)
         return draw_plots(case, details, out_dir)
 
+    def phase_goodput(
+        self, details: SLOGoodputDetails | None
+    ) -> dict[tuple[str, str], float | None]:
+        """Each rate's goodput over its measurement window (``SweepPoint.goodput_rps``)."""
+        if details is None:
+            return {}
+        return {(details.case, p.phase): p.goodput_rps for p in details.points}
+
 
 REPORT = SLOGoodputReport()

@@ -91,5 +91,15 @@ class TraceReplayReport(ScenarioReport[TraceReplayDetails]):
     ) -> list[Path]:
         return trace_plots(run, details, out_dir)
 
+    def phase_goodput(
+        self, details: TraceReplayDetails | None
+    ) -> dict[tuple[str, str], float | None]:
+        """Each speedup's goodput under ``--slo`` (``PhaseFigures.goodput_rps``)."""
+        if details is None:
+            return {}
+        return {(case, phase): figures.goodput_rps
+                for case, c in details.cases.items()
+                for phase, figures in c.phases.items()}  # fmt: skip
+
 
 REPORT = TraceReplayReport()
