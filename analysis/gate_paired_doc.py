@@ -111,10 +111,10 @@ def _mde(gates: int) -> list[str]:
             lines.append(f"| {label} | {pairs} | {stated:.1%} | {seen:.0%} |")
     lines += [
         "",
-        "A CI job's cost is pairs × 2 blocks × the scenario's block time (the whole sequence "
-        "where phases depend on each other, as in prefix-eviction). Read the table at the "
-        "σ_req your phases show (the report's TTFT spread within a phase): the pairs whose MDE "
-        "is below the tolerance you want are what the job must run.",
+        "A CI job's cost is pairs × 2 blocks × the scenario's block time (a block is one whole "
+        "run of the scenario, every case and phase of it, in every scenario). Read the table "
+        "at the σ_req your phases show (the report's TTFT spread within a phase): the pairs "
+        "whose MDE is below the tolerance you want are what the job must run.",
     ]
     return lines
 
