@@ -34,7 +34,7 @@ Every number comes from the run's own files:
 The step costs are the ones measured on the run's own N and machine: answers for other N
 read as replicas whose steps cost what the run's did. :func:`compare_measured` sets each
 measured case beside the prediction for its N and policy, with the step costs fitted on that
-case's own records (:func:`case_point`).
+case's own records (:func:`policy_point`).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from pydantic import BaseModel, ConfigDict
 
 from analysis.fleet_engine import EngineRequest, replay, sustainable_speedup
 from analysis.fleet_engine_fit import StepCost
+from analysis.fleet_placement import LIVE_POLICIES, LivePlacement
 from analysis.goodput import SLOLimits
 from scenarios.fleet.model import predict_fleet
 from scenarios.fleet.requests import FleetRequest
@@ -182,21 +183,49 @@ def fleet_point(
     cost: StepCost,
     at: Arrivals,
     judged: tuple[SLOLimits, float],
+    placer: LivePlacement | None = None,
 ) -> FleetPoint:
-    """One N's :class:`FleetPoint` from the fleet model's ``outcome`` (module docstring)."""
+    """One N's :class:`FleetPoint` from the fleet model's ``outcome`` (module docstring);
+    with ``placer``, placement and hits are decided in each simulated replay instead
+    (:mod:`analysis.fleet_placement`) and the hit rate is the one at the sustainable speedup
+    on cores of their own (``outcome``'s where that speedup is 0 or unbounded)."""
     engine = engine_requests(outcome, requests, at)
-    own = sustainable_speedup(engine, cost, judged, at.span_s, at.compress_delays)
+    own = sustainable_speedup(engine, cost, judged, at.span_s, at.compress_delays,
+                              placer=placer)  # fmt: skip
     shared = own
     if (cost.contention > 0 or cost.contention_decode > 0) and outcome.replicas > 1:
         shared = sustainable_speedup(engine, cost, judged, at.span_s, at.compress_delays,
-                                     shared=True)  # fmt: skip
-    used = None
+                                     shared=True, placer=placer)  # fmt: skip
+    used, hit_rate = None, outcome.hit_rate
     if math.isfinite(own) and own > 0:
-        result = replay(engine, own, cost, at.compress_delays)
+        result = replay(engine, own, cost, at.compress_delays, placer=placer)
         used = max(result.busy_s, default=0.0) * own / at.span_s
-    return FleetPoint(replicas=outcome.replicas, hit_rate=outcome.hit_rate,
+        hit_rate = placer.outcome().hit_rate if placer is not None else hit_rate
+    return FleetPoint(replicas=outcome.replicas, hit_rate=hit_rate,
                       sustainable_speedup=own, sustainable_speedup_shared=shared,
                       utilisation=used)  # fmt: skip
+
+
+def policy_point(
+    requests: Sequence[FleetRequest],
+    policy: str,
+    replicas: int,
+    sizing: tuple[int, int],
+    cost: StepCost,
+    at: Arrivals,
+    judged: tuple[SLOLimits, float],
+) -> FleetPoint:
+    """The :class:`FleetPoint` of ``policy`` on ``replicas`` replicas of ``sizing`` = (usable
+    blocks, block tokens): the fleet model's placement (a bracket's low end), or for
+    :data:`analysis.fleet_placement.LIVE_POLICIES` the placement decided in the simulation.
+
+    Raises:
+        ValueError: what :func:`scenarios.fleet.model.predict_fleet` refuses.
+    """
+    prediction = predict_fleet(requests, replicas, sizing[0], sizing[1], [policy])
+    placer = (LivePlacement(policy, requests, replicas, sizing)
+              if policy in LIVE_POLICIES else None)  # fmt: skip
+    return fleet_point(prediction.policies[0].low, requests, cost, at, judged, placer)
 
 
 def _needed(points: Sequence[FleetPoint], target: float | None, shared: bool) -> int | None:
@@ -228,15 +257,11 @@ def fleet_capacity(
         raise ValueError(f"{len(at.offsets_s)} arrivals for {len(requests)} requests")
     if at.span_s <= 0:
         raise ValueError(f"the slice's span must be positive, got {at.span_s} s")
-    capacity_blocks, block_tokens = sizing
     slo, attainment = judged
     answers = []
     for policy in policies:
-        points = []
-        for n in range(1, MAX_FLEET + 1):
-            prediction = predict_fleet(requests, n, capacity_blocks, block_tokens, [policy])
-            low = prediction.policies[0].low
-            points.append(fleet_point(low, requests, cost, at, judged))
+        points = [policy_point(requests, policy, n, sizing, cost, at, judged)
+                  for n in range(1, MAX_FLEET + 1)]  # fmt: skip
         answers.append(PolicyCapacity(
             policy=policy, points=points, replicas_needed=_needed(points, target_speedup, False),
             replicas_needed_shared=_needed(points, target_speedup, True),
@@ -244,25 +269,6 @@ def fleet_capacity(
     return FleetCapacity(cost=cost, span_s=at.span_s, attainment=attainment,
                          slo_ms=slo.given(), target_speedup=target_speedup, policies=answers,
                          text=_sentence(answers, target_speedup))  # fmt: skip
-
-
-def case_point(
-    requests: Sequence[FleetRequest],
-    policy: str,
-    replicas: int,
-    sizing: tuple[int, int],
-    cost: StepCost,
-    at: Arrivals,
-    judged: tuple[SLOLimits, float],
-) -> FleetPoint:
-    """The :class:`FleetPoint` of ``policy`` on ``replicas`` with ``cost`` (a measured case's
-    own fit, for :func:`compare_measured`).
-
-    Raises:
-        ValueError: what :func:`scenarios.fleet.model.predict_fleet` refuses.
-    """
-    prediction = predict_fleet(requests, replicas, sizing[0], sizing[1], [policy])
-    return fleet_point(prediction.policies[0].low, requests, cost, at, judged)
 
 
 def _count(n: int | None) -> str:
@@ -296,7 +302,7 @@ def compare_measured(
     case_points: Mapping[str, FleetPoint] | None = None,
 ) -> list[CapacityCheck]:
     """Each measured case beside its prediction: the case's own point in ``case_points`` (its
-    N and policy with the step costs fitted on its own records, :func:`case_point`) where
+    N and policy with the step costs fitted on its own records, :func:`policy_point`) where
     given, else the answer's point for its N and policy (a case without a router: N = 1's,
     the same for every policy). Cases whose N is above :data:`MAX_FLEET`, or whose policy the
     answer lacks, are left out."""

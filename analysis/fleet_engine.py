@@ -43,6 +43,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from analysis.fleet_engine_fit import StepCost
 from analysis.goodput import SLOLimits
@@ -102,11 +103,27 @@ class _Replica:
 
 @dataclass
 class Replay:
-    """The outcome of one simulated replay: per request its :class:`Served`, and per replica
-    the wall time it spent in steps (s)."""
+    """The outcome of one simulated replay: per request its :class:`Served` and its replica,
+    and per replica the wall time it spent in steps (s)."""
 
     served: list[Served]
     busy_s: list[float]
+    placement: list[int] = field(default_factory=list)
+
+
+class Placer(Protocol):
+    """A placement decided as the replay runs (``analysis.fleet_placement.LivePlacement``):
+    :meth:`reset` before the replay, :meth:`place` when a request reaches the engines (given
+    each replica's requests in flight: placed and not ended) returning its replica and
+    uncached prompt tokens (≥ 1), :meth:`done` when it ends."""
+
+    replicas: int
+
+    def reset(self) -> None: ...
+
+    def place(self, index: int, in_flight: Sequence[int]) -> tuple[int, int]: ...
+
+    def done(self, index: int) -> None: ...
 
 
 def _start_step(rep: _Replica, left: list[int], cost: StepCost) -> None:
@@ -172,10 +189,13 @@ def replay(
     cost: StepCost,
     compress: bool = True,
     shared: bool = False,
+    placer: Placer | None = None,
 ) -> Replay:
     """Simulate the replicas' engine steps for ``requests`` sent ``speedup`` times faster
     (module docstring); ``shared``: the replicas share cores (``cost.contention`` for a
-    step that computes prompt tokens, ``cost.contention_decode`` for one that only decodes).
+    step that computes prompt tokens, ``cost.contention_decode`` for one that only decodes);
+    ``placer``: each request's replica and uncached tokens decided by it at the request's
+    arrival at the engines (``None``: the requests' own).
 
     Raises:
         ValueError: a speedup ≤ 0, a turn that follows itself or a later request, or a
@@ -184,18 +204,12 @@ def replay(
     if speedup <= 0:
         raise ValueError(f"speedup must be positive, got {speedup}")
     n = len(requests)
-    followers: dict[int, list[int]] = {}
-    pending: list[tuple[float, int]] = []
-    for i, r in enumerate(requests):
-        if r.uncached < 1 or r.output < 1:
-            raise ValueError(f"request {i}: needs ≥ 1 uncached prompt token and output token")
-        if r.offset_s is not None:
-            pending.append((r.offset_s / speedup + cost.overhead_s, i))
-        elif r.follows is None or not 0 <= r.follows < i:
-            raise ValueError(f"request {i}: a session turn must follow an earlier request")
-        else:
-            followers.setdefault(r.follows, []).append(i)
-    heapq.heapify(pending)
+    followers, pending = _arrivals(requests, speedup, cost)
+    if placer is not None:
+        placer.reset()
+    placed = [r.replica for r in requests]
+    width = placer.replicas if placer is not None else max(placed, default=-1) + 1
+    in_flight = [0] * width
     clock = _Clock(sent=[math.nan] * n, left=[r.uncached for r in requests],
                    to_go=[r.output for r in requests], first=[math.nan] * n,
                    last=[math.nan] * n)  # fmt: skip
@@ -219,29 +233,57 @@ def replay(
         for rep in stepping:
             if rep.work_s <= _EPS:
                 for i in _end_step(rep, now, clock):
+                    in_flight[placed[i]] -= 1
+                    if placer is not None:
+                        placer.done(i)
                     for j in followers.get(i, []):
                         sent = now + requests[j].delay_s / (speedup if compress else 1)
                         clock.sent[j] = sent
                         heapq.heappush(pending, (sent + cost.overhead_s, j))
         while pending and pending[0][0] <= now + _EPS:
             _, i = heapq.heappop(pending)
-            replicas.setdefault(requests[i].replica, _Replica()).waiting.append(i)
+            if placer is not None:
+                placed[i], clock.left[i] = placer.place(i, in_flight)
+            in_flight[placed[i]] += 1
+            replicas.setdefault(placed[i], _Replica()).waiting.append(i)
         for rep in replicas.values():
             if not rep.stepping and (rep.waiting or rep.running):
                 _start_step(rep, clock.left, cost)
-    return _served(requests, clock, replicas)
+    return _served(requests, clock, replicas, placed)
 
 
-def _served(requests: Sequence[EngineRequest], c: _Clock, reps: dict[int, _Replica]) -> Replay:
-    """The :class:`Replay` of a finished simulation."""
+def _arrivals(
+    requests: Sequence[EngineRequest], speedup: float, cost: StepCost
+) -> tuple[dict[int, list[int]], list[tuple[float, int]]]:
+    """The session turns following each request, and the timed requests' arrivals at the
+    engines as a heap of (s, index); checks each request (:func:`replay`'s errors)."""
+    followers: dict[int, list[int]] = {}
+    pending: list[tuple[float, int]] = []
+    for i, r in enumerate(requests):
+        if r.uncached < 1 or r.output < 1:
+            raise ValueError(f"request {i}: needs ≥ 1 uncached prompt token and output token")
+        if r.offset_s is not None:
+            pending.append((r.offset_s / speedup + cost.overhead_s, i))
+        elif r.follows is None or not 0 <= r.follows < i:
+            raise ValueError(f"request {i}: a session turn must follow an earlier request")
+        else:
+            followers.setdefault(r.follows, []).append(i)
+    heapq.heapify(pending)
+    return followers, pending
+
+
+def _served(
+    requests: Sequence[EngineRequest], c: _Clock, reps: dict[int, _Replica], placed: list[int]
+) -> Replay:
+    """The :class:`Replay` of a finished simulation (``placed``: each request's replica)."""
     served = []
     for i, r in enumerate(requests):
         ttft, e2el = c.first[i] - c.sent[i], c.last[i] - c.sent[i]
         tpot = (e2el - ttft) / (r.output - 1) if r.output >= 2 else None
         served.append(Served(ttft_s=ttft, e2el_s=e2el, tpot_s=tpot))
-    top = max((r.replica for r in requests), default=-1)
+    top = max(placed, default=-1)
     busy = [reps[k].busy_s if k in reps else 0.0 for k in range(top + 1)]
-    return Replay(served=served, busy_s=busy)
+    return Replay(served=served, busy_s=busy, placement=placed)
 
 
 def good(s: Served, slo: SLOLimits) -> bool:
@@ -289,11 +331,13 @@ def sustainable_speedup(
     span_s: float,
     compress: bool = True,
     shared: bool = False,
+    placer: Placer | None = None,
 ) -> float:
     """The highest speedup X whose replay's attainment ≥ the target (``judged`` = SLOs,
     target in (0, 1]) and whose busiest replica spends at most the sped-up span (span_s ÷ X)
     in steps: past that point (utilisation 1) a replica's backlog grows without end on
-    traffic that goes on at that rate, whatever a finite slice's attainment says.
+    traffic that goes on at that rate, whatever a finite slice's attainment says;
+    ``placer`` as for :func:`replay` (each X's replay places afresh).
 
     Raises:
         ValueError: a target outside (0, 1], or what :func:`replay` refuses.
@@ -303,7 +347,7 @@ def sustainable_speedup(
         raise ValueError(f"the attainment target must be in (0, 1], got {target}")
 
     def meets(x: float) -> bool:
-        result = replay(requests, x, cost, compress, shared)
+        result = replay(requests, x, cost, compress, shared, placer)
         busiest = max(result.busy_s, default=0.0)
         return attainment(result, slo) >= target and busiest <= span_s / x
 

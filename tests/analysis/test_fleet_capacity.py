@@ -22,9 +22,9 @@ import pytest
 from analysis.fleet_capacity import (
     Arrivals,
     MeasuredCapacity,
-    case_point,
     compare_measured,
     fleet_capacity,
+    policy_point,
 )
 from analysis.fleet_engine_fit import StepCost, unqueued
 from analysis.goodput import SLOLimits
@@ -148,7 +148,7 @@ def test_a_case_with_its_own_fit_is_judged_on_its_own_point() -> None:
                             (SLOLimits(), 0.9), None)  # fmt: skip
     # The case's own records cost twice as much a step: its point on 2 replicas is 3 ÷ 0.76.
     slower = COST.model_copy(update={"step_s": 0.2, "prefill_s_per_token": 0.02})
-    own = case_point(abba(), "round-robin", 2, (3, 4), slower, EVERY_SECOND,
+    own = policy_point(abba(), "round-robin", 2, (3, 4), slower, EVERY_SECOND,
                      (SLOLimits(), 0.9))  # fmt: skip
     assert own.sustainable_speedup == pytest.approx(3 / 0.76, rel=2e-3)
     rr = MeasuredCapacity(case="rr", policy="round-robin", replicas=2, lower_speedup=3.0,

@@ -9,19 +9,21 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
+from analysis.fleet import load_fleet
 from analysis.fleet_capacity import (
     MAX_FLEET,
     Arrivals,
     FleetCapacity,
     MeasuredCapacity,
-    case_point,
     compare_measured,
     fleet_capacity,
+    policy_point,
 )
 from analysis.fleet_engine_fit import CPU_BUDGET_TOKENS, CPU_MAX_SEQS, fit_step_cost
 from analysis.goodput import SLOLimits
 from analysis.latency import request_frame
-from analysis.load import RunData
+from analysis.load import CaseData, RunData
+from analysis.replica_attribution import served_by
 from loadgen.case.fleet import routing_name
 from scenarios.arrivals import TraceArrival
 from scenarios.fleet.model import GATEWAY_POLICIES
@@ -61,6 +63,25 @@ def measured_cases(run: RunData, brackets: Brackets) -> list[MeasuredCapacity]:
             lower_speedup=lower, upper_speedup=upper, interpolated=interpolated,
         ))  # fmt: skip
     return out
+
+
+def served_upstreams(run: RunData, case: CaseData, frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` (the case's ``analysis.latency.request_frame``) with each request's
+    ``upstream`` where the gateway named none filled with the URL of the replica that served
+    it by the replicas' own logs (``analysis.replica_attribution.served_by``: behind
+    vllm-router), so the step-cost fit tells the replicas apart; unchanged for a case that is
+    not a fleet or whose replicas' logs do not decide."""
+    fleet = load_fleet(run.run_dir, case)
+    upstream = frame["upstream"] if "upstream" in frame else pd.Series(None, index=frame.index)
+    if fleet is None or upstream.notna().all():
+        return frame
+    served, _ = served_by(run.run_dir / "cases" / case.name, fleet, frame)
+    if served is None:
+        return frame
+    ids = frame["request_id"] if "request_id" in frame else pd.Series(None, index=frame.index)
+    logged = [None if (k := served.get(str(i))) is None else fleet.replica_urls[k] for i in ids]
+    named = upstream.where(upstream.notna(), pd.Series(logged, index=frame.index, dtype=object))
+    return frame.assign(upstream=named)
 
 
 def _flag(args: Sequence[str], name: str) -> int | None:
@@ -109,7 +130,7 @@ def run_fleet_capacity(
     if (len(workload.items) > CAPACITY_MAX_REQUESTS or at.span_s <= 0
             or len(at.offsets_s) != len(workload.items)):  # fmt: skip
         return None
-    frames = {c.name: f for c in run.cases
+    frames = {c.name: served_upstreams(run, c, f) for c in run.cases
               if not (f := request_frame(c.records)).empty}  # fmt: skip
     budget, seqs = batch_limits(run)
     pooled = pd.concat(frames.values()) if frames else pd.DataFrame()
@@ -132,6 +153,6 @@ def run_fleet_capacity(
         case_cost = fit_step_cost(frames[m.case], budget, seqs) if m.case in frames else None
         if case_cost is not None:
             sizing_ = (capacity_blocks, block_tokens)
-            own[m.case] = case_point(requests, m.policy or policies[0], m.replicas, sizing_,
+            own[m.case] = policy_point(requests, m.policy or policies[0], m.replicas, sizing_,
                                      case_cost, at, judged)  # fmt: skip
     return answer.model_copy(update={"checks": compare_measured(answer, measured, own)})
