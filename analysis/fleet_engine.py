@@ -54,6 +54,8 @@ RELATIVE_PRECISION = 1e-3
 MAX_SPEEDUP = 1e4
 #: Remaining work (s) below which a step counts as done (float round-off of the sharing).
 _EPS = 1e-12
+#: A request's two events: sent (placed, in flight from then on), arrived at its engine.
+_SENT, _ARRIVED = 0, 1
 
 
 @dataclass(frozen=True)
@@ -113,8 +115,8 @@ class Replay:
 
 class Placer(Protocol):
     """A placement decided as the replay runs (``analysis.fleet_placement.LivePlacement``):
-    :meth:`reset` before the replay, :meth:`place` when a request reaches the engines (given
-    each replica's requests in flight: placed and not ended) returning its replica and
+    :meth:`reset` before the replay, :meth:`place` when a request is sent (given each
+    replica's requests in flight: placed and not ended) returning its replica and
     uncached prompt tokens (≥ 1), :meth:`done` when it ends."""
 
     replicas: int
@@ -194,8 +196,9 @@ def replay(
     """Simulate the replicas' engine steps for ``requests`` sent ``speedup`` times faster
     (module docstring); ``shared``: the replicas share cores (``cost.contention`` for a
     step that computes prompt tokens, ``cost.contention_decode`` for one that only decodes);
-    ``placer``: each request's replica and uncached tokens decided by it at the request's
-    arrival at the engines (``None``: the requests' own).
+    ``placer``: each request's replica and uncached tokens decided by it when the request
+    is sent, as a router decides (``None``: the requests' own); a request counts in flight
+    on its replica from its send to its last token.
 
     Raises:
         ValueError: a speedup ≤ 0, a turn that follows itself or a later request, or a
@@ -213,8 +216,8 @@ def replay(
     clock = _Clock(sent=[math.nan] * n, left=[r.uncached for r in requests],
                    to_go=[r.output for r in requests], first=[math.nan] * n,
                    last=[math.nan] * n)  # fmt: skip
-    for r_at, i in pending:
-        clock.sent[i] = r_at - cost.overhead_s
+    for r_at, _, i in pending:
+        clock.sent[i] = r_at
     replicas: dict[int, _Replica] = {}
     now = 0.0
     while pending or any(rep.stepping for rep in replicas.values()):
@@ -239,13 +242,16 @@ def replay(
                     for j in followers.get(i, []):
                         sent = now + requests[j].delay_s / (speedup if compress else 1)
                         clock.sent[j] = sent
-                        heapq.heappush(pending, (sent + cost.overhead_s, j))
+                        heapq.heappush(pending, (sent, _SENT, j))
         while pending and pending[0][0] <= now + _EPS:
-            _, i = heapq.heappop(pending)
-            if placer is not None:
-                placed[i], clock.left[i] = placer.place(i, in_flight)
-            in_flight[placed[i]] += 1
-            replicas.setdefault(placed[i], _Replica()).waiting.append(i)
+            at, stage, i = heapq.heappop(pending)
+            if stage == _SENT:  # the router decides; the request is in flight from now
+                if placer is not None:
+                    placed[i], clock.left[i] = placer.place(i, in_flight)
+                in_flight[placed[i]] += 1
+                heapq.heappush(pending, (at + cost.overhead_s, _ARRIVED, i))
+            else:
+                replicas.setdefault(placed[i], _Replica()).waiting.append(i)
         for rep in replicas.values():
             if not rep.stepping and (rep.waiting or rep.running):
                 _start_step(rep, clock.left, cost)
@@ -254,16 +260,16 @@ def replay(
 
 def _arrivals(
     requests: Sequence[EngineRequest], speedup: float, cost: StepCost
-) -> tuple[dict[int, list[int]], list[tuple[float, int]]]:
-    """The session turns following each request, and the timed requests' arrivals at the
-    engines as a heap of (s, index); checks each request (:func:`replay`'s errors)."""
+) -> tuple[dict[int, list[int]], list[tuple[float, int, int]]]:
+    """The session turns following each request, and the timed requests' sends as a heap of
+    (s, :data:`_SENT`, index); checks each request (:func:`replay`'s errors)."""
     followers: dict[int, list[int]] = {}
-    pending: list[tuple[float, int]] = []
+    pending: list[tuple[float, int, int]] = []
     for i, r in enumerate(requests):
         if r.uncached < 1 or r.output < 1:
             raise ValueError(f"request {i}: needs ≥ 1 uncached prompt token and output token")
         if r.offset_s is not None:
-            pending.append((r.offset_s / speedup + cost.overhead_s, i))
+            pending.append((r.offset_s / speedup, _SENT, i))
         elif r.follows is None or not 0 <= r.follows < i:
             raise ValueError(f"request {i}: a session turn must follow an earlier request")
         else:
