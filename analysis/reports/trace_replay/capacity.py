@@ -6,10 +6,11 @@ policy."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import pandas as pd
 
-from analysis.fleet import load_fleet
+from analysis.fleet import FleetData, load_fleet
 from analysis.fleet_capacity import (
     MAX_FLEET,
     Arrivals,
@@ -22,7 +23,7 @@ from analysis.fleet_capacity import (
 from analysis.fleet_engine_fit import CPU_BUDGET_TOKENS, CPU_MAX_SEQS, fit_step_cost
 from analysis.goodput import SLOLimits
 from analysis.latency import request_frame
-from analysis.load import CaseData, RunData
+from analysis.load import RunData
 from analysis.replica_attribution import served_by
 from loadgen.case.fleet import routing_name
 from scenarios.arrivals import TraceArrival
@@ -65,17 +66,17 @@ def measured_cases(run: RunData, brackets: Brackets) -> list[MeasuredCapacity]:
     return out
 
 
-def served_upstreams(run: RunData, case: CaseData, frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` (the case's ``analysis.latency.request_frame``) with each request's
-    ``upstream`` where the gateway named none filled with the URL of the replica that served
-    it by the replicas' own logs (``analysis.replica_attribution.served_by``: behind
-    vllm-router), so the step-cost fit tells the replicas apart; unchanged for a case that is
-    not a fleet or whose replicas' logs do not decide."""
-    fleet = load_fleet(run.run_dir, case)
+def served_upstreams(cdir: Path, fleet: FleetData | None, frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` (the request frame, ``analysis.latency.request_frame``, of the case in
+    ``cdir`` with ``fleet``'s replicas) with each request's ``upstream`` where the gateway
+    named none filled with the URL of the replica that served it by the replicas' own logs
+    (``analysis.replica_attribution.served_by``: behind vllm-router), so the step-cost fit
+    tells the replicas apart; unchanged for a case that is not a fleet (``fleet`` ``None``)
+    or whose replicas' logs do not decide."""
     upstream = frame["upstream"] if "upstream" in frame else pd.Series(None, index=frame.index)
-    if fleet is None or upstream.notna().all():
+    if fleet is None or frame.empty or upstream.notna().all():
         return frame
-    served, _ = served_by(run.run_dir / "cases" / case.name, fleet, frame)
+    served, _ = served_by(cdir, fleet, frame)
     if served is None:
         return frame
     ids = frame["request_id"] if "request_id" in frame else pd.Series(None, index=frame.index)
@@ -130,8 +131,9 @@ def run_fleet_capacity(
     if (len(workload.items) > CAPACITY_MAX_REQUESTS or at.span_s <= 0
             or len(at.offsets_s) != len(workload.items)):  # fmt: skip
         return None
-    frames = {c.name: served_upstreams(run, c, f) for c in run.cases
-              if not (f := request_frame(c.records)).empty}  # fmt: skip
+    frames = {c.name: served_upstreams(run.run_dir / "cases" / c.name,
+                                       load_fleet(run.run_dir, c), f)
+              for c in run.cases if not (f := request_frame(c.records)).empty}  # fmt: skip
     budget, seqs = batch_limits(run)
     pooled = pd.concat(frames.values()) if frames else pd.DataFrame()
     cost = fit_step_cost(pooled, budget, seqs)
