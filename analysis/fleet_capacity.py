@@ -12,8 +12,11 @@ Every number comes from the run's own files:
 2. **Placement and hits** for N replicas under policy P: the fleet model
    (:func:`scenarios.fleet.model.predict_fleet`: requests one after another in file order,
    the run's per-replica capacity) places every request and gives its hits; a bracketed
-   policy is taken at the low end of its bracket (fewer hits, more work). A request's
-   uncached tokens are its prompt less its hits (at least 1).
+   policy is taken at the low end of its bracket (fewer hits, more work). The gateway's
+   least-loaded and prefix-hash, whose decisions read the requests in flight, are instead
+   placed inside each simulated replay, when each request is sent, with hits from its
+   replica's cache model (:mod:`analysis.fleet_placement`). A request's uncached tokens are
+   its prompt less its hits (at least 1).
 3. **The sustainable speedup** S_N(P): the replicas' engine steps simulated as vLLM's
    scheduler batches them (:mod:`analysis.fleet_engine`: continuous batching, chunked
    prefill, a token budget per step) at the trace's arrivals sped up X times; S_N(P) is the
