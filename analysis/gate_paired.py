@@ -1,29 +1,42 @@
-"""The paired estimator of a gate whose two sides run in alternating blocks (A B B A …): the
+"""The paired estimators of a gate whose two sides run in alternating blocks (A B B A …): the
 change of a key metric measured *within* each block pair, where a shift of the whole machine is
 common to both sides and cancels, then averaged over the pairs.
 
-**Unit of pairing: the block pair, not the request.** Requests are identical on both sides
-(same seed, same order), so one could difference request i of A against request i of B. But a
-request's latency depends on what shares its batch and queue, and every request of a block
-carries that block's machine state: per-request differences within a block are not
-independent, and treating them as such would make the interval as falsely narrow as a one-run
-bootstrap. The block pair is the unit that is independent (up to the drift that ABBA cancels),
-so the estimator differences one robust statistic per side and block pair.
+**Two units of pairing, both kept.** Requests are identical on both sides (same seed, same
+order, the same ``request_id`` in every run), so request i of A can be differenced against
+request i of B: what a request is (its prompt length, its prefix, its place in the schedule)
+is then common to both sides and cancels, as the machine's state does across a block pair.
+But a request's latency also depends on what shares its batch and queue, and every request of
+a block carries that block's machine state: per-request differences within a block are not
+independent. So the requests give each pair's change and its noise floor, and the block pair
+stays the unit of the interval (the between-pair term below catches what the floor misses).
 
-**Estimator** (per-request metrics: TTFT, TPOT). For pair j and phase p,
-d_jp = ln m(C_jp) − ln m(B_jp) with m the median (p50) of the phase's requests; the pair's
-change pools the phases of the case, d_j = mean_p d_jp (a log-ratio averaged over phases that
-measure the same latency, so its noise falls as 1/√P); the estimate is d̄ = mean_j d_j and the
-reported ratio exp(d̄). A multiplicative machine shift s_j common to both sides of pair j adds
-ln s_j to both logs and cancels in d_jp. **Why the median** rather than the mean of 48: TTFT
-within a phase is skewed and mixes hits with misses (log-s.d. 0.45–0.99 measured on the shared
-2-core machine); one request queued behind another session's burst moves the mean by its whole
-excess / n but the median by at most one rank, and a median's relative standard error at a
-log-normal spread σ is 1.2533 σ/√n, below the mean's √(e^{σ²} − 1)/√n once σ > 0.6.
+**Matched estimator** (the gate's, for the per-request metrics TTFT and TPOT:
+:func:`matched_log_ratio`). For pair j and phase p, with I_jp the requests ok and with a
+value on both sides (matched by ``request_id``), d_jp = median_{i ∈ I_jp} ln(c_i / b_i): the
+median of the paired log-ratios, the paired-difference design's robust location (the
+sign-test estimate of a paired shift; Hodges & Lehmann, *Ann. Math. Statist.* 34, 1963, whose
+Walsh-average form it approximates with the plain median; Hollander & Wolfe, *Nonparametric
+Statistical Methods*, ch. 3). Requests failed or without a value on either side are left out
+of the latency change (the ``failed_requests`` key metric counts them). The pair's change
+pools the phases, d_j = mean_p d_jp (natural-log units; the ratio is exp). A multiplicative
+shift common to both sides (the machine) and a request's own size common to both sides (the
+workload) both cancel in ln(c_i / b_i); the median keeps one request queued behind another
+session's burst from moving d_jp by more than one rank.
+
+**Per-side medians** (:func:`paired_log_ratio`, the estimator before matching, kept for
+comparison on synthetic gates): d_jp = ln m(C_jp) − ln m(B_jp) with m the median of each
+side's requests, its within-pair variance by resampling each side's requests separately.
+It cancels the machine but not the requests' own spread, which it sees twice (once a side).
+**Why a median** rather than the mean of 48: TTFT within a phase is skewed and mixes hits with
+misses (log-s.d. 0.45–0.99 measured on the shared 2-core machine); a median's relative
+standard error at a log-normal spread σ is 1.2533 σ/√n, below the mean's √(e^{σ²} − 1)/√n
+once σ > 0.6.
 
 **Interval: random effects over pairs, with the request noise as a floor.** Each pair's d_j
-has a within-pair variance v_j from its requests, estimated by resampling each side's requests
-of each phase with replacement (Efron & Tibshirani 1993, the bootstrap variance of a median).
+has a within-pair variance v_j from its requests, estimated by resampling the matched request
+pairs of each phase with replacement (per-side medians: each side's requests separately;
+Efron & Tibshirani 1993, the bootstrap variance of a median).
 If the alternation cancelled the machine, Var(d̄) = Σ v_j / k²; a drift it did not cancel
 shows as pairs that disagree more than their requests explain. DerSimonian & Laird's
 random-effects variance (*Controlled Clinical Trials* 7, 1986) with equal weights adds the
@@ -177,6 +190,59 @@ def paired_log_ratio(
             logs -= np.log(_resampled(b_arr, stat, resamples, rng))
         observed[j] = point / len(b_pair)
         within[j] = float((logs / len(b_pair)).var(ddof=1))
+    return _random_effects(observed, within, confidence)
+
+
+def matched_log_ratio(
+    baseline: Sequence[PairSide],
+    candidate: Sequence[PairSide],
+    *,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> PairedEstimate:
+    """The matched per-request change of a per-request metric (module docstring, *matched
+    estimator*): per pair j and phase p the median of ln(c_i / b_i) over the requests i run on
+    both sides, averaged over phases; within-pair variance by resampling matched request pairs;
+    the random-effects interval over pairs.
+
+    Args:
+        baseline, candidate: ``side[j][p]``: positive per-request values (ms) of pair j, phase
+            p, aligned: element i of both sides is the same request (same id). Equal lengths.
+        confidence: two-sided, in (0, 1); resamples: ≥ 1000; seed: the generator's.
+
+    Returns:
+        A ``log`` :class:`PairedEstimate`: ``point``/``low``/``high`` candidate/baseline
+        ratios, ``se`` and ``per_pair`` in natural-log units.
+
+    Raises:
+        ValueError: unequal pairs or phases, sides of a phase of unequal length, an empty or
+            non-positive phase, a bad confidence, fewer than 1,000 resamples.
+    """
+    if not 0 < confidence < 1 or resamples < 1000:
+        raise ValueError(f"confidence in (0, 1) and ≥ 1000 resamples needed ({confidence})")
+    k = _check_pairs(baseline, candidate)
+    rng = np.random.default_rng(seed)
+    observed, within = np.empty(k), np.empty(k)
+    for j, (b_pair, c_pair) in enumerate(zip(baseline, candidate, strict=True)):
+        logs = np.zeros(resamples)
+        point = 0.0
+        for b_vals, c_vals in zip(b_pair, c_pair, strict=True):
+            b_arr, c_arr = np.asarray(b_vals, dtype=float), np.asarray(c_vals, dtype=float)
+            if b_arr.shape != c_arr.shape:
+                raise ValueError(f"matched sides need equal lengths ({b_arr.size}, {c_arr.size})")
+            ratios = np.log(c_arr) - np.log(b_arr)
+            point += float(np.median(ratios))
+            logs += _resampled(ratios, "p50", resamples, rng)
+        observed[j] = point / len(b_pair)
+        within[j] = float((logs / len(b_pair)).var(ddof=1))
+    return _random_effects(observed, within, confidence)
+
+
+def _random_effects(observed: np.ndarray, within: np.ndarray, confidence: float) -> PairedEstimate:
+    """The random-effects interval over pairs (module docstring) from each pair's log-ratio
+    ``observed`` and its within-pair variance ``within`` (both shape (k,))."""
+    k = observed.size
     between = float(observed.var(ddof=1)) if k > 1 else 0.0
     se = math.sqrt(max(float(within.mean()), between) / k)
     mean = float(observed.mean())

@@ -8,8 +8,10 @@ next to each other in the gate's alternating order (A B, B A, …): run N of eac
 **The key metrics** (:data:`PAIRED_METRICS`), each pooled over the phases of a case that have
 it in every run:
 
-- ``ttft_ms``, ``tpot_ms``: the p50 of each phase's successful requests, as a log-ratio
-  averaged over phases (relative tolerance);
+- ``ttft_ms``, ``tpot_ms``: per phase the median of the per-request log-ratios ln(c_i / b_i)
+  over the requests ok with a value on both sides, matched by ``request_id`` (the matched
+  estimator, ``analysis.gate_paired.matched_log_ratio``), averaged over phases (relative
+  tolerance; failed requests are left out here and counted by ``failed_requests``);
 - ``output_throughput_tok_s``, ``goodput_req_s``: per phase a log-ratio, averaged (relative);
 - ``prefix_cache_hit_rate``, ``cached_token_rate``: per phase a difference, averaged
   (absolute, a fraction);
@@ -28,7 +30,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from analysis.compare_figures import phase_value, run_samples
+from analysis.compare_figures import phase_value
 from analysis.compare_metrics import RUN_METRICS, RunMetric
 from analysis.compare_models import CompareError, PairedMetric
 from analysis.compare_runs import RunView
@@ -38,12 +40,13 @@ from analysis.gate_paired import (
     PAIRED_METRICS,
     PairedEstimate,
     PairedKind,
+    matched_log_ratio,
     mde,
     mde_after,
     paired_figure,
-    paired_log_ratio,
     tolerance_visible,
 )
+from analysis.latency import request_frame
 
 
 def paired_runs(
@@ -69,20 +72,37 @@ def _phases(view: RunView, case: str) -> list[str]:
     return [p.name for p in view.plan.phases_of(spec)]
 
 
-def _request_sides(
+def _by_request(view: RunView, case: str, phase: str, metric: str) -> dict[str, float]:
+    """``request_id`` → the positive ``metric`` of each ok request of ``phase``."""
+    frame = request_frame(view.records.get(case, []))
+    if frame.empty:
+        return {}
+    chosen = frame[(frame["phase"] == phase) & (frame["status"] == "ok")]
+    values = chosen[metric].to_numpy(dtype=float)
+    ids = chosen["request_id"].astype(str).to_numpy()
+    keep = np.isfinite(values) & (values > 0)
+    return dict(zip(ids[keep], values[keep], strict=True))
+
+
+def _matched_sides(
     pairs: list[tuple[RunView, RunView]], cases: tuple[str, str], metric: str, least: int
 ) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]]]:
-    """Per pair, per phase that has ``least`` values in every run of both sides, the
-    positive per-request values of ``metric``."""
-    per_phase = []
+    """Per pair, per phase with ``least`` matched requests in every pair, the aligned
+    per-request values of ``metric`` (baseline, candidate): the requests ok with a value on both
+    sides of the pair, matched by ``request_id``, in id order. The rest are left out."""
+    base: list[list[np.ndarray]] = [[] for _ in pairs]
+    cand: list[list[np.ndarray]] = [[] for _ in pairs]
     for phase in _phases(pairs[0][0], cases[0]):
-        b = [np.asarray(run_samples([bv], cases[0], phase)[metric][0], float) for bv, _ in pairs]
-        c = [np.asarray(run_samples([cv], cases[1], phase)[metric][0], float) for _, cv in pairs]
-        arrays = [a[a > 0] for a in b + c]
-        if all(a.size >= least for a in arrays):
-            per_phase.append((arrays[: len(pairs)], arrays[len(pairs) :]))
-    base = [[ph[0][j] for ph in per_phase] for j in range(len(pairs))]
-    cand = [[ph[1][j] for ph in per_phase] for j in range(len(pairs))]
+        sides = []
+        for bv, cv in pairs:
+            b = _by_request(bv, cases[0], phase, metric)
+            c = _by_request(cv, cases[1], phase, metric)
+            ids = sorted(set(b) & set(c))
+            sides.append((np.array([b[i] for i in ids]), np.array([c[i] for i in ids])))
+        if all(b_arr.size >= least for b_arr, _ in sides):
+            for j, (b_arr, c_arr) in enumerate(sides):
+                base[j].append(b_arr)
+                cand[j].append(c_arr)
     return base, cand
 
 
@@ -189,11 +209,11 @@ def paired_key_metrics(
         for name, tolerance in gate.paired.items():
             kind = PAIRED_METRICS[name]
             if name in ("ttft_ms", "tpot_ms"):
-                base, cand = _request_sides(pairs, names, name, gate.min_samples)
+                base, cand = _matched_sides(pairs, names, name, gate.min_samples)
                 if not base or not base[0]:
                     continue
-                est = paired_log_ratio(base, cand, "p50", confidence=gate.confidence,
-                                       resamples=gate.resamples, seed=gate.seed)  # fmt: skip
+                est = matched_log_ratio(base, cand, confidence=gate.confidence,
+                                        resamples=gate.resamples, seed=gate.seed)  # fmt: skip
             else:
                 changes, used, missing = _figure_changes(pairs, names, by_name[name], kind)
                 if missing:

@@ -1,14 +1,18 @@
-"""Synthetic gates on a drifting machine: the paired estimator (``analysis.gate_paired``)
-against the unpaired per-phase comparison ``loadgen compare`` makes of the same runs
+"""Synthetic gates on a drifting machine: the paired estimators (``analysis.gate_paired``:
+matched per-request log-ratios, the gate's, and per-side medians) against the unpaired
+per-phase comparison ``loadgen compare`` makes of the same runs
 (``analysis.compare_stats.bootstrap_ratio_runs``), through the same sequential looks
 (Bonferroni over the planned looks, ``analysis.gate_sequential``).
 
 **The machine model.** A gate runs k block pairs. In pair j the machine runs at a speed
 e^{s_j}, s_j ~ N(0, σ_block²), common to both sides of the pair (they run minutes apart) and
 different between pairs (the shared machine's load changes between blocks); each run adds its
-own residual shift r ~ N(0, σ_run²) that the alternation does not cancel. A request of phase p
-takes μ_p · effect · e^{s_j + r + w}, w ~ N(0, σ_req²) (log-normal latencies, as the
-measured TTFT of a phase). The candidate's ``effect`` is the true ratio.
+own residual shift r ~ N(0, σ_run²) that the alternation does not cancel. Request i of phase p
+takes μ_p · effect · e^{s_j + r + u_i + w}: u_i ~ N(0, σ_item²) is the request's own size
+(its prompt, its prefix), drawn once per gate and the same on both sides and in every pair
+(the same seeded workload each block); w ~ N(0, σ_req²) is its noise, fresh on each side
+(log-normal latencies, as the measured TTFT of a phase). The candidate's ``effect`` is the
+true ratio. The matched estimator cancels u_i; the per-side medians see it on each side.
 
 ``python -m analysis.gate_paired_sim`` writes docs/gate-paired.md from these simulations
 (seeded: the same page every time).
@@ -24,7 +28,7 @@ from statistics import NormalDist
 import numpy as np
 
 from analysis.compare_stats import Classification, bootstrap_ratio_runs, classify
-from analysis.gate_paired import PairedEstimate, mde, paired_log_ratio
+from analysis.gate_paired import PairedEstimate, matched_log_ratio, mde, paired_log_ratio
 from analysis.gate_sequential import look_confidence, planned_looks
 
 Side = list[np.ndarray]  # one array of per-request values per phase
@@ -35,7 +39,8 @@ class Machine:
     """A drifting machine and a workload (module docstring); times in ms.
 
     Attributes:
-        sigma_request: log-s.d. of a request within a phase (σ_req).
+        sigma_request: log-s.d. of a request's noise, fresh on each side (σ_req).
+        sigma_item: log-s.d. of a request's own size, common to both sides (σ_item).
         sigma_block: log-s.d. of the machine's speed between block pairs (σ_block).
         sigma_run: log-s.d. of a run's own residual shift (σ_run).
         requests: requests per phase (m); phase_ms: each phase's median latency μ_p.
@@ -46,6 +51,7 @@ class Machine:
     sigma_run: float = 0.02
     requests: int = 48
     phase_ms: tuple[float, ...] = (400.0, 120.0, 300.0, 250.0, 130.0)
+    sigma_item: float = 0.0
 
 
 @dataclass
@@ -57,25 +63,47 @@ class Blocks:
     rng: np.random.Generator
     base: list[Side] = field(default_factory=list)
     cand: list[Side] = field(default_factory=list)
+    items: np.ndarray | None = None
 
     def add_pair(self, _k: int = 0) -> None:
-        """Run one more block pair (both sides at the pair's machine speed)."""
+        """Run one more block pair (both sides at the pair's machine speed, the same
+        requests)."""
         m = self.machine
+        if self.items is None:  # drawn only when used, so σ_item 0 keeps the old draws
+            shape = (len(m.phase_ms), m.requests)
+            self.items = (self.rng.normal(0.0, m.sigma_item, shape) if m.sigma_item > 0
+                          else np.zeros(shape))  # fmt: skip
         speed = self.rng.normal(0.0, m.sigma_block)
         for side, effect in ((self.base, 1.0), (self.cand, self.effect)):
             shift = speed + self.rng.normal(0.0, m.sigma_run)
             side.append([
-                mu * effect * np.exp(shift + self.rng.normal(0.0, m.sigma_request, m.requests))
-                for mu in m.phase_ms
+                mu * effect * np.exp(shift + u + self.rng.normal(0.0, m.sigma_request, m.requests))
+                for mu, u in zip(m.phase_ms, self.items, strict=True)
             ])  # fmt: skip
 
 
+def estimate(
+    blocks: Blocks, confidence: float, resamples: int = 1000, *, matched: bool = True
+) -> PairedEstimate:
+    """The pooled TTFT-p50-like key metric of ``blocks``: the matched estimator (the gate's)
+    or, ``matched=False``, the per-side medians."""
+    if matched:
+        return matched_log_ratio(blocks.base, blocks.cand, confidence=confidence,
+                                 resamples=resamples)  # fmt: skip
+    return paired_log_ratio(blocks.base, blocks.cand, "p50", confidence=confidence,
+                            resamples=resamples)  # fmt: skip
+
+
 def paired_class(
-    blocks: Blocks, confidence: float, tolerance: float, resamples: int = 1000
+    blocks: Blocks,
+    confidence: float,
+    tolerance: float,
+    resamples: int = 1000,
+    *,
+    matched: bool = True,
 ) -> tuple[Classification, PairedEstimate]:
-    """The pooled TTFT-p50-like key metric of ``blocks``, classified by the paired estimator."""
-    est = paired_log_ratio(blocks.base, blocks.cand, "p50", confidence=confidence,
-                           resamples=resamples)  # fmt: skip
+    """The pooled key metric of ``blocks`` (:func:`estimate`), classified."""
+    est = estimate(blocks, confidence, resamples, matched=matched)
     klass = classify(est.low, est.high, neutral=1.0, tolerance=tolerance, better="lower")
     return klass, est
 
@@ -104,11 +132,21 @@ def unpaired_class(
 Look = Callable[[Blocks, float, float], Classification]
 
 
-def _paired_look(blocks: Blocks, confidence: float, tolerance: float) -> Classification:
+def _matched_look(blocks: Blocks, confidence: float, tolerance: float) -> Classification:
     return paired_class(blocks, confidence, tolerance)[0]
 
 
-ESTIMATORS: dict[str, Look] = {"paired": _paired_look, "unpaired": unpaired_class}
+def _paired_look(blocks: Blocks, confidence: float, tolerance: float) -> Classification:
+    return paired_class(blocks, confidence, tolerance, matched=False)[0]
+
+
+#: ``matched``: per-request log-ratios (the gate's); ``paired``: per-side medians of each
+#: block pair; ``unpaired``: per-phase pooled runs (``loadgen compare``).
+ESTIMATORS: dict[str, Look] = {
+    "matched": _matched_look,
+    "paired": _paired_look,
+    "unpaired": unpaired_class,
+}
 
 
 @dataclass(frozen=True)
@@ -146,23 +184,26 @@ def sequential_gate(
 
 def interval_widths(
     machine: Machine, pairs: int, gates: int, confidence: float = 0.95
-) -> tuple[float, float]:
-    """Median width (high/low − 1 in log terms: ln(high/low)) of the paired pooled interval
-    and of the unpaired per-phase intervals (median over phases and gates) at ``pairs``."""
-    paired, unpaired = [], []
+) -> tuple[float, float, float]:
+    """Median width ln(high/low) of the matched and the per-side-median pooled intervals and of
+    the unpaired per-phase intervals (median over phases and gates) at ``pairs``."""
+    matched: list[float] = []
+    paired: list[float] = []
+    unpaired: list[float] = []
     for seed in range(gates):
         blocks = Blocks(machine, 1.0, np.random.default_rng(seed))
         for _ in range(pairs):
             blocks.add_pair()
-        est = paired_log_ratio(blocks.base, blocks.cand, confidence=confidence, resamples=1000)
-        paired.append(math.log(est.high / est.low))
+        for into, match in ((matched, True), (paired, False)):
+            est = estimate(blocks, confidence, matched=match)
+            into.append(math.log(est.high / est.low))
         for p in range(len(machine.phase_ms)):
             iv = bootstrap_ratio_runs([[*r[p]] for r in blocks.base],
                                       [[*r[p]] for r in blocks.cand], "p50",
                                       resamples=1000, confidence=confidence)  # fmt: skip
             assert iv.low is not None and iv.high is not None
             unpaired.append(math.log(iv.high / iv.low))
-    return float(np.median(paired)), float(np.median(unpaired))
+    return float(np.median(matched)), float(np.median(paired)), float(np.median(unpaired))
 
 
 def predicted_mde(machine: Machine, pairs: int, gates: int, confidence: float) -> float:
@@ -172,7 +213,7 @@ def predicted_mde(machine: Machine, pairs: int, gates: int, confidence: float) -
         blocks = Blocks(machine, 1.0, np.random.default_rng(10_000 + seed))
         for _ in range(pairs):
             blocks.add_pair()
-        est = paired_log_ratio(blocks.base, blocks.cand, confidence=confidence, resamples=1000)
+        est = estimate(blocks, confidence)
         values.append(mde(est.se, confidence, "log"))
     return float(np.median(values))
 
@@ -187,7 +228,7 @@ def detection_rate(
         blocks = Blocks(machine, effect, np.random.default_rng(20_000 + seed))
         for _ in range(pairs):
             blocks.add_pair()
-        est = paired_log_ratio(blocks.base, blocks.cand, confidence=confidence, resamples=1000)
+        est = estimate(blocks, confidence)
         seen += est.low > 1.0
     return seen / gates
 

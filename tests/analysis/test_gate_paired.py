@@ -9,7 +9,13 @@ import math
 import numpy as np
 import pytest
 
-from analysis.gate_paired import mde, mde_after, paired_figure, paired_log_ratio
+from analysis.gate_paired import (
+    matched_log_ratio,
+    mde,
+    mde_after,
+    paired_figure,
+    paired_log_ratio,
+)
 from analysis.gate_paired_sim import (
     Machine,
     detection_rate,
@@ -21,7 +27,47 @@ from analysis.gate_paired_sim import (
 #: 0.15 (shifts of ±15 % between blocks, common to both sides within one), a residual 0.02 per
 #: run that the alternation does not cancel; 5 phases of 48 requests.
 DRIFTING = Machine(sigma_request=0.30, sigma_block=0.15, sigma_run=0.02)
+#: The same drift with requests of their own size: log-s.d. 0.40 common to both sides (the same
+#: request), 0.15 fresh on each side (a per-request log-ratio s.d. of 0.15·√2 = 0.21).
+MATCHED = Machine(sigma_item=0.40, sigma_request=0.15, sigma_block=0.15, sigma_run=0.02)
 TOLERANCE = 0.07
+
+# Two pairs of one phase, five requests each, element i the same request on both sides.
+BASE = [
+    [np.array([100.0, 200.0, 50.0, 400.0, 80.0])],
+    [np.array([120.0, 150.0, 40.0, 500.0, 90.0])],
+]
+CAND = [
+    [np.array([110.0, 180.0, 60.0, 400.0, 100.0])],
+    [np.array([114.0, 195.0, 42.0, 400.0, 90.0])],
+]
+
+
+def test_matched_median_log_ratios_by_hand() -> None:
+    # Pair 1 ratios 1.1, 0.9, 1.2, 1.0, 1.25: median 1.1. Pair 2 ratios 0.95, 1.3, 1.05, 0.8,
+    # 1.0: median 1.0. d = (ln 1.1, 0); the change exp(ln 1.1 / 2) = √1.1 = 1.04881.
+    est = matched_log_ratio(BASE, CAND, resamples=1000)
+    assert est.per_pair == pytest.approx((math.log(1.1), 0.0))
+    assert est.point == pytest.approx(math.sqrt(1.1))
+    # The between-pair term alone: SE ≥ √(s_d² / 2) = |d₁ − d₂| / 2 = 0.047655.
+    assert est.se >= math.log(1.1) / 2 - 1e-12
+    # Per-side medians see other figures: pair 2's medians 120 and 114 give ln 0.95, not 0.
+    old = paired_log_ratio(BASE, CAND, resamples=1000)
+    assert old.per_pair == pytest.approx((math.log(1.1), math.log(0.95)))
+
+
+def test_matched_interval_by_hand_when_requests_agree_within_pairs() -> None:
+    # Every request 1.1× in pair 1 and 1.0× in pair 2: resampled medians do not move (v̄ = 0),
+    # so SE = s_d/√2 = ln(1.1)/2 and the 95 % interval is exp(ln(1.1)/2 ± 1.95996 · ln(1.1)/2).
+    cand = [[BASE[0][0] * 1.1], [BASE[1][0] * 1.0]]
+    est = matched_log_ratio(BASE, cand, resamples=1000)
+    half = math.log(1.1) / 2
+    assert est.se == pytest.approx(half)
+    assert (est.low, est.high) == pytest.approx(
+        (math.exp(half - 1.959964 * half), math.exp(half + 1.959964 * half)), rel=1e-6
+    )
+    with pytest.raises(ValueError, match="equal lengths"):
+        matched_log_ratio(BASE, [[CAND[0][0][:4]], CAND[1]], resamples=1000)
 
 
 def test_a_drift_common_to_a_pair_cancels_exactly() -> None:
@@ -88,19 +134,33 @@ def test_paired_decides_a_over_a_and_15_percent_in_fewer_blocks_than_unpaired() 
         assert right["paired"] >= 9 and right["paired"] > right["unpaired"], (effect, right)
 
 
+def test_matched_decides_in_fewer_blocks_than_per_side_medians() -> None:
+    # Requests of their own size (MATCHED): the matched log-ratios cancel it, the per-side
+    # medians see it on each side. Same blocks, same looks, 7 % tolerance.
+    for effect, want in ((1.0, "no change"), (1.15, "regression")):
+        runs = {name: [sequential_gate(s, MATCHED, effect, name, tolerance=TOLERANCE)
+                       for s in range(12)] for name in ("matched", "paired")}  # fmt: skip
+        pairs = {k: float(np.mean([r.pairs for r in v])) for k, v in runs.items()}
+        right = {k: sum(r.classification == want for r in v) for k, v in runs.items()}
+        print(effect, pairs, right)
+        assert pairs["matched"] < pairs["paired"], (effect, pairs)
+        assert right["matched"] >= 11 and right["matched"] >= right["paired"], (effect, right)
+
+
 def test_false_alarms_over_200_a_over_a_gates_within_the_bound() -> None:
     # Bonferroni over 5 looks bounds a false regression of one metric by α/2 = 2.5 %: at most
-    # 5 of 200.
-    runs = [sequential_gate(s, DRIFTING, 1.0, "paired", tolerance=TOLERANCE) for s in range(200)]
+    # 5 of 200, with per-request noise and block drift, decided by the matched estimator.
+    runs = [sequential_gate(s, MATCHED, 1.0, "matched", tolerance=TOLERANCE) for s in range(200)]
     false = sum(r.classification == "regression" for r in runs)
+    print("false regressions", false, "of 200")
     assert false <= 5, false
 
 
 def test_mde_within_a_factor_1_5_of_the_simulated_one() -> None:
     # The MDE a 4-pair gate reports: at a third less the change is seen in under 80 % of the
     # gates, at half more in over 80 %.
-    stated = predicted_mde(DRIFTING, 4, 40, 0.95)
+    stated = predicted_mde(MATCHED, 4, 40, 0.95)
     delta = math.log1p(stated)
-    below = detection_rate(DRIFTING, 4, math.exp(delta / 1.5), 100, 0.95)
-    above = detection_rate(DRIFTING, 4, math.exp(delta * 1.5), 100, 0.95)
+    below = detection_rate(MATCHED, 4, math.exp(delta / 1.5), 100, 0.95)
+    above = detection_rate(MATCHED, 4, math.exp(delta * 1.5), 100, 0.95)
     assert below < 0.8 < above, (stated, below, above)

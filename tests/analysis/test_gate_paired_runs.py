@@ -2,9 +2,8 @@
 side is pair N, the paired key metrics (``analysis.gate_paired_keys``) decide.
 
 The synthetic run has 6 requests a phase, and some phases mix cache hits (TTFT 20 ms) with
-misses (80 ms), so a request resample of such a phase moves its median between 20 and 80 ms:
-the interval of identical pairs is centred on 1 but wide, and the tests' gate file widens the
-medians' tolerance to 40 %. Identical pairs have no between-pair variance.
+misses (80 ms). TTFT and TPOT are decided by matched per-request log-ratios: identical pairs
+give a log-ratio of 0 for every request, so no within- and no between-pair variance.
 """
 
 from __future__ import annotations
@@ -21,10 +20,11 @@ from analysis.compare import CompareError, compare_sides
 from analysis.compare_runs import RunView, load_view, run_dirs
 from analysis.gate_decision import Decision, decide
 from analysis.gate_file import GateFileError, load_gate
+from analysis.gate_paired_keys import _by_request, _matched_sides, _phases
 from analysis.gate_sequential import run_until_decided
 from loadgen.cli import main
 from loadgen.runformat.manifest import write_manifest
-from tests.support.synthetic_run import TEST_CASE
+from tests.support.synthetic_run import TEST_CASE, Options
 from tests.support.synthetic_run import build_run as build_unsealed_run
 
 SMALL_GATE = "min_samples = 4\nmin_tail_samples = 1\n[paired]\nttft_ms = 0.4\ntpot_ms = 0.4\n"
@@ -80,9 +80,10 @@ def test_a_over_a_pairs_decide_no_regression_on_the_paired_key_metrics(
     assert comparison.paired is not None
     ttft = next(m for m in comparison.paired if m.case == TEST_CASE and m.metric == "ttft_ms")
     assert (ttft.change, ttft.pairs, ttft.per_pair) == (1.0, 2, [0.0, 0.0])
-    assert ttft.low is not None and ttft.high is not None and ttft.low < 1 < ttft.high
-    assert ttft.low * ttft.high == pytest.approx(1.0)  # symmetric in the log
-    assert ttft.classification == "no change" and ttft.mde is not None and ttft.mde > 0
+    # Every matched request's log-ratio is 0: resampled medians stay 0 and the pairs agree,
+    # so the interval is the point and the smallest change it can see is 0.
+    assert (ttft.low, ttft.high, ttft.se, ttft.mde) == (1.0, 1.0, 0.0, 0.0)
+    assert ttft.classification == "no change"
     # Per-run figures of identical pairs: every d_j is 0, so the interval is the point.
     rate = next(m for m in comparison.paired if m.metric == "prefix_cache_hit_rate")
     assert (rate.change, rate.low, rate.high, rate.method) == (0.0, 0.0, 0.0, "range")
@@ -93,6 +94,21 @@ def test_a_over_a_pairs_decide_no_regression_on_the_paired_key_metrics(
     assert "paired key metrics" in decision.line
     # The smallest change each paired key metric can see, by label, for the looks and CI.
     assert decision.mde[f"{TEST_CASE} paired ttft_ms p50"] == ttft.mde
+
+
+def test_requests_failed_on_one_side_are_left_out_of_the_matched_sides(tmp_path: Path) -> None:
+    # Pollution has 5 requests; the candidate's last (pollution-0004) failed: the phase keeps
+    # the 4 requests ok on both sides, matched by id; the other phases keep all 6.
+    build_unsealed_run(tmp_path / "b")
+    build_unsealed_run(tmp_path / "c", Options(failed_request=True))
+    pair = [(load_view(tmp_path / "b"), load_view(tmp_path / "c"))]
+    base, cand = _matched_sides(pair, (TEST_CASE, TEST_CASE), "ttft_ms", 1)
+    phases = _phases(pair[0][0], TEST_CASE)
+    sizes = {ph: (b.size, c.size) for ph, b, c in zip(phases, base[0], cand[0], strict=True)}
+    assert sizes["pollution"] == (4, 4)
+    assert all(b == (6, 6) for ph, b in sizes.items() if ph != "pollution"), sizes
+    assert "pollution-0004" in _by_request(pair[0][0], TEST_CASE, "pollution", "ttft_ms")
+    assert "pollution-0004" not in _by_request(pair[0][1], TEST_CASE, "pollution", "ttft_ms")
 
 
 def test_a_candidate_2_5_times_slower_regresses_naming_ttft(
