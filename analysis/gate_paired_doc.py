@@ -1,4 +1,5 @@
-"""Writes docs/gate-paired.md: the paired estimator against the unpaired comparison on
+"""Writes docs/gate-paired.md: the paired estimators (matched per-request log-ratios, the
+gate's, and per-side medians) against the unpaired comparison on
 synthetic gates with a known machine drift (``analysis.gate_paired_sim``), and the smallest
 change a gate of k pairs can see. Run ``python -m analysis.gate_paired_doc [GATES]``; every
 figure on the page comes from this run (seeded, so the same page every time)."""
@@ -20,9 +21,13 @@ from analysis.gate_paired_sim import (
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "gate-paired.md"
 TOLERANCE = 0.07
+#: Two spreads of a request's latency within a phase, each split into a part common to both
+#: sides (the request's own size, σ_item) and noise fresh on each side (σ_req): total log-s.d.
+#: about 0.30 and 0.45; the real gates' TTFT shows 0.2–1.1 within a phase and 0.05–0.55 in the
+#: matched log-ratios.
 MACHINES = {
-    "σ_req 0.30": Machine(sigma_request=0.30),
-    "σ_req 0.45": Machine(sigma_request=0.45),
+    "σ_item 0.25, σ_req 0.15": Machine(sigma_item=0.25, sigma_request=0.15),
+    "σ_item 0.40, σ_req 0.15": Machine(sigma_item=0.40, sigma_request=0.15),
 }
 
 _HEAD = """# Paired gates: blocks that cancel the machine
@@ -31,17 +36,23 @@ _HEAD = """# Paired gates: blocks that cancel the machine
 re-derived by running it; it took {seconds:.0f} s).*
 
 A gate on a shared machine loses to the machine: a whole run can be 15–50 % slower than the
-next for reasons that have nothing to do with vLLM. The paired estimator
+next for reasons that have nothing to do with vLLM. The paired gate
 (`analysis/gate_paired.py`) runs baseline and candidate in alternating block pairs (A B, B A,
 …) and measures each key metric's change *within* a pair, where the machine's state is common
 to both sides and cancels, then averages over pairs. Per case it pools a handful of figures
-(the TTFT and TPOT medians as a log-ratio averaged over the case's phases; output tokens/s;
-hit rates; preemptions) instead of every statistic of every phase. Its interval is a
-random-effects interval over pairs with the request noise as a floor; the module docstring
-has the formulas and why the block pair (not the request) is the unit.
+(TTFT and TPOT; output tokens/s; hit rates; preemptions) instead of every statistic of every
+phase. TTFT and TPOT are **matched**: the requests are the same on both sides (same seed, same
+order, same `request_id`), so per pair and phase the change is the median over requests of
+ln(candidate ÷ baseline), which cancels what a request is (its size, its prefix) as the pair
+cancels the machine; *per-side medians* (the ratio of each side's median, the gate's estimator
+before) are shown beside it. The interval is a random-effects interval over pairs with the
+requests' noise (resampled matched request pairs) as a floor; the module docstring has the
+formulas and their sources.
 
 **The synthetic machine** (`analysis/gate_paired_sim.py`): {phases} phases of {requests}
-requests; a request's latency is log-normal around its phase's median with log-s.d. σ_req;
+requests; a request's latency is log-normal around its phase's median: its own size
+(log-s.d. σ_item, the same on both sides and in every pair) times noise fresh on each side
+(log-s.d. σ_req);
 in block pair j the machine runs at speed e^(s_j), s_j ~ N(0, {block}²) for both sides of the
 pair (a shift common to both sides within a block, different between blocks), and each run
 adds a residual N(0, {run}²) that alternation does not cancel. The unpaired comparison is what
@@ -52,18 +63,18 @@ two-level bootstrap over runs (runs, then requests), the gate decided when every
 
 def _widths(gates: int) -> list[str]:
     lines = [
-        "## How much narrower the paired interval is",
+        "## How much narrower the matched interval is",
         "",
         f"Median width ln(high/low) of the 95 % interval of TTFT p50, A/A, {gates} gates a cell"
         " (unpaired: the median over phases of the per-phase intervals).",
         "",
-        "| machine | pairs | paired | unpaired | unpaired / paired |",
-        "|---|---|---|---|---|",
+        "| machine | pairs | matched | per-side medians | unpaired | unpaired / matched |",
+        "|---|---|---|---|---|---|",
     ]
     for label, machine in MACHINES.items():
         for pairs in (2, 4, 6):
-            p, u = interval_widths(machine, pairs, gates)
-            lines.append(f"| {label} | {pairs} | {p:.3f} | {u:.3f} | {u / p:.1f}× |")
+            m, p, u = interval_widths(machine, pairs, gates)
+            lines.append(f"| {label} | {pairs} | {m:.3f} | {p:.3f} | {u:.3f} | {u / m:.1f}× |")
     return lines
 
 
@@ -73,7 +84,9 @@ def _gates(gates: int) -> list[str]:
         "",
         f"{gates} gates a row, 2 to 6 pairs, Bonferroni over the 5 looks (99 % a look), "
         f"tolerance {TOLERANCE:.0%} on TTFT p50; a 1.15 effect is a planted 15 % slowdown. "
-        "*Pairs* is the mean pairs run (an undecided gate counts its 6).",
+        "*Pairs* is the mean pairs run (an undecided gate counts its 6). *matched*: the gate's "
+        "per-request log-ratios; *paired*: per-side medians of each pair; *unpaired*: per-phase "
+        "pooled runs.",
         "",
         "| machine | effect | estimator | decided right | false regressions (95 % interval)"
         " | undecided | pairs |",
@@ -94,7 +107,7 @@ def _mde(gates: int) -> list[str]:
     lines = [
         "## The smallest change a gate can see (what a CI job needs)",
         "",
-        "The MDE each gate reports (80 % power at 95 %, from the noise it measured; median "
+        "The MDE each matched gate reports (80 % power at 95 %, from the noise it measured; median "
         f"over {gates} A/A gates), and the share of {gates} one-look gates that saw a true "
         "change of exactly that size (the formula is right when this is near 80 %). A "
         "tolerance must be above the MDE for an A/A gate to end *no change*, and a planted "
@@ -113,7 +126,8 @@ def _mde(gates: int) -> list[str]:
         "",
         "A CI job's cost is pairs × 2 blocks × the scenario's block time (a block is one whole "
         "run of the scenario, every case and phase of it, in every scenario). Read the table "
-        "at the σ_req your phases show (the report's TTFT spread within a phase): the pairs "
+        "at the spread your phases show (the spread of the matched log-ratios within a phase is "
+        "about σ_req·√2): the pairs "
         "whose MDE is below the tolerance you want are what the job must run.",
     ]
     return lines
