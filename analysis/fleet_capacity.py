@@ -21,11 +21,13 @@ Every number comes from the run's own files:
    scheduler batches them (:mod:`analysis.fleet_engine`: continuous batching, chunked
    prefill, a token budget per step) at the trace's arrivals sped up X times; S_N(P) is the
    highest X whose predicted SLO attainment ≥ the run's target, the definition the measured
-   sweep uses, and whose busiest replica spends at most the sped-up span in steps
-   (utilisation 1: past it a backlog grows without end on traffic that goes on at that rate,
-   whatever a finite slice's attainment says). Worked out twice: with each replica on cores
-   of its own (κ = 0: the deployment the answer is for) and sharing one machine's cores as
-   the run's replicas did (κ fitted: what this run measured).
+   sweep uses, and whose busiest replica's least time in steps, however its requests are
+   batched, fits the time the slice's traffic stands for, sped up (n timed sends over the
+   span stand for n mean intervals; utilisation 1: past it a backlog grows without end on
+   traffic that goes on at that rate, whatever a finite slice's attainment says). Worked
+   out twice: with each replica on cores of its own (κ = 0: the deployment the answer is
+   for) and sharing one machine's cores as the run's replicas did (κ fitted: what this run
+   measured).
 4. **The answer**: a target speedup X needs the smallest N ≤ :data:`MAX_FLEET` with
    S_N(P) ≥ X on cores of their own (and, beside it, sharing cores); the policies needing
    the fewest are named (all of them when tied). S_N(P) need not grow with N: the hit rate a
@@ -47,7 +49,13 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from analysis.fleet_engine import EngineRequest, replay, sustainable_speedup
+from analysis.fleet_engine import (
+    EngineRequest,
+    least_utilisation,
+    replay,
+    sustainable_speedup,
+    traffic_window_s,
+)
 from analysis.fleet_engine_fit import StepCost
 from analysis.fleet_placement import LIVE_POLICIES, LivePlacement
 from analysis.goodput import SLOLimits
@@ -84,8 +92,9 @@ class FleetPoint(_Frozen):
     """One policy on N replicas: the predicted fleet hit rate (the low end of a bracket), the
     sustainable speedup with each replica on cores of its own (κ = 0) and sharing one
     machine's cores as the run's replicas did (κ fitted), and the busiest replica's
-    utilisation at the first (its time in engine steps ÷ the sped-up span; ``None`` for an
-    unbounded speedup)."""
+    utilisation at the first (the least time its requests take in engine steps ÷ the time
+    their traffic stands for, sped up: :func:`analysis.fleet_engine.least_utilisation`;
+    ``None`` for an unbounded speedup)."""
 
     replicas: int
     hit_rate: float
@@ -202,7 +211,7 @@ def fleet_point(
     used, hit_rate = None, outcome.hit_rate
     if math.isfinite(own) and own > 0:
         result = replay(engine, own, cost, at.compress_delays, placer=placer)
-        used = max(result.busy_s, default=0.0) * own / at.span_s
+        used = least_utilisation(result, own, traffic_window_s(engine, at.span_s), cost)
         hit_rate = placer.outcome().hit_rate if placer is not None else hit_rate
     return FleetPoint(replicas=outcome.replicas, hit_rate=hit_rate,
                       sustainable_speedup=own, sustainable_speedup_shared=shared,

@@ -31,9 +31,18 @@ delay (÷ X when the replay compresses delays) after the turn it follows ends, a
 does. A request is good when every given SLO holds with ≤ (``analysis.goodput.judge``'s rule;
 TPOT only for outputs of 2 tokens or more).
 
+**When a replica is full**: not when it is in steps all the time. A decode token that takes
+a step of its own (c0 + c_d) while the replica is quiet rides, once another prompt waits, in
+that prompt's step for c_d alone, so a replica whose requests would fill the time apart can
+keep up together. The least time a replica's requests can take in steps however they are
+batched (:func:`least_busy_s`: c0 shared by a full budget of tokens or a full cap of
+sequences) is its load; above the time its traffic stands for (:func:`traffic_window_s`),
+no batching works the backlog off (:func:`least_utilisation`).
+
 What it leaves out: preemption and a full KV cache (the requests' blocks are assumed to fit;
 the fleet model's hits already account for eviction), async scheduling's overlap of one step's
-CPU work with the next, and per-token streaming delays on the way back to the client.
+CPU work with the next (vLLM's CPU platform turns it off), and per-token streaming delays
+on the way back to the client.
 """
 
 from __future__ import annotations
@@ -106,11 +115,13 @@ class _Replica:
 @dataclass
 class Replay:
     """The outcome of one simulated replay: per request its :class:`Served` and its replica,
-    and per replica the wall time it spent in steps (s)."""
+    and per replica the wall time it spent in steps (s) and the least time its requests
+    could take in steps however they were batched (s, :func:`least_busy_s`)."""
 
     served: list[Served]
     busy_s: list[float]
     placement: list[int] = field(default_factory=list)
+    least_s: list[float] = field(default_factory=list)
 
 
 class Placer(Protocol):
@@ -157,9 +168,11 @@ def _start_step(rep: _Replica, left: list[int], cost: StepCost) -> None:
 
 @dataclass
 class _Clock:
-    """Per request: sent (s), tokens still to compute and to generate, first and last token."""
+    """Per request: sent (s), prompt tokens its replica computes, tokens still to compute and
+    to generate, first and last token."""
 
     sent: list[float]
+    uncached: list[int]
     left: list[int]
     to_go: list[int]
     first: list[float]
@@ -213,7 +226,8 @@ def replay(
     placed = [r.replica for r in requests]
     width = placer.replicas if placer is not None else max(placed, default=-1) + 1
     in_flight = [0] * width
-    clock = _Clock(sent=[math.nan] * n, left=[r.uncached for r in requests],
+    clock = _Clock(sent=[math.nan] * n, uncached=[r.uncached for r in requests],
+                   left=[r.uncached for r in requests],
                    to_go=[r.output for r in requests], first=[math.nan] * n,
                    last=[math.nan] * n)  # fmt: skip
     for r_at, _, i in pending:
@@ -248,6 +262,7 @@ def replay(
             if stage == _SENT:  # the router decides; the request is in flight from now
                 if placer is not None:
                     placed[i], clock.left[i] = placer.place(i, in_flight)
+                    clock.uncached[i] = clock.left[i]
                 in_flight[placed[i]] += 1
                 heapq.heappush(pending, (at + cost.overhead_s, _ARRIVED, i))
             else:
@@ -255,7 +270,7 @@ def replay(
         for rep in replicas.values():
             if not rep.stepping and (rep.waiting or rep.running):
                 _start_step(rep, clock.left, cost)
-    return _served(requests, clock, replicas, placed)
+    return _served(requests, clock, replicas, placed, cost)
 
 
 def _arrivals(
@@ -279,7 +294,11 @@ def _arrivals(
 
 
 def _served(
-    requests: Sequence[EngineRequest], c: _Clock, reps: dict[int, _Replica], placed: list[int]
+    requests: Sequence[EngineRequest],
+    c: _Clock,
+    reps: dict[int, _Replica],
+    placed: list[int],
+    cost: StepCost,
 ) -> Replay:
     """The :class:`Replay` of a finished simulation (``placed``: each request's replica)."""
     served = []
@@ -289,7 +308,31 @@ def _served(
         served.append(Served(ttft_s=ttft, e2el_s=e2el, tpot_s=tpot))
     top = max(placed, default=-1)
     busy = [reps[k].busy_s if k in reps else 0.0 for k in range(top + 1)]
-    return Replay(served=served, busy_s=busy, placement=placed)
+    least = [least_busy_s([c.uncached[i] for i in range(len(requests)) if placed[i] == k],
+                          [r.output for i, r in enumerate(requests) if placed[i] == k], cost)
+             for k in range(top + 1)]  # fmt: skip
+    return Replay(served=served, busy_s=busy, placement=placed, least_s=least)
+
+
+def least_busy_s(uncached: Sequence[int], outputs: Sequence[int], cost: StepCost) -> float:
+    """The least time (s) a replica's steps can take to serve requests computing ``uncached``
+    prompt tokens and generating ``outputs`` tokens (one entry per request), however the
+    scheduler batches them: each request's prompt tokens and its output − 1 decode tokens
+    cost c_p and c_d each in whatever step computes them, and a step's c0 is shared by at most
+    ``budget_tokens`` tokens and ``max_seqs`` sequences, a request holding a sequence in at
+    least ``output`` steps (its first token's and one per decode token), so
+
+        least = c0 × max(Σ (u + o − 1) ÷ budget, Σ o ÷ max_seqs) + c_p × Σ u + c_d × Σ (o − 1).
+
+    The time a replica spends in steps is no measure of its load under continuous batching:
+    a decode-only step (c0 + c_d × k) becomes, once another prompt waits, a c_d that rides
+    in the prompt's step. Traffic whose least time exceeds the time it takes to arrive
+    builds a backlog that no batching works off; below it the steps grow until they keep up.
+    """
+    u, o = sum(uncached), sum(outputs)
+    decodes = o - len(outputs)
+    steps = max((u + decodes) / cost.budget_tokens, o / cost.max_seqs)
+    return cost.step_s * steps + cost.prefill_s_per_token * u + cost.decode_s_per_seq * decodes
 
 
 def good(s: Served, slo: SLOLimits) -> bool:
@@ -340,10 +383,12 @@ def sustainable_speedup(
     placer: Placer | None = None,
 ) -> float:
     """The highest speedup X whose replay's attainment ≥ the target (``judged`` = SLOs,
-    target in (0, 1]) and whose busiest replica spends at most the sped-up span (span_s ÷ X)
-    in steps: past that point (utilisation 1) a replica's backlog grows without end on
-    traffic that goes on at that rate, whatever a finite slice's attainment says;
-    ``placer`` as for :func:`replay` (each X's replay places afresh).
+    target in (0, 1]) and whose busiest replica's least time in steps fits the time the
+    slice's traffic stands for, sped up (:func:`least_utilisation` ≤ 1 over
+    :func:`traffic_window_s` of ``span_s``, the first to last timed send, s): past that
+    point a replica's backlog grows without end on traffic that goes on at that rate,
+    however it batches and whatever a finite slice's attainment says; ``placer`` as for
+    :func:`replay` (each X's replay places afresh).
 
     Raises:
         ValueError: a target outside (0, 1], or what :func:`replay` refuses.
@@ -351,10 +396,43 @@ def sustainable_speedup(
     slo, target = judged
     if not 0 < target <= 1:
         raise ValueError(f"the attainment target must be in (0, 1], got {target}")
+    window = traffic_window_s(requests, span_s)
 
     def meets(x: float) -> bool:
         result = replay(requests, x, cost, compress, shared, placer)
-        busiest = max(result.busy_s, default=0.0)
-        return attainment(result, slo) >= target and busiest <= span_s / x
+        full = least_utilisation(result, x, window, cost, shared)
+        return attainment(result, slo) >= target and full <= 1
 
     return highest_meeting(meets)
+
+
+def traffic_window_s(requests: Sequence[EngineRequest], span_s: float) -> float:
+    """The time (s, at speedup 1) the slice's traffic stands for at its own rate: n timed
+    requests sent over ``span_s`` (first to last send) come at (n − 1) ÷ span_s a second, so
+    their work stands for n mean intervals, span_s × n ÷ (n − 1) (``span_s`` itself for fewer
+    than 2). Measured against the span alone, the work of n requests would be set against
+    n − 1 intervals."""
+    timed = sum(r.offset_s is not None for r in requests)
+    return span_s * timed / (timed - 1) if timed >= 2 else span_s
+
+
+def least_utilisation(
+    result: Replay, speedup: float, window_s: float, cost: StepCost, shared: bool = False
+) -> float:
+    """The busiest replica's least time in steps (:attr:`Replay.least_s`) ÷ the time its
+    traffic stands for at ``speedup`` (``window_s`` ÷ speedup; :func:`traffic_window_s`):
+    above 1 its backlog grows without end however the scheduler batches; 0.0 without
+    requests, ``math.inf`` for a window ≤ 0 with work. ``shared``: the replicas share cores,
+    and a replica's steps run at 1 ÷ (1 + κ_p × Σ ρ) of their speed, ρ each other replica's
+    own least utilisation (at most 1): the least they can be in steps beside it; κ_p because
+    at full load a step carries prompt tokens."""
+    window = window_s / speedup
+    if window <= 0:
+        return math.inf if any(t > 0 for t in result.least_s) else 0.0
+    own = [t / window for t in result.least_s]
+    if not shared:
+        return max(own, default=0.0)
+    rho = [min(u, 1.0) for u in own]
+    total = sum(rho)
+    return max((u * (1 + cost.contention * (total - r)) for u, r in zip(own, rho, strict=True)),
+               default=0.0)  # fmt: skip

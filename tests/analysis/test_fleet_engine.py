@@ -15,8 +15,11 @@ from analysis.fleet_engine import (
     EngineRequest,
     attainment,
     highest_meeting,
+    least_busy_s,
+    least_utilisation,
     replay,
     sustainable_speedup,
+    traffic_window_s,
 )
 from analysis.fleet_engine_fit import StepCost
 from analysis.goodput import SLOLimits
@@ -121,17 +124,66 @@ def test_attainment_judges_every_given_slo() -> None:
 
 def test_the_sustainable_speedup_is_where_the_slo_or_full_utilisation_binds() -> None:
     # R0 at 0, R1 at 0.05 s, R2 at 10 s (span 10 s), 50 tokens each (60 ms). R1 waits for R0
-    # once 0.05/X < 0.06: TTFT 0.12 − 0.05/X ≤ 0.1 holds up to X = 2.5. The replica is in
-    # steps 0.18 s, full at 10 ÷ 0.18 = 55.6×, so without an SLO that binds.
+    # once 0.05/X < 0.06: TTFT 0.12 − 0.05/X ≤ 0.1 holds up to X = 2.5. Three sends over
+    # 10 s stand for 15 s of traffic; the least time in steps is 10 ms × max(150 ÷ 100, 3 ÷ 2)
+    # + 150 × 1 ms = 0.165 s, full at 15 ÷ 0.165 = 90.9×, so without an SLO that binds.
     three = [req(0.0, 50, 1), req(0.05, 50, 1), req(10.0, 50, 1)]
     slo = (SLOLimits(ttft_ms=100), 1.0)
+    assert traffic_window_s(three, 10.0) == pytest.approx(15.0)
     assert sustainable_speedup(three, COST, slo, 10.0) == pytest.approx(2.5, rel=2e-3)
     assert sustainable_speedup(three, COST, (SLOLimits(), 1.0), 10.0) == pytest.approx(
-        10 / 0.18, rel=2e-3)  # fmt: skip
+        15 / 0.165, rel=2e-3)  # fmt: skip
     # A request whose own step breaks the SLO: never met.
     assert sustainable_speedup(three, COST, (SLOLimits(ttft_ms=50), 1.0), 10.0) == 0.0
     with pytest.raises(ValueError, match="attainment target"):
         sustainable_speedup(three, COST, (SLOLimits(), 0.0), 10.0)
+
+
+def test_the_least_step_time_shares_c0_over_the_budget_or_the_sequence_cap() -> None:
+    # (50 tokens, 3 out) and (30, 1) with 2 sequences a step: 80 + 2 tokens fill 0.82 of a
+    # step, the 4 tokens out need 4 ÷ 2 = 2 steps: 2 × 10 ms + 80 × 1 ms + 2 × 2 ms = 0.104.
+    assert least_busy_s([50, 30], [3, 1], COST) == pytest.approx(0.104)
+    # (150, 2) and (20, 1) with 4 a step: 171 tokens are 1.71 steps of the budget of 100,
+    # more than 3 ÷ 4: 17.1 ms + 170 ms + 2 ms.
+    wide = COST.model_copy(update={"max_seqs": 4})
+    assert least_busy_s([150, 20], [2, 1], wide) == pytest.approx(0.1891)
+    assert least_busy_s([], [], COST) == 0.0
+
+
+def test_decode_steps_that_ride_in_the_next_prompt_do_not_fill_the_replica() -> None:
+    # R0, R1, R2 sent 0.07 s apart, 50 tokens and 3 out each, up to 4 sequences a step.
+    # [0, 0.060] R0's prompt; [0.060, 0.072] R0 decodes (R1 arrives at 0.070 and waits);
+    # [0.072, 0.134] R0 decodes beside R1's prompt: 10 + 50 + 2 = 62 ms, R1's TTFT 0.064;
+    # [0.134, 0.146] R1 decodes (R2 arrives at 0.140); [0.146, 0.208] R1 decodes beside R2's
+    # prompt, R2's TTFT 0.068; [0.208, 0.232] R2's two decodes. In steps 0.232 s, more than
+    # the 0.21 s the three sends stand for (0.14 × 3 ÷ 2): no backlog builds, because a decode
+    # that would take a step of its own (12 ms) rides in the next prompt's step (2 ms). The
+    # least time: 10 ms × max(156 ÷ 100, 9 ÷ 4) + 150 ms + 6 × 2 ms = 0.1845 s.
+    wide = COST.model_copy(update={"max_seqs": 4})
+    stream = [req(0.0, 50, 3), req(0.07, 50, 3), req(0.14, 50, 3)]
+    out = replay(stream, 1.0, wide)
+    assert [s.ttft_s for s in out.served] == [pytest.approx(0.060), pytest.approx(0.064),
+                                              pytest.approx(0.068)]  # fmt: skip
+    assert out.busy_s == [pytest.approx(0.232)]
+    assert out.least_s == [pytest.approx(0.1845)]
+    assert least_utilisation(out, 1.0, 0.21, wide) == pytest.approx(0.1845 / 0.21)
+    # Without an SLO the replica sustains until that least time fills the traffic's time.
+    assert sustainable_speedup(stream, wide, (SLOLimits(), 1.0), 0.14) == pytest.approx(
+        0.21 / 0.1845, rel=2e-3)  # fmt: skip
+
+
+def test_replicas_sharing_cores_are_full_sooner_by_the_others_least_load() -> None:
+    # Replica 0: 90 tokens, least 10 ms × 0.9 + 90 ms = 0.099 s; replica 1: 40 tokens,
+    # 10 ms × 1 ÷ 2 (one sequence of 2 a step) + 40 ms = 0.045 s. Over a window of 0.2 s:
+    # own 0.495 and 0.225. Sharing with κ_p = 1, replica 0 runs at 1 ÷ (1 + 0.225):
+    # 0.495 × 1.225 = 0.606375 (replica 1: 0.225 × 1.495). At 4×: own 1.98 and 0.9, the
+    # others counted at most 1: 1.98 × 1.9 = 3.762 against 0.9 × 2.
+    two = [req(0.0, 90, 1, replica=0), req(0.0, 40, 1, replica=1)]
+    out = replay(two, 1.0, SHARING)
+    assert out.least_s == [pytest.approx(0.099), pytest.approx(0.045)]
+    assert least_utilisation(out, 1.0, 0.2, SHARING) == pytest.approx(0.495)
+    assert least_utilisation(out, 1.0, 0.2, SHARING, shared=True) == pytest.approx(0.606375)
+    assert least_utilisation(out, 4.0, 0.2, SHARING, shared=True) == pytest.approx(3.762)
 
 
 def test_highest_meeting_doubles_then_bisects() -> None:

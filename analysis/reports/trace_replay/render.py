@@ -192,13 +192,13 @@ def fleet_capacity_lines(d: TraceReplayDetails) -> list[str]:
         "replicas then serve them at the trace's arrivals sped up X times (span "
         f"{fc.span_s:.1f} s at speedup 1), and the sustainable speedup is the highest X "
         f"whose predicted attainment ≥ {fc.attainment:g} (SLOs: {slo}) and whose busiest "
-        "replica is not in steps longer than the sped-up span (utilisation 1) "
-        "(docs/fleet.md). Each cell: predicted fleet hit rate (least-loaded's and "
-        "prefix-hash's at the speedup sustained on cores of their own) / sustainable "
-        "speedup with each replica on cores of its own – sharing one machine's cores as the "
-        "run's replicas did; replicas for the target likewise. A larger N can sustain less "
-        "when its hit rate is lower: the answer is the smallest N "
-        "that meets the target.",
+        "replica's least time in steps, however its requests are batched, fits the time "
+        "the slice's traffic stands for, sped up (utilisation 1) (docs/fleet.md). Each "
+        "cell: predicted fleet hit rate (least-loaded's and prefix-hash's at the speedup "
+        "sustained on cores of their own) / sustainable speedup with each replica on cores "
+        "of its own – sharing one machine's cores as the run's replicas did; replicas for "
+        "the target likewise. A larger N can sustain less when its hit rate is lower: the "
+        "answer is the smallest N that meets the target.",
         "",
         table(["policy", *(f"N={n}" for n in ns), "replicas for target"], rows),
         "",
