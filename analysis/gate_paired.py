@@ -64,7 +64,7 @@ interval cannot fit into: an A/A pair stays undecided (``tolerance_visible``).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Literal
@@ -152,6 +152,39 @@ def _check_pairs(baseline: Sequence[PairSide], candidate: Sequence[PairSide]) ->
     return len(baseline)
 
 
+#: One phase's change in log space and its ``resamples`` resampled values (shape (b,)).
+_PhaseChange = tuple[float, np.ndarray]
+
+
+def _over_pairs(
+    baseline: Sequence[PairSide],
+    candidate: Sequence[PairSide],
+    phase: Callable[[np.ndarray, np.ndarray, np.random.Generator], _PhaseChange],
+    confidence: float,
+    resamples: int,
+    seed: int,
+) -> PairedEstimate:
+    """The random-effects estimate over pairs of ``phase``'s per-phase change: per pair j the
+    mean over phases of the change (d_j) and of its resamples (whose variance is the
+    within-pair variance). Raises ``ValueError`` as :func:`paired_log_ratio`."""
+    if not 0 < confidence < 1 or resamples < 1000:
+        raise ValueError(f"confidence in (0, 1) and ≥ 1000 resamples needed ({confidence})")
+    k = _check_pairs(baseline, candidate)
+    rng = np.random.default_rng(seed)
+    observed, within = np.empty(k), np.empty(k)
+    for j, (b_pair, c_pair) in enumerate(zip(baseline, candidate, strict=True)):
+        logs = np.zeros(resamples)
+        point = 0.0
+        for b_vals, c_vals in zip(b_pair, c_pair, strict=True):
+            b_arr, c_arr = np.asarray(b_vals, dtype=float), np.asarray(c_vals, dtype=float)
+            change, resampled = phase(b_arr, c_arr, rng)
+            point += change
+            logs += resampled
+        observed[j] = point / len(b_pair)
+        within[j] = float((logs / len(b_pair)).var(ddof=1))
+    return _random_effects(observed, within, confidence)
+
+
 def paired_log_ratio(
     baseline: Sequence[PairSide],
     candidate: Sequence[PairSide],
@@ -175,22 +208,13 @@ def paired_log_ratio(
     """
     if stat not in ("p50", "mean"):
         raise ValueError(f"stat must be p50 or mean (got {stat})")
-    if not 0 < confidence < 1 or resamples < 1000:
-        raise ValueError(f"confidence in (0, 1) and ≥ 1000 resamples needed ({confidence})")
-    k = _check_pairs(baseline, candidate)
-    rng = np.random.default_rng(seed)
-    observed, within = np.empty(k), np.empty(k)
-    for j, (b_pair, c_pair) in enumerate(zip(baseline, candidate, strict=True)):
-        logs = np.zeros(resamples)
-        point = 0.0
-        for b_vals, c_vals in zip(b_pair, c_pair, strict=True):
-            b_arr, c_arr = np.asarray(b_vals, dtype=float), np.asarray(c_vals, dtype=float)
-            point += math.log(float(_stat(c_arr, stat))) - math.log(float(_stat(b_arr, stat)))
-            logs += np.log(_resampled(c_arr, stat, resamples, rng))
-            logs -= np.log(_resampled(b_arr, stat, resamples, rng))
-        observed[j] = point / len(b_pair)
-        within[j] = float((logs / len(b_pair)).var(ddof=1))
-    return _random_effects(observed, within, confidence)
+
+    def phase(b_arr: np.ndarray, c_arr: np.ndarray, rng: np.random.Generator) -> _PhaseChange:
+        point = math.log(float(_stat(c_arr, stat))) - math.log(float(_stat(b_arr, stat)))
+        logs = np.log(_resampled(c_arr, stat, resamples, rng))
+        return point, logs - np.log(_resampled(b_arr, stat, resamples, rng))
+
+    return _over_pairs(baseline, candidate, phase, confidence, resamples, seed)
 
 
 def matched_log_ratio(
@@ -219,24 +243,14 @@ def matched_log_ratio(
         ValueError: unequal pairs or phases, sides of a phase of unequal length, an empty or
             non-positive phase, a bad confidence, fewer than 1,000 resamples.
     """
-    if not 0 < confidence < 1 or resamples < 1000:
-        raise ValueError(f"confidence in (0, 1) and ≥ 1000 resamples needed ({confidence})")
-    k = _check_pairs(baseline, candidate)
-    rng = np.random.default_rng(seed)
-    observed, within = np.empty(k), np.empty(k)
-    for j, (b_pair, c_pair) in enumerate(zip(baseline, candidate, strict=True)):
-        logs = np.zeros(resamples)
-        point = 0.0
-        for b_vals, c_vals in zip(b_pair, c_pair, strict=True):
-            b_arr, c_arr = np.asarray(b_vals, dtype=float), np.asarray(c_vals, dtype=float)
-            if b_arr.shape != c_arr.shape:
-                raise ValueError(f"matched sides need equal lengths ({b_arr.size}, {c_arr.size})")
-            ratios = np.log(c_arr) - np.log(b_arr)
-            point += float(np.median(ratios))
-            logs += _resampled(ratios, "p50", resamples, rng)
-        observed[j] = point / len(b_pair)
-        within[j] = float((logs / len(b_pair)).var(ddof=1))
-    return _random_effects(observed, within, confidence)
+
+    def phase(b_arr: np.ndarray, c_arr: np.ndarray, rng: np.random.Generator) -> _PhaseChange:
+        if b_arr.shape != c_arr.shape:
+            raise ValueError(f"matched sides need equal lengths ({b_arr.size}, {c_arr.size})")
+        ratios = np.log(c_arr) - np.log(b_arr)
+        return float(np.median(ratios)), _resampled(ratios, "p50", resamples, rng)
+
+    return _over_pairs(baseline, candidate, phase, confidence, resamples, seed)
 
 
 def _random_effects(observed: np.ndarray, within: np.ndarray, confidence: float) -> PairedEstimate:
