@@ -19,9 +19,11 @@ uses the others.
    nothing beyond the step).
 2. **a and c_p, first tokens**: requests sent while their replica had no other request in
    flight (:func:`unqueued`) have TTFT = a + c0 + c_p × u (u uncached
-   prompt tokens; one step while u ≤ the token budget). Least squares of TTFT on u gives c_p
-   (slope) and a = intercept − c0; where u does not vary, or the fit gives c_p ≤ 0 or a < 0,
-   a = 0 and c_p = Σ (TTFT − c0) ÷ Σ u (the whole first token taken as engine time).
+   prompt tokens; one step while u ≤ the token budget). Least squares of TTFT on u with an
+   intercept per case gives c_p (the slope within cases: cases that ran under different
+   loads differ in a, :func:`fit_prefill`) and a = the cases' mean intercept − c0; where u
+   does not vary within any case, or the fit gives c_p ≤ 0 or a < 0, a = 0 and
+   c_p = Σ (TTFT − c0) ÷ Σ u (the whole first token taken as engine time).
 3. **κ_p and κ_d, replicas sharing cores**: the same idle requests while other replicas were
    busy, with φ the time-average over [sent, first token] of how many other replicas had a
    request in flight: TTFT = a + base × (1 + κ_p × φ), base = c0 + c_p × u, so
@@ -197,11 +199,27 @@ def fit_decode_contention(gaps: pd.DataFrame, c0: float, c_d: float) -> float:
     return max(float((busy["seconds"] - base).sum() / (base * busy["others"]).sum()), 0.0)
 
 
-def fit_prefill(ttft_s: np.ndarray, u: np.ndarray, c0: float) -> tuple[float, float]:
+def fit_prefill(
+    ttft_s: np.ndarray, u: np.ndarray, c0: float, groups: np.ndarray | None = None
+) -> tuple[float, float]:
     """(a in s, c_p in s per token) from idle requests' TTFTs (s) and uncached tokens (module
-    docstring, step 2); needs at least one request with u > 0."""
-    if len(np.unique(u)) >= 2:
-        slope, intercept = (float(v) for v in np.polyfit(u, ttft_s, 1))
+    docstring, step 2); needs at least one request with u > 0.
+
+    ``groups`` (one label per request, e.g. its case) fits c_p within each group: the
+    least-squares slope with an intercept per group (the fixed-effects, or within, estimator:
+    Σ (u − ū_g)(y − ȳ_g) ÷ Σ (u − ū_g)², ū_g and ȳ_g the group's means). Cases that ran under
+    different loads differ in the time outside the engine; one slope over all of them would
+    take that difference for prompt cost whenever the cases' prompts differ too. a is then the
+    request-weighted mean of the groups' intercepts, ȳ − c_p × ū, less c0. Without ``groups``
+    it is the ordinary least-squares line."""
+    labels = np.zeros(len(u)) if groups is None else np.asarray(groups)
+    frame = pd.DataFrame({"g": labels, "u": u, "y": ttft_s})
+    du = frame["u"] - frame.groupby("g")["u"].transform("mean")
+    dy = frame["y"] - frame.groupby("g")["y"].transform("mean")
+    spread = float((du * du).sum())
+    if spread > 0:
+        slope = float((du * dy).sum()) / spread
+        intercept = float(frame["y"].mean()) - slope * float(frame["u"].mean())
         if slope > 0 and intercept - c0 >= 0:
             return intercept - c0, slope
     return 0.0, float(max((ttft_s - c0).sum(), 0.0) / u.sum())
@@ -230,7 +248,8 @@ def fit_step_cost(
     phi = np.array([busy_others(flights, str(r), s, f) for r, s, f in spans])
     ttft, u = (idle["first_ns"] - idle["sent_ns"]).to_numpy(float) / 1e9, idle["u"].to_numpy()
     alone = phi == 0 if (phi == 0).any() else np.ones(len(phi), dtype=bool)
-    a, c_p = fit_prefill(ttft[alone], u[alone], c0)
+    cases = idle["case"].astype(str).to_numpy()
+    a, c_p = fit_prefill(ttft[alone], u[alone], c0, cases[alone])
     base = c0 + c_p * u
     shared = phi > 0
     kappa = 0.0

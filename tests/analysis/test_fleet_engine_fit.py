@@ -21,10 +21,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.fleet_engine_fit import busy_others, fit_step_cost, flights_of, token_gaps
+from analysis.fleet_engine_fit import (
+    busy_others,
+    fit_prefill,
+    fit_step_cost,
+    flights_of,
+    token_gaps,
+)
 
 
 @dataclass
@@ -99,3 +106,17 @@ def test_busy_others_is_the_time_average_of_other_replicas_in_flight() -> None:
     assert busy_others(flights, "shared|A", 5.2e9, 5.4e9) == pytest.approx(0.5)
     assert busy_others(flights, "shared|B", 5.0e9, 5.48e9) == pytest.approx(0.5)
     assert busy_others(flights, "other|A", 5.0e9, 5.24e9) == 0.0
+
+
+def test_prompt_cost_is_fitted_within_each_case_when_cases_differ_outside_the_engine() -> None:
+    # c0 = 20 ms, c_p = 1 ms per token; case X spends a = 30 ms outside the engine, case Y
+    # (under more load) 130 ms, and Y's prompts are longer: X (100, 0.15 s), (300, 0.35 s);
+    # Y (500, 0.65 s), (700, 0.85 s). Within each case the slope is 0.1 s ÷ 200 = 1 ms; one
+    # line through all four takes Y's extra 100 ms for prompt cost:
+    # Σ(u − 400)(y − 0.5) ÷ Σ(u − 400)² = 0.24 ÷ 200,000 = 1.2 ms. a is the mean of the two
+    # cases' intercepts less c0: ȳ − c_p ū − c0 = 0.5 − 0.4 − 0.02 = 80 ms.
+    u = np.array([100.0, 300.0, 500.0, 700.0])
+    ttft = np.array([0.15, 0.35, 0.65, 0.85])
+    a, c_p = fit_prefill(ttft, u, 0.02, np.array(["X", "X", "Y", "Y"]))
+    assert (a, c_p) == (pytest.approx(0.08), pytest.approx(0.001))
+    assert fit_prefill(ttft, u, 0.02)[1] == pytest.approx(0.0012)
