@@ -67,6 +67,9 @@ class PairedMetric(FrozenModel):
     at its confidence and the pairs run (80 % power); ``mde_next``: after one more pair.
     ``per_pair``: each pair's change (log-ratio or difference). ``extra_pairs``: for an
     undecided one, the pairs estimated to decide it (``None``: none do, or decided).
+    ``units``: the interval's unit, ``pair`` (the run pair) or ``phase`` (each pair's phases,
+    for runs a gate ran phase by phase); then ``per_phase`` holds each pair's per-phase changes
+    and ``df`` the t quantile's degrees of freedom (``None``: the normal quantile).
     """
 
     case: str
@@ -86,6 +89,9 @@ class PairedMetric(FrozenModel):
     mde_next: float | None = None
     extra_pairs: int | None = None
     note: str = ""
+    units: str = "pair"
+    per_phase: list[list[float]] = Field(default_factory=list)
+    df: int | None = None
 
 
 class VerdictComparison(FrozenModel):

@@ -62,6 +62,9 @@ class RunView:
     #: Goodput (req/s) per (case, phase) as the scenario's report computes it (empty when
     #: the scenario has no SLOs): ``ScenarioReport.phase_goodput``.
     goodput: dict[tuple[str, str], float | None] = field(default_factory=dict)
+    #: ``phase`` when a gate ran this run phase by phase beside the other side's run of its
+    #: pair (``run.json``'s ``interleaved``), ``run`` otherwise.
+    blocks: str = "run"
 
 
 def _is_run(path: Path) -> bool:
@@ -138,6 +141,7 @@ def load_view(run_dir: Path) -> RunView:
         verdicts={(v.case, v.check): v.passed for v in report.summary.verdicts},
         incomplete=incompleteness(run_dir, data.run, report.summary.cases, integrity.reseals),
         goodput=report.parts.phase_goodput(report.details),
+        blocks=str((data.run.interleaved or {}).get("blocks", "run")),
     )
 
 

@@ -53,6 +53,21 @@ interval is the paired t-interval d̄ ± t_{(1+c)/2, k−1} · s_d/√k (Student
 with 2 pairs (1 degree of freedom, t₀.₉₉₅ = 63.7) it is d̄ ± |d₁ − d₂|, the range rule that
 ``analysis.compare_stats`` uses for 2 runs a side.
 
+**Phase units** (a gate whose pairs ran phase by phase: ``loadgen.turns``, ``units="phase"``).
+Both sides' phase p of pair j then run seconds apart, so the machine's drift is common to the
+*phase pair* (j, p), not only to the run pair, and each phase pair is a unit: d_jp as above
+(matched: the median of the request log-ratios; a per-run figure: its per-phase change), its
+within-unit variance v_jp by resampling its matched requests. The key metric is still the mean
+over the case's P phases of the mean over pairs, d̄ = mean_{j,p} d_jp. Its variance treats the
+phases as strata with their own true change (a candidate may change cold TTFT and not warm):
+with the residuals r_jp = d_jp − mean_j d_jp, s² = Σ r_jp² / (P(k − 1)) on ν = P(k − 1) degrees of
+freedom, Var(d̄) = max(v̄, s²)/(kP) (v̄ the mean v_jp; per-run figures have no v and use s²
+alone). The quantile is Student's t at ν when s² sets the variance (an estimate on ν degrees of
+freedom; the paired t of Student 1908 within strata) and the normal one when the request floor
+v̄ does (it rests on hundreds of requests): 2 pairs of 5 phases give ν = 5 (t₀.₉₉₇₂ = 4.6 at
+the default sequential plan's 99.44 %), 3 pairs ν = 10 (3.5), 4 pairs ν = 15 (3.2), against
+k − 1 for the run-pair unit. Pairs run as whole runs keep the run-pair unit.
+
 **Minimum detectable effect.** At confidence c (two-sided) and power 1 − β = 0.8, a true change
 δ is separated from "no change" when δ ≥ (z_{(1+c)/2} + z_{0.8}) · SE (the usual power relation,
 e.g. Cohen 1988, ch. 2, for a normal estimate with known SE): that δ, mapped back to the
@@ -77,6 +92,8 @@ from analysis.welch import t_quantile
 POWER = 0.8
 
 PairedScale = Literal["log", "difference"]
+#: The unit of the interval: the run pair, or each (run pair, phase) of phase-interleaved pairs.
+Units = Literal["pair", "phase"]
 
 #: Per-request values of one side of one pair: one array per phase pooled into the pair.
 PairSide = Sequence[np.ndarray]
@@ -116,7 +133,12 @@ class PairedEstimate:
         se: standard error of the change in the estimator's space (log-ratio or unit).
         pairs: k, the block pairs it rests on.
         per_pair: d_j of each pair, in the estimator's space.
-        method: ``random-effects``, ``paired-t``, ``range`` or ``point`` (module docstring).
+        method: ``random-effects``, ``paired-t``, ``range``, ``point`` or, with phase units,
+            ``phase-units`` (module docstring).
+        df: the degrees of freedom of the quantile (phase units with s² setting the variance:
+            P(k − 1)); ``None``: the normal quantile (or none).
+        phases: P, the phase units per pair (1 for the run-pair unit).
+        per_phase: with phase units, d_jp per pair and phase; empty otherwise.
     """
 
     scale: PairedScale
@@ -127,6 +149,9 @@ class PairedEstimate:
     pairs: int
     per_pair: tuple[float, ...]
     method: str
+    df: int | None = None
+    phases: int = 1
+    per_phase: tuple[tuple[float, ...], ...] = ()
 
 
 def _stat(values: np.ndarray, stat: str) -> np.ndarray:
@@ -163,25 +188,35 @@ def _over_pairs(
     confidence: float,
     resamples: int,
     seed: int,
+    units: Units = "pair",
 ) -> PairedEstimate:
     """The random-effects estimate over pairs of ``phase``'s per-phase change: per pair j the
     mean over phases of the change (d_j) and of its resamples (whose variance is the
-    within-pair variance). Raises ``ValueError`` as :func:`paired_log_ratio`."""
+    within-pair variance); with ``units="phase"`` each (pair, phase) is a unit
+    (:func:`phase_units`). Raises ``ValueError`` as :func:`paired_log_ratio`."""
     if not 0 < confidence < 1 or resamples < 1000:
         raise ValueError(f"confidence in (0, 1) and ≥ 1000 resamples needed ({confidence})")
     k = _check_pairs(baseline, candidate)
+    if units == "phase" and len({len(b) for b in baseline}) != 1:
+        raise ValueError("phase units need the same phases in every pair")
     rng = np.random.default_rng(seed)
+    points = np.empty((k, len(baseline[0]))) if units == "phase" else None
+    unit_within = np.empty_like(points) if points is not None else None
     observed, within = np.empty(k), np.empty(k)
     for j, (b_pair, c_pair) in enumerate(zip(baseline, candidate, strict=True)):
         logs = np.zeros(resamples)
         point = 0.0
-        for b_vals, c_vals in zip(b_pair, c_pair, strict=True):
+        for p, (b_vals, c_vals) in enumerate(zip(b_pair, c_pair, strict=True)):
             b_arr, c_arr = np.asarray(b_vals, dtype=float), np.asarray(c_vals, dtype=float)
             change, resampled = phase(b_arr, c_arr, rng)
             point += change
             logs += resampled
+            if points is not None and unit_within is not None:
+                points[j, p], unit_within[j, p] = change, float(resampled.var(ddof=1))
         observed[j] = point / len(b_pair)
         within[j] = float((logs / len(b_pair)).var(ddof=1))
+    if points is not None:
+        return phase_units(points, unit_within, confidence=confidence)
     return _random_effects(observed, within, confidence)
 
 
@@ -193,6 +228,7 @@ def paired_log_ratio(
     confidence: float = 0.95,
     resamples: int = 2000,
     seed: int = 0,
+    units: Units = "pair",
 ) -> PairedEstimate:
     """The paired change of a per-request metric (module docstring).
 
@@ -201,6 +237,7 @@ def paired_log_ratio(
             phase p; both sides with the same pairs and phases.
         stat: ``p50`` (default) or ``mean`` of each phase's requests.
         confidence: two-sided, in (0, 1); resamples: ≥ 1000; seed: the generator's.
+        units: ``pair`` (the run pair) or ``phase`` (each pair's phases, module docstring).
 
     Raises:
         ValueError: unequal pairs or phases, an empty or non-positive phase, a bad
@@ -214,7 +251,7 @@ def paired_log_ratio(
         logs = np.log(_resampled(c_arr, stat, resamples, rng))
         return point, logs - np.log(_resampled(b_arr, stat, resamples, rng))
 
-    return _over_pairs(baseline, candidate, phase, confidence, resamples, seed)
+    return _over_pairs(baseline, candidate, phase, confidence, resamples, seed, units)
 
 
 def matched_log_ratio(
@@ -224,6 +261,7 @@ def matched_log_ratio(
     confidence: float = 0.95,
     resamples: int = 2000,
     seed: int = 0,
+    units: Units = "pair",
 ) -> PairedEstimate:
     """The matched per-request change of a per-request metric (module docstring, *matched
     estimator*): per pair j and phase p the median of ln(c_i / b_i) over the requests i run on
@@ -234,6 +272,7 @@ def matched_log_ratio(
         baseline, candidate: ``side[j][p]``: positive per-request values (ms) of pair j, phase
             p, aligned: element i of both sides is the same request (same id). Equal lengths.
         confidence: two-sided, in (0, 1); resamples: ≥ 1000; seed: the generator's.
+        units: ``pair`` (the run pair) or ``phase`` (each pair's phases, module docstring).
 
     Returns:
         A ``log`` :class:`PairedEstimate`: ``point``/``low``/``high`` candidate/baseline
@@ -250,7 +289,7 @@ def matched_log_ratio(
         ratios = np.log(c_arr) - np.log(b_arr)
         return float(np.median(ratios)), _resampled(ratios, "p50", resamples, rng)
 
-    return _over_pairs(baseline, candidate, phase, confidence, resamples, seed)
+    return _over_pairs(baseline, candidate, phase, confidence, resamples, seed, units)
 
 
 def _random_effects(observed: np.ndarray, within: np.ndarray, confidence: float) -> PairedEstimate:
@@ -264,6 +303,55 @@ def _random_effects(observed: np.ndarray, within: np.ndarray, confidence: float)
     return PairedEstimate(
         "log", math.exp(mean), math.exp(mean - half), math.exp(mean + half), se, k,
         tuple(float(x) for x in observed), "random-effects",
+    )  # fmt: skip
+
+
+def phase_units(
+    changes: np.ndarray,
+    within: np.ndarray | None = None,
+    *,
+    scale: PairedScale = "log",
+    confidence: float = 0.95,
+) -> PairedEstimate:
+    """The estimate over phase units (module docstring, *phase units*) from d_jp.
+
+    Args:
+        changes: shape (k, P): d_jp of pair j, phase p (log-ratios for ``log``, differences in
+            the figure's unit otherwise), all finite.
+        within: shape (k, P): each unit's within-unit variance from its requests; ``None`` for
+            a per-run figure (no request floor).
+        scale: ``log`` maps the point and bounds by exp; confidence: two-sided, in (0, 1).
+
+    Returns:
+        ``point``: the mean of d_jp (mapped); ``se`` √(max(v̄, s²)/(kP)); ``df`` P(k − 1) when s²
+        sets the variance, else ``None``; ``per_pair`` the pair means; ``per_phase`` d_jp. One
+        pair (ν = 0) and no floor: the point alone.
+
+    Raises:
+        ValueError: not a (k, P) array of finite values with k, P ≥ 1, ``within`` of another
+            shape, or ``confidence`` outside (0, 1).
+    """
+    d = np.asarray(changes, dtype=float)
+    if d.ndim != 2 or d.size == 0 or not np.all(np.isfinite(d)):
+        raise ValueError(f"a (pairs, phases) array of finite changes needed (shape {d.shape})")
+    if within is not None and np.shape(within) != d.shape:
+        raise ValueError(f"within must have the changes' shape {d.shape}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1) (got {confidence})")
+    k, phases = d.shape
+    df = phases * (k - 1)
+    spread = float(((d - d.mean(axis=0)) ** 2).sum() / df) if df > 0 else 0.0
+    floor = float(np.mean(within)) if within is not None else 0.0
+    between = spread > floor and df > 0
+    se = math.sqrt(max(floor, spread) / (k * phases))
+    quantile = (t_quantile((1 + confidence) / 2, df) if between
+                else NormalDist().inv_cdf((1 + confidence) / 2))  # fmt: skip
+    mean, half = float(d.mean()), quantile * se
+    to = math.exp if scale == "log" else float
+    return PairedEstimate(
+        scale, to(mean), to(mean - half), to(mean + half), se, k,
+        tuple(float(x) for x in d.mean(axis=1)), "phase-units" if se > 0 else "point",
+        df if between else None, phases, tuple(tuple(float(x) for x in row) for row in d),
     )  # fmt: skip
 
 
@@ -296,23 +384,28 @@ def paired_figure(
                           tuple(float(x) for x in d), method)  # fmt: skip
 
 
-def mde(se: float, confidence: float, scale: PairedScale, power: float = POWER) -> float:
-    """The minimum detectable effect (module docstring): (z_{(1+c)/2} + z_power) · SE, as a
-    relative change (e^δ − 1) for ``log``, in the figure's unit for ``difference``.
+def mde(
+    se: float, confidence: float, scale: PairedScale, power: float = POWER, df: int | None = None
+) -> float:
+    """The minimum detectable effect (module docstring): (q_{(1+c)/2} + z_power) · SE, as a
+    relative change (e^δ − 1) for ``log``, in the figure's unit for ``difference``; q is the
+    normal quantile, or Student's t at ``df`` degrees of freedom when given.
 
     Raises:
-        ValueError: a negative ``se``, or ``confidence``/``power`` outside (0, 1).
+        ValueError: a negative ``se``, ``confidence``/``power`` outside (0, 1), ``df`` < 1.
     """
     if se < 0 or not 0 < confidence < 1 or not 0 < power < 1:
         raise ValueError(f"se ≥ 0, confidence and power in (0, 1) needed ({se}, {confidence})")
-    z = NormalDist().inv_cdf((1 + confidence) / 2) + NormalDist().inv_cdf(power)
+    level = (1 + confidence) / 2
+    q = NormalDist().inv_cdf(level) if df is None else t_quantile(level, df)
+    z = q + NormalDist().inv_cdf(power)
     delta = z * se
     return math.expm1(delta) if scale == "log" else delta
 
 
 def mde_after(estimate: PairedEstimate, confidence: float, extra_pairs: int = 1) -> float:
     """The MDE once ``extra_pairs`` more pairs are run, at the noise measured so far: SE scaled
-    by √(k/(k + extra)).
+    by √(k/(k + extra)); a t quantile's degrees of freedom grow by P per pair.
 
     Raises:
         ValueError: ``extra_pairs`` < 0 (and see :func:`mde`).
@@ -320,7 +413,9 @@ def mde_after(estimate: PairedEstimate, confidence: float, extra_pairs: int = 1)
     if extra_pairs < 0:
         raise ValueError(f"extra pairs must be ≥ 0 (got {extra_pairs})")
     k = estimate.pairs
-    return mde(estimate.se * math.sqrt(k / (k + extra_pairs)), confidence, estimate.scale)
+    df = None if estimate.df is None else estimate.df + estimate.phases * extra_pairs
+    se = estimate.se * math.sqrt(k / (k + extra_pairs))
+    return mde(se, confidence, estimate.scale, df=df)
 
 
 def tolerance_visible(tolerance: float, mde_value: float) -> bool:

@@ -20,6 +20,11 @@ it in every run:
 
 A phase whose server lacks a metric's family in some run makes the metric *missing* (never 0).
 Every other statistic stays information in compare.md's per-phase table.
+
+**The interval's unit.** When every run of the pairs was run phase by phase beside its pair's
+other run (``RunView.blocks == "phase"``, ``loadgen.turns``), each (pair, phase) is a unit
+(``analysis.gate_paired.phase_units``): a metric's per-phase changes, not only their mean per
+pair, enter its interval. Otherwise the run pair is the unit.
 """
 
 from __future__ import annotations
@@ -40,10 +45,13 @@ from analysis.gate_paired import (
     PAIRED_METRICS,
     PairedEstimate,
     PairedKind,
+    PairedScale,
+    Units,
     matched_log_ratio,
     mde,
     mde_after,
     paired_figure,
+    phase_units,
     tolerance_visible,
 )
 from analysis.latency import request_frame
@@ -111,11 +119,10 @@ def _figure_changes(
     cases: tuple[str, str],
     metric: RunMetric,
     kind: PairedKind,
-) -> tuple[list[float], int, str | None]:
-    """Per pair the pooled change of a per-run figure, the phases pooled, and the note of a
-    missing family (or ``None``)."""
-    changes = [0.0] * len(pairs)
-    used = 0
+) -> tuple[np.ndarray, str | None]:
+    """The per-phase changes of a per-run figure, shape (pairs, phases used: those with a value
+    on both sides of every pair), and the note of a missing family (or ``None``)."""
+    columns: list[list[float]] = []
     for phase in _phases(pairs[0][0], cases[0]):
         values = []
         for bv, cv in pairs:
@@ -123,20 +130,31 @@ def _figure_changes(
                 summary = view.cases.get(case)
                 lacking = [f for f in metric.families if summary and f in summary.missing_families]
                 if lacking:
-                    return [], 0, f"run {view.run_dir} lacks the server metric family {lacking[0]}"
+                    missing = f"run {view.run_dir} lacks the server metric family {lacking[0]}"
+                    return np.empty((len(pairs), 0)), missing
             values.append((phase_value(metric, bv, cases[0], phase),
                            phase_value(metric, cv, cases[1], phase)))  # fmt: skip
         if any(b is None or c is None for b, c in values):
             continue
         if kind.scale == "log" and any(b <= 0 or c <= 0 for b, c in values):  # type: ignore[operator]
             continue
-        used += 1
-        for j, (b, c) in enumerate(values):
-            assert b is not None and c is not None
-            changes[j] += math.log(c / b) if kind.scale == "log" else c - b
-    if used and kind.pool == "mean":
-        changes = [d / used for d in changes]
-    return changes, used, None
+        columns.append([math.log(c / b) if kind.scale == "log" else c - b  # type: ignore[operator]
+                        for b, c in values])  # fmt: skip
+    return np.array(columns, dtype=float).T.reshape(len(pairs), len(columns)), None
+
+
+def _figure_estimate(
+    changes: np.ndarray, kind: PairedKind, units: Units, confidence: float
+) -> PairedEstimate:
+    """A per-run figure's paired estimate from its per-phase changes (pairs, phases): pooled per
+    pair (mean, or sum over phases) for the run-pair unit; each (pair, phase) a unit otherwise,
+    a summed figure's units scaled by the phases so that their mean is the sum."""
+    scale: PairedScale = "log" if kind.scale == "log" else "difference"
+    if units == "phase":
+        scaled = changes * changes.shape[1] if kind.pool == "sum" else changes
+        return phase_units(scaled, None, scale=scale, confidence=confidence)
+    pooled = changes.sum(axis=1) if kind.pool == "sum" else changes.mean(axis=1)
+    return paired_figure(pooled.tolist(), scale=scale, confidence=confidence)
 
 
 def paired_pairs_needed(
@@ -174,7 +192,7 @@ def _classified(
     neutral = 1.0 if est.scale == "log" else 0.0
     better: Better = "lower" if kind.better == "lower" else "higher"
     klass = classify(est.low, est.high, neutral=neutral, tolerance=tolerance, better=better)
-    seen = mde(est.se, confidence, est.scale)  # type: ignore[arg-type]
+    seen = mde(est.se, confidence, est.scale, df=est.df)  # type: ignore[arg-type]
     note, extra = "", None
     if klass == "inconclusive":
         extra, note = paired_pairs_needed(est, tolerance, kind.better, confidence)
@@ -186,6 +204,8 @@ def _classified(
         change=est.point, low=est.low, high=est.high, se=est.se, pairs=est.pairs,
         per_pair=list(est.per_pair), method=est.method, classification=klass, mde=seen,
         mde_next=mde_after(est, confidence), extra_pairs=extra, note=note,
+        units="phase" if est.per_phase else "pair", df=est.df,
+        per_phase=[list(row) for row in est.per_phase],
     )  # fmt: skip
 
 
@@ -202,6 +222,7 @@ def paired_key_metrics(
         CompareError: the sides' runs are not one gate's pairs (:func:`paired_runs`).
     """
     pairs = paired_runs(baseline, candidate)
+    units: Units = "phase" if all(v.blocks == "phase" for p in pairs for v in p) else "pair"
     by_name = {m.name: m for m in RUN_METRICS}
     out: list[PairedMetric] = []
     for b_case, c_case in cases.items():
@@ -213,18 +234,18 @@ def paired_key_metrics(
                 if not base or not base[0]:
                     continue
                 est = matched_log_ratio(base, cand, confidence=gate.confidence,
-                                        resamples=gate.resamples, seed=gate.seed)  # fmt: skip
+                                        resamples=gate.resamples, seed=gate.seed,
+                                        units=units)  # fmt: skip
             else:
-                changes, used, missing = _figure_changes(pairs, names, by_name[name], kind)
+                changes, missing = _figure_changes(pairs, names, by_name[name], kind)
                 if missing:
                     out.append(PairedMetric(case=b_case, metric=name, scale=kind.scale,
                                             better=kind.better, tolerance=tolerance,
                                             pairs=len(pairs), classification="missing",
                                             note=missing))  # fmt: skip
                     continue
-                if not used:
+                if not changes.shape[1]:
                     continue
-                est = paired_figure(changes, scale="log" if kind.scale == "log" else "difference",
-                                    confidence=gate.confidence)  # fmt: skip
+                est = _figure_estimate(changes, kind, units, gate.confidence)
             out.append(_classified(name, b_case, est, tolerance, kind, gate.confidence))
     return out

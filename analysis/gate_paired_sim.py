@@ -14,6 +14,15 @@ takes μ_p · effect · e^{s_j + r + u_i + w}: u_i ~ N(0, σ_item²) is the requ
 (log-normal latencies, as the measured TTFT of a phase). The candidate's ``effect`` is the
 true ratio. The matched estimator cancels u_i; the per-side medians see it on each side.
 
+**Blocks: whole runs or phases.** With whole-run blocks (``blocks="run"``, the model above) a
+side's run shift r is its own: its phases run minutes from the other side's. With phase blocks
+(``blocks="phase"``: a gate pair's runs go phase by phase, ``loadgen.turns``) the two sides'
+phase p run seconds apart, so the machine's shift is common to the *phase pair*: per pair j and
+phase p a draw q_jp ~ N(0, σ_run²) shared by both sides (drift common to both sides within a
+block, different between blocks; the blocks are now phases). In both, each side's phase adds
+its own N(0, σ_phase²) that nothing cancels (σ_phase 0: not drawn, so the old draws stay).
+The gate decides phase blocks with phase units (``analysis.gate_paired.phase_units``).
+
 ``python -m analysis.gate_paired_sim`` writes docs/gate-paired.md from these simulations
 (seeded: the same page every time).
 """
@@ -28,7 +37,7 @@ from statistics import NormalDist
 import numpy as np
 
 from analysis.compare_stats import Classification, bootstrap_ratio_runs, classify
-from analysis.gate_paired import PairedEstimate, matched_log_ratio, mde, paired_log_ratio
+from analysis.gate_paired import PairedEstimate, Units, matched_log_ratio, mde, paired_log_ratio
 from analysis.gate_sequential import look_confidence, planned_looks
 
 Side = list[np.ndarray]  # one array of per-request values per phase
@@ -44,6 +53,7 @@ class Machine:
         sigma_block: log-s.d. of the machine's speed between block pairs (σ_block).
         sigma_run: log-s.d. of a run's own residual shift (σ_run).
         requests: requests per phase (m); phase_ms: each phase's median latency μ_p.
+        sigma_phase: log-s.d. of each side's phase's own shift, cancelled by no block (σ_phase).
     """
 
     sigma_request: float = 0.45
@@ -52,11 +62,13 @@ class Machine:
     requests: int = 48
     phase_ms: tuple[float, ...] = (400.0, 120.0, 300.0, 250.0, 130.0)
     sigma_item: float = 0.0
+    sigma_phase: float = 0.0
 
 
 @dataclass
 class Blocks:
-    """The runs of one simulated gate, a pair at a time: ``base[j][p]``, ``cand[j][p]``."""
+    """The runs of one simulated gate, a pair at a time: ``base[j][p]``, ``cand[j][p]``;
+    ``blocks``: ``run`` (whole runs in turn) or ``phase`` (phase by phase, module docstring)."""
 
     machine: Machine
     effect: float
@@ -64,6 +76,7 @@ class Blocks:
     base: list[Side] = field(default_factory=list)
     cand: list[Side] = field(default_factory=list)
     items: np.ndarray | None = None
+    blocks: str = "run"
 
     def add_pair(self, _k: int = 0) -> None:
         """Run one more block pair (both sides at the pair's machine speed, the same
@@ -74,22 +87,28 @@ class Blocks:
             self.items = (self.rng.normal(0.0, m.sigma_item, shape) if m.sigma_item > 0
                           else np.zeros(shape))  # fmt: skip
         speed = self.rng.normal(0.0, m.sigma_block)
+        phases = len(m.phase_ms)
+        common = self.rng.normal(0.0, m.sigma_run, phases) if self.blocks == "phase" else None
         for side, effect in ((self.base, 1.0), (self.cand, self.effect)):
-            shift = speed + self.rng.normal(0.0, m.sigma_run)
+            shifts = speed + (common if common is not None
+                              else np.full(phases, self.rng.normal(0.0, m.sigma_run)))  # fmt: skip
+            if m.sigma_phase > 0:
+                shifts = shifts + self.rng.normal(0.0, m.sigma_phase, phases)
             side.append([
                 mu * effect * np.exp(shift + u + self.rng.normal(0.0, m.sigma_request, m.requests))
-                for mu, u in zip(m.phase_ms, self.items, strict=True)
+                for mu, u, shift in zip(m.phase_ms, self.items, shifts, strict=True)
             ])  # fmt: skip
 
 
 def estimate(
     blocks: Blocks, confidence: float, resamples: int = 1000, *, matched: bool = True
 ) -> PairedEstimate:
-    """The pooled TTFT-p50-like key metric of ``blocks``: the matched estimator (the gate's)
-    or, ``matched=False``, the per-side medians."""
+    """The pooled TTFT-p50-like key metric of ``blocks``: the matched estimator (the gate's;
+    phase units for phase blocks) or, ``matched=False``, the per-side medians."""
     if matched:
+        units: Units = "phase" if blocks.blocks == "phase" else "pair"
         return matched_log_ratio(blocks.base, blocks.cand, confidence=confidence,
-                                 resamples=resamples)  # fmt: skip
+                                 resamples=resamples, units=units)  # fmt: skip
     return paired_log_ratio(blocks.base, blocks.cand, "p50", confidence=confidence,
                             resamples=resamples)  # fmt: skip
 
@@ -141,12 +160,16 @@ def _paired_look(blocks: Blocks, confidence: float, tolerance: float) -> Classif
 
 
 #: ``matched``: per-request log-ratios (the gate's); ``paired``: per-side medians of each
-#: block pair; ``unpaired``: per-phase pooled runs (``loadgen compare``).
+#: block pair; ``unpaired``: per-phase pooled runs (``loadgen compare``); ``phase-units``: the
+#: matched estimator on phase blocks, each phase pair a unit (``loadgen gate``'s default).
 ESTIMATORS: dict[str, Look] = {
     "matched": _matched_look,
     "paired": _paired_look,
     "unpaired": unpaired_class,
+    "phase-units": _matched_look,
 }
+#: The blocks each estimator's gate runs in.
+BLOCKS = {"phase-units": "phase"}
 
 
 @dataclass(frozen=True)
@@ -172,7 +195,8 @@ def sequential_gate(
     look at the Bonferroni confidence (``gate_sequential``), decided by ``estimator``."""
     look = ESTIMATORS[estimator]
     level = look_confidence(confidence, planned_looks(first, most))
-    blocks = Blocks(machine, effect, np.random.default_rng(seed))
+    blocks = Blocks(machine, effect, np.random.default_rng(seed),
+                    blocks=BLOCKS.get(estimator, "run"))  # fmt: skip
     for _ in range(first):
         blocks.add_pair()
     while True:
@@ -206,29 +230,32 @@ def interval_widths(
     return float(np.median(matched)), float(np.median(paired)), float(np.median(unpaired))
 
 
-def predicted_mde(machine: Machine, pairs: int, gates: int, confidence: float) -> float:
-    """The MDE a gate of ``pairs`` pairs reports (median over ``gates`` A/A gates), relative."""
+def predicted_mde(
+    machine: Machine, pairs: int, gates: int, confidence: float, blocks: str = "run"
+) -> float:
+    """The MDE a gate of ``pairs`` pairs in ``blocks`` reports (median over ``gates`` A/A
+    gates), relative."""
     values = []
     for seed in range(gates):
-        blocks = Blocks(machine, 1.0, np.random.default_rng(10_000 + seed))
+        run = Blocks(machine, 1.0, np.random.default_rng(10_000 + seed), blocks=blocks)
         for _ in range(pairs):
-            blocks.add_pair()
-        est = estimate(blocks, confidence)
-        values.append(mde(est.se, confidence, "log"))
+            run.add_pair()
+        est = estimate(run, confidence)
+        values.append(mde(est.se, confidence, "log", df=est.df))
     return float(np.median(values))
 
 
 def detection_rate(
-    machine: Machine, pairs: int, effect: float, gates: int, confidence: float
+    machine: Machine, pairs: int, effect: float, gates: int, confidence: float, blocks: str = "run"
 ) -> float:
-    """Share of ``gates`` one-look gates of ``pairs`` pairs whose paired interval lies wholly
-    above 1 (the change is seen) when the true ratio is ``effect``."""
+    """Share of ``gates`` one-look gates of ``pairs`` pairs in ``blocks`` whose paired
+    interval lies wholly above 1 (the change is seen) when the true ratio is ``effect``."""
     seen = 0
     for seed in range(gates):
-        blocks = Blocks(machine, effect, np.random.default_rng(20_000 + seed))
+        blocks_run = Blocks(machine, effect, np.random.default_rng(20_000 + seed), blocks=blocks)
         for _ in range(pairs):
-            blocks.add_pair()
-        est = estimate(blocks, confidence)
+            blocks_run.add_pair()
+        est = estimate(blocks_run, confidence)
         seen += est.low > 1.0
     return seen / gates
 
@@ -243,13 +270,17 @@ def wilson(hits: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
 
 
 def gate_table(
-    machine: Machine, effects: Sequence[float], gates: int, tolerance: float
+    machine: Machine,
+    effects: Sequence[float],
+    gates: int,
+    tolerance: float,
+    estimators: Sequence[str] = tuple(ESTIMATORS),
 ) -> list[tuple[str, float, int, int, int, float]]:
     """Rows (estimator, effect, decided correctly, false regression, undecided, mean pairs)."""
     rows = []
     for effect in effects:
         want: Classification = "no change" if effect == 1.0 else "regression"
-        for name in ESTIMATORS:
+        for name in estimators:
             runs = [sequential_gate(s, machine, effect, name, tolerance=tolerance)
                     for s in range(gates)]  # fmt: skip
             right = sum(r.classification == want for r in runs)

@@ -243,6 +243,9 @@ async def execute_plan(
 
 
 async def _stop_unless_kept(server: RunningServer, kept: KeptServers | None) -> None:
-    """Stop ``server`` (shielded from cancellation) unless ``kept`` keeps it for later runs."""
+    """Stop ``server`` (shielded from cancellation) unless ``kept`` keeps it for later runs;
+    a kept one is released (``KeptServers.release``: idle, it may be stopped to make room)."""
     if kept is None or not kept.owns(server):
         await asyncio.shield(asyncio.to_thread(server.stop))
+    else:
+        kept.release(server)

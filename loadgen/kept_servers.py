@@ -14,10 +14,13 @@ and a log that goes on growing in it would break the seal.
 
 Kept servers add up: a gate on a scenario with two cases keeps four servers, and on a small
 machine the kernel's OOM killer then takes one mid-run. Before starting a server, the sides'
-shared :class:`ServerMemory` stops the least recently used kept servers (of either side) until
-the machine's available memory covers the new server's estimate
+shared :class:`ServerMemory` stops the least recently used *idle* kept servers (of either
+side) until the machine's available memory covers the new server's estimate
 (:func:`server_bytes`) and :data:`HEADROOM_BYTES`; a stopped one is started again when its
-case comes round.
+case comes round. A server is in use from :meth:`KeptServers.open` until its run lets it go
+(:meth:`KeptServers.release`): a gate pair runs both sides' runs at once, phase by phase
+(``loadgen.turns``), and the server the other side is between two phases on must not be
+stopped under it.
 """
 
 from __future__ import annotations
@@ -85,11 +88,11 @@ class ServerMemory:
         return next(self._tick)
 
     def make_room(self, need: int, hooks: RunHooks) -> None:
-        """Stop kept servers, least recently used first, until ``need`` + :data:`HEADROOM_BYTES`
-        bytes are available or none is left (then the start goes ahead; vLLM says if it
-        cannot allocate)."""
+        """Stop idle kept servers (none a run is using), least recently used first, until
+        ``need`` + :data:`HEADROOM_BYTES` bytes are available or none is left (then the start
+        goes ahead; vLLM says if it cannot allocate)."""
         while (free := self._available()) < need + HEADROOM_BYTES:
-            owned = [(o.last_use(k), o, k) for o in self._owners for k in o.kept_keys()]
+            owned = [(o.last_use(k), o, k) for o in self._owners for k in o.idle_keys()]
             if not owned:
                 return
             _, owner, key = min(owned, key=lambda t: t[0])
@@ -113,6 +116,7 @@ class KeptServers:
         self._root = root
         self._servers: dict[str, RunningServer] = {}
         self._used: dict[str, int] = {}
+        self._in_use: set[str] = set()
         self._started = 0
         self._memory = memory or ServerMemory()
         self._memory.join(self)
@@ -120,6 +124,15 @@ class KeptServers:
     def kept_keys(self) -> list[str]:
         """The configs (keys) of the servers kept now."""
         return list(self._servers)
+
+    def idle_keys(self) -> list[str]:
+        """The configs (keys) of the kept servers no run is using now."""
+        return [k for k in self._servers if k not in self._in_use]
+
+    def release(self, server: RunningServer) -> None:
+        """A run is done with ``server`` (it moved to another config, or ended): it may be
+        stopped to make room from now on. A server not kept here is ignored."""
+        self._in_use.difference_update(k for k, s in self._servers.items() if s is server)
 
     def last_use(self, key: str) -> int:
         """When the server of ``key`` was last taken (the shared use counter)."""
@@ -129,6 +142,7 @@ class KeptServers:
         """Stop the kept server of ``key`` and forget it; returns its URL."""
         server = self._servers.pop(key)
         del self._used[key]
+        self._in_use.discard(key)
         server.stop()
         return server.url
 
@@ -138,7 +152,8 @@ class KeptServers:
 
     async def open(self, case: CaseSpec, hooks: RunHooks) -> RunningServer:
         """The running server of ``case``'s config, or a new one (its files in
-        ``root/server-N``) kept from now on; a kept one that exited is started again.
+        ``root/server-N``) kept from now on; a kept one that exited is started again. It is in
+        use (never stopped to make room) until :meth:`release`.
 
         Raises:
             Exception: what ``loadgen.case.starts.open_server`` raises.
@@ -147,6 +162,7 @@ class KeptServers:
         server = self._servers.get(key)
         if server is not None and server.exit_code() is None:
             self._used[key] = self._memory.now()
+            self._in_use.add(key)
             hooks.message(f"case {case.name}: kept server {server.url} (prefix cache reset)")
             return server
         if server is not None:
@@ -156,10 +172,12 @@ class KeptServers:
         server = await open_server(case, self._root / f"server-{self._started}", hooks)
         self._servers[key] = server
         self._used[key] = self._memory.now()
+        self._in_use.add(key)
         return server
 
     def stop_all(self) -> None:
         """Stop every kept server (each its process group)."""
         servers, self._servers, self._used = list(self._servers.values()), {}, {}
+        self._in_use.clear()
         for server in servers:
             server.stop()

@@ -40,15 +40,18 @@ def make_console() -> Console:
 class RichProgress:
     """Builds :class:`RunHooks` that draw on ``console`` (stderr by default)."""
 
-    def __init__(self, console: Console | None = None) -> None:
+    def __init__(self, console: Console | None = None, label: str = "") -> None:
+        """``label``: put before every line (a gate pair's two runs share one console)."""
         self.console = console or make_console()
+        self._label = escape(label)
         self._status: Status | None = None
         self._progress: Progress | None = None
         self._task: TaskID | None = None
         self._failed = 0
 
     def _server_status(self, elapsed_s: float, last_line: str) -> None:
-        text = f"starting vLLM… {elapsed_s:.0f} s  [dim]{escape(last_line[-90:])}[/dim]"
+        shown = escape(last_line[-90:])
+        text = f"{self._label}starting vLLM… {elapsed_s:.0f} s  [dim]{shown}[/dim]"
         if self._status is None:
             self._status = self.console.status(text)
             self._status.start()
@@ -65,7 +68,7 @@ class RichProgress:
         cap = server.capacity
         startup = f", started in {server.startup_s:.0f} s" if server.startup_s else ""
         self.console.print(
-            f"[bold]case {case.name}[/bold]: {server.url}, vLLM {server.version}, "
+            f"{self._label}[bold]case {case.name}[/bold]: {server.url}, vLLM {server.version}, "
             f"KV capacity {cap.tokens if cap else '?'} tokens{startup}"
             + (f" ({escape(server.capacity_error)})" if server.capacity_error else "")
         )
@@ -83,7 +86,8 @@ class RichProgress:
             transient=False,
         )
         self._progress.start()
-        self._task = self._progress.add_task(f"{case}/{phase}", total=n, failed=0)
+        shown = escape(f"{self._label}{case}/{phase}")
+        self._task = self._progress.add_task(shown, total=n, failed=0)
 
     def _request_done(self, record: RequestRecord) -> None:
         if record.status == "error":
@@ -102,11 +106,11 @@ class RichProgress:
 
     def _message(self, text: str) -> None:
         self._stop_status()
-        self.console.print(f"[yellow]{escape(text)}[/yellow]")
+        self.console.print(f"{self._label}[yellow]{escape(text)}[/yellow]")
 
     def _figure(self, text: str) -> None:
         # Between phases (no bar is live then): a figure measured or resolved at run time.
-        self.console.print(f"  [cyan]{escape(text)}[/cyan]")
+        self.console.print(f"  {self._label}[cyan]{escape(text)}[/cyan]")
 
     def hooks(self) -> RunHooks:
         return RunHooks(

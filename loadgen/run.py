@@ -155,6 +155,8 @@ async def _plan_and_execute(
         except BaseException:
             if kept is None or not kept.owns(server):
                 await asyncio.shield(asyncio.to_thread(server.stop))
+            else:
+                kept.release(server)
             raise
         return await execute_plan(
             plan, run_dir, hooks, first_server=server, workers=workers, kv_events=kv_events,
@@ -185,6 +187,7 @@ async def run_scenario(
     workers: WorkersConfig | None = None,
     kept: KeptServers | None = None,
     transform: Callable[[Plan], Plan] | None = None,
+    interleaved: dict[str, Any] | None = None,
 ) -> RunResult:
     """Run ``scenario`` with validated ``params`` into ``run_dir`` (raw files and ``run.json``).
 
@@ -195,7 +198,9 @@ async def run_scenario(
     The caller then builds the report and writes the manifest (``loadgen.cli.run_and_report``).
     ``workers`` spreads the load over worker processes or Ray actors (default: this process
     alone); ``kept`` runs on servers kept across runs (``loadgen.kept_servers``: a gate's);
-    ``transform`` changes the plan once it is made (``_plan_and_execute``).
+    ``transform`` changes the plan once it is made (``_plan_and_execute``); ``interleaved``
+    says, in ``run.json``, that a gate ran it phase by phase beside another run
+    (``RunInfo.interleaved``; the turns themselves come from ``hooks.between_phases``).
 
     Raises:
         RunWriteError: the run directory or the first ``run.json`` could not be written
@@ -218,6 +223,7 @@ async def run_scenario(
         model_variant=model_variant_of(scenario, params),
         load_generator=workers.describe(),
         status="running",
+        interleaved=interleaved,
     )
     write_json(run_dir / RUN_FILE, run_info)
     reserve = SpaceReserve(run_dir)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from loadgen.records import RequestRecord
@@ -27,6 +27,9 @@ class RunHooks:
     on_message: Callable[[str], None] | None = None
     #: a figure measured or resolved at run time, as one line of text
     on_figure: Callable[[str], None] | None = None
+    #: (case, phase): awaited after each phase ends (its line written), before anything
+    #: else of the run; a gate pair's runs hand their turn over here (``loadgen.turns``)
+    between_phases: Callable[[str, str], Awaitable[None]] | None = None
 
     def message(self, text: str) -> None:
         if self.on_message is not None:

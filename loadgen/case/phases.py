@@ -95,6 +95,7 @@ class PhaseTally:
 
 async def run_phases(run: CaseRun, phases: tuple[PhaseSpec, ...], scraper: ScraperProcess) -> None:
     """Run ``phases`` in order; when the server goes away, the rest are recorded unsent.
+    After each phase that ended, the hooks' ``between_phases`` is awaited (a gate pair's turn).
 
     Raises:
         ServerGone: the server died or stopped answering.
@@ -106,6 +107,8 @@ async def run_phases(run: CaseRun, phases: tuple[PhaseSpec, ...], scraper: Scrap
         except ServerGone:
             _account_phases_not_run(run, phases[k + 1 :])
             raise
+        if run.hooks.between_phases is not None:
+            await run.hooks.between_phases(run.case.name, phase.name)
 
 
 async def run_one_phase(run: CaseRun, planned: PhaseSpec, scraper: ScraperProcess) -> None:

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -19,7 +20,7 @@ from rich.markup import escape
 from loadgen.cli.compare import compare_exit_code, fail_compare
 from loadgen.cli.run_and_report import check_out_dir, new_run_dir, run_and_report
 from loadgen.cli.scenario_commands import ScenarioGroup, nominal_check
-from loadgen.runformat.layout import GATE_SIDES, LOOKS_FILE, gate_run_dir
+from loadgen.runformat.layout import GATE_SIDES, LOOKS_FILE, PAIRS_FILE, gate_run_dir
 from server.cli_options import ModelOptions
 from server.frozen import FrozenModel
 from server.net.exit_codes import GateExit, code_lines
@@ -118,6 +119,12 @@ class GateParams(FrozenModel):
     )
     order: Literal["abba", "abab"] = Field(
         default="abba", description="abba: A B B A … (cancels linear drift); abab."
+    )
+    blocks: Literal["phase", "run"] = Field(
+        default="phase",
+        description="phase: both runs of a pair at once, one phase a side in turn (A B, B A "
+        "… per phase; each side on its own servers), the phase pair the interval's unit; "
+        "run: whole runs in turn.",
     )
     candidate_vllm_args: str | None = Field(
         default=None, description="Extra vLLM arguments for the candidate only."
@@ -291,26 +298,12 @@ def run_gate(
 
     repeats, transforms = gate.repeats, transforms or {}
     started_s = time.monotonic()
-    seen = dict.fromkeys(GATE_SIDES, 0)
     order = gate_order(repeats, gate.order)
-    console.print(f"gate {out}: {' '.join('A' if s == 'baseline' else 'B' for s in order)}")
-
-    def run_side(side: str) -> None:
-        seen[side] += 1
-        run_dir = gate_run_dir(out, side, seen[side])
-        # A run that did not end ok stops the gate with its own code, never 1 (a regression).
-        status, report = run_and_report(scenario, sides[side], run_dir, None,
-                                        GateExit.RUN_NOT_OK, kept.get(side),
-                                        transforms.get(side))  # fmt: skip
-        if status != "ok":
-            shown = escape(str(run_dir))
-            console.print(f"[red]{side} run {shown} ended {status}: the gate stops[/red]")
-            sys.exit(GateExit.RUN_NOT_OK)
-        if report is None:  # complete records, but the analysis cannot read them
-            fail_compare(f"the report of {side} run {run_dir} failed (said above)")
-
-    for side in order:
-        run_side(side)
+    shown_order = " ".join("A" if s == "baseline" else "B" for s in order)
+    console.print(f"gate {out}: {shown_order} ({gate.blocks} blocks)")
+    run_pair = _pair_runner(scenario, gate, sides, out, kept, console, transforms)
+    for i in range(repeats):
+        run_pair(order[2 * i : 2 * i + 2])
 
     def compare(confidence: float | None = None) -> int:
         return compare_exit_code(out / GATE_SIDES[0], out / GATE_SIDES[1], out, gate.gate,
@@ -319,11 +312,54 @@ def run_gate(
 
     if not gate.sequential:
         return compare()
-    return _until_decided(out, gate, run_side, compare, console, started_s)
+    return _until_decided(out, gate, run_pair, compare, console, started_s)
+
+
+def _pair_runner(
+    scenario: Scenario, gate: GateParams, sides: dict[str, Any], out: Path,
+    kept: dict[str, KeptServers], console: Console, transforms: Mapping[str, PlanTransform],
+) -> Callable[[list[str]], None]:  # fmt: skip
+    """A function that runs the gate's next pair, its sides in the given order: whole runs in
+    turn (``--blocks run``) or both runs phase by phase (``loadgen.cli.gate_pair``); each
+    pair's line goes to ``pairs.jsonl``. A run that did not end ok stops the gate with
+    ``GateExit.RUN_NOT_OK``, never 1 (a regression); a report that failed, with
+    ``CompareExit.CANNOT_COMPARE``."""
+    from loadgen.cli.gate_pair import run_pair_and_report
+
+    done = [0]
+
+    def check(side: str, run_dir: Path, status: str, report: object) -> None:
+        if status != "ok":
+            shown = escape(str(run_dir))
+            console.print(f"[red]{side} run {shown} ended {status}: the gate stops[/red]")
+            sys.exit(GateExit.RUN_NOT_OK)
+        if report is None:  # complete records, but the analysis cannot read them
+            fail_compare(f"the report of {side} run {run_dir} failed (said above)")
+
+    def run_pair(order: list[str]) -> None:
+        done[0] += 1
+        dirs = {side: gate_run_dir(out, side, done[0]) for side in order}
+        line: dict[str, Any] = {"pair": done[0], "blocks": gate.blocks, "first": order[0]}
+        if gate.blocks == "run":
+            for side in order:
+                status, report = run_and_report(scenario, sides[side], dirs[side], None,
+                                                GateExit.RUN_NOT_OK, kept.get(side),
+                                                transforms.get(side))  # fmt: skip
+                check(side, dirs[side], status, report)
+        else:
+            ended, turns = run_pair_and_report(scenario, sides, dirs, order[0], console,
+                                               GateExit.RUN_NOT_OK, kept, transforms)  # fmt: skip
+            line["turns"] = [[t.side, t.phase] for t in turns]
+            for side in order:
+                check(side, dirs[side], *ended[side])
+        with (out / PAIRS_FILE).open("a", encoding="utf-8") as f:
+            f.write(json.dumps(line) + "\n")
+
+    return run_pair
 
 
 def _until_decided(
-    out: Path, gate: GateParams, run_side: Callable[[str], None],
+    out: Path, gate: GateParams, run_pair: Callable[[list[str]], None],
     compare: Callable[[float], int], console: Console, started_s: float,
 ) -> int:  # fmt: skip
     """Add pairs in the gate's order until decided (``analysis.gate_sequential``)."""
@@ -332,8 +368,7 @@ def _until_decided(
     from loadgen.run import gate_order
 
     def add_pair(k: int) -> None:
-        for side in gate_order(k, gate.order)[-2:]:
-            run_side(side)
+        run_pair(gate_order(k, gate.order)[-2:])
 
     def look(confidence: float) -> Any:
         compare(confidence)

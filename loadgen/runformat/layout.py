@@ -135,6 +135,8 @@ COMPARE_MD = "compare.md"
 COMPARE_JSON = "compare.json"
 COMPARE_HTML = "compare.html"
 LOOKS_FILE = "looks.jsonl"
+#: A gate's pairs, one line each: the blocks they ran in and, phase by phase, the turns taken.
+PAIRS_FILE = "pairs.jsonl"
 #: A gate's two sides, each a directory of runs ``run-K`` (K from 1).
 GATE_SIDES = ("baseline", "candidate")
 

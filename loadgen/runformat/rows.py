@@ -383,6 +383,10 @@ class RunInfo(msgspec.Struct, kw_only=True):
         status: ``running``, then ``ok``, ``failed`` or ``interrupted``.
         error: why the run failed.
         wall_s: the run's duration (s).
+        interleaved: set when a gate ran this run phase by phase beside the other side's run
+            of its pair (``loadgen.turns``): ``blocks`` (``phase``), ``pair`` (N of
+            ``run-N``), ``first`` (the side whose turn came first), ``with`` (the other run,
+            ``SIDE/run-N``); ``None`` for a run on its own.
     """
 
     format_version: int = 0
@@ -396,6 +400,7 @@ class RunInfo(msgspec.Struct, kw_only=True):
     status: RunStatus | None = None
     error: str | None = None
     wall_s: float | None = None
+    interleaved: dict[str, Any] | None = None
 
 
 class ManifestFile(msgspec.Struct, kw_only=True):

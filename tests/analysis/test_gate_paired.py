@@ -15,6 +15,7 @@ from analysis.gate_paired import (
     mde_after,
     paired_figure,
     paired_log_ratio,
+    phase_units,
 )
 from analysis.gate_paired_sim import (
     Machine,
@@ -30,6 +31,12 @@ DRIFTING = Machine(sigma_request=0.30, sigma_block=0.15, sigma_run=0.02)
 #: The same drift with requests of their own size: log-s.d. 0.40 common to both sides (the same
 #: request), 0.15 fresh on each side (a per-request log-ratio s.d. of 0.15·√2 = 0.21).
 MATCHED = Machine(sigma_item=0.40, sigma_request=0.15, sigma_block=0.15, sigma_run=0.02)
+#: A machine whose drift within a pair's minutes matters (a run's shift log-s.d. 0.06, so two
+#: runs minutes apart differ by about 0.085, as the per-pair changes of a real whole-run gate
+#: did), with each side's phase shifted by its own 0.03 that no block cancels. Whole-run
+#: blocks keep the 0.06 between the sides; phase blocks share it within each phase pair.
+PHASED = Machine(sigma_item=0.40, sigma_request=0.15, sigma_block=0.15, sigma_run=0.06,
+                 sigma_phase=0.03)  # fmt: skip
 TOLERANCE = 0.07
 
 # Two pairs of one phase, five requests each, element i the same request on both sides.
@@ -163,4 +170,69 @@ def test_mde_within_a_factor_1_5_of_the_simulated_one() -> None:
     delta = math.log1p(stated)
     below = detection_rate(MATCHED, 4, math.exp(delta / 1.5), 100, 0.95)
     above = detection_rate(MATCHED, 4, math.exp(delta * 1.5), 100, 0.95)
+    assert below < 0.8 < above, (stated, below, above)
+
+
+def test_phase_units_by_hand() -> None:
+    # Two pairs of two phases: d = [[0.1, 0.0], [0.3, 0.2]]. Phase means 0.2 and 0.1, residuals
+    # ±0.1 each: s² = 4 × 0.01 / (2 × (2 − 1)) = 0.02 on ν = 2; SE = √(0.02 / 4) = 0.070711.
+    # No request floor (a per-run figure): t₀.₉₇₅ at ν = 2 is 4.302653, half = 4.302653 ×
+    # 0.070711 = 0.304243.
+    d = np.array([[0.1, 0.0], [0.3, 0.2]])
+    est = phase_units(d, None, scale="difference", confidence=0.95)
+    assert est.point == pytest.approx(0.15)
+    assert est.se == pytest.approx(math.sqrt(0.005))
+    assert (est.df, est.phases, est.pairs) == (2, 2, 2)
+    assert (est.low, est.high) == pytest.approx((0.15 - 0.304243, 0.15 + 0.304243), abs=2e-6)
+    assert est.per_pair == pytest.approx((0.05, 0.25))
+    assert est.per_phase == ((0.1, 0.0), (0.3, 0.2))
+    # A request floor above s² sets the variance: v̄ = 0.05, SE = √(0.05 / 4) = 0.111803, and
+    # the normal quantile (1.959964): the log-ratio 0.15 ± 0.219131, mapped by exp.
+    est = phase_units(d, np.full((2, 2), 0.05), confidence=0.95)
+    assert est.df is None and est.se == pytest.approx(0.111803, abs=1e-6)
+    assert (est.low, est.high) == pytest.approx((math.exp(-0.069131), math.exp(0.369131)))
+    # The MDE uses t at ν when s² decides: (4.302653 + 0.841621) × 0.070711 = 0.363757.
+    assert mde(0.070711, 0.95, "difference", df=2) == pytest.approx(0.363757, abs=2e-6)
+    with pytest.raises(ValueError, match="pairs, phases"):
+        phase_units(np.array([0.1, 0.2]))
+
+
+def test_matched_phase_units_pool_the_same_point_as_pair_units() -> None:
+    # The point is the mean over pairs and phases either way; only the unit of the spread
+    # differs. Two pairs of two phases made of BASE/CAND's two one-phase pairs.
+    two_phase_b = [[BASE[0][0], BASE[1][0]], [BASE[1][0], BASE[0][0]]]
+    two_phase_c = [[CAND[0][0], CAND[1][0]], [CAND[1][0], CAND[0][0]]]
+    pair = matched_log_ratio(two_phase_b, two_phase_c)
+    phase = matched_log_ratio(two_phase_b, two_phase_c, units="phase")
+    assert phase.point == pytest.approx(pair.point)
+    assert phase.phases == 2 and len(phase.per_phase) == 2 and pair.per_phase == ()
+
+
+def test_phase_units_decide_a_over_a_and_15_percent_in_fewer_pairs_than_run_pairs() -> None:
+    # The same machine (PHASED), gates of 2 to 6 pairs at 99 % a look, 7 % tolerance: whole-run
+    # blocks decided over run pairs against phase blocks decided over phase pairs.
+    for effect, want in ((1.0, "no change"), (1.15, "regression")):
+        runs = {name: [sequential_gate(s, PHASED, effect, name, tolerance=TOLERANCE)
+                       for s in range(12)] for name in ("matched", "phase-units")}  # fmt: skip
+        pairs = {k: float(np.mean([r.pairs for r in v])) for k, v in runs.items()}
+        right = {k: sum(r.classification == want for r in v) for k, v in runs.items()}
+        print(effect, pairs, right)
+        assert pairs["phase-units"] < pairs["matched"], (effect, pairs)
+        assert right["phase-units"] >= 11 and right["phase-units"] >= right["matched"], right
+
+
+def test_phase_unit_false_alarms_over_200_a_over_a_gates_within_the_bound() -> None:
+    runs = [sequential_gate(s, PHASED, 1.0, "phase-units", tolerance=TOLERANCE)
+            for s in range(200)]  # fmt: skip
+    false = sum(r.classification == "regression" for r in runs)
+    print("false regressions", false, "of 200")
+    assert false <= 5, false
+
+
+def test_phase_unit_mde_within_a_factor_1_5_of_the_simulated_one() -> None:
+    stated = predicted_mde(PHASED, 2, 40, 0.95, "phase")
+    delta = math.log1p(stated)
+    below = detection_rate(PHASED, 2, math.exp(delta / 1.5), 100, 0.95, "phase")
+    above = detection_rate(PHASED, 2, math.exp(delta * 1.5), 100, 0.95, "phase")
+    print(stated, below, above)
     assert below < 0.8 < above, (stated, below, above)

@@ -9,6 +9,7 @@ give a log-ratio of 0 for every request, so no within- and no between-pair varia
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -30,8 +31,12 @@ from tests.support.synthetic_run import build_run as build_unsealed_run
 SMALL_GATE = "min_samples = 4\nmin_tail_samples = 1\n[paired]\nttft_ms = 0.4\ntpot_ms = 0.4\n"
 
 
-def _run(run_dir: Path, slower: float = 1.0) -> None:
+def _run(run_dir: Path, slower: float = 1.0, interleaved: bool = False) -> None:
     build_unsealed_run(run_dir)
+    if interleaved:  # as a gate pair run phase by phase records it (loadgen.cli.gate_pair)
+        info = json.loads((run_dir / "run.json").read_text())
+        info["interleaved"] = {"blocks": "phase", "pair": 1, "first": "baseline", "with": "x"}
+        (run_dir / "run.json").write_text(json.dumps(info))
     if slower != 1.0:
         for requests in run_dir.glob("cases/*/requests.jsonl"):
             rows = [json.loads(x) for x in requests.read_text().splitlines() if x.strip()]
@@ -44,10 +49,12 @@ def _run(run_dir: Path, slower: float = 1.0) -> None:
     write_manifest(run_dir, "ok", ["loadgen", "run", "prefix-eviction"])
 
 
-def _gate_dir(root: Path, slower: float = 1.0, pairs: int = 2) -> tuple[Path, Path]:
+def _gate_dir(
+    root: Path, slower: float = 1.0, pairs: int = 2, interleaved: bool = False
+) -> tuple[Path, Path]:
     for k in range(1, pairs + 1):
-        _run(root / "baseline" / f"run-{k}")
-        _run(root / "candidate" / f"run-{k}", slower)
+        _run(root / "baseline" / f"run-{k}", interleaved=interleaved)
+        _run(root / "candidate" / f"run-{k}", slower, interleaved)
     return root / "baseline", root / "candidate"
 
 
@@ -94,6 +101,26 @@ def test_a_over_a_pairs_decide_no_regression_on_the_paired_key_metrics(
     assert "paired key metrics" in decision.line
     # The smallest change each paired key metric can see, by label, for the looks and CI.
     assert decision.mde[f"{TEST_CASE} paired ttft_ms p50"] == ttft.mde
+
+
+def test_runs_a_gate_ran_phase_by_phase_are_decided_over_phase_pairs(
+    tmp_path: Path, small_gate: Path
+) -> None:
+    # run.json's `interleaved` makes each (pair, phase) a unit: a candidate 2.5× slower in every
+    # request gives d_jp = ln 2.5 in each of the 2 pairs × 5 phases, no residual around the
+    # phase means and no request spread, so the interval is the point (ratio 2.5).
+    base, cand = _gate_dir(tmp_path, 2.5, interleaved=True)
+    views = [[load_view(p) for p in run_dirs(side)] for side in (base, cand)]
+    assert {v.blocks for side in views for v in side} == {"phase"}
+    comparison = compare_sides(*views, load_gate(small_gate), paired=True)
+    ttft = next(m for m in comparison.paired or [] if m.metric == "ttft_ms")
+    assert (ttft.units, ttft.pairs, len(ttft.per_phase)) == ("phase", 2, 2)
+    assert len(ttft.per_phase[0]) == len(_phases(views[0][0], TEST_CASE)) == 5
+    assert all(d == pytest.approx(math.log(2.5), abs=1e-3) for row in ttft.per_phase for d in row)
+    assert ttft.classification == "regression"
+    # Runs without it (the module's gates) keep the run pair as the unit.
+    plain = [[load_view(p) for p in run_dirs(side)] for side in _gate_dir(tmp_path / "p")]
+    assert compare_sides(*plain, load_gate(small_gate), paired=True).paired[0].units == "pair"
 
 
 def test_requests_failed_on_one_side_are_left_out_of_the_matched_sides(tmp_path: Path) -> None:

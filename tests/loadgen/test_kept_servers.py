@@ -119,9 +119,47 @@ def test_kept_servers_of_either_side_are_stopped_least_recently_used_first_to_ma
         ("B", tested),
         ("A", tested),
     ):
-        asyncio.run(sides[side].open(case, hooks))
+        server = asyncio.run(sides[side].open(case, hooks))
+        sides[side].release(server)  # each run ends before the next opens: all idle
     stopped = [s.url for s, _ in running if s.stopped]
     assert stopped == ["http://127.0.0.1:8000", "http://127.0.0.1:8001", "http://127.0.0.1:8003"]
     assert len(running) == 5 and available() == 5 * gib  # B.t and A.t up: 10 - 2 × 2.5
     assert sum("stopped kept server" in m for m in said) == 3
     assert "2.0 GiB available, the next server needs about 2.5 GiB" in said[0]
+
+
+def test_a_server_the_other_side_is_using_is_never_stopped_to_make_room(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A gate pair runs both sides at once. A 10 GiB machine, servers of 2.5 GiB (1 GiB cache)
+    # and 5.5 GiB (4 GiB), 1 GiB headroom. B.t opens first (the least recently used), then
+    # A.t: 5 GiB left. A moves to its control case (6.5 GiB needed): it lets A.t go, and only
+    # idle servers may be stopped, so A.t stops (7.5 GiB left, enough) and B.t, which B is
+    # between two phases on, stays up although it is older. Without that rule B.t would go.
+    gib = 2**30
+    running: list[tuple[_Server, int]] = []
+
+    async def start(case: CaseSpec, workdir: Path, hooks: RunHooks) -> _Server:
+        running.append((_Server(f"http://127.0.0.1:{8000 + len(running)}"), server_bytes(case)))
+        return running[-1][0]
+
+    monkeypatch.setattr(loadgen.kept_servers, "open_server", start)
+    memory = ServerMemory(lambda: 10 * gib - sum(b for s, b in running if not s.stopped))
+    sides = {s: KeptServers(tmp_path / s, memory) for s in "AB"}
+    tested, control = kept_plan(_plan()).cases[:2]
+    assert tested.server and control.server
+    tested = tested.model_copy(
+        update={"server": tested.server.model_copy(update={"kv_cache_bytes": gib})}
+    )
+    control = control.model_copy(
+        update={"server": control.server.model_copy(update={"kv_cache_bytes": 4 * gib})}
+    )
+    b_tested = asyncio.run(sides["B"].open(tested, RunHooks()))
+    a_tested = asyncio.run(sides["A"].open(tested, RunHooks()))
+    asyncio.run(_stop_unless_kept(a_tested, sides["A"]))  # type: ignore[arg-type]
+    asyncio.run(sides["A"].open(control, RunHooks()))
+    assert (a_tested.stopped, b_tested.stopped) == (1, 0)
+    assert sides["B"].idle_keys() == [] and len(sides["A"].idle_keys()) == 0
+    # Once B's run lets it go, B.t is idle and may make room like any other.
+    sides["B"].release(b_tested)  # type: ignore[arg-type]
+    assert len(sides["B"].idle_keys()) == 1
