@@ -29,6 +29,10 @@ MACHINES = {
     "σ_item 0.25, σ_req 0.15": Machine(sigma_item=0.25, sigma_request=0.15),
     "σ_item 0.40, σ_req 0.15": Machine(sigma_item=0.40, sigma_request=0.15),
 }
+#: A machine whose drift between two runs minutes apart matters (σ_run 0.06: two whole runs
+#: differ by about 0.085, as the per-pair TTFT changes of a real whole-run gate on the shared
+#: 2-core machine did), each side's phase shifted by its own σ_phase 0.03.
+PHASED = Machine(sigma_item=0.40, sigma_request=0.15, sigma_run=0.06, sigma_phase=0.03)
 
 _HEAD = """# Paired gates: blocks that cancel the machine
 
@@ -39,7 +43,11 @@ A gate on a shared machine loses to the machine: a whole run can be 15–50 % sl
 next for reasons that have nothing to do with vLLM. The paired gate
 (`analysis/gate_paired.py`) runs baseline and candidate in alternating block pairs (A B, B A,
 …) and measures each key metric's change *within* a pair, where the machine's state is common
-to both sides and cancels, then averages over pairs. Per case it pools a handful of figures
+to both sides and cancels, then averages over pairs. By default (`--blocks phase`) a pair's two
+runs go phase by phase on both sides' live servers (`loadgen/turns.py`: A B, B A, … per
+phase), so a block is a *phase*, its two sides seconds apart, and each (pair, phase) is a unit
+of the interval (last sections); `--blocks run` alternates whole runs and keeps the run pair as
+the unit (the sections before). Per case it pools a handful of figures
 (TTFT and TPOT; output tokens/s; hit rates; preemptions) instead of every statistic of every
 phase. TTFT and TPOT are **matched**: the requests are the same on both sides (same seed, same
 order, same `request_id`), so per pair and phase the change is the median over requests of
@@ -124,11 +132,55 @@ def _mde(gates: int) -> list[str]:
             lines.append(f"| {label} | {pairs} | {stated:.1%} | {seen:.0%} |")
     lines += [
         "",
-        "A CI job's cost is pairs × 2 blocks × the scenario's block time (a block is one whole "
-        "run of the scenario, every case and phase of it, in every scenario). Read the table "
-        "at the spread your phases show (the spread of the matched log-ratios within a phase is "
-        "about σ_req·√2): the pairs "
-        "whose MDE is below the tolerance you want are what the job must run.",
+        "With whole-run blocks a CI job's cost is pairs × 2 runs of the scenario (a block is "
+        "one whole run, every case and phase of it). Read the table at the spread your phases "
+        "show (the spread of the matched log-ratios within a phase is about σ_req·√2): the "
+        "pairs whose MDE is below the tolerance you want are what the job must run.",
+    ]
+    return lines
+
+
+def _phase_blocks(gates: int) -> list[str]:
+    lines = [
+        "## Phase blocks: the phase pair as the unit",
+        "",
+        "On a machine whose drift between two runs minutes apart matters (σ_item 0.40, σ_req "
+        f"0.15, σ_block {PHASED.sigma_block}, σ_run {PHASED.sigma_run}, σ_phase "
+        f"{PHASED.sigma_phase}: the module docstring), the same gates decided with whole-run "
+        "blocks over run pairs (*matched*) and with phase blocks over phase pairs "
+        f"(*phase-units*, the gate's default): {gates} gates a row, 2 to 6 pairs, 99 % a look, "
+        f"tolerance {TOLERANCE:.0%}.",
+        "",
+        "| effect | estimator | decided right | false regressions (95 % interval)"
+        " | undecided | pairs |",
+        "|---|---|---|---|---|---|",
+    ]
+    rows = gate_table(PHASED, (1.0, 1.15), gates, TOLERANCE, ("matched", "phase-units"))
+    for name, effect, right, false, undecided, pairs in rows:
+        lo, hi = wilson(false, gates)
+        fa = f"{false} ({lo:.1%}–{hi:.1%})" if effect == 1.0 else "–"
+        lines.append(f"| {effect:.2f} | {name} | {right}/{gates} | {fa} | {undecided} | "
+                     f"{pairs:.2f} |")  # fmt: skip
+    lines += [
+        "",
+        "The MDE stated at 95 % (t at P(k − 1) degrees of freedom when the spread between "
+        f"units sets the variance; median over {gates} A/A gates) and the share of {gates} "
+        "one-look gates that saw a true change of that size:",
+        "",
+        "| blocks | pairs | MDE stated | seen at the MDE |",
+        "|---|---|---|---|",
+    ]
+    for blocks in ("run", "phase"):
+        for pairs in (2, 3, 4):
+            stated = predicted_mde(PHASED, pairs, gates, 0.95, blocks)
+            seen = detection_rate(PHASED, pairs, 1 + stated, gates, 0.95, blocks)
+            lines.append(f"| {blocks} | {pairs} | {stated:.1%} | {seen:.0%} |")
+    lines += [
+        "",
+        "A CI job's cost is pairs × the time of two runs of the scenario (phase blocks take "
+        "as long as whole runs: the same phases, one side at a time). Read the table at the "
+        "drift your gate's phase pairs show (`per_phase` in compare.json): the pairs whose MDE "
+        "is below the tolerance you want are what the job must run.",
     ]
     return lines
 
@@ -137,7 +189,7 @@ def render(gates: int) -> str:
     """The page's Markdown from ``gates`` simulated gates per cell."""
     t0 = time.perf_counter()
     m = Machine()
-    body = [*_widths(gates), "", *_gates(gates), "", *_mde(gates)]
+    body = [*_widths(gates), "", *_gates(gates), "", *_mde(gates), "", *_phase_blocks(gates)]
     head = _HEAD.format(seconds=time.perf_counter() - t0, phases=len(m.phase_ms),
                         requests=m.requests, block=m.sigma_block, run=m.sigma_run)  # fmt: skip
     return head + "\n" + "\n".join(body) + "\n"

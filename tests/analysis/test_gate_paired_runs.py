@@ -22,7 +22,7 @@ from analysis.compare_runs import RunView, load_view, run_dirs
 from analysis.gate_decision import Decision, decide
 from analysis.gate_file import GateFileError, load_gate
 from analysis.gate_paired_keys import _by_request, _matched_sides, _phases
-from analysis.gate_sequential import run_until_decided
+from analysis.gate_sequential import looks_in_time, run_until_decided
 from loadgen.cli import main
 from loadgen.runformat.manifest import write_manifest
 from tests.support.synthetic_run import TEST_CASE, Options
@@ -217,10 +217,10 @@ def test_each_look_records_its_minutes_and_the_smallest_change_it_can_see(
 
 
 def test_a_time_bound_stops_before_the_pair_that_would_pass_it(tmp_path: Path) -> None:
-    # A fake clock: every pair takes 100 s and a look nothing. The first look (2 pairs) ends at
-    # 200 s, so a pair is estimated at 200/2 = 100 s: 200 + 100 = 300 s fits --max-minutes 5
-    # and pair 3 runs; the second look (300 s) estimates 300 − 200 = 100 s, and 400 s would
-    # pass 300 s: the gate stops at 3 pairs, before --max-repeats 6, still undecided.
+    # A fake clock: every pair takes 100 s and a look nothing. The first two pairs end at
+    # 200 s, 100 s a pair: the 300 s bound leaves room for 1 + ⌊(300 − 200)/100⌋ = 2 looks, so
+    # the gate plans 2 (not the 5 of 2 to 6 pairs), each at 1 − 0.05/2 = 0.975, runs pair 3
+    # (200 + 100 = 300 s fits) and stops at its second look, 3 pairs, still undecided.
     now = [200.0]
     undecided = Decision(headline="inconclusive", exit_code=3, line="x", key_metrics=1,
                          verdicts=0, runs=2)  # fmt: skip
@@ -235,6 +235,16 @@ def test_a_time_bound_stops_before_the_pair_that_would_pass_it(tmp_path: Path) -
     assert final.exit_code == 3
     assert [(r["pairs"], r["elapsed_s"], r["next_pair_s"], r["stop"]) for r in rows] == [
         (2, 200.0, 100.0, False), (3, 300.0, 100.0, True)]  # fmt: skip
-    assert "past --max-minutes 5" in rows[-1]["why"]
-    # Both looks keep the level planned for 5 looks (2 to 6 pairs): 1 − 0.05/5 = 0.99.
-    assert all(r["confidence"] == pytest.approx(0.99) for r in rows)
+    assert "the last of the 2 look(s) planned to fit --max-minutes 5" in rows[-1]["why"]
+    assert all(r["confidence"] == pytest.approx(0.975) and r["looks"] == 2 for r in rows)
+
+
+def test_the_looks_planned_are_those_that_fit_the_time_bound() -> None:
+    # Two pairs took 840 s (420 s a pair). 20 min: ⌊(1200 − 840)/420⌋ = 0 more, 1 look (95 %);
+    # 30 min: ⌊960/420⌋ = 2 more, 3 looks; no bound: 2 to 10 pairs, 9 looks; a bound already
+    # passed still plans the look that is about to be taken.
+    assert looks_in_time(2, 10, 840.0, 20) == 1
+    assert looks_in_time(2, 10, 840.0, 30) == 3
+    assert looks_in_time(2, 10, 840.0, None) == 9
+    assert looks_in_time(2, 10, 1500.0, 20) == 1
+    assert looks_in_time(2, 3, 60.0, 60) == 2  # never more than --max-repeats allows
