@@ -46,8 +46,11 @@ MAX_GATE_REPEATS = 100
 #: the 7 % tolerance on the medians, so an A/A gate can end "no regression" by 8; 10 leaves two
 #: pairs of margin, and 9 looks at 1 − 0.05/9 each cost only z 2.77 against 2.58 at 5 looks.
 DEFAULT_MAX_REPEATS = 10
-#: A self-test's default time bound per gate (minutes): a CI job's budget for one decision.
-SELF_TEST_MAX_MINUTES = 20.0
+#: A sequential gate's (and each self-test gate's) time bound without --max-minutes (minutes): a
+#: CI job's budget for one decision. The looks planned are those that fit it
+#: (``analysis.gate_sequential.looks_in_time``), so a short bound gives few looks, each at a
+#: higher confidence, instead of splitting α over 2..10 pairs it has no time to run.
+DEFAULT_MAX_MINUTES = 20.0
 #: A self-test's planted slowdown must be in (0, this): beyond 200 % any gate sees it.
 MAX_SELF_TEST_SLOWDOWN = 2.0
 
@@ -109,7 +112,7 @@ class GateParams(FrozenModel):
         le=7 * 24 * 60,
         description="With --until-decided: add no pair that would end past this many minutes "
         "from the gate's start (estimated from the pairs so far); the error bound holds "
-        f"(--self-test: {SELF_TEST_MAX_MINUTES:g} per gate).",
+        f"(default {DEFAULT_MAX_MINUTES:g}; per gate with --self-test).",
     )
     self_test: str | None = Field(
         default=None,
@@ -166,9 +169,10 @@ class GateParams(FrozenModel):
 
     @property
     def time_bound_min(self) -> float | None:
-        """The sequential gate's time bound in minutes (a self-test's default when unset)."""
-        if self.max_minutes is None and self.self_test is not None:
-            return SELF_TEST_MAX_MINUTES
+        """The sequential gate's time bound in minutes (:data:`DEFAULT_MAX_MINUTES` when unset;
+        ``None`` for a gate of fixed pairs)."""
+        if self.max_minutes is None and self.sequential:
+            return DEFAULT_MAX_MINUTES
         return self.max_minutes
 
     @model_validator(mode="after")

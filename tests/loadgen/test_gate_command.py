@@ -81,11 +81,14 @@ def test_sequential_gate_flags_are_checked_before_any_start(monkeypatch, tmp_pat
     assert not (tmp_path / "g").exists()
 
 
-def test_a_sequential_gate_without_max_repeats_plans_ten_pairs() -> None:
-    from loadgen.cli.gate import DEFAULT_MAX_REPEATS, GateParams
+def test_a_sequential_gate_without_bounds_plans_ten_pairs_within_twenty_minutes() -> None:
+    from loadgen.cli.gate import DEFAULT_MAX_MINUTES, DEFAULT_MAX_REPEATS, GateParams
 
     gate = GateParams(baseline_vllm="a", candidate_vllm="b", until_decided=True)
-    assert (gate.most_pairs, gate.time_bound_min) == (DEFAULT_MAX_REPEATS, None) == (10, None)
+    assert (gate.most_pairs, gate.time_bound_min) == (DEFAULT_MAX_REPEATS, DEFAULT_MAX_MINUTES)
+    assert (gate.most_pairs, gate.time_bound_min) == (10, 20.0)
+    fixed = GateParams(baseline_vllm="a", candidate_vllm="b", repeats=3)
+    assert (fixed.sequential, fixed.time_bound_min) == (False, None)
     test = GateParams(baseline_vllm="a", self_test="15%")
     assert (test.sequential, test.most_pairs, test.time_bound_min) == (True, 10, 20.0)
     assert GateParams(baseline_vllm="a", self_test="0.1", max_minutes=5).time_bound_min == 5
