@@ -152,7 +152,8 @@ class GatewayConfig(BaseModel):
     ``slowdown`` f ≥ 0 is a delay injector (``gateway.proxy.pace``): with t0 the moment the
     request went upstream and t_i the arrival of upstream chunk i, chunk i reaches the client
     at max(previous release, t0 + (1 + f)(t_i − t0)), so TTFT and every inter-token gap are
-    (1 + f)× the upstream's; a non-streamed answer is held f × its upstream time.
+    (1 + f)× the upstream's (``slowdown_scope`` ``first-token``: the first chunk alone, the
+    rest shifted by its hold); a non-streamed answer is held f × its upstream time.
     ``holds_file`` receives one line per slowed request (planned and actual holds).
     ``routing`` is the routing policy (docs/fleet.md): ``least-loaded`` (default),
     ``round-robin`` or ``prefix-hash`` with its load slack ``routing_epsilon`` and the prompt
@@ -205,6 +206,12 @@ class GatewayConfig(BaseModel):
         description="Delay injector (0: off): every answer reaches the client (1 + slowdown) "
         "times as late as the upstream sent it, counted from the request's send (0.15: TTFT "
         "and every inter-token gap 1.15 times the upstream's).",
+    )
+    slowdown_scope: Literal["all", "first-token"] = Field(
+        default="all",
+        description="With --slowdown: 'all' stretches TTFT and every inter-token gap; "
+        "'first-token' holds the first token alone and shifts the rest by its hold (TTFT "
+        "slowed, gaps kept: a closed loop's load stays nearly the same).",
     )
     holds_file: Path | None = Field(
         default=None,

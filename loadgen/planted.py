@@ -1,14 +1,17 @@
-"""Plans of a gate's self-test (``loadgen gate SCENARIO --self-test F``): every case sent
-through the project's gateway, with a planted slowdown on the candidate's.
+"""Plans of a gate's self-test (``loadgen gate SCENARIO --self-test F``): every case sent through
+the project's gateway, with a planted slowdown on the candidate's.
 
-Both gates of a self-test run the baseline's vLLM on both sides, each case behind a gateway,
-so the extra hop is the same on both sides; the planted gate's candidate gateways hold every
-answer by ``--slowdown F`` (``gateway.proxy.pace``: TTFT and every inter-token gap exactly
-(1 + F)× the server's). A case that already has a gateway keeps it, with the slowdown added to
-its arguments; a case with a third-party proxy (nginx, vllm-router) or with several replicas
-and no relay (a gateway in front would route over replicas the scenario keeps out of the
-load) is refused: :func:`behind_gateway` raises, and the self-test checks the scenario's
-nominal plan before any run (``loadgen.cli.gate_self_test``).
+Both gates of a self-test run the baseline's vLLM on both sides, each case behind a gateway, so
+the extra hop is the same on both sides; the planted gate's candidate gateways hold every
+answer's first token by ``--slowdown F`` with ``--slowdown-scope first-token``
+(``gateway.proxy.pace``: TTFT exactly (1 + F)× the server's, the later tokens shifted by the
+same hold, so their gaps are the server's). Stretching every gap instead lengthens each request
+of a closed loop by F, lowers the load the server sees and shortens its own TTFT, which can
+hide the slowdown from the very metric it was planted in. A case that already has a gateway
+keeps it, with the slowdown added to its arguments; a case with a third-party proxy (nginx,
+vllm-router) or with several replicas and no relay (a gateway in front would route over
+replicas the scenario keeps out of the load) is refused: :func:`behind_gateway` raises, and the
+self-test checks the scenario's nominal plan before any run (``loadgen.cli.gate_self_test``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from scenarios.plan import CaseSpec, GatewaySpec, Plan
 
 #: The gateway's flag of the delay injector (``gateway.config.GatewayConfig.slowdown``).
 SLOWDOWN_FLAG = "--slowdown"
+#: What the planted slowdown slows: the first token alone (module docstring).
+SLOWDOWN_SCOPE = ("--slowdown-scope", "first-token")
 
 
 class SelfTestPlanError(ValueError):
@@ -45,7 +50,8 @@ def case_behind_gateway(case: CaseSpec, slowdown: float) -> CaseSpec:
     gateway = gateway or GatewaySpec()
     if SLOWDOWN_FLAG in gateway.extra_args:
         raise SelfTestPlanError(f"case {case.name}: its gateway already has {SLOWDOWN_FLAG}")
-    args = gateway.extra_args + ((SLOWDOWN_FLAG, str(slowdown)) if slowdown > 0 else ())
+    planted = (SLOWDOWN_FLAG, str(slowdown), *SLOWDOWN_SCOPE) if slowdown > 0 else ()
+    args = gateway.extra_args + planted
     return case.model_copy(update={"gateway": gateway.model_copy(update={"extra_args": args})})
 
 

@@ -7,7 +7,17 @@ of upstream chunk i, chunk i is released to the client at
     r_i = max(r_{i−1}, t0 + (1 + f)(t_i − t0)),
 
 so the first chunk's wait (TTFT) and every gap between chunks are (1 + f)× the upstream's, up
-to the gateway's own overhead (the max only keeps the order when the event loop is late). The
+to the gateway's own overhead (the max only keeps the order when the event loop is late).
+
+With the scope ``first-token`` only the first chunk is slowed, and every later one is shifted
+by the same hold h = f (t_1 − t0):
+
+    r_i = max(r_{i−1}, t_i + h),
+
+so TTFT is (1 + f)× the upstream's and the gaps are the upstream's. A closed loop sends its next
+request when the last one ends on the client's clock: stretching every gap lengthens each
+request by f and lowers the load the server sees, which shortens the server's own TTFT and can
+hide the slowdown it was meant to plant; shifting the stream lengthens a request by h alone. The
 upstream is read ahead of the client by :class:`ReadAhead`, so a held chunk never delays
 reading, and timestamping, the next one: the arrival times are the upstream's, not the hold's.
 A buffered (non-streamed) answer is one chunk: held f × (t_end − t0) after its body arrived.
@@ -31,10 +41,13 @@ if TYPE_CHECKING:
 class Pacer:
     """Release times of one slowed answer (module docstring) and what its holds were."""
 
-    def __init__(self, slowdown: float, sent_s: float) -> None:
-        """``slowdown``: f ≥ 0; ``sent_s``: t0, when the request went upstream (monotonic s)."""
+    def __init__(self, slowdown: float, sent_s: float, first_token_only: bool = False) -> None:
+        """``slowdown``: f ≥ 0; ``sent_s``: t0, when the request went upstream (monotonic s);
+        ``first_token_only``: the scope ``first-token`` (module docstring)."""
         self.slowdown = slowdown
         self.sent_s = sent_s
+        self.first_token_only = first_token_only
+        self.shift_s: float | None = None  # h, once the first chunk arrived (first-token scope)
         self.released_s = sent_s
         self.chunks = 0
         self.last_arrived_s = sent_s
@@ -43,7 +56,12 @@ class Pacer:
 
     def due_s(self, arrived_s: float) -> float:
         """r_i for a chunk that arrived at ``arrived_s`` (never before the previous release)."""
-        return max(self.released_s, self.sent_s + (1 + self.slowdown) * (arrived_s - self.sent_s))
+        if not self.first_token_only:
+            return max(self.released_s,
+                       self.sent_s + (1 + self.slowdown) * (arrived_s - self.sent_s))  # fmt: skip
+        if self.shift_s is None:
+            self.shift_s = self.slowdown * (arrived_s - self.sent_s)
+        return max(self.released_s, arrived_s + self.shift_s)
 
     async def hold(self, arrived_s: float) -> None:
         """Sleep until the chunk that arrived at ``arrived_s`` is due, and note its hold."""
@@ -73,8 +91,10 @@ class Pacer:
 
 def pacer_for(ex: Exchange) -> Pacer | None:
     """The pacer of ``ex``'s answer, ``None`` when the gateway injects no delay."""
-    slowdown = ex.state.config.slowdown
-    return Pacer(slowdown, ex.started_s) if slowdown > 0 else None
+    config = ex.state.config
+    if config.slowdown <= 0:
+        return None
+    return Pacer(config.slowdown, ex.started_s, config.slowdown_scope == "first-token")
 
 
 def record_holds(ex: Exchange, pacer: Pacer | None, streamed: bool) -> None:

@@ -38,6 +38,21 @@ def test_release_times_scale_every_arrival_from_the_send() -> None:
     assert Pacer(0.0, 10.0).due_s(10.2) == pytest.approx(10.2)
 
 
+def test_the_first_token_scope_holds_the_first_chunk_and_shifts_the_rest() -> None:
+    # t0 = 10 s, f = 0.5: the first chunk arrived 0.2 s after the send, so its hold is
+    # h = 0.1 s and it is due at 10.3; the next ones, arriving at 10.25 and 10.5, are due
+    # h later (10.35 and 10.6): their gaps 0.05 and 0.25 s stay the upstream's. Under the
+    # scope "all" the same arrivals are due at 10.3, 10.375 and 10.75.
+    shifted = Pacer(0.5, 10.0, first_token_only=True)
+    assert [shifted.due_s(t) for t in (10.2, 10.25, 10.5)] == pytest.approx([10.3, 10.35, 10.6])
+    stretched = Pacer(0.5, 10.0)
+    assert [stretched.due_s(t) for t in (10.2, 10.25, 10.5)] == pytest.approx([10.3, 10.375, 10.75])
+    config = build_config(None, {"upstreams": ["http://127.0.0.1:1"], "slowdown": 0.15,
+                                 "slowdown_scope": "first-token"})  # fmt: skip
+    assert (config.slowdown, config.slowdown_scope) == (0.15, "first-token")
+    assert build_config(None, {"upstreams": ["http://127.0.0.1:1"]}).slowdown_scope == "all"
+
+
 def test_slowdown_is_a_flag_from_zero_to_ten() -> None:
     assert build_config(None, {"upstreams": ["http://127.0.0.1:1"]}).slowdown == 0.0
     config = build_config(None, {"upstreams": ["http://127.0.0.1:1"], "slowdown": 0.15})

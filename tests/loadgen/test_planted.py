@@ -23,7 +23,8 @@ def test_every_case_goes_through_a_gateway_and_only_the_planted_one_is_slowed() 
     plain = behind_gateway(plan, 0.0)
     slowed = behind_gateway(plan, 0.15)
     assert [c.gateway for c in plain.cases] == [GatewaySpec()] * len(plan.cases)
-    assert [c.gateway.extra_args for c in slowed.cases] == [("--slowdown", "0.15")] * 2  # type: ignore[union-attr]
+    planted = ("--slowdown", "0.15", "--slowdown-scope", "first-token")
+    assert [c.gateway.extra_args for c in slowed.cases] == [planted] * 2  # type: ignore[union-attr]
     # Everything else is the plan as it was: the same servers and phases on both sides.
     assert [c.server for c in slowed.cases] == [c.server for c in plan.cases]
     assert slowed.phases == plan.phases
@@ -39,7 +40,8 @@ def test_a_case_with_a_gateway_keeps_it_and_gets_the_slowdown_added() -> None:
     case = plan.cases[0].model_copy(update={"gateway": own})
     out = behind_gateway(plan.model_copy(update={"cases": (case,)}), 0.2).cases[0]
     assert out.gateway == GatewaySpec(
-        routing="round-robin", extra_args=("--idle-timeout", "9", "--slowdown", "0.2")
+        routing="round-robin",
+        extra_args=("--idle-timeout", "9", "--slowdown", "0.2", "--slowdown-scope", "first-token"),
     )
 
 
