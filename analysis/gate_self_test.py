@@ -1,15 +1,16 @@
-"""A gate's self-test (``loadgen gate SCENARIO --self-test F``): was each of its two gates
-decided as it must be, in how many pairs and minutes, and what change could it see.
+"""A gate's self-test (``loadgen gate SCENARIO --self-test F``): was each of its two gates decided
+as it must be, in how many pairs and minutes, and what change could it see.
 
 The self-test runs two sequential gates of the same vLLM against itself, each in its own
 subdirectory of the gate directory and each with every case behind the project's gateway
 (``loadgen.planted``): **aa**, both gateways without a slowdown, which must end *no
-regression*; and **planted**, the candidate's gateway holding every answer so that its TTFT
-and inter-token gaps are exactly (1 + F)× the server's (``gateway.proxy.pace``), which must
-end *regression* naming TTFT or TPOT. Every figure here is read from each gate's
-``looks.jsonl`` (its last look: ``analysis.gate_sequential.Look``), so it is re-derivable
-from the gate directory; :func:`write_self_test` writes ``self_test.json`` (the
-:class:`SelfTest` model), ``self_test.md`` and ``self_test.html``.
+regression*; and **planted**, the candidate's gateway holding every answer's first token so
+that its TTFT is exactly (1 + F)× the server's and its inter-token gaps are the server's
+(``gateway.proxy.pace``, scope ``first-token``), which must end *regression* naming TTFT. Every
+figure here is read from each gate's ``looks.jsonl`` (its last look:
+``analysis.gate_sequential.Look``), so it is re-derivable from the gate directory;
+:func:`write_self_test` writes ``self_test.json`` (the :class:`SelfTest` model),
+``self_test.md`` and ``self_test.html``.
 """
 
 from __future__ import annotations
@@ -32,10 +33,11 @@ SELF_TEST_HTML = "self_test.html"
 #: The two gates in the order they run: (subdirectory, what it must end as).
 GATES: tuple[tuple[str, str], ...] = (
     ("aa", "NO REGRESSION"),
-    ("planted", "REGRESSION naming TTFT or TPOT"),
+    ("planted", "REGRESSION naming TTFT"),
 )
-#: The key metrics a planted slowdown must be named by (their labels contain these).
-PLANTED_METRICS = ("ttft_ms", "tpot_ms")
+#: The key metrics a planted slowdown must be named by (their labels contain these): the
+#: first token is the one it slows.
+PLANTED_METRICS = ("ttft_ms",)
 
 GateName = Literal["aa", "planted"]
 
@@ -180,10 +182,10 @@ def markdown_lines(result: SelfTest) -> list[str]:
         f"**{headline(result)}** (exit code {result.exit_code})", "",
         f"vLLM {result.vllm} on both sides of both gates, every case behind the project's "
         "gateway (the same hop on both sides); the planted gate's candidate gateway makes TTFT "
-        f"and every inter-token gap {1 + result.slowdown:g}× the server's (`--slowdown "
-        f"{result.slowdown:g}`). Each gate adds pairs until decided, at most "
-        f"{result.max_pairs} pairs and {bound}; its comparison is in its directory "
-        f"(`aa/{COMPARE_MD}`, `planted/{COMPARE_MD}`).", "",
+        f"{1 + result.slowdown:g}× the server's and keeps its inter-token gaps (`--slowdown "
+        f"{result.slowdown:g} --slowdown-scope first-token`). Each gate adds pairs until "
+        f"decided, at most {result.max_pairs} pairs and {bound}; its comparison is in its "
+        f"directory (`aa/{COMPARE_MD}`, `planted/{COMPARE_MD}`).", "",
         "| gate | candidate's slowdown | expected | decided | correct | pairs | minutes "
         "| TTFT MDE | TPOT MDE | stopped because |",
         "|---|---|---|---|---|---|---|---|---|---|",

@@ -4,10 +4,10 @@ Two sequential gates of the baseline's vLLM against itself, each as ``--until-de
 most ``--max-repeats`` pairs, default 10, and ``--max-minutes``, default 20 per gate), each in
 its own subdirectory of the gate directory, every case behind the project's gateway
 (``loadgen.planted``): ``aa/`` (no slowdown on either side; must end NO REGRESSION), then
-``planted/`` (the candidate's gateway slows every answer by F; must end REGRESSION naming TTFT
-or TPOT). Both gates share each side's kept servers (``loadgen.kept_servers``: started once,
-their prefix caches reset before every case), so the planted gate pays no server start.
-``self_test.json``, ``self_test.md`` and ``self_test.html`` hold the answer
+``planted/`` (the candidate's gateway slows every answer's first token by F; must end
+REGRESSION naming TTFT). Both gates share each side's kept servers (``loadgen.kept_servers``:
+started once, their prefix caches reset before every case), so the planted gate pays no server
+start. ``self_test.json``, ``self_test.md`` and ``self_test.html`` hold the answer
 (``analysis.gate_self_test``); the exit code is 0 when both were decided as expected, else
 ``GateExit.SELF_TEST_WRONG``; a run that fails stops it with ``GateExit.RUN_NOT_OK`` as in any
 gate.

@@ -117,7 +117,7 @@ class GateExit(ExitCode):
     SELF_TEST_WRONG = (
         5,
         "--self-test: a gate was not decided as expected (the A/A gate not NO REGRESSION, or "
-        "the planted slowdown not a REGRESSION naming TTFT or TPOT; self_test.md says which); "
+        "the planted slowdown not a REGRESSION naming TTFT; self_test.md says which); "
         "with --self-test, 0 means both were",
     )
 
