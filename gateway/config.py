@@ -153,7 +153,7 @@ class GatewayConfig(BaseModel):
     request went upstream and t_i the arrival of upstream chunk i, chunk i reaches the client
     at max(previous release, t0 + (1 + f)(t_i − t0)), so TTFT and every inter-token gap are
     (1 + f)× the upstream's (``slowdown_scope`` ``first-token``: the first chunk alone, the
-    rest shifted by its hold); a non-streamed answer is held f × its upstream time.
+    rest at their arrival once it is out); a non-streamed answer is held f × its upstream time.
     ``holds_file`` receives one line per slowed request (planned and actual holds).
     ``routing`` is the routing policy (docs/fleet.md): ``least-loaded`` (default),
     ``round-robin`` or ``prefix-hash`` with its load slack ``routing_epsilon`` and the prompt
@@ -210,8 +210,8 @@ class GatewayConfig(BaseModel):
     slowdown_scope: Literal["all", "first-token"] = Field(
         default="all",
         description="With --slowdown: 'all' stretches TTFT and every inter-token gap; "
-        "'first-token' holds the first token alone and shifts the rest by its hold (TTFT "
-        "slowed, gaps kept: a closed loop's load stays nearly the same).",
+        "'first-token' holds the first token alone and lets the rest catch up (TTFT slowed, "
+        "the answer ends with the upstream's: a closed loop's load stays the same).",
     )
     holds_file: Path | None = Field(
         default=None,

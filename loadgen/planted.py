@@ -4,10 +4,11 @@ the project's gateway, with a planted slowdown on the candidate's.
 Both gates of a self-test run the baseline's vLLM on both sides, each case behind a gateway, so
 the extra hop is the same on both sides; the planted gate's candidate gateways hold every
 answer's first token by ``--slowdown F`` with ``--slowdown-scope first-token``
-(``gateway.proxy.pace``: TTFT exactly (1 + F)× the server's, the later tokens shifted by the
-same hold, so their gaps are the server's). Stretching every gap instead lengthens each request
-of a closed loop by F, lowers the load the server sees and shortens its own TTFT, which can
-hide the slowdown from the very metric it was planted in. A case that already has a gateway
+(``gateway.proxy.pace``: TTFT exactly (1 + F)× the server's, the later tokens at their arrival
+once it is out, so each answer ends when the server's does). Stretching every gap, or even
+shifting the stream by the first token's hold, lengthens each request of a closed loop, lowers
+the load the server sees and shortens its own TTFT, which takes back part of the slowdown from
+the very metric it was planted in. A case that already has a gateway
 keeps it, with the slowdown added to its arguments; a case with a third-party proxy (nginx,
 vllm-router) or with several replicas and no relay (a gateway in front would route over
 replicas the scenario keeps out of the load) is refused: :func:`behind_gateway` raises, and the

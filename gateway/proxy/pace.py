@@ -9,15 +9,17 @@ of upstream chunk i, chunk i is released to the client at
 so the first chunk's wait (TTFT) and every gap between chunks are (1 + f)× the upstream's, up
 to the gateway's own overhead (the max only keeps the order when the event loop is late).
 
-With the scope ``first-token`` only the first chunk is slowed, and every later one is shifted
-by the same hold h = f (t_1 − t0):
+With the scope ``first-token`` only the first chunk is held; the chunks that arrived during its
+hold follow it at once and every later one goes at its arrival:
 
-    r_i = max(r_{i−1}, t_i + h),
+    r_1 = t0 + (1 + f)(t_1 − t0),   r_i = max(r_{i−1}, t_i) for i > 1,
 
-so TTFT is (1 + f)× the upstream's and the gaps are the upstream's. A closed loop sends its next
-request when the last one ends on the client's clock: stretching every gap lengthens each
-request by f and lowers the load the server sees, which shortens the server's own TTFT and can
-hide the slowdown it was meant to plant; shifting the stream lengthens a request by h alone. The
+so TTFT is (1 + f)× the upstream's and the answer ends when the upstream's does (unless the
+hold outlasts it). A closed loop sends its next request when the last one ends on the
+client's clock: stretching every gap lengthens each request by f, and even shifting the
+stream by the first token's hold lengthens it by that hold; either lowers the load the server
+sees, which shortens the server's own TTFT and takes back part of the slowdown it was meant
+to plant. Catching up keeps the loop's sends, so the server sees the same load. The
 upstream is read ahead of the client by :class:`ReadAhead`, so a held chunk never delays
 reading, and timestamping, the next one: the arrival times are the upstream's, not the hold's.
 A buffered (non-streamed) answer is one chunk: held f × (t_end − t0) after its body arrived.
@@ -47,7 +49,7 @@ class Pacer:
         self.slowdown = slowdown
         self.sent_s = sent_s
         self.first_token_only = first_token_only
-        self.shift_s: float | None = None  # h, once the first chunk arrived (first-token scope)
+        self.first_due_s: float | None = None  # r_1, once the first chunk arrived
         self.released_s = sent_s
         self.chunks = 0
         self.last_arrived_s = sent_s
@@ -59,9 +61,10 @@ class Pacer:
         if not self.first_token_only:
             return max(self.released_s,
                        self.sent_s + (1 + self.slowdown) * (arrived_s - self.sent_s))  # fmt: skip
-        if self.shift_s is None:
-            self.shift_s = self.slowdown * (arrived_s - self.sent_s)
-        return max(self.released_s, arrived_s + self.shift_s)
+        if self.first_due_s is None:  # the first chunk: held
+            self.first_due_s = self.sent_s + (1 + self.slowdown) * (arrived_s - self.sent_s)
+            return self.first_due_s
+        return max(self.released_s, self.first_due_s, arrived_s)
 
     async def hold(self, arrived_s: float) -> None:
         """Sleep until the chunk that arrived at ``arrived_s`` is due, and note its hold."""

@@ -38,13 +38,13 @@ def test_release_times_scale_every_arrival_from_the_send() -> None:
     assert Pacer(0.0, 10.0).due_s(10.2) == pytest.approx(10.2)
 
 
-def test_the_first_token_scope_holds_the_first_chunk_and_shifts_the_rest() -> None:
-    # t0 = 10 s, f = 0.5: the first chunk arrived 0.2 s after the send, so its hold is
-    # h = 0.1 s and it is due at 10.3; the next ones, arriving at 10.25 and 10.5, are due
-    # h later (10.35 and 10.6): their gaps 0.05 and 0.25 s stay the upstream's. Under the
-    # scope "all" the same arrivals are due at 10.3, 10.375 and 10.75.
-    shifted = Pacer(0.5, 10.0, first_token_only=True)
-    assert [shifted.due_s(t) for t in (10.2, 10.25, 10.5)] == pytest.approx([10.3, 10.35, 10.6])
+def test_the_first_token_scope_holds_the_first_chunk_and_lets_the_rest_catch_up() -> None:
+    # t0 = 10 s, f = 0.5: the first chunk arrived 0.2 s after the send, so it is due at
+    # 10.3; the second arrived at 10.25, during that hold, and follows it at once (10.3); the
+    # third arrived at 10.5 and goes at its arrival: the answer ends when the upstream's does.
+    # Under the scope "all" the same arrivals are due at 10.3, 10.375 and 10.75.
+    caught_up = Pacer(0.5, 10.0, first_token_only=True)
+    assert [caught_up.due_s(t) for t in (10.2, 10.25, 10.5)] == pytest.approx([10.3, 10.3, 10.5])
     stretched = Pacer(0.5, 10.0)
     assert [stretched.due_s(t) for t in (10.2, 10.25, 10.5)] == pytest.approx([10.3, 10.375, 10.75])
     config = build_config(None, {"upstreams": ["http://127.0.0.1:1"], "slowdown": 0.15,
@@ -105,6 +105,21 @@ async def test_a_stream_reaches_the_client_one_and_a_half_times_as_late(tmp_path
     # Exactly, whatever the fake's sleeps did: the first chunk arrived 2 × its planned hold
     # after the send (f = 0.5) and reached the client at 3 × it, plus the client's hop.
     assert 3 * row["first_planned_s"] - 0.005 <= held[0] <= 3 * row["first_planned_s"] + LATE_S
+
+
+@pytest.mark.asyncio
+async def test_the_first_token_scope_slows_the_first_token_and_ends_with_the_upstream() -> None:
+    # Upstream: tokens at 0.3, 0.4 and 0.5 s. f = 0.5, scope first-token: the first reaches
+    # the client at 0.45 s, the second (arrived at 0.4, during the hold) right after it, the
+    # third at its arrival, 0.5 s: TTFT 1.5× and the answer ends when the upstream's does.
+    fake = fake_upstream(ttft_s=0.3, itl_s=0.1)
+    async with fake.serve():
+        slowed = gateway_config(fake.url, slowdown=0.5, slowdown_scope="first-token")
+        async with running_gateway(slowed) as url:
+            held = await _token_times(url, STREAM)
+    assert len(held) == 3
+    for seen, want in zip(held, (0.45, 0.45, 0.5), strict=True):
+        assert want - 0.005 <= seen <= want + LATE_S
 
 
 @pytest.mark.asyncio
