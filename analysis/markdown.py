@@ -10,9 +10,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from analysis.models import CaseSummary, PhaseSummary, QuantileBucket, RunSummary
+from analysis.models import CaseSummary, PhaseSummary, QuantileBucket, ResealFact, RunSummary
 from analysis.reports import PhaseColumn, ScenarioReport
 from analysis.server_side import QUANTILES
+from loadgen.runformat.manifest import UNVERIFIED_SEAL_REASON
 from metrics.names import FAMILIES
 
 STAT_KEYS = ("mean", "std", "p50", "p90", "p95", "p99")
@@ -380,10 +381,7 @@ def _run_lines(summary: RunSummary) -> list[str]:
     if run.file_problems:
         out += [f"Run file problem: {p}" for p in run.file_problems] + [""]
     if run.resealed:
-        out += [f"**Resealed** at {r.at}: {r.reason} (" + (
-                    f"its files were sealed again although they no longer matched the "
-                    f"manifest: {'; '.join(r.changed)})" if r.changed
-                    else "sealed again with every file as the manifest had it)")
+        out += [f"**Resealed** at {r.at}: {r.reason} ({_reseal_detail(r)})"
                 for r in run.resealed] + [""]  # fmt: skip
     if run.model_variant:
         out += [
@@ -431,3 +429,14 @@ def report_sections(
 def render_markdown(summary: RunSummary, report: ScenarioReport[Any], details: Any) -> str:
     """The whole report as Markdown."""
     return "\n".join(report_sections(summary, report, details).lines())
+
+
+def _reseal_detail(reseal: ResealFact) -> str:
+    """What a re-seal's line says in brackets: that there was no manifest to check against
+    (:data:`UNVERIFIED_SEAL_REASON`), what differed from the manifest, or that nothing did."""
+    if reseal.reason == UNVERIFIED_SEAL_REASON:
+        return "; ".join(reseal.changed) or "there was no manifest"
+    if reseal.changed:
+        return ("its files were sealed again although they no longer matched the manifest: "
+                + "; ".join(reseal.changed))  # fmt: skip
+    return "sealed again with every file as the manifest had it"

@@ -61,7 +61,7 @@ def validate(run_dir: Path, as_json: bool, strict: bool) -> None:
         )
     else:
         for name, facts in result.facts.items():
-            click.echo(f"{name}: {facts}")
+            click.echo(f"{name}: {_fact_line(facts)}")
         for warning in result.warnings:
             click.echo(f"warning: {warning}", err=True)
         for item in result.attention:
@@ -76,3 +76,11 @@ def validate(run_dir: Path, as_json: bool, strict: bool) -> None:
         else:
             click.echo(f"INVALID: {len(result.problems)} problem(s)")
     sys.exit(code)
+
+
+def _fact_line(facts: object) -> str:
+    """One case's facts as the console shows them: ``status ok, requests 29, failed 0``
+    (a mapping's items in order, ``key value``); anything else as its text."""
+    if isinstance(facts, dict):
+        return ", ".join(f"{key} {value}" for key, value in facts.items())
+    return str(facts)

@@ -109,3 +109,25 @@ def test_a_run_sealed_with_its_manifest_gets_no_trace(run: Path) -> None:
     assert CliRunner().invoke(main, ["report", str(run)]).exit_code == 0
     assert read_json(run / MANIFEST_FILE)["resealed"] == []
     assert CliRunner().invoke(main, ["validate", str(run)]).exit_code == 0
+
+
+def test_the_unverified_seal_reads_as_what_was_missing_and_validate_prints_plain_facts(
+    run: Path,
+) -> None:
+    (run / MANIFEST_FILE).unlink()
+    assert CliRunner().invoke(main, ["report", str(run)]).exit_code == 0
+    [entry] = read_json(run / MANIFEST_FILE)["resealed"]  # type: ignore[misc]
+    [line] = [x for x in (run / REPORT_MD).read_text().splitlines() if x.startswith("**Resealed")]
+    # No "no longer matched the manifest": there was none to match.
+    assert line == (
+        f"**Resealed** at {entry['at']}: sealed without a manifest: raw files not verifiable "
+        "(manifest.json was missing although run.json says the run ended (status ok) and "
+        "`loadgen run` seals the runs it ends)"
+    )
+    checked = CliRunner().invoke(main, ["validate", str(run)])
+    # The synthetic run: 29 requests per case (cold 6, warm 6, pollution 5, revisit 6,
+    # rewarm 6), none failed; facts print as words, not as a Python dict.
+    assert checked.output.splitlines()[:2] == [
+        f"{TEST_CASE}: status ok, requests 29, failed 0",
+        "control-7GiB: status ok, requests 29, failed 0",
+    ]
