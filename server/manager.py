@@ -135,14 +135,21 @@ class RunningServer:
         """Give up ownership: the server keeps running after this process exits."""
         self._proc = None
 
-    def stop(self, grace_s: float = 15.0) -> None:
+    def stop(self, grace_s: float | None = None) -> None:
         """Stop an owned server's whole process group and check it and its port are gone.
+
+        ``grace_s`` (s between SIGTERM and SIGKILL) defaults to :data:`READY_GRACE_S` for a
+        server that became ready and :data:`UNREADY_GRACE_S` for one that never did: it has
+        no request to finish, and vLLM part-way through its start was seen ignoring SIGTERM
+        for the whole 15 s, so a Ctrl-C during start-up would wait that long for nothing.
 
         Raises:
             RuntimeError: processes of the group survived SIGKILL, or the port is still bound.
         """
         if self._proc is None:
             return
+        if grace_s is None:
+            grace_s = READY_GRACE_S if self.startup_s is not None else UNREADY_GRACE_S
         result = stop_group(self._proc.pid, grace_s=grace_s, reap=self._proc.poll)
         self._proc = None
         if not result.group_gone:
@@ -155,6 +162,11 @@ class RunningServer:
         if not port_is_free(self.port):
             raise RuntimeError(f"port {self.port} still bound after stopping vLLM")
 
+
+#: Seconds between SIGTERM and SIGKILL for a server that became ready (it drains its requests).
+READY_GRACE_S = 15.0
+#: The same for a server stopped before it was ready (an interrupted or failed start).
+UNREADY_GRACE_S = 3.0
 
 _EXCEPTION_RE = re.compile(r"\b([A-Z]\w*(?:Error|Exception)): (.+)$")
 _LOG_PREFIX_RE = re.compile(r"^(?:\(\w+ pid=\d+\) )?(\w+) [\d-]+ [\d:]+ \[[^\]]+\] ")
