@@ -86,8 +86,11 @@ class SelfTest(_Frozen):
         scenario: the scenario gated; ``vllm`` the vLLM on both sides.
         slowdown: the planted slowdown F (a fraction).
         max_pairs, max_minutes: each gate's bounds (pairs per side; minutes, ``None``: none).
-        gates: aa, then planted.
-        correct: both decided as expected; ``exit_code`` 0 then, else ``wrong_exit``.
+        gates: aa, then planted (only those that took a look when the self-test stopped).
+        correct: both decided as expected; ``exit_code`` 0 then, else ``wrong_exit``, or
+            the stopping gate's code.
+        stopped: why the self-test ended before both gates decided (interrupted, a run not
+            ok, no comparison), naming the gate; ``None`` when both ran to a decision.
     """
 
     format_version: int = SELF_TEST_FORMAT_VERSION
@@ -99,6 +102,7 @@ class SelfTest(_Frozen):
     gates: list[SelfTestGate]
     correct: bool
     exit_code: int
+    stopped: str | None = None
 
 
 def is_correct(name: str, look: Look) -> bool:
@@ -161,8 +165,31 @@ def summarize(
     )  # fmt: skip
 
 
+def stopped_early(
+    out: Path, scenario: str, vllm: str, slowdown: float, max_pairs: int,
+    max_minutes: float | None, gate: GateName, why: str, exit_code: int,
+) -> SelfTest:  # fmt: skip
+    """The self-test of ``out`` when gate ``gate`` ended without a decision (``why``, in words,
+    with the gate's ``exit_code``): the gates that took a look before it, and nothing
+    claimed about the rest."""
+    gates = []
+    order: tuple[tuple[GateName, float], ...] = (("aa", 0.0), ("planted", slowdown))
+    for name, planted in order:
+        try:
+            gates.append(gate_result(out / name, name, planted))
+        except ValueError:
+            break  # no look: this gate and the ones after it decided nothing
+    return SelfTest(
+        scenario=scenario, vllm=vllm, slowdown=slowdown, max_pairs=max_pairs,
+        max_minutes=max_minutes, gates=gates, correct=False, exit_code=exit_code,
+        stopped=f"gate {gate} {why}",
+    )  # fmt: skip
+
+
 def headline(result: SelfTest) -> str:
-    """The self-test's one line (PASS or FAIL and why)."""
+    """The self-test's one line (PASS, FAIL or STOPPED, and why)."""
+    if result.stopped is not None:
+        return f"SELF-TEST STOPPED: {result.stopped}: no answer, both gates must decide"
     wrong = [g.name for g in result.gates if not g.correct]
     if not wrong:
         return f"SELF-TEST PASS: both gates decided correctly (planted {result.slowdown:.0%})"

@@ -16,6 +16,7 @@ gate.
 from __future__ import annotations
 
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -30,6 +31,7 @@ from server.net.exit_codes import GateExit
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from analysis.gate_self_test import GateName
     from scenarios.base import Scenario
 
 
@@ -78,13 +80,18 @@ def self_test(scenario: Scenario, gate: GateParams, values: dict[str, Any]) -> i
         + (f" and ≤ {bound:g} min" if bound is not None else "")
     )
     with kept_sides(out, gate) as kept:
-        for name, planted in (("aa", 0.0), ("planted", slowdown)):
+        order: tuple[tuple[GateName, float], ...] = (("aa", 0.0), ("planted", slowdown))
+        for name, planted in order:
             transforms = {
                 side: partial(behind_gateway, slowdown=f)
                 for side, f in side_transforms(planted).items()
             }
             console.print(f"[bold]self-test gate {name}[/bold] (candidate slowdown {planted:.0%})")
-            run_gate(scenario, gate, sides, out / name, kept, console, transforms)
+            try:
+                run_gate(scenario, gate, sides, out / name, kept, console, transforms)
+            except SystemExit as exc:  # interrupted, a run not ok, no comparison
+                _write_stopped(out, scenario.name, gate, slowdown, name, exc)
+                raise
     try:
         result = summarize(out, scenario.name, gate.baseline_vllm, slowdown, gate.most_pairs,
                            bound, int(GateExit.SELF_TEST_WRONG))  # fmt: skip
@@ -102,3 +109,25 @@ def self_test(scenario: Scenario, gate: GateParams, values: dict[str, Any]) -> i
     console.print(f"[bold {style}]{escape(headline(result))}[/bold {style}]")
     console.print(f"{escape(str(path))} (exit code {result.exit_code})")
     return result.exit_code
+
+
+def _write_stopped(
+    out: Path, scenario: str, gate: GateParams, slowdown: float, name: GateName,
+    exc: SystemExit,
+) -> None:  # fmt: skip
+    """Leave ``self_test.json``/``.md``/``.html`` saying the self-test stopped in gate ``name``
+    (``exc``: its exit), so the directory never looks like a self-test still to be read."""
+    from analysis.gate_self_test import headline, stopped_early, write_self_test
+    from loadgen.runformat import RunWriteError
+
+    code = exc.code if isinstance(exc.code, int) else 1
+    known = {int(c): c.meaning for c in GateExit}
+    why = f"stopped with exit code {code}" + (f" ({known[code]})" if code in known else "")
+    result = stopped_early(out, scenario, gate.baseline_vllm, slowdown, gate.most_pairs,
+                           gate.time_bound_min, name, why, code)  # fmt: skip
+    try:
+        write_self_test(result, out)
+    except RunWriteError as error:  # the exit already under way says what went wrong
+        click.echo(f"error: {error}", err=True)
+        return
+    click.echo(headline(result), err=True)
