@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Literal, cast
 
 from scenarios.late import Measured
+from scenarios.values import list_items
 
 ArmKind = Literal["none", "vllm-tokens", "vllm-reqs", "gateway"]
 
@@ -71,11 +72,15 @@ def parse_arms(text: str) -> list[Arm]:
     """``"none,vllm-tokens:x1,gateway:16"`` → the arms, in the order given.
 
     Raises:
-        ValueError: an unknown or malformed arm, a limit of 0 or above :data:`MAX_LIMIT`,
-            ``none`` with a limit, a limited kind without one, an arm named twice.
+        ValueError: no arm, an empty item between commas, an unknown or malformed arm, a
+            limit of 0 or above :data:`MAX_LIMIT`, ``none`` with a limit, a limited kind
+            without one, an arm named twice.
     """
+    items = list_items(text, "admission arm")
+    if not items:
+        raise ValueError("no admission arm given; e.g. none,vllm-tokens:x1")
     arms: list[Arm] = []
-    for raw in (t.strip() for t in text.split(",")):
+    for raw in items:
         match = _ARM.match(raw)
         if not match:
             raise ValueError(

@@ -27,6 +27,7 @@ from scenarios.fleet.kv_aware import KvAwareRule
 from scenarios.fleet.requests import FleetRequest
 from scenarios.fleet.simulate import FleetOutcome, Rule, simulate, split_first_tokens
 from scenarios.prefix_cache_model import predict_hits
+from scenarios.values import list_items
 
 GATEWAY_POLICIES = ("round-robin", "least-loaded", "prefix-hash")
 VLLM_ROUTER_POLICIES = (
@@ -70,10 +71,10 @@ def parse_fleet_policies(text: str) -> list[str]:
     """``--routing``'s comma-separated policies, in order, without repeats.
 
     Raises:
-        ValueError: an empty list, an unknown or a repeated policy (the message lists the
-            known ones).
+        ValueError: an empty list, an empty item between commas (``"a,,b"``), an unknown or
+            a repeated policy (the message lists the known ones).
     """
-    names = [p.strip() for p in text.split(",") if p.strip()]
+    names = list_items(text, "routing policy")
     if not names:
         raise ValueError("no routing policy given")
     for name in names:

@@ -216,6 +216,10 @@ def test_bad_policies_are_named() -> None:
         parse_fleet_policies("prefix-hash,prefix-hash")
     with pytest.raises(ValueError, match="no routing policy"):
         parse_fleet_policies(" , ")
+    for text in ("round-robin,,prefix-hash", ",round-robin", "round-robin,", "round-robin, ,x"):
+        with pytest.raises(ValueError, match="has an empty item between commas"):
+            parse_fleet_policies(text)
+    assert parse_fleet_policies(" round-robin , prefix-hash ") == ["round-robin", "prefix-hash"]
     assert parse_fleet_policies(",".join(FLEET_POLICIES)) == list(FLEET_POLICIES)
 
 

@@ -32,7 +32,7 @@ def test_arms_parse() -> None:
 @pytest.mark.parametrize(
     "text",
     ["none:5", "vllm-tokens", "vllm-tokens:0", "vllm-reqs:1.5", "queue:4", "none,none",
-     "vllm-tokens:x0"],
+     "vllm-tokens:x0", "", " , ", "none,,gateway:4", ",none", "none,"],
 )  # fmt: skip
 def test_bad_arms_are_refused(text: str) -> None:
     with pytest.raises(ValueError, match="admission arm"):
