@@ -21,6 +21,7 @@ from loadgen.cli.trace_fleet import (
     fleet_json,
     fleet_options,
     fleet_text,
+    given_flags,
 )
 from loadgen.runformat.atomic import RunWriteError, write_with
 from scenarios.common import MAX_CACHE_TOKENS, MAX_KV_BYTES_PER_TOKEN, MAX_TOKENS
@@ -54,16 +55,12 @@ def trace() -> None:
     """Offline commands on trace files (Mooncake JSONL, sessions); no server."""
 
 
-def _split(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
 def _cache_tokens(
     cache: str | None, cache_tokens: str | None, block_tokens: int, kv_bytes_per_token: int
 ) -> tuple[list[int] | None, dict[int, str]]:
     """Sizes to sweep in tokens (``None`` = default sweep) and the user's label of each."""
     from scenarios.trace_stats import cache_tokens_for_bytes
-    from scenarios.values import Range, parse_numbers, parse_sizes
+    from scenarios.values import Range, list_items, parse_numbers, parse_sizes
 
     if cache and cache_tokens:
         raise BadInput("give --cache (bytes) or --cache-tokens, not both")
@@ -74,7 +71,7 @@ def _cache_tokens(
             n_bytes = parse_sizes(cache)
         except ValueError as exc:
             raise BadInput(f"--cache: {exc}") from None
-        for part, size in zip(_split(cache), n_bytes, strict=True):
+        for part, size in zip(list_items(cache, "cache size"), n_bytes, strict=True):
             tokens = cache_tokens_for_bytes(size, kv_bytes_per_token, block_tokens)
             if tokens < 2 * block_tokens:
                 raise BadInput(
@@ -386,7 +383,7 @@ def stats(
     try:
         fleet_args = check_fleet_args(
             fleet_flags["replicas"], fleet_flags["routing"], fleet_flags["worker_urls"], sizes,
-            labels,
+            labels, given_flags(click.get_current_context()),
         )  # fmt: skip
     except ValueError as exc:
         raise BadInput(str(exc)) from None

@@ -69,45 +69,89 @@ class FleetArgs:
     worker_urls: tuple[str, ...] | None
 
 
+#: Options that only the fleet prediction reads (given without ``--replicas``: refused).
+FLEET_ONLY = ("--routing", "--worker-urls", "--concurrency", "--routing-epsilon",
+              "--routing-prefix-blocks", "--seed")  # fmt: skip
+#: Options that only one policy reads, and that policy.
+POLICY_ONLY = {
+    "--routing-epsilon": "prefix-hash",
+    "--routing-prefix-blocks": "prefix-hash",
+    "--worker-urls": "vllm-router:consistent_hash",
+}
+
+
+def given_flags(ctx: click.Context) -> frozenset[str]:
+    """The fleet flags of ``ctx`` that the user passed (not merely left at their default)."""
+    defaults = (click.core.ParameterSource.DEFAULT, click.core.ParameterSource.DEFAULT_MAP)
+    return frozenset(
+        flag
+        for flag in FLEET_ONLY
+        if ctx.get_parameter_source(flag[2:].replace("-", "_")) not in (None, *defaults)
+    )
+
+
 def check_fleet_args(
     replicas: int | None,
     routing: str | None,
     worker_urls: str | None,
     sizes: list[int] | None,
     labels: dict[int, str],
+    given: frozenset[str] = frozenset(),
 ) -> FleetArgs | None:
-    """The fleet options checked against each other (``None``: no fleet asked).
+    """The fleet options checked against each other (``None``: no fleet asked). ``given``:
+    the flags the user passed (``--routing-epsilon``, …), as opposed to left at their
+    defaults; a fleet-only flag given without ``--replicas``, or a policy's own flag given
+    where ``--routing`` leaves that policy out, would be silently ignored, so it is refused.
 
     Raises:
         ValueError: one line saying what is wrong (the command turns it into exit 2).
     """
-    from scenarios.common import base_url
     from scenarios.fleet.model import FLEET_POLICIES, parse_fleet_policies
-    from scenarios.values import list_items
 
+    given = given | {
+        n for n, v in (("--routing", routing), ("--worker-urls", worker_urls)) if v is not None
+    }
     if replicas is None:
-        for name, value in (("--routing", routing), ("--worker-urls", worker_urls)):
-            if value is not None:
+        for name in FLEET_ONLY:
+            if name in given:
                 raise ValueError(f"{name} needs --replicas N")
         return None
+    if routing is not None and replicas < 2:
+        raise ValueError("--routing needs --replicas 2 or more")
     if not sizes or len(sizes) != 1:
         raise ValueError("--replicas needs exactly one per-replica cache size (--cache or "
                          "--cache-tokens)")  # fmt: skip
-    policies = parse_fleet_policies(routing) if routing is not None else list(FLEET_POLICIES)
-    urls = None
-    if worker_urls is not None:
-        # Each a server URL (a port past 65535 was taken), none twice: two replicas of one
-        # URL would hash to the same ring points, a fleet no router has.
-        try:
-            urls = tuple(base_url(u) for u in list_items(worker_urls, "worker URL"))
-        except ValueError as exc:
-            raise ValueError(f"--worker-urls: {exc}") from None
-        if len(urls) != replicas:
-            raise ValueError(f"--worker-urls: {len(urls)} URLs for {replicas} replicas")
-        twice = next((u for i, u in enumerate(urls) if u in urls[:i]), None)
-        if twice is not None:
-            raise ValueError(f"--worker-urls: {twice} is given twice; each replica has its own")
+    try:
+        policies = parse_fleet_policies(routing) if routing is not None else list(FLEET_POLICIES)
+    except ValueError as exc:
+        raise ValueError(f"--routing: {exc}") from None
+    for name, policy in POLICY_ONLY.items():
+        if name in given and policy not in policies:
+            raise ValueError(f"{name} applies only to {policy}, which --routing {routing!r} "
+                             "leaves out")  # fmt: skip
+    urls = _worker_urls(worker_urls, replicas)
     return FleetArgs(replicas, policies, sizes[0], labels.get(sizes[0]), urls)
+
+
+def _worker_urls(text: str | None, replicas: int) -> tuple[str, ...] | None:
+    """``--worker-urls``, checked: each a server URL (a port past 65535 was taken), one per
+    replica, none twice: two replicas of one URL would hash to the same ring points, a fleet
+    no router has."""
+    from scenarios.common import base_url
+    from scenarios.values import list_items
+
+    if text is None:
+        return None
+    try:
+        urls = tuple(base_url(u) for u in list_items(text, "worker URL"))
+    except ValueError as exc:
+        raise ValueError(f"--worker-urls: {exc}") from None
+    if len(urls) != replicas:
+        raise ValueError(f"--worker-urls: {len(urls)} URLs for {replicas} replicas")
+    twice = next((u for i, u in enumerate(urls) if u in urls[:i]), None)
+    if twice is not None:
+        raise ValueError(f"--worker-urls: {twice} is given twice; each replica has its own")
+    return urls
 
 
 def _pct(low: float, high: float) -> str:

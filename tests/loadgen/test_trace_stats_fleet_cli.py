@@ -76,7 +76,44 @@ def test_fleet_text_names_bounds_and_brackets(abab: Path) -> None:
     ("extra", "message"),
     [
         (["--routing", "prefix-hash"], "Error: --routing needs --replicas N"),
-        (["--replicas", "2", "--routing", "hash"], "Error: unknown routing policy 'hash'"),
+        (
+            ["--replicas", "2", "--routing", "hash"],
+            "Error: --routing: unknown routing policy 'hash'",
+        ),
+        (["--replicas", "2", "--routing", ","], "Error: --routing: no routing policy given"),
+        # One replica: every policy sends everything to it, as run/bench/gate refuse too.
+        (
+            ["--replicas", "1", "--routing", "prefix-hash"],
+            "Error: --routing needs --replicas 2 or more",
+        ),
+        # Flags only the fleet prediction reads, given without --replicas: ignored, so refused.
+        (["--routing-epsilon", "0.5"], "Error: --routing-epsilon needs --replicas N"),
+        (["--routing-prefix-blocks", "4"], "Error: --routing-prefix-blocks needs --replicas N"),
+        (["--concurrency", "2"], "Error: --concurrency needs --replicas N"),
+        (["--seed", "0"], "Error: --seed needs --replicas N"),  # its default, but given
+        # A policy's own flag where --routing leaves that policy out.
+        (
+            ["--replicas", "2", "--routing", "round-robin", "--routing-epsilon", "3"],
+            "Error: --routing-epsilon applies only to prefix-hash, which --routing 'round-robin' "
+            "leaves out",
+        ),
+        (
+            ["--replicas", "2", "--routing", "least-loaded", "--routing-prefix-blocks", "4"],
+            "Error: --routing-prefix-blocks applies only to prefix-hash, which --routing "
+            "'least-loaded' leaves out",
+        ),
+        (
+            [
+                "--replicas",
+                "2",
+                "--routing",
+                "vllm-router:random",
+                "--worker-urls",
+                "http://127.0.0.1:8000,http://127.0.0.1:8001",
+            ],
+            "Error: --worker-urls applies only to vllm-router:consistent_hash, which --routing "
+            "'vllm-router:random' leaves out",
+        ),
         (["--replicas", "2", "--cache-tokens", "16,32"], "exactly one per-replica cache size"),
         (["--replicas", "2", "--worker-urls", "http://a"], "--worker-urls: 1 URLs for 2"),
         (["--replicas", "0"], "Invalid value for '--replicas'"),
@@ -86,5 +123,41 @@ def test_fleet_text_names_bounds_and_brackets(abab: Path) -> None:
 def test_bad_fleet_options_are_one_line_exit_2(abab: Path, extra: list[str], message: str) -> None:
     code, out = run(str(abab), *ARGS, *extra)
     assert code == 2, out
-    assert message in out
+    errors = [line for line in out.splitlines() if line.startswith("Error")]
+    assert len(errors) == 1 and message in errors[0], out
     assert "Traceback" not in out
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],  # --routing-epsilon, --routing-prefix-blocks, --seed at their defaults: no fleet
+        ["--replicas", "1"],  # no --routing: the table of one replica
+        ["--replicas", "2", "--routing", "round-robin"],  # prefix-hash's flags at defaults
+        [
+            "--replicas",
+            "2",
+            "--routing",
+            "round-robin,prefix-hash",
+            "--routing-epsilon",
+            "3",
+            "--routing-prefix-blocks",
+            "1",
+            "--concurrency",
+            "2",
+            "--seed",
+            "7",
+        ],
+        [
+            "--replicas",
+            "2",
+            "--routing",
+            "vllm-router:consistent_hash",
+            "--worker-urls",
+            "http://127.0.0.1:8000,http://127.0.0.1:8001",
+        ],
+    ],
+)
+def test_fleet_flags_that_apply_are_taken(abab: Path, extra: list[str]) -> None:
+    code, out = run(str(abab), *ARGS, *extra)
+    assert code == 0, out
