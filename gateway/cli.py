@@ -109,6 +109,7 @@ def _serve(config_file: str | None, log_level: str, **fields: Any) -> None:
     if config_file is None and not fields.get("upstreams"):
         raise click.UsageError("give at least one --upstream URL or a --config file")
     config = build_config(config_file, fields)
+    _refuse_unused_flags(config, fields)
     handler = logging.StreamHandler()
     handler.setFormatter(_RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=log_level.upper(), handlers=[handler])
@@ -118,6 +119,31 @@ def _serve(config_file: str | None, log_level: str, **fields: Any) -> None:
         click.echo("gateway stopped", err=True)
     except OSError as exc:  # the port is taken, the events file cannot be created, ...
         raise click.ClickException(f"cannot run the gateway: {describe_exception(exc)}") from exc
+
+
+#: Flags that only one setting reads: (config field, the setting that reads it).
+_NEEDS = {
+    "routing_epsilon": "--routing prefix-hash",
+    "routing_prefix_blocks": "--routing prefix-hash",
+    "routing_prefix_chars": "--routing prefix-hash",
+    "slowdown_scope": "a --slowdown above 0",
+}
+
+
+def _refuse_unused_flags(config: GatewayConfig, fields: dict[str, Any]) -> None:
+    """Refuse a flag given (``fields``: click's values, ``None`` = not given) that the
+    configured gateway would ignore, e.g. ``--routing-epsilon`` with ``--routing round-robin``.
+
+    Raises:
+        click.UsageError: one line naming the flag and what it needs.
+    """
+    used = {"slowdown_scope": config.slowdown > 0}
+    for field, needs in _NEEDS.items():
+        applies = used.get(field, config.routing == "prefix-hash")
+        if fields.get(field) is not None and not applies:
+            raise click.UsageError(
+                f"--{_flag(field)} applies only with {needs}; it would be ignored"
+            )
 
 
 class _RedactingFormatter(logging.Formatter):

@@ -205,3 +205,42 @@ def test_a_config_file_value_is_named_by_its_path_and_nan_is_refused(
     path.write_text('{"upstreams": ["http://127.0.0.1:1"], "timeouts": {"idle_s": NaN}}')
     assert main(["--config", str(path)]) == 2
     assert "NaN is not a JSON number: give a finite number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--routing", "round-robin", "--routing-epsilon", "3"],
+         "--routing-epsilon applies only with --routing prefix-hash; it would be ignored"),
+        (["--routing-prefix-blocks", "4"],  # the default routing is least-loaded
+         "--routing-prefix-blocks applies only with --routing prefix-hash; it would be ignored"),
+        (["--routing", "least-loaded", "--routing-prefix-chars", "64"],
+         "--routing-prefix-chars applies only with --routing prefix-hash; it would be ignored"),
+        (["--slowdown-scope", "first-token"],
+         "--slowdown-scope applies only with a --slowdown above 0; it would be ignored"),
+        (["--slowdown", "0", "--slowdown-scope", "all"],
+         "--slowdown-scope applies only with a --slowdown above 0; it would be ignored"),
+    ],
+)  # fmt: skip
+def test_a_flag_the_configured_gateway_would_ignore_is_refused(
+    capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    assert main(["--upstream", "http://127.0.0.1:9", *args]) == 2
+    assert message in " ".join(capsys.readouterr().err.split())
+
+
+def test_the_same_flags_are_taken_where_they_apply(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gateway.cli as cli
+
+    seen: list[GatewayConfig] = []
+    monkeypatch.setattr(cli, "_serve_forever", lambda config: seen.append(config))
+    monkeypatch.setattr(cli, "run_event_loop", lambda _: None)
+    argv = ["--upstream", "http://127.0.0.1:9", "--routing", "prefix-hash",
+            "--routing-epsilon", "3", "--routing-prefix-blocks", "4",
+            "--routing-prefix-chars", "64", "--slowdown", "0.15",
+            "--slowdown-scope", "first-token"]  # fmt: skip
+    assert main(argv) == 0
+    (config,) = seen
+    assert (config.routing_epsilon, config.routing_prefix_blocks) == (3.0, 4)
+    assert (config.routing_prefix_chars, config.slowdown, config.slowdown_scope) == (
+        64, 0.15, "first-token")  # fmt: skip
