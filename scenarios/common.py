@@ -12,7 +12,7 @@ from scenarios.arrivals import MAX_PHASE_REQUESTS
 from scenarios.plan import REQUEST_TIMEOUT_S, STALL_TIMEOUT_S, ClientPriority
 from scenarios.tokens import TokenSpace
 from server.config import ServerConfig
-from server.engines import EngineNotFoundError, project_engine, resolve_engine
+from server.engines import EngineNotFoundError, check_version, project_engine, resolve_engine
 from server.frozen import FrozenModel
 from server.model_variant import COMMON_ARCHITECTURE, VariantChoice
 from server.net.limits import METRICS_MAX_BYTES
@@ -227,6 +227,12 @@ class ServerParams(FrozenModel):
         except EngineNotFoundError as exc:
             raise ValueError(str(exc)) from None
         return self
+
+    @field_validator("vllm")
+    @classmethod
+    def _version(cls, value: str | None) -> str | None:
+        # Before it reaches a path or the `make engine` command an error would suggest.
+        return None if value is None else check_version(value)
 
     @field_validator("vllm_args")
     @classmethod

@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 from server.net.errors import describe_exception
 
 #: Distributions that provide the ``vllm`` package: the CPU build and the regular CUDA build.
@@ -77,9 +79,36 @@ def engines_root() -> Path:
     return Path(root) if root else _PROJECT_ROOT / ".engines"
 
 
+def check_version(version: str) -> str:
+    """``version`` itself when it names a vLLM release as pip writes it: a PEP 440 version
+    (``packaging.version.Version``) in its normal form, e.g. ``0.31.0`` or ``0.32.0.post1``.
+
+    Checked before the text goes anywhere else: it becomes a directory name
+    (:func:`engine_dir`), is compared with an installed engine's version string, and is printed
+    inside the ``make engine VLLM=<version>`` command an error suggests.
+
+    Raises:
+        ValueError: not a PEP 440 version (``x;rm``), or one written otherwise than pip writes
+            it (``v0.31.0``: the message gives the normal form).
+    """
+    try:
+        normal = str(Version(version))
+    except InvalidVersion:
+        raise ValueError(
+            f"{version!r} is not a vLLM version (a release such as 0.31.0, PEP 440)"
+        ) from None
+    if normal != version:
+        raise ValueError(f"{version!r} is not a vLLM version as pip writes it: give {normal}")
+    return version
+
+
 def engine_dir(version: str) -> Path:
-    """The virtualenv ``make engine VLLM=<version>`` creates."""
-    return engines_root() / f"vllm-{version}"
+    """The virtualenv ``make engine VLLM=<version>`` creates.
+
+    Raises:
+        ValueError: ``version`` is not a vLLM version (:func:`check_version`).
+    """
+    return engines_root() / f"vllm-{check_version(version)}"
 
 
 def _installed_here() -> Engine | None:
@@ -137,8 +166,11 @@ def engine_for_version(version: str) -> Engine:
     second engine installed by ``make engine VLLM=<version>``.
 
     Raises:
+        ValueError: ``version`` is not a vLLM version (:func:`check_version`), before any
+            command is suggested.
         EngineNotFoundError: neither has that version; the message gives the install command.
     """
+    check_version(version)
     here = _installed_here()
     if here is not None and here.version == version:
         return here
@@ -163,6 +195,7 @@ def resolve_engine(vllm: str | None = None, engine_python: str | None = None) ->
     else the project's own.
 
     Raises:
+        ValueError: ``vllm`` is not a vLLM version (:func:`check_version`).
         EngineNotFoundError: the engine is not installed, or both were given.
     """
     if vllm and engine_python:

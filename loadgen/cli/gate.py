@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import click
-from pydantic import Field, FilePath, model_validator
+from pydantic import Field, FilePath, field_validator, model_validator
 from rich.markup import escape
 
 from loadgen.cli.compare import compare_exit_code, fail_compare
@@ -22,6 +22,7 @@ from loadgen.cli.run_and_report import check_out_dir, new_run_dir, run_and_repor
 from loadgen.cli.scenario_commands import ScenarioGroup, nominal_check
 from loadgen.runformat.layout import GATE_SIDES, LOOKS_FILE, PAIRS_FILE, gate_run_dir
 from server.cli_options import ModelOptions
+from server.engines import check_version
 from server.frozen import FrozenModel
 from server.net.exit_codes import GateExit, code_lines
 
@@ -51,7 +52,11 @@ DEFAULT_MAX_REPEATS = 10
 #: (``analysis.gate_sequential.looks_in_time``), so a short bound gives few looks, each at a
 #: higher confidence, instead of splitting α over 2..10 pairs it has no time to run.
 DEFAULT_MAX_MINUTES = 20.0
-#: A self-test's planted slowdown must be in (0, this): beyond 200 % any gate sees it.
+#: A self-test's planted slowdown must be in [MIN, MAX). Below 1 % no gate on these machines
+#: could see it (the paired TTFT MDE is several percent, docs/gate-paired.md), so the planted
+#: gate could never end in a regression and the self-test would measure nothing; a slowdown
+#: that rounds to 0 % would also print as one. Beyond 200 % any gate sees it.
+MIN_SELF_TEST_SLOWDOWN = 0.01
 MAX_SELF_TEST_SLOWDOWN = 2.0
 
 
@@ -59,7 +64,8 @@ def parse_slowdown(text: str) -> float:
     """``--self-test``'s slowdown as a fraction: ``15%`` or ``0.15`` → 0.15.
 
     Raises:
-        ValueError: not a number, or not in (0, :data:`MAX_SELF_TEST_SLOWDOWN`) (one line).
+        ValueError: not a number, or not in [:data:`MIN_SELF_TEST_SLOWDOWN`,
+            :data:`MAX_SELF_TEST_SLOWDOWN`) (one line).
     """
     raw = text.strip()
     try:
@@ -68,10 +74,12 @@ def parse_slowdown(text: str) -> float:
         raise ValueError(
             f"--self-test {text!r}: give a percent (15%) or a fraction (0.15)"
         ) from None
-    if not 0 < value < MAX_SELF_TEST_SLOWDOWN:  # NaN fails too
+    if not MIN_SELF_TEST_SLOWDOWN <= value < MAX_SELF_TEST_SLOWDOWN:  # NaN fails too
         raise ValueError(
-            f"--self-test {text!r} is a slowdown of {value:.0%}: it must be above 0 and below "
-            f"{MAX_SELF_TEST_SLOWDOWN:.0%} (15% or 0.15 is a 15 % slowdown)"
+            f"--self-test {text!r} is a slowdown of {value * 100:g}%: it must be at least "
+            f"{MIN_SELF_TEST_SLOWDOWN:.0%} (a smaller one is below the minimum detectable "
+            f"effect on these machines) and below {MAX_SELF_TEST_SLOWDOWN:.0%} (15% or 0.15 is "
+            "a 15 % slowdown)"
         )
     return value
 
@@ -117,8 +125,10 @@ class GateParams(FrozenModel):
     self_test: str | None = Field(
         default=None,
         description="Measure the gate's power here: an A/A gate and one whose candidate is "
-        "the same vLLM behind a gateway slowing it by this much (15% or 0.15), each until "
-        "decided; exit 0 when both are decided right.",
+        "the same vLLM behind a gateway slowing it by this much (15% or 0.15; at least "
+        f"{MIN_SELF_TEST_SLOWDOWN:.0%}: no gate here detects less; below "
+        f"{MAX_SELF_TEST_SLOWDOWN:.0%}), each until decided; exit 0 when both are decided "
+        "right.",
     )
     order: Literal["abba", "abab"] = Field(
         default="abba", description="abba: A B B A … (cancels linear drift); abab."
@@ -174,6 +184,12 @@ class GateParams(FrozenModel):
         if self.max_minutes is None and self.sequential:
             return DEFAULT_MAX_MINUTES
         return self.max_minutes
+
+    @field_validator("baseline_vllm", "candidate_vllm")
+    @classmethod
+    def _version(cls, value: str | None) -> str | None:
+        # Before it reaches a path or the `make engine` command an error would suggest.
+        return None if value is None else check_version(value)
 
     @model_validator(mode="after")
     def _looks(self) -> GateParams:

@@ -62,10 +62,15 @@ def test_sequential_gate_flags_are_checked_before_any_start(monkeypatch, tmp_pat
         ([*cand, "--until-decided", "--repeats", "1", "--max-repeats", "2"], "--repeats ≥ 2"),
         ([*cand, "--until-decided", "--max-minutes", "0"], "max-minutes"),
         ([], "--candidate-vllm is required (or --self-test F)"),
-        (["--self-test", "0%"], "slowdown of 0%: it must be above 0 and below 200%"),
-        (["--self-test", "2"], "slowdown of 200%: it must be above 0"),
+        (["--self-test", "0%"], "slowdown of 0%: it must be at least 1%"),
+        (["--self-test", "2"], "slowdown of 200%: it must be at least 1%"),
         (["--self-test", "15"], "slowdown of 1500%"),
-        (["--self-test", "nan"], "must be above 0"),
+        (["--self-test", "nan"], "slowdown of nan%: it must be at least 1%"),
+        # Positive, but rounding to 0 % (or under the 1 % floor): never a planted gate.
+        (["--self-test", "0.0000001"], "slowdown of 1e-05%: it must be at least 1%"),
+        (["--self-test", "1e-300"], "slowdown of 1e-298%: it must be at least 1%"),
+        (["--self-test", "0.5%"], "slowdown of 0.5%: it must be at least 1%"),
+        (["--self-test", "0.0099"], "slowdown of 0.99%: it must be at least 1%"),
         (["--self-test", "fast"], "give a percent (15%) or a fraction (0.15)"),
         (["--self-test", "15%", "--candidate-vllm", "0.2.0"], "drop --candidate-vllm 0.2.0"),
         (["--self-test", "15%", "--candidate-vllm-args", "-x"], "drop --candidate-vllm-args"),
@@ -74,6 +79,8 @@ def test_sequential_gate_flags_are_checked_before_any_start(monkeypatch, tmp_pat
         ([*cand, "--until-decided", "--max-minutes", "30"], "make engine VLLM=0.1.0"),
         (["--self-test", "15%"], "make engine VLLM=0.1.0"),
         (["--self-test", "0.15", *cand], "make engine VLLM=0.1.0"),
+        (["--self-test", "1%"], "make engine VLLM=0.1.0"),  # the floor itself is accepted
+        (["--self-test", "0.01"], "make engine VLLM=0.1.0"),
     ):
         result = runner.invoke(main, [*base, *extra])
         assert result.exit_code == 2, (extra, result.output)
@@ -84,17 +91,39 @@ def test_sequential_gate_flags_are_checked_before_any_start(monkeypatch, tmp_pat
 def test_a_sequential_gate_without_bounds_plans_ten_pairs_within_twenty_minutes() -> None:
     from loadgen.cli.gate import DEFAULT_MAX_MINUTES, DEFAULT_MAX_REPEATS, GateParams
 
-    gate = GateParams(baseline_vllm="a", candidate_vllm="b", until_decided=True)
+    gate = GateParams(baseline_vllm="0.31.0", candidate_vllm="0.32.0", until_decided=True)
     assert (gate.most_pairs, gate.time_bound_min) == (DEFAULT_MAX_REPEATS, DEFAULT_MAX_MINUTES)
     assert (gate.most_pairs, gate.time_bound_min) == (10, 20.0)
-    fixed = GateParams(baseline_vllm="a", candidate_vllm="b", repeats=3)
+    fixed = GateParams(baseline_vllm="0.31.0", candidate_vllm="0.32.0", repeats=3)
     assert (fixed.sequential, fixed.time_bound_min) == (False, None)
-    test = GateParams(baseline_vllm="a", self_test="15%")
+    test = GateParams(baseline_vllm="0.31.0", self_test="15%")
     assert (test.sequential, test.most_pairs, test.time_bound_min) == (True, 10, 20.0)
-    assert GateParams(baseline_vllm="a", self_test="0.1", max_minutes=5).time_bound_min == 5
+    assert GateParams(baseline_vllm="0.31.0", self_test="0.1", max_minutes=5).time_bound_min == 5
 
 
 def test_added_pairs_continue_the_gate_order() -> None:
     # --until-decided adds pair k as the last two of gate_order(k): A B B A then A B, B A, …
     added = [gate_order(k, "abba")[-2:] for k in (3, 4)]
     assert added == [["baseline", "candidate"], ["candidate", "baseline"]]
+
+
+def test_a_vllm_version_is_refused_in_one_line_before_any_command(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("SERVING_TESTBED_ENGINES", str(tmp_path / "engines"))
+    runner = CliRunner()
+    out = ["--out", str(tmp_path / "g")]
+    bad = "'x;rm' is not a vLLM version (a release such as 0.31.0, PEP 440)"
+    for argv, line in (
+        (["gate", "prefix-eviction", "--baseline-vllm", "x;rm", "--self-test", "15%", *out],
+         f"Error: --baseline-vllm: {bad}"),
+        (["gate", "prefix-eviction", "--baseline-vllm", "0.1.0", "--candidate-vllm", "x;rm",
+          *out], f"Error: --candidate-vllm: {bad}"),
+        (["gate", "prefix-eviction", "--baseline-vllm", "v0.1.0", "--candidate-vllm", "0.1.0",
+          *out], "Error: --baseline-vllm: 'v0.1.0' is not a vLLM version as pip writes it: "
+         "give 0.1.0"),
+        (["run", "prefix-eviction", "--vllm", "x;rm", *out], f"Error: --vllm: {bad}"),
+    ):  # fmt: skip
+        result = runner.invoke(main, argv)
+        assert result.exit_code == 2, (argv, result.output)
+        assert result.output.splitlines()[-1] == line, (argv, result.output)
+        assert "make engine" not in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "g").exists() and not (tmp_path / "engines").exists()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,6 +13,8 @@ from server.engines import (
     Engine,
     EngineNotFoundError,
     check_cache_fits,
+    check_version,
+    engine_dir,
     engine_for_version,
     inspect_engine,
     project_engine,
@@ -46,6 +50,60 @@ def test_the_projects_own_version_is_served_by_this_interpreter(engines_root: Pa
 def test_a_missing_engine_says_how_to_install_it(engines_root: Path) -> None:
     with pytest.raises(EngineNotFoundError, match=r"make engine VLLM=0\.1\.0"):
         engine_for_version("0.1.0")
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("x;rm", "'x;rm' is not a vLLM version (a release such as 0.31.0, PEP 440)"),
+        ("0.31.0; rm -rf ~", "'0.31.0; rm -rf ~' is not a vLLM version (a release such as "
+         "0.31.0, PEP 440)"),
+        ("../0.31.0", "'../0.31.0' is not a vLLM version (a release such as 0.31.0, PEP 440)"),
+        # PEP 440 parses these, but pip names the release otherwise: no engine would match.
+        ("v0.31.0", "'v0.31.0' is not a vLLM version as pip writes it: give 0.31.0"),
+        (" 0.31.0", "' 0.31.0' is not a vLLM version as pip writes it: give 0.31.0"),
+        ("0.31.0-post1", "'0.31.0-post1' is not a vLLM version as pip writes it: give "
+         "0.31.0.post1"),
+    ],
+)  # fmt: skip
+def test_a_version_that_is_not_one_is_refused_before_any_command_is_suggested(
+    engines_root: Path, text: str, why: str
+) -> None:
+    for refuse in (check_version, engine_dir, engine_for_version, resolve_engine):
+        with pytest.raises(ValueError) as info:
+            refuse(text)
+        # A plain ValueError, not "not installed": no `make engine` command built from it.
+        assert not isinstance(info.value, EngineNotFoundError)
+        assert str(info.value) == why
+    assert list(engines_root.iterdir()) == []
+
+
+def test_versions_as_pip_writes_them_pass() -> None:
+    for text in ("0.31.0", "0.32.0.post1", "0.10.1rc1", "0.31.0+cpu", "1.0.dev3"):
+        assert check_version(text) == text
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_engine_refuses_a_version_that_is_not_one_before_any_command(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[2]
+    engines = tmp_path / "engines"
+
+    def make_engine(version: str) -> subprocess.CompletedProcess[str]:
+        # PYTHON=false: a version that passes the check fails at the first step instead.
+        argv = ["make", "-s", "-C", str(root), "engine", f"VLLM={version}", f"ENGINES={engines}",
+                "PYTHON=false"]  # fmt: skip
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+
+    for bad in ("x;rm", "0.31.0; touch pwned", 'a"b', "v0.31.0", "0.31.0\nrm"):
+        done = make_engine(bad)
+        assert done.returncode == 2, (bad, done.stdout, done.stderr)
+        assert done.stdout == (
+            f"make engine: VLLM={bad} is not a vLLM version (a release such as 0.31.0, PEP 440)\n"
+        )
+    assert not engines.exists() and not (root / "pwned").exists()
+    passed = make_engine("0.32.0.post1")  # past the check, stopped at `false -m venv`
+    assert "is not a vLLM version" not in passed.stdout
+    assert f"{engines}/vllm-0.32.0.post1/.installed-cpu" in passed.stderr
 
 
 def test_an_installed_engine_is_found_and_its_version_checked(engines_root: Path) -> None:
