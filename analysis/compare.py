@@ -55,7 +55,14 @@ from analysis.compare_models import (
     SideInfo,
     VerdictComparison,
 )
-from analysis.compare_runs import RunView, incomplete_runs, load_view, run_dirs, side_info
+from analysis.compare_runs import (
+    RunView,
+    check_distinct,
+    incomplete_runs,
+    load_view,
+    run_dirs,
+    side_info,
+)
 from analysis.gate_file import GateConfig
 from analysis.gate_paired_keys import paired_key_metrics, paired_runs
 from analysis.gate_verdicts import verdict_test
@@ -295,10 +302,13 @@ def compare_paths(
     """Load both sides (a run, or a directory of runs each) and compare them.
 
     Raises:
-        CompareError: see :func:`compare_sides`, :func:`run_dirs` and :func:`load_view`.
+        CompareError: see :func:`compare_sides`, :func:`run_dirs`, :func:`check_distinct`
+            (one run on both sides, or twice on one) and :func:`load_view`.
     """
-    base = [load_view(p) for p in run_dirs(baseline)]
-    cand = [load_view(p) for p in run_dirs(candidate)]
+    base_dirs, cand_dirs = run_dirs(baseline), run_dirs(candidate)
+    check_distinct(base_dirs, cand_dirs)
+    base = [load_view(p) for p in base_dirs]
+    cand = [load_view(p) for p in cand_dirs]
     return compare_sides(
         base, cand, gate, allow_workload_mismatch=allow_workload_mismatch, pairs=pairs,
         allow_incomplete=allow_incomplete, paired=paired,

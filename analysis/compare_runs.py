@@ -94,6 +94,40 @@ def run_dirs(path: Path) -> list[Path]:
     return found
 
 
+def check_distinct(baseline: Sequence[Path], candidate: Sequence[Path]) -> None:
+    """Refuse a run directory that appears twice among both sides' runs (:func:`run_dirs`),
+    compared after resolving the paths (``..``, symbolic links): a run compared with itself
+    decides nothing, and one counted twice within a side counts as two runs it is not.
+
+    Raises:
+        CompareError: the first run found twice, naming both places and its real path.
+    """
+    seen: dict[Path, tuple[str, Path]] = {}
+    for side, runs in (("baseline", baseline), ("candidate", candidate)):
+        for run in runs:
+            real = run.resolve()
+            if real not in seen:
+                seen[real] = (side, run)
+                continue
+            first_side, first = seen[real]
+            alias = "" if first == run else f" ({first} and {run} are both {real})"
+            if first_side != side:
+                raise CompareError(f"{run} is given as both baseline and candidate{alias}: a "
+                                   "run compared with itself decides nothing")  # fmt: skip
+            raise CompareError(f"{first} and {run} are the same run ({real}) on the {side} "
+                               "side: each run may count once")  # fmt: skip
+
+
+def distinct_sides(baseline: Path, candidate: Path) -> None:
+    """Refuse sides (each a run, or a directory of runs) that share a run
+    (:func:`check_distinct`).
+
+    Raises:
+        CompareError: a side holds no run, a run that cannot be read, or one run twice.
+    """
+    check_distinct(run_dirs(baseline), run_dirs(candidate))
+
+
 def incompleteness(
     run_dir: Path,
     run: RunInfo,

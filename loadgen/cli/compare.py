@@ -222,6 +222,8 @@ def compare(
     paired: bool,
 ) -> None:
     """Compare (the help text, with the exit codes: ``_HELP``)."""
+    from analysis.compare import CompareError
+    from analysis.compare_runs import distinct_sides
     from analysis.gate_file import GateFileError, load_gate
 
     parsed = _parse_pairs(pairs)
@@ -229,6 +231,10 @@ def compare(
         load_gate(gate_file)
     except GateFileError as exc:
         raise click.UsageError(str(exc)) from None
+    try:  # sides without a run, or sharing one: said before any output directory is made
+        distinct_sides(baseline, candidate)
+    except CompareError as exc:
+        fail_compare(str(exc))
     out = out or new_run_dir("compare")
     check_output_dir(out, "--out")
     sys.exit(

@@ -95,8 +95,8 @@ class CompareExit(ExitCode):
         2,
         "usage error, runs whose workloads differ or that did not complete (status not ok, a "
         "case not ok, no manifest or sealed without one, an incomplete phase; "
-        "`--allow-incomplete` compares them anyway), or runs that cannot be compared at all "
-        "(one line says why)",
+        "`--allow-incomplete` compares them anyway), one run given on both sides (or twice on "
+        "one), or runs that cannot be compared at all (one line says why)",
     )
     UNDECIDED = (
         3,

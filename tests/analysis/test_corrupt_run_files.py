@@ -108,7 +108,9 @@ def test_a_nan_cached_count_in_a_record_is_not_a_record(run_dir: Path) -> None:
         ('{"scenario": 5}', "is not a valid plan"),
     ],
 )
-def test_a_broken_plan_is_one_clear_problem_everywhere(run_dir: Path, text: str, why: str) -> None:
+def test_a_broken_plan_is_one_clear_problem_everywhere(
+    clean: Path, run_dir: Path, text: str, why: str
+) -> None:
     (run_dir / "plan.json").write_text(text)
     with pytest.raises(RunFileError, match=why):
         load_run(run_dir)
@@ -117,7 +119,7 @@ def test_a_broken_plan_is_one_clear_problem_everywhere(run_dir: Path, text: str,
     report = CliRunner().invoke(main, ["report", str(run_dir)])
     assert report.exit_code == 1 and why in report.output, report.output
     with pytest.raises(CompareError, match=why):
-        compare_paths(run_dir, run_dir, load_gate())
+        compare_paths(clean, run_dir, load_gate())  # the broken run as the candidate
 
 
 @pytest.mark.parametrize(

@@ -40,11 +40,13 @@ INSIDE = "a run's files are written only by the run itself (give a path outside 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A sealed synthetic run (``synthetic_run``), as loadgen leaves one."""
+    """A sealed synthetic run (``synthetic_run``), as loadgen leaves one, and beside it
+    ``twin``, a copy: compare's other side (a run compared with itself is refused)."""
     run_dir = tmp_path_factory.mktemp("sealed") / "run"
     build_run(run_dir)
     build_report(run_dir)
     write_manifest(run_dir, "ok", ["loadgen", "run", "prefix-eviction"])
+    shutil.copytree(run_dir, run_dir.parent / "twin")
     return run_dir
 
 
@@ -103,7 +105,7 @@ COMMANDS = {
     "export vllm-bench": (["export", "{run}", "--format", "vllm-bench", "--out"], "--out",
                           "dir", ""),
     "trace stats": (["trace", "stats", str(TRACE), "--plot"], "--plot", "file", ".png"),
-    "compare": (["compare", "{run}", "{run}", "--out"], "--out", "dir", ""),
+    "compare": (["compare", "{run}", "{run.parent}/twin", "--out"], "--out", "dir", ""),
     "run": (["run", "bench", "--url", "http://127.0.0.1:9", "--requests", "2", "--out"],
             "--out", "dir", ""),
     "gate": (["gate", "bench", "--url", "http://127.0.0.1:9", "--baseline-vllm", "0.32.0",
@@ -261,7 +263,9 @@ def test_exports_default_place_inside_the_run_is_its_own_unsealed_directory(
 
 def test_a_directory_the_user_names_is_created(run: Path, tmp_path: Path) -> None:
     out = tmp_path / "a" / "b" / "cmp"
-    result = CliRunner().invoke(main, ["compare", str(run), str(run), "--out", str(out)])
+    result = CliRunner().invoke(
+        main, ["compare", str(run), str(run.parent / "twin"), "--out", str(out)]
+    )
     assert result.exit_code in (0, 3), result.output
     assert (out / "compare.md").is_file()
 
@@ -306,7 +310,7 @@ def test_export_to_dev_null_is_written_in_place(run: Path) -> None:
         (["export", "{run}", "--out", "{out}/requests.csv"], "{out}/requests.csv"),
         (["export", "{run}", "--format", "vllm-bench", "--out", "{out}/vb"], "{out}/vb/"),
         (["trace", "stats", str(TRACE), "--plot", "{out}/curve.png"], "{out}/curve.png"),
-        (["compare", "{run}", "{run}", "--out", "{out}/cmp"], "{out}/cmp/"),
+        (["compare", "{run}", "{run.parent}/twin", "--out", "{out}/cmp"], "{out}/cmp/"),
     ],
 )
 def test_a_write_that_fails_after_the_check_is_one_line_and_exit_1(
