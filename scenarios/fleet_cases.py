@@ -147,10 +147,16 @@ class FleetKillParams(FrozenModel):
             return self
         kill = parse_kill(self.kill_replica)
         replicas = int(getattr(self, "replicas", 1))
-        if replicas < 2 or kill.replica >= replicas:
+        if replicas < 2:  # replica 0 is never killed: it is the one sized and watched
             raise ValueError(
-                f"--kill-replica {self.kill_replica}: there is no replica {kill.replica} "
-                f"(--replicas {replicas}: replicas 1…{replicas - 1} can be killed)"
+                f"--kill-replica {self.kill_replica}: with --replicas {replicas} no replica can "
+                "be killed (replica 0 never is; give --replicas 2 or more)"
+            )
+        if kill.replica >= replicas:
+            killable = "replica 1" if replicas == 2 else f"a replica from 1 to {replicas - 1}"
+            raise ValueError(
+                f"--kill-replica {self.kill_replica}: there is no replica {kill.replica}; with "
+                f"--replicas {replicas} only {killable} can be killed"
             )
         routing = getattr(self, "routing", None) or DEFAULT_ROUTING
         if all(c.router != "gateway" for c in parse_routing(routing)):

@@ -19,7 +19,7 @@ from typing import Any
 
 from server.net.credentials import redact_fields, redact_header_value
 from server.net.headers import check_user_headers
-from server.net.json_text import loads_strict
+from server.net.json_text import decode_error_text, loads_strict
 
 #: Body fields the request builder (``loadgen.client.completion_body``) sets from the plan:
 #: the model, the prompt (text or token IDs to ``/v1/completions``, messages to chat), the
@@ -89,7 +89,7 @@ def parse_extra_body(text: str) -> dict[str, Any]:
     except RecursionError:
         raise ValueError("is nested too deeply to read") from None
     except json.JSONDecodeError as exc:
-        raise ValueError(f"not JSON: {exc.msg} at character {exc.pos}") from None
+        raise ValueError(f"not JSON: {decode_error_text(exc, f'character {exc.pos}')}") from None
     if not isinstance(obj, dict):
         raise ValueError("must be a JSON object")
     problem = owned_field_problem(obj, ignore_eos=False)

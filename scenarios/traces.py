@@ -45,6 +45,7 @@ import numpy as np
 
 from scenarios.tokens import TokenSpace, token_array
 from server.net.input_files import InputTooLarge, iter_lines
+from server.net.json_text import decode_error_text
 
 #: Tokens per hash id in Mooncake's traces.
 MOONCAKE_BLOCK_TOKENS = 512
@@ -221,7 +222,7 @@ class _Reader:
         try:
             obj = json.loads(text)
         except json.JSONDecodeError as exc:
-            self.fail((line, f"not JSON ({exc.msg} at column {exc.colno})"))
+            self.fail((line, f"not JSON ({decode_error_text(exc, f'column {exc.colno}')})"))
             return
         if not isinstance(obj, dict):
             self.fail((line, f"not a JSON object (a {type(obj).__name__})"))

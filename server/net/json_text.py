@@ -68,6 +68,14 @@ def dumps(obj: Any, what: str, **kwargs: Any) -> str:
         ) from None
 
 
+def decode_error_text(exc: json.JSONDecodeError, place: str) -> str:
+    """Why ``exc`` refused the text, with ``place`` (``"column 18"``, ``"character 17"``) said
+    once: json's "Unterminated string starting at" already ends in "at" ("Unterminated string
+    starting at column 18"); every other reason gets one ("Expecting value at column 1")."""
+    joint = " " if exc.msg.endswith(" at") else " at "
+    return f"{exc.msg}{joint}{place}"
+
+
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number: give a finite number")
 

@@ -109,3 +109,19 @@ def test_a_gate_whose_run_is_interrupted_exits_4_never_1(
     result = CliRunner().invoke(main, args)
     assert result.exit_code == GateExit.RUN_NOT_OK == 4, result.output
     assert "interrupted" in result.output
+
+
+def test_a_kill_with_one_replica_is_one_sentence_on_the_command_line() -> None:
+    result = CliRunner().invoke(main, ["run", "trace-replay", "--kill-replica", "1@5"])
+    assert result.exit_code == 2
+    assert result.output.splitlines()[-1] == (
+        "Error: --kill-replica 1@5: with --replicas 1 no replica can be killed (replica 0 never "
+        "is; give --replicas 2 or more)"
+    )
+    four = CliRunner().invoke(main, ["run", "trace-replay", "--replicas", "4", "--kill-replica",
+                                     "4@5"])  # fmt: skip
+    assert four.exit_code == 2
+    assert four.output.splitlines()[-1] == (
+        "Error: --kill-replica 4@5: there is no replica 4; with --replicas 4 only a replica from "
+        "1 to 3 can be killed"
+    )

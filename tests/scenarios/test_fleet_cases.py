@@ -75,6 +75,25 @@ def test_a_kill_is_k_at_t_on_a_replica_that_exists_behind_the_gateway() -> None:
             parse_kill(bad)
     with pytest.raises(ValueError, match="there is no replica 2"):
         TraceReplayParams(trace=str(SAMPLE), replicas=2, kill_replica="2@5")
+
+
+@pytest.mark.parametrize(
+    ("replicas", "kill", "why"),
+    [
+        (1, "1@5", "--kill-replica 1@5: with --replicas 1 no replica can be killed (replica 0 "
+         "never is; give --replicas 2 or more)"),
+        (2, "2@5", "--kill-replica 2@5: there is no replica 2; with --replicas 2 only replica 1 "
+         "can be killed"),
+        (4, "4@5", "--kill-replica 4@5: there is no replica 4; with --replicas 4 only a replica "
+         "from 1 to 3 can be killed"),
+    ],
+)  # fmt: skip
+def test_a_kill_of_a_replica_that_is_not_there_says_which_can_be_killed(
+    replicas: int, kill: str, why: str
+) -> None:
+    with pytest.raises(ValueError) as info:
+        TraceReplayParams(trace=str(SAMPLE), replicas=replicas, kill_replica=kill)
+    assert why in str(info.value)
     with pytest.raises(ValueError, match="needs a gateway policy in --routing"):
         TraceReplayParams(trace=str(SAMPLE), replicas=2, routing="vllm-router:random",
                           kill_replica="1@5")  # fmt: skip

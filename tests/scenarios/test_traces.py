@@ -72,7 +72,14 @@ def test_mooncake_trace_loads_in_file_order_with_extra_fields_ignored(tmp_path: 
 # One case per malformed-line kind: (line 2's text, words the reason must contain).
 GOOD = json.dumps(line(0))
 MALFORMED: dict[str, tuple[str, str]] = {
-    "not JSON": ('{"timestamp": 0, "input_length": ', "not JSON"),
+    # The column is 1-based: 33 characters, then the missing value in column 34.
+    "not JSON": ('{"timestamp": 0, "input_length": ', "not JSON (Expecting value at column 34)"),
+    # json's reason ends in "at": the column follows it once ("starting at column 30", the
+    # opening quote after 29 characters).
+    "unterminated string": (
+        '{"timestamp": 0, "hash_ids": "ab',
+        "not JSON (Unterminated string starting at column 30)",
+    ),
     "not an object": ("[1, 2, 3]", "not a JSON object"),
     "missing input_length": (
         json.dumps({"timestamp": 0, "output_length": 8, "hash_ids": [0]}),

@@ -10,6 +10,7 @@ import pytest
 
 from server.net.json_text import (
     NonFiniteValue,
+    decode_error_text,
     dumps,
     finite_or_none,
     loads_strict,
@@ -67,3 +68,18 @@ def test_strict_json_reads_what_json_allows() -> None:
     assert loads_strict('{"a": {"k": 1.7976931348623157e308}, "b": {"k": -0.0}}') == {
         "a": {"k": 1.7976931348623157e308}, "b": {"k": -0.0}
     }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        # json's own reason ends in "at": the place is said once, never "at at".
+        ('{"a": "x', "Unterminated string starting at column 7"),
+        ("[1,]", "Expecting value at column 4"),
+        ("1 2", "Extra data at column 3"),
+    ],
+)
+def test_a_decode_error_names_its_place_once(text: str, why: str) -> None:
+    with pytest.raises(json.JSONDecodeError) as info:
+        json.loads(text)
+    assert decode_error_text(info.value, f"column {info.value.colno}") == why
