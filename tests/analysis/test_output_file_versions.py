@@ -97,7 +97,9 @@ def test_a_mistyped_report_is_a_problem_of_validate(sealed: Path, tmp_path: Path
 
 def test_compare_json_carries_its_version_and_reads_back(sealed: Path, tmp_path: Path) -> None:
     out = tmp_path / "cmp"
-    result = CliRunner().invoke(main, ["compare", str(sealed), str(sealed), "--out", str(out)])
+    twin = tmp_path / "twin"  # a copy: a run compared with itself is refused
+    shutil.copytree(sealed, twin)
+    result = CliRunner().invoke(main, ["compare", str(sealed), str(twin), "--out", str(out)])
     assert result.exit_code in (0, 3), result.output
     data = json.loads((out / COMPARE_JSON).read_text())
     assert data["format_version"] == 1

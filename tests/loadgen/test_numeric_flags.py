@@ -127,7 +127,14 @@ INT_FLAGS = [
 def _required(path: tuple[str, ...], tmp_path: Path) -> list[str]:
     """What ``path`` needs besides the flag under test (the flag's own error comes first)."""
     if path[0] == "gate":
-        return ["--baseline-vllm", "x", "--candidate-vllm", "y", "--out", str(tmp_path / "out")]
+        return [
+            "--baseline-vllm",
+            "0.1.0",
+            "--candidate-vllm",
+            "0.2.0",
+            "--out",
+            str(tmp_path / "out"),
+        ]
     if path[0] == "run":
         return ["--out", str(tmp_path / "out")]
     if path in (("export",), ("compare",)):
@@ -280,17 +287,17 @@ REFUSED: list[tuple[list[str], str]] = [
     (["run", "bench", "--workers", "nan"],
      "Invalid value for --workers: 'nan' is not a worker count ≥ 1 or 'auto'"),
     # --- gate -------------------------------------------------------------------------------
-    (["gate", "prefix-eviction", "--baseline-vllm", "x", "--candidate-vllm", "y",
+    (["gate", "prefix-eviction", "--baseline-vllm", "0.1.0", "--candidate-vllm", "0.2.0",
       "--until-decided", "--max-repeats", "99999999999999999999"],
      "--max-repeats: Input should be less than or equal to 100 (got 99999999999999999999)"),
     # 1 − (1 − 0.9999999999999999)/99 looks is 1.0 in a double: no interval could be built.
-    (["gate", "prefix-eviction", "--baseline-vllm", "x", "--candidate-vllm", "y",
+    (["gate", "prefix-eviction", "--baseline-vllm", "0.1.0", "--candidate-vllm", "0.2.0",
       "--until-decided", "--max-repeats", "100", "--gate", "G_CONF"],
      "the gate file's confidence 0.9999999999999999 split over 99 looks rounds to 1 for each "
      "look: lower --max-repeats or the confidence"),
     (["gate", "prefix-eviction", "--baseline-vllm", "", "--candidate-vllm", "0.32.0"],
      "--baseline-vllm: String should have at least 1 character (got '')"),
-    (["gate", "prefix-eviction", "--baseline-vllm", "x", "--candidate-vllm", "y",
+    (["gate", "prefix-eviction", "--baseline-vllm", "0.1.0", "--candidate-vllm", "0.2.0",
       "--repeats", "0"], "--repeats: Input should be greater than or equal to 1 (got 0)"),
     # --- compare: its numbers come from the gate file ---------------------------------------
     (["compare", "RUN", "RUN", "--gate", "G_NAN"], "confidence: Input should be a finite number"),
