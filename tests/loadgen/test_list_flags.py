@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from loadgen.cli import main
 
-GATE = ["--baseline-vllm", "x", "--candidate-vllm", "y"]
+GATE = ["--baseline-vllm", "0.1.0", "--candidate-vllm", "0.2.0"]
 
 REFUSED = [
     (["run", "trace-replay", "--replicas", "2", "--routing", "round-robin,,prefix-hash"],
