@@ -42,6 +42,12 @@ PLANTED_METRICS = ("ttft_ms",)
 GateName = Literal["aa", "planted"]
 
 
+def gate_slowdowns(slowdown: float) -> tuple[tuple[GateName, float], ...]:
+    """The self-test's gates in the order they run, each with its candidate's slowdown (a
+    fraction): ``aa`` with none, ``planted`` with ``slowdown``."""
+    return (("aa", 0.0), ("planted", slowdown))
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -156,7 +162,7 @@ def summarize(
     Raises:
         ValueError: a gate left no look (see :func:`last_look`).
     """
-    gates = [gate_result(out / "aa", "aa", 0.0), gate_result(out / "planted", "planted", slowdown)]
+    gates = [gate_result(out / name, name, f) for name, f in gate_slowdowns(slowdown)]
     correct = all(g.correct for g in gates)
     return SelfTest(
         scenario=scenario, vllm=vllm, slowdown=slowdown, max_pairs=max_pairs,
@@ -173,8 +179,7 @@ def stopped_early(
     with the gate's ``exit_code``): the gates that took a look before it, and nothing
     claimed about the rest."""
     gates = []
-    order: tuple[tuple[GateName, float], ...] = (("aa", 0.0), ("planted", slowdown))
-    for name, planted in order:
+    for name, planted in gate_slowdowns(slowdown):
         try:
             gates.append(gate_result(out / name, name, planted))
         except ValueError:

@@ -62,7 +62,7 @@ def self_test(scenario: Scenario, gate: GateParams, values: dict[str, Any]) -> i
         SystemExit: a run that did not end ok (``GateExit.RUN_NOT_OK``) or a comparison that
             could not be made (``CompareExit.CANNOT_COMPARE``), as in any gate.
     """
-    from analysis.gate_self_test import headline, summarize, write_self_test
+    from analysis.gate_self_test import gate_slowdowns, headline, summarize, write_self_test
     from loadgen.planted import behind_gateway, side_transforms
     from loadgen.progress import make_console
 
@@ -80,8 +80,7 @@ def self_test(scenario: Scenario, gate: GateParams, values: dict[str, Any]) -> i
         + (f" and ≤ {bound:g} min" if bound is not None else "")
     )
     with kept_sides(out, gate) as kept:
-        order: tuple[tuple[GateName, float], ...] = (("aa", 0.0), ("planted", slowdown))
-        for name, planted in order:
+        for name, planted in gate_slowdowns(slowdown):
             transforms = {
                 side: partial(behind_gateway, slowdown=f)
                 for side, f in side_transforms(planted).items()
