@@ -170,21 +170,21 @@ def engine_for_version(version: str) -> Engine:
             command is suggested.
         EngineNotFoundError: neither has that version; the message gives the install command.
     """
-    check_version(version)
+    venv = engine_dir(version)  # checks the version first
     here = _installed_here()
     if here is not None and here.version == version:
         return here
-    python = engine_dir(version) / "bin" / "python"
+    python = venv / "bin" / "python"
     if not python.exists():
         have = f"the project's environment has vLLM {here.version}" if here else "no vLLM here"
         raise EngineNotFoundError(
             f"vLLM {version} is not installed ({have}); install it beside the project with "
-            f"`make engine VLLM={version}` (creates {engine_dir(version)})"
+            f"`make engine VLLM={version}` (creates {venv})"
         )
     engine = inspect_engine(str(python))
     if engine.version != version:
         raise EngineNotFoundError(
-            f"{engine_dir(version)} holds {engine.distribution} {engine.version}, not {version}; "
+            f"{venv} holds {engine.distribution} {engine.version}, not {version}; "
             f"remove it and run `make engine VLLM={version}` again"
         )
     return engine
